@@ -1,0 +1,38 @@
+//! # zcio-vm: the VM layer of zcio
+//!
+//! The only crate of zcio with `unsafe` code (besides nothing: the layers above forbid it). It
+//! offers, as safe interfaces, the page-level primitives that Genie (paper 000) builds its data
+//! passing semantics from:
+//!
+//! | Genie primitive | here |
+//! |---|---|
+//! | page-aligned buffers, regions | [`page::RawRange`], [`mapping::Mapping`] |
+//! | read only / invalidate / reinstate | [`protect::set_access`] (batched `mprotect`) |
+//! | wire / unwire | [`protect::wire`], [`protect::unwire`] |
+//! | reference / unreference pages, I/O-deferred deallocation | [`runtime::VmRuntime::reference_output`], [`wire::Wire`] (the kernel holds page references in a pipe) |
+//! | TCOW | [`runtime`] (userfaultfd write-protect + `UFFDIO_MOVE`), [`fallback`] (mprotect + SIGSEGV) |
+//! | swap pages | [`runtime::VmRuntime::swap`], [`runtime::VmRuntime::move_range`] |
+//! | region check | [`runtime::VmRuntime::unmapped_since`] |
+//! | the memory network's shared memory | [`arena::SharedArena`], [`arena::SharedRing`] |
+//!
+//! Kernel features are probed at run time ([`VmRuntime::capabilities`]); a missing one selects a fallback and
+//! is reported, never a crash.
+#![cfg_attr(not(target_os = "linux"), allow(unused))]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("zcio runs on Linux only: it is built on userfaultfd, memfd, vmsplice and O_DIRECT");
+
+pub mod arena;
+pub mod error;
+pub mod fallback;
+pub mod mapping;
+pub mod page;
+pub mod protect;
+pub mod runtime;
+pub mod uffd;
+pub mod wire;
+
+pub use error::{Result, VmError};
+pub use mapping::{MapOptions, Mapping};
+pub use page::{RawRange, page_size};
+pub use runtime::VmRuntime;

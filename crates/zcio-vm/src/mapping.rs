@@ -1,0 +1,370 @@
+//! Anonymous and shared mappings owned by zcio, unmapped on drop.
+
+use crate::error::{Result, VmError};
+use crate::page::{HUGE_PAGE_SIZE, RawRange, align_up, page_size};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+
+/// How a [`Mapping`] is backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Private anonymous memory (movable with `UFFDIO_MOVE`).
+    PrivateAnonymous,
+    /// A shared mapping of a file descriptor (a memfd), at a given file offset.
+    Shared,
+}
+
+/// Options for a new anonymous mapping.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MapOptions {
+    /// Fault every page in now (`MAP_POPULATE`), so later first touches cost nothing.
+    pub populate: bool,
+    /// Align the start to 2 MiB and ask for transparent huge pages (`MADV_HUGEPAGE`).
+    pub huge: bool,
+    /// Refuse transparent huge pages (`MADV_NOHUGEPAGE`), so 4 KiB moves never split a huge page.
+    pub no_huge: bool,
+}
+
+/// A mapping this process owns; unmapped when dropped.
+///
+/// Its bytes may be changed by the kernel (input into it, pages moved into it) only through
+/// methods that take `&mut self`, so `as_slice` is sound.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+    /// The mmap'ed span to release (may be larger than `len` because of alignment slack being kept).
+    map_start: usize,
+    map_len: usize,
+}
+
+// SAFETY: a Mapping is an owned region of memory like a Box<[u8]>; moving it between threads is fine.
+unsafe impl Send for Mapping {}
+// SAFETY: shared access only reads through `&self` (`as_slice`) and the kernel-side changes need `&mut self`.
+unsafe impl Sync for Mapping {}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping")
+            .field("range", &self.range())
+            .field("backing", &self.backing)
+            .finish()
+    }
+}
+
+/// Largest single mapping zcio creates: 64 GiB. Anything larger is a caller error, not a request.
+pub const MAX_MAPPING: usize = 64 << 30;
+
+impl Mapping {
+    /// A new private anonymous mapping of `len` bytes (rounded up to whole pages).
+    pub fn anonymous(len: usize, opts: MapOptions) -> Result<Mapping> {
+        if len == 0 {
+            return Err(VmError::Empty {
+                what: "mapping length",
+            });
+        }
+        if len > MAX_MAPPING {
+            return Err(VmError::TooLarge {
+                what: "mapping length",
+                value: len,
+                limit: MAX_MAPPING,
+            });
+        }
+        let len = align_up(len, page_size()).expect("bounded above");
+        let align = if opts.huge {
+            HUGE_PAGE_SIZE
+        } else {
+            page_size()
+        };
+        let map_len = len + align - page_size();
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        if opts.populate && !opts.huge {
+            flags |= libc::MAP_POPULATE;
+        }
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(VmError::last_os("mmap(anonymous)"));
+        }
+        let map_start = p as usize;
+        let start = align_up(map_start, align).expect("mapped address is in range");
+        // Trim the alignment slack so that the mapping is exactly [start, start+len).
+        let head = start - map_start;
+        let tail = map_len - head - len;
+        // SAFETY: head and tail are inside the mapping we just created and nothing references them.
+        unsafe {
+            if head > 0 {
+                libc::munmap(map_start as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+        }
+        let m = Mapping {
+            ptr: NonNull::new(start as *mut u8).expect("mmap never returns null"),
+            len,
+            backing: Backing::PrivateAnonymous,
+            map_start: start,
+            map_len: len,
+        };
+        if opts.huge {
+            m.advise(libc::MADV_HUGEPAGE, "madvise(MADV_HUGEPAGE)")?;
+            if opts.populate {
+                m.advise(libc::MADV_POPULATE_WRITE, "madvise(MADV_POPULATE_WRITE)")?;
+            }
+        } else if opts.no_huge {
+            m.advise(libc::MADV_NOHUGEPAGE, "madvise(MADV_NOHUGEPAGE)")?;
+        }
+        Ok(m)
+    }
+
+    /// Map `len` bytes of `fd` at `offset`, shared, at exactly `addr` (failing rather than
+    /// replacing anything already there), or anywhere if `addr` is `None`.
+    pub fn shared_fd(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        addr: Option<usize>,
+    ) -> Result<Mapping> {
+        if len == 0 {
+            return Err(VmError::Empty {
+                what: "mapping length",
+            });
+        }
+        let len = align_up(len, page_size()).ok_or(VmError::TooLarge {
+            what: "mapping length",
+            value: len,
+            limit: MAX_MAPPING,
+        })?;
+        let mut flags = libc::MAP_SHARED;
+        if addr.is_some() {
+            flags |= libc::MAP_FIXED_NOREPLACE;
+        }
+        let want = addr.unwrap_or(0);
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; without an address the kernel picks a free one.
+        let p = unsafe {
+            libc::mmap(
+                want as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let source = std::io::Error::last_os_error();
+            return Err(match addr {
+                Some(a) => VmError::ArenaPlacement {
+                    addr: a,
+                    len,
+                    source,
+                },
+                None => VmError::sys("mmap(shared)", source),
+            });
+        }
+        if let Some(a) = addr
+            && p as usize != a
+        {
+            // Old kernels ignore MAP_FIXED_NOREPLACE and treat the address as a hint.
+            // SAFETY: p is the mapping we just created.
+            unsafe { libc::munmap(p, len) };
+            return Err(VmError::ArenaPlacement {
+                addr: a,
+                len,
+                source: std::io::Error::from_raw_os_error(libc::EEXIST),
+            });
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p as *mut u8).expect("mmap never returns null"),
+            len,
+            backing: Backing::Shared,
+            map_start: p as usize,
+            map_len: len,
+        })
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: mappings are at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address range.
+    pub fn range(&self) -> RawRange {
+        RawRange {
+            addr: self.addr(),
+            len: self.len,
+        }
+    }
+
+    /// How it is backed.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// Raw pointer to the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes, for reading. Not offered for shared mappings, whose bytes other processes may
+    /// change at any time: use [`crate::arena`] accessors there.
+    pub fn as_slice(&self) -> &[u8] {
+        assert_eq!(
+            self.backing,
+            Backing::PrivateAnonymous,
+            "shared mappings are read through copy accessors, never as slices"
+        );
+        // SAFETY: the mapping is private, readable, len bytes long, and alive as long as &self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, for writing.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        assert_eq!(
+            self.backing,
+            Backing::PrivateAnonymous,
+            "shared mappings are written through copy accessors, never as slices"
+        );
+        // SAFETY: private mapping, writable, exclusively borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// `madvise` over the whole mapping.
+    pub fn advise(&self, advice: libc::c_int, op: &'static str) -> Result<()> {
+        self.advise_range(self.range(), advice, op)
+    }
+
+    /// `madvise` over a page-aligned sub-range.
+    pub fn advise_range(&self, r: RawRange, advice: libc::c_int, op: &'static str) -> Result<()> {
+        self.check_inside(&r)?;
+        if r.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: r lies inside this mapping (checked); the advice values used by zcio never free memory others reference.
+        let rc = unsafe { libc::madvise(r.addr as *mut libc::c_void, r.len, advice) };
+        if rc != 0 {
+            return Err(VmError::last_os(op));
+        }
+        Ok(())
+    }
+
+    /// Drop the pages of a page-aligned sub-range (`MADV_DONTNEED`): the next touch sees zeros.
+    pub fn discard(&mut self, r: RawRange) -> Result<()> {
+        self.advise_range(r, libc::MADV_DONTNEED, "madvise(MADV_DONTNEED)")
+    }
+
+    /// Fail unless `r` lies inside this mapping.
+    pub fn check_inside(&self, r: &RawRange) -> Result<()> {
+        if !self.range().contains(r) {
+            return Err(VmError::OutOfBounds {
+                what: "range",
+                start: r.addr,
+                end: r.end(),
+                bound_start: self.addr(),
+                bound_end: self.addr() + self.len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Give up ownership without unmapping; the caller takes over the range.
+    pub fn leak(self) -> RawRange {
+        let r = self.range();
+        std::mem::forget(self);
+        r
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own [map_start, map_start+map_len); nothing borrows it once we are dropped.
+        unsafe {
+            libc::munmap(self.map_start as *mut libc::c_void, self.map_len);
+        }
+    }
+}
+
+/// A memfd of `len` bytes, the backing object of a shared arena.
+pub fn memfd(name: &str, len: usize) -> Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{MemfdFlags, ftruncate, memfd_create};
+    let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(|e| VmError::sys("memfd_create", e.into()))?;
+    ftruncate(&fd, len as u64).map_err(|e| VmError::sys("ftruncate(memfd)", e.into()))?;
+    let _ = fd.as_fd();
+    Ok(fd)
+}
+
+/// Number of mappings (VMAs) of this process, read from `/proc/self/maps`.
+pub fn vma_count() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anonymous_mapping_is_aligned_and_zeroed() {
+        let mut m = Mapping::anonymous(10_000, MapOptions::default()).unwrap();
+        assert_eq!(m.len() % page_size(), 0);
+        assert!(m.as_slice().iter().all(|&b| b == 0));
+        m.as_mut_slice()[5] = 7;
+        assert_eq!(m.as_slice()[5], 7);
+    }
+
+    #[test]
+    fn huge_mapping_is_2mib_aligned() {
+        let m = Mapping::anonymous(
+            4 << 20,
+            MapOptions {
+                huge: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(m.addr() % HUGE_PAGE_SIZE, 0);
+    }
+
+    #[test]
+    fn zero_and_huge_lengths_are_refused() {
+        assert!(matches!(
+            Mapping::anonymous(0, MapOptions::default()),
+            Err(VmError::Empty { .. })
+        ));
+        assert!(matches!(
+            Mapping::anonymous(usize::MAX / 2, MapOptions::default()),
+            Err(VmError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn mappings_are_released() {
+        let before = vma_count();
+        for _ in 0..100 {
+            let _m = Mapping::anonymous(1 << 20, MapOptions::default()).unwrap();
+        }
+        assert!(vma_count() <= before + 2);
+    }
+}

@@ -1,0 +1,949 @@
+//! The per-process VM runtime: page referencing, TCOW and page swapping (paper 000, §3 and §5).
+//!
+//! One userfaultfd per process, one handler thread. The runtime keeps, for every pending output,
+//! the range of pages it references ([`OutputRef`]); while an output that asked for protection is
+//! pending, its pages are write-protected, and a write to one of them takes a fault that the
+//! handler resolves by **TCOW**: it moves the original page out of the application's address
+//! space into a stash slot (the pending output still references that physical page, so it keeps
+//! the original) and installs a private copy, writable, at the faulting address. When the output
+//! completes, write access to the pages nobody wrote returns without a copy, and stash slots are
+//! released. If a page cannot be moved (pinned by a DMA, shared with a forked child) the fault
+//! waits until the output completes instead (*sleep-on-write*, §2.3).
+//!
+//! **Page swapping** exchanges the pages of an application range with those of a staging
+//! range through an empty scratch range, with batched `UFFDIO_MOVE` calls over contiguous runs;
+//! 2 MiB-aligned runs of transparent huge pages move as whole PMDs.
+//!
+//! Invariants that keep the handler from ever waiting on itself:
+//! - only pages *entirely* inside a caller's buffer are registered or protected, so zcio's own
+//!   bookkeeping never lies on a protected page;
+//! - the bookkeeping has fixed capacity, allocated at start, and the handler never allocates;
+//! - no thread touches application memory while holding the state lock.
+//!
+//! Without userfaultfd the runtime falls back to `mprotect` + `SIGSEGV` sleep-on-write for
+//! protection and to copying for swaps ([`crate::fallback`]); [`VmRuntime::capabilities`] says
+//! which path is in force and why.
+
+use crate::error::{Result, VmError};
+use crate::mapping::{MapOptions, Mapping};
+use crate::page::{RawRange, complement_into, page_size};
+use crate::uffd::{Event, Features, RegisterMode, Userfaultfd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Maximum outputs pending at once in one process.
+pub const MAX_OUTPUTS: usize = 4096;
+/// Maximum application ranges kept registered with the userfaultfd.
+pub const MAX_REGISTRATIONS: usize = 64;
+/// Pages in the TCOW stash (virtual; populated only by moved originals).
+pub const STASH_PAGES: usize = 8192;
+/// Ranges in transition (being swapped) at once.
+const MAX_TRANSIENT: usize = 256;
+/// Recent unmaps remembered for region checks.
+const UNMAP_LOG: usize = 256;
+
+/// How write protection during output (TCOW) is implemented in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TcowMode {
+    /// userfaultfd write-protect faults; the original page is moved out with `UFFDIO_MOVE` and a
+    /// copy installed (the output keeps the original).
+    UffdMove,
+    /// userfaultfd write-protect faults, no `UFFDIO_MOVE`: a write waits for the output (sleep-on-write).
+    UffdSleepOnWrite,
+    /// `mprotect` + `SIGSEGV`: a write waits for the output (sleep-on-write).
+    MprotectSleepOnWrite,
+}
+
+/// What the runtime can do on this machine, and why not when it cannot.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Capabilities {
+    /// TCOW implementation in force.
+    pub tcow: TcowMode,
+    /// Whether page swapping (`UFFDIO_MOVE`) is available; otherwise swaps become copies.
+    pub swap: bool,
+    /// Why a better mechanism is not in use (empty when everything is available).
+    pub reasons: Vec<String>,
+}
+
+/// Counters of what the runtime did (monotonic, process-wide).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmStats {
+    /// Write-protect faults taken on pages under output.
+    pub tcow_faults: u64,
+    /// Pages copied by TCOW (one per fault resolved by move + copy).
+    pub tcow_copies: u64,
+    /// Faults that had to wait for an output to complete.
+    pub sleep_on_write: u64,
+    /// Write-protect faults on pages no longer under output (protection simply lifted).
+    pub wp_lifted: u64,
+    /// Missing-page faults served with zero pages.
+    pub missing_faults: u64,
+    /// Pages moved by swaps and region fills.
+    pub pages_moved: u64,
+    /// Move calls (ioctls) issued.
+    pub move_calls: u64,
+    /// Pages that could not be moved and were copied instead.
+    pub move_fallback_copies: u64,
+    /// Ranges registered with the userfaultfd.
+    pub registrations: u64,
+    /// Unmap events observed on registered ranges.
+    pub unmaps: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    tcow_faults: AtomicU64,
+    tcow_copies: AtomicU64,
+    sleep_on_write: AtomicU64,
+    wp_lifted: AtomicU64,
+    missing_faults: AtomicU64,
+    pages_moved: AtomicU64,
+    move_calls: AtomicU64,
+    move_fallback_copies: AtomicU64,
+    registrations: AtomicU64,
+    unmaps: AtomicU64,
+}
+
+#[derive(Clone, Copy)]
+struct ActiveOutput {
+    id: u64,
+    range: RawRange,
+    protected: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Stashed {
+    output: u64,
+    page: usize,
+    slot: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Registration {
+    range: RawRange,
+    last_use: u64,
+}
+
+struct State {
+    outputs: Vec<ActiveOutput>,
+    stashed: Vec<Stashed>,
+    slot_refs: Vec<u32>,
+    free_slots: Vec<usize>,
+    registered: Vec<Registration>,
+    transient: Vec<RawRange>,
+    gone: Vec<RawRange>,
+    unmap_log: Vec<(u64, RawRange)>,
+    unmap_gen: u64,
+    clock: u64,
+    next_id: u64,
+    /// Preallocated room for range computations under the lock (never grows).
+    scratch: Vec<RawRange>,
+}
+
+/// The process-wide VM runtime.
+pub struct VmRuntime {
+    uffd: Option<Userfaultfd>,
+    caps: Capabilities,
+    state: Mutex<State>,
+    stash: Option<Mapping>,
+    zero: Mapping,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for VmRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmRuntime")
+            .field("caps", &self.caps)
+            .finish()
+    }
+}
+
+static RUNTIME: OnceLock<VmRuntime> = OnceLock::new();
+
+/// Environment variable that disables mechanisms, for comparing paths and testing fallbacks:
+/// a comma-separated list of `uffd` (no userfaultfd at all) and `move` (no `UFFDIO_MOVE`).
+pub const DISABLE_ENV: &str = "ZCIO_VM_DISABLE";
+
+impl VmRuntime {
+    /// The runtime of this process, started on first use. Never fails: a missing kernel feature
+    /// selects a fallback, recorded in [`VmRuntime::capabilities`].
+    pub fn get() -> &'static VmRuntime {
+        RUNTIME.get_or_init(|| {
+            let rt = VmRuntime::start();
+            if let Some(u) = &rt.uffd {
+                let fd = u.raw_fd();
+                std::thread::Builder::new()
+                    .name("zcio-uffd".into())
+                    .spawn(move || VmRuntime::get().handler_loop(fd))
+                    .expect("spawn the userfaultfd handler thread");
+            }
+            rt
+        })
+    }
+
+    fn start() -> VmRuntime {
+        let disabled = std::env::var(DISABLE_ENV).unwrap_or_default();
+        let no_uffd = disabled.split(',').any(|s| s.trim() == "uffd");
+        let no_move = disabled.split(',').any(|s| s.trim() == "move");
+        let mut reasons = Vec::new();
+        let wanted = Features::WP | Features::MOVE | Features::EVENT_UNMAP | Features::EVENT_REMAP;
+        let uffd = if no_uffd {
+            reasons.push(format!("userfaultfd disabled by {DISABLE_ENV}"));
+            None
+        } else {
+            match Userfaultfd::open(wanted) {
+                Ok(u) if u.features().contains(Features::WP) => Some(u),
+                Ok(_) => {
+                    reasons.push("userfaultfd lacks write-protect (Linux < 5.7)".into());
+                    None
+                }
+                Err(e) => {
+                    reasons.push(format!("userfaultfd unavailable: {e}"));
+                    None
+                }
+            }
+        };
+        let can_move = uffd
+            .as_ref()
+            .is_some_and(|u| u.features().contains(Features::MOVE))
+            && !no_move;
+        if uffd.is_some() && !can_move {
+            reasons.push(if no_move {
+                format!("UFFDIO_MOVE disabled by {DISABLE_ENV}")
+            } else {
+                "UFFDIO_MOVE unavailable (Linux < 6.8): swaps become copies, TCOW sleeps on write"
+                    .into()
+            });
+        }
+        let tcow = match (&uffd, can_move) {
+            (Some(_), true) => TcowMode::UffdMove,
+            (Some(_), false) => TcowMode::UffdSleepOnWrite,
+            (None, _) => TcowMode::MprotectSleepOnWrite,
+        };
+        let stash = match (&uffd, can_move) {
+            (Some(u), true) => {
+                let m = Mapping::anonymous(
+                    STASH_PAGES * page_size(),
+                    MapOptions {
+                        no_huge: true,
+                        ..Default::default()
+                    },
+                )
+                .and_then(|m| {
+                    u.register(
+                        m.range(),
+                        RegisterMode {
+                            missing: false,
+                            wp: true,
+                        },
+                    )?;
+                    Ok(m)
+                });
+                match m {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        reasons.push(format!("TCOW stash unavailable: {e}"));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let zero = Mapping::anonymous(
+            page_size(),
+            MapOptions {
+                populate: true,
+                ..Default::default()
+            },
+        )
+        .expect("one page for the zero page");
+        let state = State {
+            outputs: Vec::with_capacity(MAX_OUTPUTS),
+            stashed: Vec::with_capacity(STASH_PAGES),
+            slot_refs: vec![0; STASH_PAGES],
+            free_slots: (0..STASH_PAGES).rev().collect(),
+            registered: Vec::with_capacity(MAX_REGISTRATIONS),
+            transient: Vec::with_capacity(MAX_TRANSIENT),
+            gone: Vec::with_capacity(MAX_OUTPUTS),
+            unmap_log: Vec::with_capacity(UNMAP_LOG),
+            unmap_gen: 0,
+            clock: 0,
+            next_id: 1,
+            scratch: Vec::with_capacity(2 * MAX_OUTPUTS + 2),
+        };
+        VmRuntime {
+            caps: Capabilities {
+                tcow,
+                swap: can_move,
+                reasons,
+            },
+            uffd,
+            state: Mutex::new(state),
+            stash,
+            zero,
+            counters: Counters::default(),
+        }
+    }
+
+    /// What this runtime can do, and why not.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> VmStats {
+        let c = &self.counters;
+        VmStats {
+            tcow_faults: c.tcow_faults.load(Ordering::Relaxed),
+            tcow_copies: c.tcow_copies.load(Ordering::Relaxed),
+            sleep_on_write: c.sleep_on_write.load(Ordering::Relaxed),
+            wp_lifted: c.wp_lifted.load(Ordering::Relaxed),
+            missing_faults: c.missing_faults.load(Ordering::Relaxed),
+            pages_moved: c.pages_moved.load(Ordering::Relaxed),
+            move_calls: c.move_calls.load(Ordering::Relaxed),
+            move_fallback_copies: c.move_fallback_copies.load(Ordering::Relaxed),
+            registrations: c.registrations.load(Ordering::Relaxed),
+            unmaps: c.unmaps.load(Ordering::Relaxed),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Registration
+
+    /// Make sure the full pages of `r` are registered for missing and write-protect faults.
+    /// Called with the state lock held; issues only ioctls, touches no user memory.
+    fn ensure_registered_locked(&self, st: &mut State, r: RawRange) -> Result<()> {
+        let u = self.uffd.as_ref().expect("only with userfaultfd");
+        st.clock += 1;
+        let now = st.clock;
+        // Already covered by one registration? (Registrations merge in the kernel; we keep them as
+        // registered so that lookups stay exact.)
+        if let Some(reg) = st.registered.iter_mut().find(|g| g.range.contains(&r)) {
+            reg.last_use = now;
+            return Ok(());
+        }
+        if st.registered.len() == MAX_REGISTRATIONS {
+            self.evict_registration_locked(st)?;
+        }
+        u.register(
+            r,
+            RegisterMode {
+                missing: true,
+                wp: true,
+            },
+        )?;
+        self.counters.registrations.fetch_add(1, Ordering::Relaxed);
+        // Drop registrations that this one subsumes.
+        st.registered.retain(|g| !r.contains(&g.range));
+        st.registered.push(Registration {
+            range: r,
+            last_use: now,
+        });
+        Ok(())
+    }
+
+    fn evict_registration_locked(&self, st: &mut State) -> Result<()> {
+        let u = self.uffd.as_ref().expect("only with userfaultfd");
+        // The least recently used registration with no pending output or transition over it.
+        let mut best: Option<usize> = None;
+        for (i, g) in st.registered.iter().enumerate() {
+            let busy = st
+                .outputs
+                .iter()
+                .any(|o| o.range.intersect(&g.range).is_some())
+                || st.transient.iter().any(|t| t.intersect(&g.range).is_some());
+            if !busy && best.is_none_or(|b| st.registered[b].last_use > g.last_use) {
+                best = Some(i);
+            }
+        }
+        let Some(i) = best else {
+            return Err(VmError::TooLarge {
+                what: "registered ranges with pending I/O",
+                value: st.registered.len() + 1,
+                limit: MAX_REGISTRATIONS,
+            });
+        };
+        let g = st.registered.swap_remove(i);
+        // The range may have been unmapped meanwhile; that is fine.
+        let _ = u.unregister(g.range);
+        Ok(())
+    }
+
+    /// Register the full pages of an application range so that pages can be moved into it and
+    /// protected in it. Returns the registered (full-page) range, possibly empty.
+    pub fn register_app(&self, r: RawRange) -> Result<RawRange> {
+        let full = r.full_pages();
+        if full.is_empty() || self.uffd.is_none() {
+            return Ok(full);
+        }
+        let mut st = self.lock();
+        self.ensure_registered_locked(&mut st, full)?;
+        Ok(full)
+    }
+
+    /// A new private mapping registered for write-protect (not missing) faults: staging, scratch
+    /// and region memory that pages are moved into.
+    pub fn registered_mapping(&self, len: usize, opts: MapOptions) -> Result<Mapping> {
+        let m = Mapping::anonymous(len, opts)?;
+        if let Some(u) = &self.uffd {
+            u.register(
+                m.range(),
+                RegisterMode {
+                    missing: false,
+                    wp: true,
+                },
+            )?;
+        }
+        Ok(m)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Page referencing for output (TCOW)
+
+    /// Reference the pages of an output buffer for the duration of an output (Genie's *reference
+    /// application pages*). With `protect`, also remove write access to its full pages (*read
+    /// only*): the output then keeps the data of this moment whatever the application writes.
+    ///
+    /// Only full pages are protected; the caller copies the partial head and tail pages.
+    pub fn reference_output(&'static self, buf: RawRange, protect: bool) -> Result<OutputRef> {
+        let full = buf.full_pages();
+        let mut st = self.lock();
+        if st.outputs.len() == MAX_OUTPUTS {
+            return Err(VmError::TooLarge {
+                what: "pending outputs",
+                value: MAX_OUTPUTS + 1,
+                limit: MAX_OUTPUTS,
+            });
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        let mut protected = false;
+        if protect && !full.is_empty() {
+            match &self.uffd {
+                Some(u) => {
+                    self.ensure_registered_locked(&mut st, full)?;
+                    u.writeprotect(full, true, false)?;
+                    protected = true;
+                }
+                None => {
+                    crate::fallback::protect(id, full)?;
+                    protected = true;
+                }
+            }
+        }
+        st.outputs.push(ActiveOutput {
+            id,
+            range: full,
+            protected,
+        });
+        Ok(OutputRef {
+            rt: self,
+            id,
+            range: full,
+            protected,
+            released: false,
+        })
+    }
+
+    fn release_output(&self, id: u64) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let Some(i) = st.outputs.iter().position(|o| o.id == id) else {
+            return;
+        };
+        let out = st.outputs.swap_remove(i);
+        // Pages this output had stashed: drop its reference to each slot.
+        let mut k = 0;
+        while k < st.stashed.len() {
+            if st.stashed[k].output == id {
+                let s = st.stashed.swap_remove(k);
+                st.slot_refs[s.slot] -= 1;
+                if st.slot_refs[s.slot] == 0 {
+                    self.free_slot_locked(st, s.slot);
+                }
+            } else {
+                k += 1;
+            }
+        }
+        if out.protected {
+            // Lift protection from the pages no other protected output still covers and that were
+            // not unmapped meanwhile (those may hold someone else's memory now).
+            let holes = st
+                .outputs
+                .iter()
+                .filter(|o| o.protected)
+                .map(|o| o.range)
+                .chain(st.gone.iter().copied());
+            let complete = complement_into(out.range, holes, &mut st.scratch);
+            match &self.uffd {
+                Some(u) => {
+                    for r in &st.scratch {
+                        // Waking is what releases writers that slept on write.
+                        let _ = u.writeprotect(*r, false, false);
+                    }
+                }
+                None => crate::fallback::unprotect(id, &st.scratch),
+            }
+            debug_assert!(complete, "scratch has room for every output plus one");
+        }
+        // Forget gone ranges no pending output overlaps any more.
+        let State { gone, outputs, .. } = st;
+        gone.retain(|g| outputs.iter().any(|o| o.range.intersect(g).is_some()));
+    }
+
+    fn free_slot_locked(&self, st: &mut State, slot: usize) {
+        if let Some(stash) = &self.stash {
+            let r = RawRange {
+                addr: stash.addr() + slot * page_size(),
+                len: page_size(),
+            };
+            // SAFETY-free: MADV_DONTNEED on our own stash page drops the moved original, which
+            // no pending output references any more.
+            let _ = stash.advise_range(r, libc::MADV_DONTNEED, "madvise(stash)");
+        }
+        st.free_slots.push(slot);
+    }
+
+    /// Whether any pending output references a page of `r`.
+    pub fn output_pending_over(&self, r: RawRange) -> bool {
+        let st = self.lock();
+        st.outputs.iter().any(|o| o.range.intersect(&r).is_some())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Page swapping and moving
+
+    /// Move the pages of `src` into the empty, registered range `dst` (equal page-aligned
+    /// lengths). Pages that cannot be moved are copied; returns the bytes copied that way.
+    ///
+    /// # Safety
+    ///
+    /// `dst` must be memory the caller owns for writing (a zcio mapping or an application buffer
+    /// borrowed mutably for this call) and must currently be empty (its pages moved away);
+    /// `src` must be memory the caller owns, which is left empty.
+    pub unsafe fn move_range(&self, dst: RawRange, src: RawRange) -> Result<usize> {
+        if dst.len != src.len {
+            return Err(VmError::LengthMismatch {
+                what: "move",
+                left: dst.len,
+                right: src.len,
+            });
+        }
+        dst.check_pages("move destination")?;
+        src.check_pages("move source")?;
+        let Some(u) = self.uffd.as_ref().filter(|_| self.caps.swap) else {
+            // SAFETY: the caller owns both ranges (contract above); copying preserves the bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.addr as *const u8, dst.addr as *mut u8, src.len)
+            };
+            return Ok(src.len);
+        };
+        let mut copied = 0;
+        let mut off = 0;
+        while off < src.len {
+            self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller's contract covers exactly these ranges.
+            let r =
+                unsafe { u.move_pages(dst.addr + off, src.addr + off, src.len - off, true, false) };
+            match r {
+                Ok(n) => {
+                    self.counters
+                        .pages_moved
+                        .fetch_add((n / page_size()) as u64, Ordering::Relaxed);
+                    off += n;
+                }
+                Err(e) => {
+                    self.counters
+                        .pages_moved
+                        .fetch_add((e.moved / page_size()) as u64, Ordering::Relaxed);
+                    off += e.moved;
+                    match e.errno {
+                        // The page is pinned or shared (fork): copy this one page, leave the
+                        // source as it is (the caller treats the source as free memory).
+                        libc::EBUSY => {
+                            // SAFETY: one page of the caller's ranges, content-preserving copy.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    (src.addr + off) as *const u8,
+                                    (dst.addr + off) as *mut u8,
+                                    page_size(),
+                                )
+                            };
+                            self.counters
+                                .move_fallback_copies
+                                .fetch_add(1, Ordering::Relaxed);
+                            copied += page_size();
+                            off += page_size();
+                        }
+                        errno => {
+                            return Err(VmError::sys(
+                                "UFFDIO_MOVE",
+                                std::io::Error::from_raw_os_error(errno),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(copied)
+    }
+
+    /// Swap the pages of an application range with those of a staging range, through an empty
+    /// scratch range (all three page-aligned and of equal length). Afterwards `app` shows what
+    /// `staging` showed, `scratch` holds the application's old pages, and `staging` is empty.
+    /// Pages under a pending output are not swapped but copied (the output must keep them).
+    ///
+    /// Returns the bytes copied instead of moved.
+    ///
+    /// # Safety
+    ///
+    /// `app` must be the full pages of an application buffer borrowed mutably by the caller for
+    /// this call and registered with [`VmRuntime::register_app`]; `staging` and `scratch` must be
+    /// runtime-registered mappings the caller owns, `scratch` empty.
+    pub unsafe fn swap(
+        &self,
+        app: RawRange,
+        staging: RawRange,
+        scratch: RawRange,
+    ) -> Result<usize> {
+        if app.len != staging.len || app.len != scratch.len {
+            return Err(VmError::LengthMismatch {
+                what: "swap",
+                left: app.len,
+                right: staging.len,
+            });
+        }
+        if app.is_empty() {
+            return Ok(0);
+        }
+        app.check_pages("swapped application range")?;
+        if !self.caps.swap {
+            // SAFETY: caller owns app for writing and staging for reading.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    staging.addr as *const u8,
+                    app.addr as *mut u8,
+                    app.len,
+                )
+            };
+            return Ok(app.len);
+        }
+        // Which runs of the application range are free of pending outputs? Computed into
+        // vectors allocated before taking the lock (allocation under it could fault).
+        let mut cap = 8;
+        let (runs, busy) = loop {
+            let mut runs = Vec::with_capacity(cap);
+            let mut busy = Vec::with_capacity(cap);
+            let mut st = self.lock();
+            if st.outputs.len() + 2 > cap {
+                cap = 2 * (st.outputs.len() + 2);
+                continue;
+            }
+            let outs = st.outputs.iter().map(|o| o.range);
+            complement_into(app, outs, &mut runs);
+            complement_into(app, runs.iter().copied(), &mut busy);
+            if st.transient.len() + runs.len() > MAX_TRANSIENT {
+                return Err(VmError::TooLarge {
+                    what: "concurrent swaps",
+                    value: st.transient.len() + runs.len(),
+                    limit: MAX_TRANSIENT,
+                });
+            }
+            st.transient.extend(runs.iter().copied());
+            break (runs, busy);
+        };
+        let mut copied = 0;
+        let result = (|| -> Result<()> {
+            for r in &runs {
+                let off = r.addr - app.addr;
+                let scr = RawRange {
+                    addr: scratch.addr + off,
+                    len: r.len,
+                };
+                let stg = RawRange {
+                    addr: staging.addr + off,
+                    len: r.len,
+                };
+                // SAFETY: app runs are the caller's (contract), scratch is empty and the caller's.
+                copied += unsafe { self.move_range(scr, *r)? };
+                // SAFETY: the app run is now empty; staging is the caller's.
+                copied += unsafe { self.move_range(*r, stg)? };
+            }
+            Ok(())
+        })();
+        {
+            let mut st = self.lock();
+            st.transient.retain(|t| !runs.contains(t));
+        }
+        result?;
+        for b in busy {
+            let off = b.addr - app.addr;
+            // SAFETY: the caller owns app for writing; the write may take TCOW faults, which the
+            // handler resolves (this thread holds no lock).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (staging.addr + off) as *const u8,
+                    b.addr as *mut u8,
+                    b.len,
+                )
+            };
+            copied += b.len;
+        }
+        Ok(copied)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Region checks
+
+    /// A generation number to compare later with [`VmRuntime::unmapped_since`].
+    pub fn unmap_generation(&self) -> u64 {
+        self.lock().unmap_gen
+    }
+
+    /// Whether any part of `r` was unmapped (observed through userfaultfd unmap events) since
+    /// generation `gen`. Conservatively true if the log no longer reaches back that far, and
+    /// answered with a mapping probe when userfaultfd is unavailable.
+    pub fn unmapped_since(&self, r: RawRange, gen_: u64) -> bool {
+        if self.uffd.is_none() {
+            return !crate::protect::is_mapped(r);
+        }
+        let st = self.lock();
+        if st.unmap_gen == gen_ {
+            return false;
+        }
+        let oldest = st
+            .unmap_log
+            .iter()
+            .map(|(g, _)| *g)
+            .min()
+            .unwrap_or(st.unmap_gen);
+        if gen_ + 1 < oldest {
+            return true;
+        }
+        st.unmap_log
+            .iter()
+            .any(|(g, u)| *g > gen_ && u.intersect(&r).is_some())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // The handler thread
+
+    fn handler_loop(&'static self, fd: i32) {
+        let mut events: Vec<Event> = Vec::with_capacity(64);
+        loop {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+            if rc < 0 {
+                continue;
+            }
+            events.clear();
+            let u = self
+                .uffd
+                .as_ref()
+                .expect("handler runs only with userfaultfd");
+            if u.read_events(&mut events).is_err() {
+                continue;
+            }
+            for &ev in &events {
+                self.handle(u, ev);
+            }
+        }
+    }
+
+    fn handle(&self, u: &Userfaultfd, ev: Event) {
+        let ps = page_size();
+        match ev {
+            Event::PageFault { addr, wp: true, .. } => {
+                let page = addr & !(ps - 1);
+                self.handle_wp(u, page);
+            }
+            Event::PageFault {
+                addr,
+                write,
+                wp: false,
+            } => {
+                let page = RawRange {
+                    addr: addr & !(ps - 1),
+                    len: ps,
+                };
+                let transient = self.lock().transient.iter().any(|t| t.contains(&page));
+                if transient {
+                    return; // the swap in progress fills the page and wakes the waiter
+                }
+                self.counters.missing_faults.fetch_add(1, Ordering::Relaxed);
+                let r = if write {
+                    // SAFETY: page is a registered, missing page; the zero page is ours and readable.
+                    unsafe { u.copy(page.addr, self.zero.addr(), ps, false) }.map(|_| ())
+                } else {
+                    u.zeropage(page)
+                };
+                if r.is_err() {
+                    let _ = u.wake(page); // populated meanwhile: just wake the waiter
+                }
+            }
+            Event::Unmap { start, end } => self.forget(RawRange {
+                addr: start,
+                len: end - start,
+            }),
+            Event::Remap { from, len, .. } => self.forget(RawRange { addr: from, len }),
+            Event::Remove { .. } | Event::Other(_) => {}
+        }
+    }
+
+    fn forget(&self, r: RawRange) {
+        self.counters.unmaps.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let mut i = 0;
+        while i < st.registered.len() {
+            let g = st.registered[i].range;
+            if g.intersect(&r).is_some() {
+                st.registered.swap_remove(i);
+                // What remains registered in the kernel on either side stays known to us.
+                let left = RawRange {
+                    addr: g.addr,
+                    len: r.addr.saturating_sub(g.addr).min(g.len),
+                };
+                let right_start = r.end().max(g.addr);
+                let right = RawRange {
+                    addr: right_start,
+                    len: g.end().saturating_sub(right_start),
+                };
+                for rest in [left, right] {
+                    if !rest.is_empty() && st.registered.len() < MAX_REGISTRATIONS {
+                        st.registered.push(Registration {
+                            range: rest,
+                            last_use: 0,
+                        });
+                    }
+                }
+            } else {
+                i += 1;
+            }
+        }
+        if st.outputs.iter().any(|o| o.range.intersect(&r).is_some())
+            && st.gone.len() < st.gone.capacity()
+        {
+            st.gone.push(r);
+        }
+        st.unmap_gen += 1;
+        let g = st.unmap_gen;
+        if st.unmap_log.len() == UNMAP_LOG {
+            st.unmap_log.remove(0);
+        }
+        st.unmap_log.push((g, r));
+    }
+
+    fn handle_wp(&self, u: &Userfaultfd, page: usize) {
+        let ps = page_size();
+        let pr = RawRange {
+            addr: page,
+            len: ps,
+        };
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        // Protected outputs that still need this page as it is: those covering it that have not
+        // already had it moved to the stash (a page installed by TCOW is a private copy).
+        let needs = |o: &ActiveOutput, stashed: &[Stashed]| {
+            o.protected
+                && o.range.contains(&pr)
+                && !stashed.iter().any(|s| s.page == page && s.output == o.id)
+        };
+        let needing = st.outputs.iter().filter(|o| needs(o, &st.stashed)).count();
+        if needing == 0 {
+            // No pending output needs this page as it is: lift the protection (wakes the writer).
+            self.counters.wp_lifted.fetch_add(1, Ordering::Relaxed);
+            drop(guard);
+            let _ = u.writeprotect(pr, false, false);
+            return;
+        }
+        self.counters.tcow_faults.fetch_add(1, Ordering::Relaxed);
+        let room = st.stashed.len() + needing <= st.stashed.capacity();
+        let slot = if room { st.free_slots.pop() } else { None };
+        let (Some(stash), true, Some(slot)) = (&self.stash, self.caps.swap, slot) else {
+            // Sleep on write: the output's completion lifts the protection and wakes the writer.
+            self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let slot_addr = stash.addr() + slot * ps;
+        // SAFETY: TCOW step 1: move the original page out of the application's address space
+        // into our empty, registered stash slot. Pending outputs reference the physical page, so
+        // they keep the original. The faulting thread is blocked; other threads touching the page
+        // in the window take a missing-page fault, which step 2 resolves and wakes.
+        if unsafe { u.move_pages(slot_addr, page, ps, false, true) }.is_err() {
+            st.free_slots.push(slot);
+            self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
+            return; // pinned or shared with a child: sleep on write until the output completes
+        }
+        // SAFETY: TCOW step 2: install a private, writable copy of the original at the faulting
+        // address (empty since step 1); this wakes the writer.
+        if unsafe { u.copy(page, slot_addr, ps, false) }.is_err() {
+            // SAFETY: undo step 1, moving our stash page back to the still-empty application page.
+            let _ = unsafe { u.move_pages(page, slot_addr, ps, false, true) };
+            st.free_slots.push(slot);
+            self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.counters.tcow_copies.fetch_add(1, Ordering::Relaxed);
+        let mut refs = 0;
+        for i in 0..st.outputs.len() {
+            let o = st.outputs[i];
+            if needs(&o, &st.stashed) {
+                st.stashed.push(Stashed {
+                    output: o.id,
+                    page,
+                    slot,
+                });
+                refs += 1;
+            }
+        }
+        st.slot_refs[slot] = refs;
+    }
+}
+
+/// A pending output's reference to its pages. Releasing it (explicitly or by dropping) is
+/// Genie's *unreference application pages*: protection is lifted from pages no other pending
+/// output protects, and TCOW stash slots held for it are freed.
+#[derive(Debug)]
+pub struct OutputRef {
+    rt: &'static VmRuntime,
+    id: u64,
+    range: RawRange,
+    protected: bool,
+    released: bool,
+}
+
+impl OutputRef {
+    /// The full pages referenced.
+    pub fn range(&self) -> RawRange {
+        self.range
+    }
+
+    /// Whether the pages are write-protected (TCOW) while this reference lives.
+    pub fn is_protected(&self) -> bool {
+        self.protected
+    }
+
+    /// Release now (dispose time).
+    pub fn release(mut self) {
+        self.released = true;
+        self.rt.release_output(self.id);
+    }
+}
+
+impl Drop for OutputRef {
+    fn drop(&mut self) {
+        if !self.released {
+            self.rt.release_output(self.id);
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The wire: a pipe whose buffer holds *references to pages*, not copies of them.
+//!
+//! `vmsplice` without `SPLICE_F_GIFT` makes the kernel take a reference on each page of the
+//! sender's buffer and queue it in the pipe: this is Genie's *reference pages* operation (paper 000,
+//! Table 2). The reference outlives the sender's mapping, so a buffer the application unmaps or
+//! frees while its output is pending keeps its physical pages until the receiver has read them:
+//! *I/O-deferred deallocation* done by the kernel. The receiver's `read` is the one copy the
+//! transfer makes, the counterpart of the adapter's DMA in the paper; it is reported as a kernel
+//! copy by the layers above.
+
+use crate::error::{Result, VmError};
+use rustix::pipe::{IoSliceRaw, PipeFlags, SpliceFlags};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// Most bytes one pipe holds on this machine (`/proc/sys/fs/pipe-max-size`), 64 KiB if unknown.
+pub fn pipe_max_size() -> usize {
+    std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(64 * 1024)
+}
+
+/// Both ends of a pipe, with its capacity.
+#[derive(Debug)]
+pub struct Pipe {
+    /// Read end.
+    pub rx: OwnedFd,
+    /// Write end.
+    pub tx: OwnedFd,
+    /// Capacity in bytes after resizing.
+    pub capacity: usize,
+}
+
+impl Pipe {
+    /// A close-on-exec pipe whose capacity is `want` bytes, or the largest this machine allows.
+    pub fn new(want: usize) -> Result<Pipe> {
+        let (rx, tx) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
+            .map_err(|e| VmError::sys("pipe2", e.into()))?;
+        let capacity = set_capacity(tx.as_fd(), want)?;
+        Ok(Pipe { rx, tx, capacity })
+    }
+}
+
+/// Resize a pipe to `want` bytes, clamped to the machine's maximum. Returns the new capacity.
+pub fn set_capacity(fd: BorrowedFd<'_>, want: usize) -> Result<usize> {
+    let want = want.clamp(4096, pipe_max_size());
+    match rustix::pipe::fcntl_setpipe_size(fd, want) {
+        Ok(n) => Ok(n),
+        // Over the per-user pipe budget: keep the default capacity.
+        Err(rustix::io::Errno::PERM) => {
+            rustix::pipe::fcntl_getpipe_size(fd).map_err(|e| VmError::sys("F_GETPIPE_SZ", e.into()))
+        }
+        Err(e) => Err(VmError::sys("F_SETPIPE_SZ", e.into())),
+    }
+}
+
+/// Queue references to the pages of `bufs` in the pipe `fd` (blocking until all are queued).
+/// Returns the bytes queued, which is the sum of the lengths unless the reader went away
+/// (then an `EPIPE` error).
+///
+/// The pipe sees later writes to those pages until the reader has read them: callers that
+/// promise copy semantics write-protect the pages first (TCOW, [`crate::VmRuntime::reference_output`]).
+pub fn vmsplice_all(fd: BorrowedFd<'_>, bufs: &[&[u8]]) -> Result<usize> {
+    let mut total = 0;
+    for buf in bufs {
+        let mut off = 0;
+        while off < buf.len() {
+            let slice = [IoSliceRaw::from_slice(&buf[off..])];
+            // SAFETY: the slice is valid for reads for its whole length for the duration of the
+            // call (borrowed); vmsplice without GIFT only takes page references and never writes.
+            match unsafe { rustix::pipe::vmsplice(fd, &slice, SpliceFlags::empty()) } {
+                Ok(0) => {
+                    return Err(VmError::sys(
+                        "vmsplice",
+                        std::io::ErrorKind::WriteZero.into(),
+                    ));
+                }
+                Ok(n) => off += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(VmError::sys("vmsplice", e.into())),
+            }
+        }
+        total += buf.len();
+    }
+    Ok(total)
+}
+
+/// Bytes queued in a pipe or socket and not yet read (`FIONREAD`).
+pub fn queued(fd: BorrowedFd<'_>) -> Result<usize> {
+    rustix::io::ioctl_fionread(fd)
+        .map(|n| n as usize)
+        .map_err(|e| VmError::sys("FIONREAD", e.into()))
+}
+
+/// Read exactly `buf.len()` bytes from `fd`. End of file before that is an `UnexpectedEof` error
+/// (the writer died or closed); the bytes read so far are in `buf` and their count in the error
+/// is not reported: callers that must keep an application buffer untouched read into staging.
+pub fn read_exact(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        match rustix::io::read(fd, &mut buf[off..]) {
+            Ok(0) => {
+                return Err(VmError::sys(
+                    "read",
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ));
+            }
+            Ok(n) => off += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(VmError::sys("read", e.into())),
+        }
+    }
+    Ok(())
+}
+
+/// Write all of `buf` to `fd` with `write` (the kernel copies).
+pub fn write_all(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        match rustix::io::write(fd, &buf[off..]) {
+            Ok(0) => return Err(VmError::sys("write", std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => off += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(VmError::sys("write", e.into())),
+        }
+    }
+    Ok(())
+}
+
+/// Anything with a descriptor can be a wire end.
+pub fn fd_of<T: AsFd>(t: &T) -> BorrowedFd<'_> {
+    t.as_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::{MapOptions, Mapping};
+
+    #[test]
+    fn vmsplice_then_unmap_still_delivers() {
+        let ps = crate::page_size();
+        let p = Pipe::new(16 * ps).unwrap();
+        let mut m = Mapping::anonymous(4 * ps, MapOptions::default()).unwrap();
+        for (i, b) in m.as_mut_slice().iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        let expect = m.as_slice().to_vec();
+        vmsplice_all(p.tx.as_fd(), &[m.as_slice()]).unwrap();
+        drop(m); // munmap during pending output: the pipe keeps the pages
+        assert_eq!(queued(p.rx.as_fd()).unwrap(), 4 * ps);
+        let mut got = vec![0u8; 4 * ps];
+        read_exact(p.rx.as_fd(), &mut got).unwrap();
+        assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn read_exact_reports_eof() {
+        let p = Pipe::new(4096).unwrap();
+        write_all(p.tx.as_fd(), b"abc").unwrap();
+        drop(p.tx);
+        let mut got = [0u8; 8];
+        let e = read_exact(p.rx.as_fd(), &mut got).unwrap_err();
+        assert!(e.to_string().contains("read"), "{e}");
+    }
+}
