@@ -9,7 +9,7 @@
 //! | page-aligned buffers, regions | [`page::RawRange`], [`mapping::Mapping`] |
 //! | read only / invalidate / reinstate | [`protect::set_access`] (batched `mprotect`) |
 //! | wire / unwire | [`protect::wire`], [`protect::unwire`] |
-//! | reference / unreference pages, I/O-deferred deallocation | [`runtime::VmRuntime::reference_output`], [`wire::Wire`] (the kernel holds page references in a pipe) |
+//! | reference / unreference pages, I/O-deferred deallocation | [`runtime::VmRuntime::reference_output`], [`wire::vmsplice_all`] (the kernel holds page references in a pipe) |
 //! | TCOW | [`runtime`] (userfaultfd write-protect + `UFFDIO_MOVE`), [`fallback`] (mprotect + SIGSEGV) |
 //! | swap pages | [`runtime::VmRuntime::swap`], [`runtime::VmRuntime::move_range`] |
 //! | region check | [`runtime::VmRuntime::unmapped_since`] |
@@ -29,6 +29,7 @@ pub mod mapping;
 pub mod page;
 pub mod protect;
 pub mod runtime;
+pub mod staging;
 pub mod uffd;
 pub mod wire;
 

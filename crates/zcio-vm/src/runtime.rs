@@ -668,10 +668,8 @@ impl VmRuntime {
                     addr: staging.addr + off,
                     len: r.len,
                 };
-                // SAFETY: app runs are the caller's (contract), scratch is empty and the caller's.
-                copied += unsafe { self.move_range(scr, *r)? };
-                // SAFETY: the app run is now empty; staging is the caller's.
-                copied += unsafe { self.move_range(*r, stg)? };
+                // SAFETY: the caller's contract covers app, staging and scratch.
+                copied += unsafe { self.swap_run(*r, stg, scr)? };
             }
             Ok(())
         })();
@@ -692,6 +690,127 @@ impl VmRuntime {
                 )
             };
             copied += b.len;
+        }
+        Ok(copied)
+    }
+
+    /// One run of [`VmRuntime::swap`]: app pages out to scratch, staging pages in. A page that
+    /// cannot be moved out (pinned, or shared with a forked child) stays where it is and gets the
+    /// staging bytes by copy; writing it breaks the sharing, so a child never sees the input.
+    ///
+    /// # Safety
+    /// As for [`VmRuntime::swap`].
+    unsafe fn swap_run(
+        &self,
+        app: RawRange,
+        staging: RawRange,
+        scratch: RawRange,
+    ) -> Result<usize> {
+        let u = self.uffd.as_ref().expect("swap_run only with UFFDIO_MOVE");
+        let ps = page_size();
+        let mut copied = 0;
+        // Phase 1: application pages out. `stay` marks pages that could not be moved.
+        let mut off = 0;
+        let mut stay_from = Vec::new();
+        while off < app.len {
+            self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller owns app for writing and scratch (empty) for writing.
+            match unsafe {
+                u.move_pages(
+                    scratch.addr + off,
+                    app.addr + off,
+                    app.len - off,
+                    true,
+                    true,
+                )
+            } {
+                Ok(n) => {
+                    self.counters
+                        .pages_moved
+                        .fetch_add((n / ps) as u64, Ordering::Relaxed);
+                    off += n;
+                }
+                Err(e) => {
+                    self.counters
+                        .pages_moved
+                        .fetch_add((e.moved / ps) as u64, Ordering::Relaxed);
+                    off += e.moved;
+                    match e.errno {
+                        libc::EBUSY | libc::EAGAIN => {
+                            stay_from.push(off);
+                            off += ps;
+                        }
+                        errno => {
+                            return Err(VmError::sys(
+                                "UFFDIO_MOVE(app out)",
+                                std::io::Error::from_raw_os_error(errno),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        // Phase 2: staging pages in, run by run between the pages that stayed.
+        let mut start = 0;
+        for end in stay_from.iter().copied().chain(std::iter::once(app.len)) {
+            let mut off = start;
+            while off < end {
+                self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the app pages of [start, end) are empty after phase 1; staging is the caller's.
+                match unsafe {
+                    u.move_pages(app.addr + off, staging.addr + off, end - off, true, false)
+                } {
+                    Ok(n) => {
+                        self.counters
+                            .pages_moved
+                            .fetch_add((n / ps) as u64, Ordering::Relaxed);
+                        off += n;
+                    }
+                    Err(e) => {
+                        self.counters
+                            .pages_moved
+                            .fetch_add((e.moved / ps) as u64, Ordering::Relaxed);
+                        off += e.moved;
+                        // The app page got populated meanwhile (a concurrent touch) or the staging
+                        // page is pinned: copy this page.
+                        // UFFDIO_COPY fills an empty page atomically and wakes anyone waiting on
+                        // it (a plain write would fault into the handler, which leaves transient
+                        // pages alone); a page populated meanwhile takes a plain copy.
+                        // SAFETY: one page of the caller's ranges.
+                        if unsafe { u.copy(app.addr + off, staging.addr + off, ps, false) }.is_err()
+                        {
+                            // SAFETY: as above; the page is populated, so the write does not fault.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    (staging.addr + off) as *const u8,
+                                    (app.addr + off) as *mut u8,
+                                    ps,
+                                )
+                            };
+                        }
+                        self.counters
+                            .move_fallback_copies
+                            .fetch_add(1, Ordering::Relaxed);
+                        copied += ps;
+                        off += ps;
+                    }
+                }
+            }
+            if end < app.len {
+                // SAFETY: the page that stayed is the caller's; copying into it breaks COW sharing.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (staging.addr + end) as *const u8,
+                        (app.addr + end) as *mut u8,
+                        ps,
+                    )
+                };
+                self.counters
+                    .move_fallback_copies
+                    .fetch_add(1, Ordering::Relaxed);
+                copied += ps;
+            }
+            start = end + ps;
         }
         Ok(copied)
     }

@@ -1,0 +1,167 @@
+//! System-aligned input staging with page swapping (paper 000, §5.2: *system input alignment* and
+//! *page swapping*; §5.3: *reverse copyout*).
+//!
+//! Input for an application buffer is read into a staging window that starts at the same offset
+//! within a page as the buffer. Once the input has completed, the full pages of the window are
+//! swapped into the buffer (`UFFDIO_MOVE`, two moves per page through an empty scratch run) and
+//! only the partial pages at either end are copied. Since the buffer is not touched until the
+//! input has completed, a failed or truncated input leaves it as it was: this is what lets
+//! emulated copy keep copy semantics' input integrity.
+
+use crate::error::{Result, VmError};
+use crate::mapping::{MapOptions, Mapping};
+use crate::page::{RawRange, page_size};
+use crate::runtime::VmRuntime;
+
+/// What a delivery did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Bytes delivered by swapping pages.
+    pub swapped: usize,
+    /// Bytes delivered by copying (partial pages, pinned pages, or the whole buffer when the
+    /// swap did not pay or was not possible).
+    pub copied: usize,
+}
+
+/// A staging buffer and its scratch twin, both registered with the runtime.
+#[derive(Debug)]
+pub struct Staging {
+    stg: Mapping,
+    scr: Mapping,
+    window: Option<(usize, usize)>,
+}
+
+impl Staging {
+    /// Staging for inputs of up to `max_len` bytes at any page offset.
+    pub fn new(max_len: usize) -> Result<Staging> {
+        if max_len == 0 {
+            return Err(VmError::Empty {
+                what: "staging length",
+            });
+        }
+        let len = max_len
+            .checked_add(2 * page_size())
+            .ok_or(VmError::TooLarge {
+                what: "staging length",
+                value: max_len,
+                limit: crate::mapping::MAX_MAPPING,
+            })?;
+        let rt = VmRuntime::get();
+        let opts = MapOptions {
+            no_huge: true,
+            ..Default::default()
+        };
+        Ok(Staging {
+            stg: rt.registered_mapping(len, opts)?,
+            scr: rt.registered_mapping(len, opts)?,
+            window: None,
+        })
+    }
+
+    /// Largest input this staging takes.
+    pub fn capacity(&self) -> usize {
+        self.stg.len() - 2 * page_size()
+    }
+
+    /// The window of `len` bytes, at the page offset of `app_addr`, into which to read the input.
+    pub fn window(&mut self, app_addr: usize, len: usize) -> Result<&mut [u8]> {
+        if len > self.capacity() {
+            return Err(VmError::TooLarge {
+                what: "input length",
+                value: len,
+                limit: self.capacity(),
+            });
+        }
+        let off = app_addr % page_size();
+        self.window = Some((off, len));
+        Ok(&mut self.stg.as_mut_slice()[off..off + len])
+    }
+
+    /// Deliver the window into `app` (same length as the window): swap its full pages when there
+    /// are at least `min_swap_pages` of them, copy the rest. Consumes the window.
+    pub fn deliver(&mut self, app: &mut [u8], min_swap_pages: usize) -> Result<Delivery> {
+        let (off, len) = self.window.take().ok_or(VmError::Empty {
+            what: "staging window (nothing read)",
+        })?;
+        if app.len() != len {
+            return Err(VmError::LengthMismatch {
+                what: "deliver",
+                left: app.len(),
+                right: len,
+            });
+        }
+        let ps = page_size();
+        let rt = VmRuntime::get();
+        let appr = RawRange::of(app);
+        let full = appr.full_pages();
+        let swap_ok = rt.capabilities().swap
+            && full.pages() >= min_swap_pages.max(1)
+            && app.as_ptr() as usize % ps == off;
+        let registered = swap_ok && rt.register_app(appr).is_ok_and(|r| r == full);
+        if !registered {
+            app.copy_from_slice(&self.stg.as_slice()[off..off + len]);
+            return Ok(Delivery {
+                swapped: 0,
+                copied: len,
+            });
+        }
+        let head = full.addr - appr.addr;
+        let tail = appr.end() - full.end();
+        // Partial pages first, by copy.
+        app[..head].copy_from_slice(&self.stg.as_slice()[off..off + head]);
+        app[len - tail..].copy_from_slice(&self.stg.as_slice()[off + len - tail..off + len]);
+        let s_off = off + head; // page-aligned offset of the full pages in staging
+        let stg = RawRange {
+            addr: self.stg.addr() + s_off,
+            len: full.len,
+        };
+        let scr = RawRange {
+            addr: self.scr.addr() + s_off,
+            len: full.len,
+        };
+        self.scr.discard(scr)?; // scratch run must be empty (a no-op in the steady state)
+        // SAFETY: `full` is the full pages of `app`, borrowed mutably for this call and registered
+        // above; staging and scratch are our registered mappings and the scratch run is empty.
+        let copied = unsafe { rt.swap(full, stg, scr)? };
+        // The old application pages are in scratch: they become the next staging (page recycling).
+        std::mem::swap(&mut self.stg, &mut self.scr);
+        Ok(Delivery {
+            swapped: full.len - copied,
+            copied: head + tail + copied,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deliver_swaps_full_pages_and_copies_the_ends() {
+        let ps = page_size();
+        let mut st = Staging::new(64 * ps).unwrap();
+        let mut backing = Mapping::anonymous(40 * ps, MapOptions::default()).unwrap();
+        let app = &mut backing.as_mut_slice()[100..100 + 30 * ps];
+        app.fill(0x11);
+        for round in 0..3u8 {
+            let w = st.window(app.as_ptr() as usize, app.len()).unwrap();
+            for (i, b) in w.iter_mut().enumerate() {
+                *b = (i as u8).wrapping_add(round);
+            }
+            let want = w.to_vec();
+            let d = st.deliver(app, 1).unwrap();
+            assert_eq!(app, &want[..]);
+            assert_eq!(d.swapped + d.copied, app.len());
+            if VmRuntime::get().capabilities().swap {
+                assert_eq!(d.swapped, 29 * ps, "round {round}");
+            }
+        }
+    }
+
+    #[test]
+    fn deliver_without_a_window_is_an_error() {
+        let mut st = Staging::new(4096).unwrap();
+        let mut app = [0u8; 10];
+        assert!(st.deliver(&mut app, 1).is_err());
+    }
+}
