@@ -287,11 +287,49 @@ impl Mapping {
         Ok(())
     }
 
+    /// Hide the mapping (Genie's *invalidate*, region hiding): every page becomes inaccessible
+    /// with one `mprotect`, and the contents stay. The [`Hidden`] value offers no access at all.
+    pub fn hide(self) -> std::result::Result<Hidden, (Mapping, VmError)> {
+        // SAFETY: we own the mapping and consume it: no reference into it survives this call.
+        match unsafe { crate::protect::set_access(self.range(), crate::protect::Access::None) } {
+            Ok(()) => Ok(Hidden(self)),
+            Err(e) => Err((self, e)),
+        }
+    }
+
     /// Give up ownership without unmapping; the caller takes over the range.
     pub fn leak(self) -> RawRange {
         let r = self.range();
         std::mem::forget(self);
         r
+    }
+}
+
+/// A mapping hidden by [`Mapping::hide`]: still owned (unmapped on drop), not accessible.
+#[derive(Debug)]
+pub struct Hidden(Mapping);
+
+impl Hidden {
+    /// Its range.
+    pub fn range(&self) -> RawRange {
+        self.0.range()
+    }
+
+    /// Reinstate read-write access (Genie's *reinstate*).
+    pub fn reinstate(self) -> std::result::Result<Mapping, (Hidden, VmError)> {
+        // SAFETY: we own the mapping; no reference into it exists while hidden.
+        match unsafe {
+            crate::protect::set_access(self.0.range(), crate::protect::Access::ReadWrite)
+        } {
+            Ok(()) => Ok(self.0),
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    /// Forget the mapping without unmapping it: for a hidden region the application unmapped
+    /// itself (the range may belong to someone else now).
+    pub fn forget(self) {
+        std::mem::forget(self.0);
     }
 }
 

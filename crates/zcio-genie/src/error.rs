@@ -1,0 +1,94 @@
+//! Errors of the Genie layer: typed, each naming the argument and the rule it broke.
+
+use crate::semantics::Semantics;
+use zcio_vm::VmError;
+
+/// What went wrong in a data transfer.
+#[derive(Debug, thiserror::Error)]
+pub enum GenieError {
+    /// An argument broke a rule of the call.
+    #[error("invalid argument `{arg}`: {rule}")]
+    InvalidArgument {
+        /// Which argument.
+        arg: &'static str,
+        /// The rule it broke, with the values involved.
+        rule: String,
+    },
+    /// The module cannot carry this semantics and the caller asked not to fall back.
+    #[error("{semantics} is not supported by the {module} module: {reason}")]
+    Unsupported {
+        /// The semantics asked for.
+        semantics: Semantics,
+        /// The module.
+        module: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The peer went away (closed, crashed or was killed) during the transfer.
+    #[error("peer disappeared during {during}")]
+    PeerGone {
+        /// What was in progress.
+        during: &'static str,
+    },
+    /// Fewer bytes arrived than the transfer needed (short file, truncated message).
+    #[error("truncated input: expected {expected} bytes, got {got}")]
+    Truncated {
+        /// Bytes expected.
+        expected: usize,
+        /// Bytes received.
+        got: usize,
+    },
+    /// The peer broke the protocol of the memory network (a buggy or malicious peer).
+    #[error("peer broke the protocol: {0}")]
+    Protocol(String),
+    /// A system call failed.
+    #[error("{op} failed: {source}")]
+    Io {
+        /// The operation.
+        op: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The VM layer failed.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+}
+
+impl GenieError {
+    pub(crate) fn io(op: &'static str, e: impl Into<std::io::Error>) -> Self {
+        GenieError::Io {
+            op,
+            source: e.into(),
+        }
+    }
+
+    pub(crate) fn arg(arg: &'static str, rule: impl Into<String>) -> Self {
+        GenieError::InvalidArgument {
+            arg,
+            rule: rule.into(),
+        }
+    }
+
+    /// Map broken-pipe / end-of-file style VM errors to [`GenieError::PeerGone`].
+    pub(crate) fn from_wire(e: VmError, during: &'static str) -> Self {
+        let gone = match &e {
+            VmError::Sys { source, .. } => {
+                matches!(
+                    source.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::BrokenPipe
+                ) || source.raw_os_error() == Some(rustix::io::Errno::PIPE.raw_os_error())
+                    || source.raw_os_error() == Some(rustix::io::Errno::CONNRESET.raw_os_error())
+            }
+            _ => false,
+        };
+        if gone {
+            GenieError::PeerGone { during }
+        } else {
+            GenieError::Vm(e)
+        }
+    }
+}
+
+/// Result of the Genie layer.
+pub type Result<T, E = GenieError> = std::result::Result<T, E>;

@@ -1,0 +1,646 @@
+//! The memory network (paper 000, §7): a full-duplex link between two processes on one host.
+//!
+//! - **Control** goes through a shared arena (a memfd mapped at the same address in both
+//!   processes): per direction, a descriptor ring (sender to receiver) and a completion ring
+//!   (receiver to sender), with eventfd doorbells. Every value read from the arena is validated.
+//! - **Data** goes by page reference through a pipe: the sender's `vmsplice` queues references to
+//!   its pages (Genie's *reference pages*; the kernel keeps them alive if the sender unmaps them:
+//!   *I/O-deferred deallocation*), and the receiver's `read` is the wire, the one copy every
+//!   semantics makes, like the adapter's DMA in the paper. It is reported in
+//!   `kernel_copied_bytes`; `cpu_copied_bytes` counts the data-passing copies zcio makes itself.
+//!
+//! Outputs are asynchronous: [`MemnetEndpoint::send`] returns a [`Ticket`], completed when the
+//! receiver has read the message and acknowledged it; only then are pages unreferenced,
+//! unprotected (TCOW) and unwired. Inputs are synchronous.
+//!
+//! A receiver that dies makes the sender's next output or wait fail with
+//! [`GenieError::PeerGone`]; a sender that dies makes a pending input fail the same way, and under
+//! copy and emulated copy the application buffer is left untouched.
+
+use crate::error::{GenieError, Result};
+use crate::passing::{BouncePool, Held, InputBuffers, Source, output_app};
+use crate::profile::Profile;
+use crate::region::{Region, RegionCache, RegionState, mark};
+use crate::semantics::{Accounting, InputBuffering, Semantics};
+use rustix::event::{PollFd, PollFlags};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
+use zcio_vm::wire::Pipe;
+
+const RING_SLOTS: usize = 256;
+const DESC_MAGIC: u64 = 0x7a63_696f_4445_5343; // "zcioDESC"
+const DONE_MAGIC: u64 = 0x7a63_696f_444f_4e45; // "zcioDONE"
+/// Largest message the link carries (1 GiB).
+pub const MAX_MESSAGE: usize = 1 << 30;
+
+fn ring_offset(i: usize) -> usize {
+    let base = SharedArena::user_offset().div_ceil(64) * 64;
+    base + i * SharedRing::footprint(RING_SLOTS)
+}
+
+fn arena_len() -> usize {
+    ring_offset(4)
+}
+
+/// A completion handle for an output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(pub u64);
+
+struct PendingOut {
+    ticket: u64,
+    held: Held,
+}
+
+/// The file descriptors and placement one side needs to join a link.
+#[derive(Debug)]
+pub struct LinkParts {
+    side: usize,
+    arena_fd: OwnedFd,
+    arena_addr: usize,
+    arena_len: usize,
+    out_tx: OwnedFd,
+    in_rx: OwnedFd,
+    my_bell: OwnedFd,
+    peer_bell: OwnedFd,
+}
+
+/// One end of a memory-network link.
+pub struct MemnetEndpoint {
+    arena: Arc<SharedArena>,
+    out_tx: OwnedFd,
+    in_rx: OwnedFd,
+    in_capacity: usize,
+    my_bell: OwnedFd,
+    peer_bell: OwnedFd,
+    desc_tx: SharedRing,
+    desc_rx: SharedRing,
+    comp_tx: SharedRing,
+    comp_rx: SharedRing,
+    pending: Vec<PendingOut>,
+    next_ticket: u64,
+    cur_ticket: u64,
+    pool: BouncePool,
+    inputs: InputBuffers,
+    /// Regions whose pages went out, kept for reuse by inputs.
+    pub regions: RegionCache,
+    profile: &'static Profile,
+}
+
+impl std::fmt::Debug for MemnetEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemnetEndpoint")
+            .field("arena", &self.arena)
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+/// Create the parts of a new link: side 0 and side 1.
+pub fn link_parts() -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
+    let arena = SharedArena::create("zcio-memnet", arena_len())?;
+    let p0 = Pipe::new(zcio_vm::wire::pipe_max_size())?; // 0 -> 1
+    let p1 = Pipe::new(zcio_vm::wire::pipe_max_size())?; // 1 -> 0
+    let e0 = zcio_vm::arena::Doorbell::eventfd()?;
+    let e1 = zcio_vm::arena::Doorbell::eventfd()?;
+    let dup = |fd: BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map_err(|e| GenieError::io("dup", e))
+    };
+    let s0 = LinkParts {
+        side: 0,
+        arena_fd: dup(arena.fd())?,
+        arena_addr: arena.addr(),
+        arena_len: arena.len(),
+        out_tx: p0.tx,
+        in_rx: p1.rx,
+        my_bell: dup(e0.as_fd())?,
+        peer_bell: dup(e1.as_fd())?,
+    };
+    let s1 = LinkParts {
+        side: 1,
+        arena_fd: dup(arena.fd())?,
+        arena_addr: arena.addr(),
+        arena_len: arena.len(),
+        out_tx: p1.tx,
+        in_rx: p0.rx,
+        my_bell: e1,
+        peer_bell: e0,
+    };
+    Ok((s0, s1, Arc::new(arena)))
+}
+
+/// Two connected endpoints in this process (both directions work; for tests and threads).
+pub fn pair() -> Result<(MemnetEndpoint, MemnetEndpoint)> {
+    let (a, b, arena) = link_parts()?;
+    Ok((
+        MemnetEndpoint::join(a, Some(arena.clone()))?,
+        MemnetEndpoint::join(b, Some(arena))?,
+    ))
+}
+
+impl LinkParts {
+    /// Send these parts to another process over a Unix socket (`SCM_RIGHTS`).
+    pub fn send_over(self, sock: &UnixStream) -> Result<()> {
+        let header: [u64; 3] = [
+            self.side as u64,
+            self.arena_addr as u64,
+            self.arena_len as u64,
+        ];
+        let bytes: Vec<u8> = header.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let fds = [
+            self.arena_fd.as_fd(),
+            self.out_tx.as_fd(),
+            self.in_rx.as_fd(),
+            self.my_bell.as_fd(),
+            self.peer_bell.as_fd(),
+        ];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(5))];
+        let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
+        anc.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+        rustix::net::sendmsg(
+            sock,
+            &[IoSlice::new(&bytes)],
+            &mut anc,
+            rustix::net::SendFlags::empty(),
+        )
+        .map_err(|e| GenieError::io("sendmsg(SCM_RIGHTS)", e))?;
+        Ok(())
+    }
+
+    /// Receive parts sent with [`LinkParts::send_over`].
+    pub fn recv_from(sock: &UnixStream) -> Result<LinkParts> {
+        let mut bytes = [0u8; 24];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(5))];
+        let mut anc = rustix::net::RecvAncillaryBuffer::new(&mut space);
+        let r = rustix::net::recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut bytes)],
+            &mut anc,
+            rustix::net::RecvFlags::CMSG_CLOEXEC,
+        )
+        .map_err(|e| GenieError::io("recvmsg(SCM_RIGHTS)", e))?;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for m in anc.drain() {
+            if let rustix::net::RecvAncillaryMessage::ScmRights(it) = m {
+                fds.extend(it);
+            }
+        }
+        if r.bytes != 24 || fds.len() != 5 {
+            return Err(GenieError::Protocol(format!(
+                "link setup: got {} bytes and {} descriptors, want 24 and 5",
+                r.bytes,
+                fds.len()
+            )));
+        }
+        let w = |i: usize| {
+            u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
+        };
+        let mut it = fds.into_iter();
+        let mut next = || it.next().expect("five descriptors");
+        Ok(LinkParts {
+            side: w(0),
+            arena_addr: w(1),
+            arena_len: w(2),
+            arena_fd: next(),
+            out_tx: next(),
+            in_rx: next(),
+            my_bell: next(),
+            peer_bell: next(),
+        })
+    }
+}
+
+impl MemnetEndpoint {
+    /// Join a link from its parts; `arena` is the already-mapped arena when both sides live in
+    /// this process, `None` to map it (at the agreed address) here.
+    pub fn join(parts: LinkParts, arena: Option<Arc<SharedArena>>) -> Result<MemnetEndpoint> {
+        if parts.side > 1 || parts.arena_len < arena_len() {
+            return Err(GenieError::Protocol(format!(
+                "link setup: side {} arena length {}",
+                parts.side, parts.arena_len
+            )));
+        }
+        let arena = match arena {
+            Some(a) => a,
+            None => Arc::new(SharedArena::attach(
+                parts.arena_fd,
+                parts.arena_addr,
+                parts.arena_len,
+            )?),
+        };
+        let s = parts.side;
+        let ring = |i: usize| SharedRing::new(&arena, ring_offset(i), RING_SLOTS);
+        let in_capacity = rustix::pipe::fcntl_getpipe_size(&parts.in_rx)
+            .map_err(|e| GenieError::io("F_GETPIPE_SZ", e))?;
+        Ok(MemnetEndpoint {
+            desc_tx: ring(s)?,
+            desc_rx: ring(1 - s)?,
+            comp_tx: ring(2 + s)?,
+            comp_rx: ring(3 - s)?,
+            arena,
+            out_tx: parts.out_tx,
+            in_rx: parts.in_rx,
+            in_capacity,
+            my_bell: parts.my_bell,
+            peer_bell: parts.peer_bell,
+            pending: Vec::new(),
+            next_ticket: 1,
+            cur_ticket: 0,
+            pool: BouncePool::default(),
+            inputs: InputBuffers::default(),
+            regions: RegionCache::default(),
+            profile: Profile::current(),
+        })
+    }
+
+    /// Use another calibration profile for this endpoint's thresholds.
+    pub fn set_profile(&mut self, p: &'static Profile) {
+        self.profile = p;
+    }
+
+    /// Preferred alignment and length granularity for input buffers (paper 000, §5.2: the call
+    /// through which the application asks for the module's preferred alignment): page size.
+    pub fn preferred_alignment(&self) -> (usize, usize) {
+        (zcio_vm::page_size(), zcio_vm::page_size())
+    }
+
+    fn check_len(len: usize) -> Result<()> {
+        if len == 0 {
+            return Err(GenieError::arg(
+                "buf",
+                "length 0: a message carries at least one byte",
+            ));
+        }
+        if len > MAX_MESSAGE {
+            return Err(GenieError::arg(
+                "buf",
+                format!("length {len} exceeds the largest message, {MAX_MESSAGE} bytes"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, ticket: u64, len: usize, offset: usize, sem: Semantics) -> Result<()> {
+        let mut w = [0u64; SLOT_WORDS];
+        w[0] = DESC_MAGIC;
+        w[1] = ticket;
+        w[2] = len as u64;
+        w[3] = offset as u64;
+        w[4] = Semantics::ALL.iter().position(|s| *s == sem).unwrap_or(0) as u64;
+        loop {
+            match self.desc_tx.push(&self.arena, &w) {
+                Ok(true) => return Ok(()),
+                Ok(false) => self.wait_event("output (descriptor ring full)")?,
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            }
+        }
+    }
+
+    /// Output an application buffer under `sem` (copy, emulated copy, share, emulated share).
+    /// Returns when the data is queued; the ticket completes when the receiver has it.
+    pub fn send(&mut self, sem: Semantics, buf: &[u8]) -> Result<(Ticket, Accounting)> {
+        Self::check_len(buf.len())?;
+        self.reap()?;
+        if sem.allocation() == crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} passes regions: use send_region"),
+            ));
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        // Descriptor first: the receiver finds it whenever data is readable.
+        self.publish(
+            ticket,
+            buf.len(),
+            buf.as_ptr() as usize % zcio_vm::page_size(),
+            sem,
+        )?;
+        let (held, acc) = output_app(sem, buf, self.out_tx.as_fd(), &mut self.pool, self.profile)?;
+        self.pending.push(PendingOut { ticket, held });
+        Ok((Ticket(ticket), acc))
+    }
+
+    /// Output a system-allocated region under a move-family semantics (paper 000, Table 4).
+    /// Move deallocates the region at once (the pending output keeps its pages); emulated move
+    /// hides it in the region cache; the weak moves keep it mapped in the cache.
+    pub fn send_region(
+        &mut self,
+        sem: Semantics,
+        mut region: Region,
+    ) -> Result<(Ticket, Accounting)> {
+        if sem.allocation() != crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} passes application buffers: use send"),
+            ));
+        }
+        self.reap()?;
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.publish(ticket, region.len(), 0, sem)?;
+        mark(&mut region, RegionState::MovingOut);
+        zcio_vm::wire::vmsplice_all(self.out_tx.as_fd(), &[region.as_slice()])
+            .map_err(|e| GenieError::from_wire(e, "output"))?;
+        let path = match sem {
+            Semantics::Move => {
+                drop(region);
+                "vmsplice+unmap (I/O-deferred deallocation)".to_string()
+            }
+            _ => {
+                let st = self.regions.keep(region, sem, ticket)?;
+                match st {
+                    RegionState::MovedOut if sem == Semantics::EmulatedMove => {
+                        "vmsplice+hide (region cached)".into()
+                    }
+                    RegionState::WeaklyMovedOut if sem == Semantics::WeakMove => {
+                        "vmsplice+mlock (region cached)".into()
+                    }
+                    RegionState::WeaklyMovedOut => "vmsplice (region cached)".into(),
+                    _ => "vmsplice+unmap (region cache full)".into(),
+                }
+            }
+        };
+        self.pending.push(PendingOut {
+            ticket,
+            held: Held::default(),
+        });
+        Ok((
+            Ticket(ticket),
+            Accounting {
+                cpu_copied_bytes: 0,
+                kernel_copied_bytes: Some(0),
+                swapped_bytes: 0,
+                path,
+            },
+        ))
+    }
+
+    /// Outputs not yet completed.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Process the completions that arrived (non-blocking).
+    pub fn reap(&mut self) -> Result<usize> {
+        let mut n = 0;
+        loop {
+            let w = match self.comp_rx.pop(&self.arena) {
+                Ok(Some(w)) => w,
+                Ok(None) => return Ok(n),
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            };
+            if w[0] != DONE_MAGIC {
+                return Err(GenieError::Protocol(format!(
+                    "completion slot without magic: {:#x}",
+                    w[0]
+                )));
+            }
+            let Some(i) = self.pending.iter().position(|p| p.ticket == w[1]) else {
+                return Err(GenieError::Protocol(format!(
+                    "completion for unknown ticket {}",
+                    w[1]
+                )));
+            };
+            let p = self.pending.remove(i);
+            p.held.dispose(&mut self.pool);
+            self.regions.completed(p.ticket);
+            n += 1;
+        }
+    }
+
+    /// Wait until `t` has completed.
+    pub fn wait(&mut self, t: Ticket) -> Result<()> {
+        loop {
+            self.reap()?;
+            if !self.pending.iter().any(|p| p.ticket == t.0) {
+                return Ok(());
+            }
+            self.wait_event("waiting for output completion")?;
+        }
+    }
+
+    /// Wait until every pending output has completed.
+    pub fn flush(&mut self) -> Result<()> {
+        while !self.pending.is_empty() {
+            self.reap()?;
+            if self.pending.is_empty() {
+                break;
+            }
+            self.wait_event("waiting for output completion")?;
+        }
+        Ok(())
+    }
+
+    /// Sleep until the peer rings our doorbell; fail if it is gone (our output pipe lost its reader).
+    fn wait_event(&self, during: &'static str) -> Result<()> {
+        let mut fds = [
+            PollFd::new(&self.my_bell, PollFlags::IN),
+            PollFd::new(&self.out_tx, PollFlags::empty()),
+        ];
+        let timeout = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(GenieError::io("poll", e)),
+        }
+        if fds[1].revents().intersects(PollFlags::ERR | PollFlags::HUP) {
+            return Err(GenieError::PeerGone { during });
+        }
+        if fds[0].revents().contains(PollFlags::IN) {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&self.my_bell, &mut b);
+        }
+        Ok(())
+    }
+
+    /// Wait for the next message and return its length (validated).
+    fn next_message(&mut self) -> Result<usize> {
+        loop {
+            match self.desc_rx.pop(&self.arena) {
+                Ok(Some(w)) => {
+                    let len = w[2] as usize;
+                    if w[0] != DESC_MAGIC || len == 0 || len > MAX_MESSAGE {
+                        return Err(GenieError::Protocol(format!(
+                            "bad descriptor: magic {:#x}, length {len}",
+                            w[0]
+                        )));
+                    }
+                    self.cur_ticket = w[1];
+                    return Ok(len);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            }
+            // Descriptors are published before data: wait for data (or the sender's end).
+            let mut fds = [PollFd::new(&self.in_rx, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(GenieError::io("poll", e)),
+            }
+            let re = fds[0].revents();
+            if re.contains(PollFlags::HUP) && !re.contains(PollFlags::IN) {
+                return Err(GenieError::PeerGone {
+                    during: "input (waiting for a message)",
+                });
+            }
+            if re.contains(PollFlags::IN)
+                && !self
+                    .desc_rx
+                    .has_next(&self.arena)
+                    .map_err(|e| GenieError::Protocol(e.to_string()))?
+            {
+                return Err(GenieError::Protocol(
+                    "data arrived without a descriptor".into(),
+                ));
+            }
+        }
+    }
+
+    fn complete(&mut self) -> Result<()> {
+        let mut w = [0u64; SLOT_WORDS];
+        w[0] = DONE_MAGIC;
+        w[1] = self.cur_ticket;
+        loop {
+            match self.comp_tx.push(&self.arena, &w) {
+                Ok(true) => break,
+                Ok(false) => std::thread::yield_now(),
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            }
+        }
+        let _ = rustix::io::write(&self.peer_bell, &1u64.to_ne_bytes());
+        Ok(())
+    }
+
+    /// Drain and discard `len` bytes of a message that could not be delivered, keeping the
+    /// stream in step.
+    fn discard(&mut self, len: usize) -> Result<()> {
+        let mut left = len;
+        let mut junk = vec![0u8; 64 * 1024];
+        while left > 0 {
+            let n = left.min(junk.len());
+            zcio_vm::wire::read_exact(self.in_rx.as_fd(), &mut junk[..n])
+                .map_err(|e| GenieError::from_wire(e, "input"))?;
+            left -= n;
+        }
+        self.complete()
+    }
+
+    /// Input the next message into the application buffer `buf` under `sem` (copy, emulated
+    /// copy, share, emulated share) with the given input buffering. Returns the message length
+    /// (at most `buf.len()`; a longer message is discarded with an error).
+    pub fn recv(
+        &mut self,
+        sem: Semantics,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+    ) -> Result<(usize, Accounting)> {
+        Self::check_len(buf.len())?;
+        if sem.allocation() == crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} returns regions: use recv_region"),
+            ));
+        }
+        let len = self.next_message()?;
+        if len > buf.len() {
+            self.discard(len)?;
+            return Err(GenieError::arg(
+                "buf",
+                format!(
+                    "message of {len} bytes does not fit a buffer of {} bytes",
+                    buf.len()
+                ),
+            ));
+        }
+        let mut src = PipeSource {
+            fd: self.in_rx.as_fd(),
+            capacity: self.in_capacity,
+        };
+        let acc = self
+            .inputs
+            .input_app(sem, &mut buf[..len], buffering, &mut src, self.profile)?;
+        self.complete()?;
+        Ok((len, acc))
+    }
+
+    /// Input the next message into a system-allocated region (move family, paper 000, Table 4):
+    /// a cached region that passes the region check, else a new one. The region's pages after the
+    /// data read as zeros.
+    pub fn recv_region(
+        &mut self,
+        sem: Semantics,
+        _buffering: InputBuffering,
+    ) -> Result<(Region, Accounting)> {
+        if sem.allocation() != crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} fills application buffers: use recv"),
+            ));
+        }
+        let len = self.next_message()?;
+        let mut region = if sem == Semantics::Move {
+            Region::alloc(len)?
+        } else {
+            self.regions.take(len, sem)?
+        };
+        zcio_vm::wire::read_exact(self.in_rx.as_fd(), region.as_mut_slice())
+            .map_err(|e| GenieError::from_wire(e, "input"))?;
+        mark(&mut region, RegionState::MovedIn);
+        self.complete()?;
+        let acc = Accounting {
+            cpu_copied_bytes: 0,
+            kernel_copied_bytes: Some(len as u64),
+            swapped_bytes: 0,
+            path: "read into system-allocated region".into(),
+        };
+        Ok((region, acc))
+    }
+}
+
+struct PipeSource<'a> {
+    fd: BorrowedFd<'a>,
+    capacity: usize,
+}
+
+impl Source for PipeSource<'_> {
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        zcio_vm::wire::read_exact(self.fd, buf).map_err(|e| GenieError::from_wire(e, "input"))
+    }
+
+    fn wait_whole(&mut self, len: usize) -> Result<bool> {
+        if len > self.capacity {
+            return Ok(false);
+        }
+        loop {
+            let q = zcio_vm::wire::queued(self.fd)?;
+            if q >= len {
+                return Ok(true);
+            }
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            let _ = rustix::event::poll(
+                &mut fds,
+                Some(&rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                }),
+            );
+            if fds[0].revents().contains(PollFlags::HUP) && zcio_vm::wire::queued(self.fd)? < len {
+                return Err(GenieError::PeerGone {
+                    during: "input (outboard: message incomplete)",
+                });
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn kernel_copies(&self, len: usize) -> Option<u64> {
+        Some(len as u64)
+    }
+}

@@ -1,0 +1,371 @@
+//! The semantics-specific steps shared by every module: prepare an output of an application
+//! buffer onto a page-referencing wire, and place input into an application buffer.
+
+use crate::error::{GenieError, Result};
+use crate::profile::Profile;
+use crate::semantics::{Accounting, InputBuffering, Semantics};
+use std::os::fd::BorrowedFd;
+use zcio_vm::runtime::{OutputRef, TcowMode};
+use zcio_vm::staging::Staging;
+use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
+
+/// Page-aligned bounce buffers (Genie's system buffers), reused across transfers.
+#[derive(Debug, Default)]
+pub(crate) struct BouncePool {
+    free: Vec<Mapping>,
+}
+
+impl BouncePool {
+    /// A buffer of at least `len` bytes.
+    pub(crate) fn get(&mut self, len: usize) -> Result<Mapping> {
+        if let Some(i) = self
+            .free
+            .iter()
+            .position(|m| m.len() >= len && m.len() <= 4 * len.max(page_size()))
+        {
+            return Ok(self.free.swap_remove(i));
+        }
+        Ok(Mapping::anonymous(len.max(1), MapOptions::default())?)
+    }
+
+    pub(crate) fn put(&mut self, m: Mapping) {
+        if self.free.len() < 16 {
+            self.free.push(m);
+        }
+    }
+}
+
+/// What a pending output holds until its completion (Genie's dispose-time work).
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    pub refs: Option<OutputRef>,
+    pub wired: Option<RawRange>,
+    pub bounce: Option<Mapping>,
+}
+
+impl Held {
+    /// Dispose: unreference, unwire, return bounce buffers.
+    pub(crate) fn dispose(self, pool: &mut BouncePool) {
+        if let Some(r) = self.refs {
+            r.release();
+        }
+        if let Some(w) = self.wired {
+            let _ = zcio_vm::protect::unwire(w);
+        }
+        if let Some(b) = self.bounce {
+            pool.put(b);
+        }
+    }
+}
+
+pub(crate) fn tcow_path() -> &'static str {
+    match VmRuntime::get().capabilities().tcow {
+        TcowMode::UffdMove => "vmsplice+tcow(uffd-wp, uffd-move)",
+        TcowMode::UffdSleepOnWrite => "vmsplice+uffd-wp (sleep-on-write: no UFFDIO_MOVE)",
+        TcowMode::MprotectSleepOnWrite => "vmsplice+mprotect (sleep-on-write: no userfaultfd)",
+    }
+}
+
+/// Queue an output of the application buffer `buf` under `sem` on the page-referencing pipe
+/// `wire`: the output steps of paper 000, Table 2. Returns what to hold until completion.
+pub(crate) fn output_app(
+    sem: Semantics,
+    buf: &[u8],
+    wire: BorrowedFd<'_>,
+    pool: &mut BouncePool,
+    profile: &Profile,
+) -> Result<(Held, Accounting)> {
+    let rt = VmRuntime::get();
+    let len = buf.len();
+    let splice = |pieces: &[&[u8]]| {
+        zcio_vm::wire::vmsplice_all(wire, pieces).map_err(|e| GenieError::from_wire(e, "output"))
+    };
+    let copy_out = |pool: &mut BouncePool, why: String| -> Result<(Held, Accounting)> {
+        // Copy semantics: copy into a system buffer, queue the system buffer's pages.
+        let mut b = pool.get(len)?;
+        b.as_mut_slice()[..len].copy_from_slice(buf);
+        splice(&[&b.as_slice()[..len]])?;
+        let acc = Accounting {
+            cpu_copied_bytes: len as u64,
+            kernel_copied_bytes: Some(0),
+            swapped_bytes: 0,
+            path: why,
+        };
+        Ok((
+            Held {
+                bounce: Some(b),
+                ..Default::default()
+            },
+            acc,
+        ))
+    };
+    match sem {
+        Semantics::Copy => copy_out(pool, "copy: bounce+vmsplice".into()),
+        Semantics::EmulatedCopy => {
+            let r = RawRange::of(buf);
+            let full = r.full_pages();
+            if len < profile.thresholds.short_output_bytes || full.is_empty() {
+                let why = if full.is_empty() {
+                    "copy-fallback: no full page".to_string()
+                } else {
+                    format!(
+                        "copy-fallback: short transfer (< {} bytes)",
+                        profile.thresholds.short_output_bytes
+                    )
+                };
+                return copy_out(pool, why);
+            }
+            let head = full.addr - r.addr;
+            let tail = r.end() - full.end();
+            // Partial pages go by copy: only whole pages of the caller are ever protected.
+            let mut b = pool.get(2 * page_size())?;
+            let ps = page_size();
+            b.as_mut_slice()[..head].copy_from_slice(&buf[..head]);
+            b.as_mut_slice()[ps..ps + tail].copy_from_slice(&buf[len - tail..]);
+            // Read only first, then reference: a write racing with the call faults into TCOW.
+            let refs = rt.reference_output(r, true)?;
+            let res = splice(&[
+                &b.as_slice()[..head],
+                &buf[head..len - tail],
+                &b.as_slice()[ps..ps + tail],
+            ]);
+            if let Err(e) = res {
+                refs.release();
+                pool.put(b);
+                return Err(e);
+            }
+            let acc = Accounting {
+                cpu_copied_bytes: (head + tail) as u64,
+                kernel_copied_bytes: Some(0),
+                swapped_bytes: 0,
+                path: tcow_path().into(),
+            };
+            Ok((
+                Held {
+                    refs: Some(refs),
+                    bounce: Some(b),
+                    wired: None,
+                },
+                acc,
+            ))
+        }
+        Semantics::Share | Semantics::EmulatedShare => {
+            let r = RawRange::of(buf);
+            let full = r.full_pages();
+            let mut path = "vmsplice (in place)".to_string();
+            let wired = if sem == Semantics::Share && !full.is_empty() {
+                match zcio_vm::protect::wire(full) {
+                    Ok(()) => {
+                        path = "vmsplice+mlock (in place)".into();
+                        Some(full)
+                    }
+                    Err(e) => {
+                        path = format!("vmsplice (in place; wiring failed: {e})");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let refs = rt.reference_output(r, false)?;
+            if let Err(e) = splice(&[buf]) {
+                Held {
+                    refs: Some(refs),
+                    wired,
+                    bounce: None,
+                }
+                .dispose(pool);
+                return Err(e);
+            }
+            let acc = Accounting {
+                cpu_copied_bytes: 0,
+                kernel_copied_bytes: Some(0),
+                swapped_bytes: 0,
+                path,
+            };
+            Ok((
+                Held {
+                    refs: Some(refs),
+                    wired,
+                    bounce: None,
+                },
+                acc,
+            ))
+        }
+        _ => Err(GenieError::arg(
+            "semantics",
+            format!("{sem} passes system-allocated regions: use the region API (send_region)"),
+        )),
+    }
+}
+
+/// Input staging and bounce buffers of one receiving endpoint.
+#[derive(Debug, Default)]
+pub(crate) struct InputBuffers {
+    staging: Option<Staging>,
+    bounce: Vec<u8>,
+}
+
+/// How input bytes are read from the module.
+pub(crate) trait Source {
+    /// Read exactly `buf.len()` bytes (the next bytes of the current message).
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()>;
+    /// Whether the whole message can be waited for in the module (outboard buffering) and, if
+    /// so, wait for it. `false` when it cannot be held whole.
+    fn wait_whole(&mut self, len: usize) -> Result<bool>;
+    /// Kernel copies per byte read (1 for pipes and sockets, 0 for O_DIRECT), if known.
+    fn kernel_copies(&self, len: usize) -> Option<u64>;
+    /// Whether a direct read into this buffer works (O_DIRECT alignment).
+    fn direct_ok(&self, _buf: &[u8]) -> bool {
+        true
+    }
+}
+
+impl InputBuffers {
+    fn staging(&mut self, len: usize) -> Result<&mut Staging> {
+        let need = len.max(64 * 1024);
+        if self.staging.as_ref().is_none_or(|s| s.capacity() < len) {
+            self.staging = Some(Staging::new(need.next_power_of_two())?);
+        }
+        Ok(self.staging.as_mut().expect("just created"))
+    }
+
+    /// Place a message of `buf.len()` bytes from `src` into the application buffer under `sem`
+    /// (paper 000, Table 3). Under copy and emulated copy, `buf` is not written until the whole
+    /// message has arrived.
+    pub(crate) fn input_app(
+        &mut self,
+        sem: Semantics,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+        src: &mut dyn Source,
+        profile: &Profile,
+    ) -> Result<Accounting> {
+        let mut acc = self.input_app_inner(sem, buf, buffering, src, profile)?;
+        acc.kernel_copied_bytes = src.kernel_copies(buf.len());
+        Ok(acc)
+    }
+
+    fn input_app_inner(
+        &mut self,
+        sem: Semantics,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+        src: &mut dyn Source,
+        profile: &Profile,
+    ) -> Result<Accounting> {
+        let len = buf.len();
+        let mut acc = Accounting::default();
+        let via_staging = |this: &mut Self,
+                           buf: &mut [u8],
+                           offset_of: usize,
+                           src: &mut dyn Source,
+                           min_pages: usize,
+                           what: &str,
+                           acc: &mut Accounting|
+         -> Result<()> {
+            let st = this.staging(len)?;
+            let w = st.window(offset_of, len)?;
+            src.read_exact(w)?;
+            let d = st.deliver(buf, min_pages)?;
+            acc.cpu_copied_bytes += d.copied as u64;
+            acc.swapped_bytes += d.swapped as u64;
+            acc.path = if d.swapped > 0 {
+                format!("{what}: staging+swap")
+            } else {
+                format!("{what}: staging+copyout")
+            };
+            Ok(())
+        };
+        match sem {
+            Semantics::Copy => {
+                self.bounce.resize(len, 0);
+                src.read_exact(&mut self.bounce[..len])?;
+                buf.copy_from_slice(&self.bounce[..len]);
+                acc.cpu_copied_bytes = len as u64;
+                acc.path = "copy: system buffer+copyout".into();
+            }
+            Semantics::EmulatedCopy => {
+                let min_pages = profile.thresholds.swap_min_pages;
+                let full = RawRange::of(buf).full_pages().pages();
+                if full < min_pages {
+                    self.bounce.resize(len, 0);
+                    src.read_exact(&mut self.bounce[..len])?;
+                    buf.copy_from_slice(&self.bounce[..len]);
+                    acc.cpu_copied_bytes = len as u64;
+                    acc.path = if min_pages == usize::MAX {
+                        "copy-fallback: swapping costs more than copying here".into()
+                    } else {
+                        format!("copy-fallback: short transfer (< {min_pages} full pages)")
+                    };
+                    return Ok(acc);
+                }
+                match buffering {
+                    InputBuffering::Outboard if src.direct_ok(buf) && src.wait_whole(len)? => {
+                        // The whole message is in the module: the read cannot stop halfway.
+                        src.read_exact(buf)?;
+                        acc.path = "outboard: direct read into application buffer".into();
+                    }
+                    InputBuffering::EarlyDemux | InputBuffering::Outboard => {
+                        let a = buf.as_ptr() as usize;
+                        via_staging(
+                            self,
+                            buf,
+                            a,
+                            src,
+                            min_pages,
+                            "early-demux (system-aligned)",
+                            &mut acc,
+                        )?;
+                    }
+                    InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
+                        via_staging(self, buf, 0, src, min_pages, "pooled", &mut acc)?;
+                    }
+                }
+            }
+            Semantics::Share | Semantics::EmulatedShare => match buffering {
+                InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
+                    via_staging(self, buf, 0, src, 1, "pooled", &mut acc)?;
+                }
+                _ if !src.direct_ok(buf) => {
+                    via_staging(
+                        self,
+                        buf,
+                        buf.as_ptr() as usize,
+                        src,
+                        1,
+                        "aligned staging",
+                        &mut acc,
+                    )?;
+                }
+                _ => {
+                    // In place; share wires the buffer for the duration of the input. (Wired pages
+                    // cannot be swapped, so only in-place reads wire.)
+                    let full = RawRange::of(buf).full_pages();
+                    let wired = sem == Semantics::Share
+                        && !full.is_empty()
+                        && zcio_vm::protect::wire(full).is_ok();
+                    acc.path = if wired {
+                        "in-place read (wired)".into()
+                    } else {
+                        "in-place read".into()
+                    };
+                    let r = src.read_exact(buf);
+                    if wired {
+                        let _ = zcio_vm::protect::unwire(full);
+                    }
+                    r?;
+                }
+            },
+            _ => {
+                return Err(GenieError::arg(
+                    "semantics",
+                    format!(
+                        "{sem} returns system-allocated regions: use the region API (recv_region)"
+                    ),
+                ));
+            }
+        }
+        Ok(acc)
+    }
+}

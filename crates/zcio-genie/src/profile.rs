@@ -1,0 +1,324 @@
+//! Calibration: the cost of the primitives on this machine (paper 000, §7, Table 5), and the
+//! thresholds derived from them. Every threshold the library uses comes from here; where a VM
+//! operation costs more than copying the same bytes, the threshold says "copy".
+
+use crate::error::{GenieError, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+use zcio_vm::staging::Staging;
+use zcio_vm::{MapOptions, Mapping, VmRuntime, page_size};
+
+/// Cost of one primitive: `per_call + per_unit * units` nanoseconds, with the spread of the samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Fixed cost per call, ns.
+    pub per_call_ns: f64,
+    /// Cost per unit (byte or page), ns.
+    pub per_unit_ns: f64,
+    /// Relative spread of the samples behind the larger measurement ((p90 - p10) / median).
+    pub spread: f64,
+}
+
+impl Cost {
+    /// Predicted cost of `units`.
+    pub fn at(&self, units: f64) -> f64 {
+        self.per_call_ns + self.per_unit_ns * units
+    }
+}
+
+/// Thresholds derived from the costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// Emulated copy outputs shorter than this are converted to copy (protecting and
+    /// referencing pages costs more than copying them). `usize::MAX`: always copy.
+    pub short_output_bytes: usize,
+    /// Emulated copy inputs with fewer full pages than this copy instead of swapping.
+    pub swap_min_pages: usize,
+}
+
+/// A calibration profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Profile format version.
+    pub version: u32,
+    /// Whether this was a quick calibration (few samples).
+    pub quick: bool,
+    /// Kernel release the profile was measured on.
+    pub kernel: String,
+    /// Page size.
+    pub page_size: usize,
+    /// User-space copy, per byte (warm cache, 64 KiB blocks).
+    pub copy: Cost,
+    /// Reference + write-protect an output range and release it, per page.
+    pub protect: Cost,
+    /// Swap pages into an application buffer (`UFFDIO_MOVE`, two moves per page), per page.
+    pub swap: Cost,
+    /// One TCOW fault (write to a page under output: move out + copy in), per fault.
+    pub tcow_fault_ns: f64,
+    /// Derived thresholds.
+    pub thresholds: Thresholds,
+}
+
+const VERSION: u32 = 1;
+
+/// Environment variable naming the profile file.
+pub const PROFILE_ENV: &str = "ZCIO_PROFILE";
+
+fn median_spread(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v[v.len() / 2];
+    let p10 = v[v.len() / 10];
+    let p90 = v[(v.len() * 9) / 10];
+    (m, if m > 0.0 { (p90 - p10) / m } else { 0.0 })
+}
+
+fn sample(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f(); // warm
+    let v: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_nanos() as f64
+        })
+        .collect();
+    median_spread(v)
+}
+
+/// Fit per-call and per-unit cost from two sizes.
+fn fit(small: (f64, f64), small_units: f64, large: (f64, f64), large_units: f64) -> Cost {
+    let per_unit = ((large.0 - small.0) / (large_units - small_units)).max(0.0);
+    Cost {
+        per_call_ns: (small.0 - per_unit * small_units).max(0.0),
+        per_unit_ns: per_unit,
+        spread: large.1,
+    }
+}
+
+impl Profile {
+    /// Measure the primitives. `progress` is told the step being measured and the fraction done.
+    pub fn calibrate(quick: bool, mut progress: impl FnMut(&str, f64)) -> Result<Profile> {
+        let ps = page_size();
+        let reps = if quick { 15 } else { 201 };
+        let big_pages = 64usize;
+        let rt = VmRuntime::get();
+
+        progress("copy", 0.0);
+        let src = vec![7u8; big_pages * ps];
+        let mut dst = vec![0u8; big_pages * ps];
+        let c_small = sample(reps, || {
+            dst[..64].copy_from_slice(std::hint::black_box(&src[..64]))
+        });
+        let c_large = sample(reps, || dst.copy_from_slice(std::hint::black_box(&src)));
+        let copy = fit(c_small, 64.0, c_large, (big_pages * ps) as f64);
+
+        progress("protect", 0.25);
+        let mut m = Mapping::anonymous(
+            big_pages * ps,
+            MapOptions {
+                populate: true,
+                no_huge: true,
+                ..Default::default()
+            },
+        )?;
+        m.as_mut_slice().fill(1);
+        let one = m.range().sub(0, ps)?;
+        let p_small = sample(reps, || {
+            let r = rt.reference_output(one, true).expect("reference one page");
+            r.release();
+        });
+        let all = m.range();
+        let p_large = sample(reps, || {
+            let r = rt.reference_output(all, true).expect("reference pages");
+            r.release();
+        });
+        let protect = fit(p_small, 1.0, p_large, big_pages as f64);
+
+        progress("tcow fault", 0.5);
+        let mut faults = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let r = rt.reference_output(one, true)?;
+            let t = Instant::now();
+            m.as_mut_slice()[0] = 2; // one write fault, resolved by TCOW (or lifted)
+            faults.push(t.elapsed().as_nanos() as f64);
+            r.release();
+        }
+        let (tcow_fault_ns, _) = median_spread(faults);
+
+        progress("swap", 0.75);
+        let mut staging = Staging::new(big_pages * ps)?;
+        let mut app = Mapping::anonymous(
+            big_pages * ps,
+            MapOptions {
+                populate: true,
+                no_huge: true,
+                ..Default::default()
+            },
+        )?;
+        let mut swap_once = |pages: usize| {
+            let a = &mut app.as_mut_slice()[..pages * ps];
+            let w = staging
+                .window(a.as_ptr() as usize, a.len())
+                .expect("window");
+            w[0] = 3;
+            let t = Instant::now();
+            staging.deliver(a, 1).expect("deliver");
+            t.elapsed().as_nanos() as f64
+        };
+        let s_small = median_spread((0..reps).map(|_| swap_once(1)).collect());
+        let s_large = median_spread((0..reps).map(|_| swap_once(big_pages)).collect());
+        let swap = if rt.capabilities().swap {
+            fit(s_small, 1.0, s_large, big_pages as f64)
+        } else {
+            // Swaps are copies here: say so by costing them above a copy.
+            Cost {
+                per_call_ns: 1e12,
+                per_unit_ns: 1e12,
+                spread: 0.0,
+            }
+        };
+        progress("done", 1.0);
+
+        let thresholds = Self::derive(ps, &copy, &protect, &swap);
+        Ok(Profile {
+            version: VERSION,
+            quick,
+            kernel: rustix::system::uname()
+                .release()
+                .to_string_lossy()
+                .into_owned(),
+            page_size: ps,
+            copy,
+            protect,
+            swap,
+            tcow_fault_ns,
+            thresholds,
+        })
+    }
+
+    /// Thresholds from costs: the smallest size at which the VM path is cheaper than copying.
+    pub fn derive(ps: usize, copy: &Cost, protect: &Cost, swap: &Cost) -> Thresholds {
+        let max_pages = 1 << 16;
+        let first = |vm: &dyn Fn(f64) -> f64| {
+            (1..=max_pages).find(|&p| vm(p as f64) < copy.at((p * ps) as f64))
+        };
+        let short_output_bytes = first(&|p| protect.at(p)).map_or(usize::MAX, |p| p * ps);
+        let swap_min_pages = first(&|p| swap.at(p)).unwrap_or(usize::MAX);
+        Thresholds {
+            short_output_bytes,
+            swap_min_pages,
+        }
+    }
+
+    /// Where the profile is read from and written to by default: `$ZCIO_PROFILE`, else
+    /// `$XDG_CACHE_HOME/zcio/profile.json`, else `~/.cache/zcio/profile.json`.
+    pub fn default_path() -> PathBuf {
+        if let Some(p) = std::env::var_os(PROFILE_ENV) {
+            return PathBuf::from(p);
+        }
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir);
+        base.join("zcio").join("profile.json")
+    }
+
+    /// Write as JSON.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| GenieError::io("create profile directory", e))?;
+        }
+        let s = serde_json::to_string_pretty(self).expect("profile serializes");
+        std::fs::write(path, s).map_err(|e| GenieError::io("write profile", e))
+    }
+
+    /// Read a JSON profile; a profile of another version or page size is refused.
+    pub fn load(path: &Path) -> Result<Profile> {
+        let s = std::fs::read_to_string(path).map_err(|e| GenieError::io("read profile", e))?;
+        let p: Profile = serde_json::from_str(&s).map_err(|e| {
+            GenieError::arg(
+                "profile",
+                format!("{} is not a zcio profile: {e}", path.display()),
+            )
+        })?;
+        if p.version != VERSION || p.page_size != page_size() {
+            return Err(GenieError::arg(
+                "profile",
+                format!(
+                    "{} is version {} for {}-byte pages; need version {VERSION} for {}",
+                    path.display(),
+                    p.version,
+                    p.page_size,
+                    page_size()
+                ),
+            ));
+        }
+        Ok(p)
+    }
+
+    /// The profile in force in this process: the default file if it loads, else a quick
+    /// calibration made now (and kept for the life of the process).
+    pub fn current() -> &'static Profile {
+        static CURRENT: OnceLock<Profile> = OnceLock::new();
+        CURRENT.get_or_init(|| {
+            Profile::load(&Self::default_path())
+                .or_else(|_| Profile::calibrate(true, |_, _| {}))
+                .expect("quick calibration uses only anonymous memory and cannot fail")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_wins_when_vm_costs_more() {
+        let copy = Cost {
+            per_call_ns: 10.0,
+            per_unit_ns: 0.04,
+            spread: 0.0,
+        };
+        let expensive = Cost {
+            per_call_ns: 1e9,
+            per_unit_ns: 1e9,
+            spread: 0.0,
+        };
+        let t = Profile::derive(4096, &copy, &expensive, &expensive);
+        assert_eq!(t.short_output_bytes, usize::MAX);
+        assert_eq!(t.swap_min_pages, usize::MAX);
+        let cheap = Cost {
+            per_call_ns: 1000.0,
+            per_unit_ns: 50.0,
+            spread: 0.0,
+        };
+        let t = Profile::derive(4096, &copy, &cheap, &cheap);
+        // 1000 + 50p < 10 + 163.84p  <=>  p > 8.7
+        assert_eq!(t.swap_min_pages, 9);
+        assert_eq!(t.short_output_bytes, 9 * 4096);
+    }
+
+    #[test]
+    fn quick_calibration_measures_and_round_trips() {
+        let p = Profile::calibrate(true, |_, _| {}).unwrap();
+        assert!(
+            p.copy.per_unit_ns > 0.0 && p.copy.per_unit_ns < 10.0,
+            "{:?}",
+            p.copy
+        );
+        assert!(p.tcow_fault_ns > 0.0);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.json");
+        p.save(&f).unwrap();
+        assert_eq!(Profile::load(&f).unwrap(), p);
+        std::fs::write(&f, "{}").unwrap();
+        assert!(
+            Profile::load(&f)
+                .unwrap_err()
+                .to_string()
+                .contains("not a zcio profile")
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! System-allocated buffers: regions and the region cache (paper 000, §4.2 and §6.2.1).
+//!
+//! Move-family semantics pass *regions*: page-aligned buffers that zcio allocates. An output
+//! consumes the region; an input returns one. The cache keeps regions whose pages went out so that
+//! the next input reuses them (region caching), hidden with `PROT_NONE` under emulated move
+//! (region hiding). Before reusing a cached region, the *region check* asks the VM runtime
+//! whether the application unmapped any of it meanwhile; if so, the input gets a new region.
+
+use crate::error::{GenieError, Result};
+use crate::semantics::Semantics;
+use serde::{Deserialize, Serialize};
+use zcio_vm::mapping::Hidden;
+use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
+
+/// Where a region is in its life (paper 000, Table 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegionState {
+    /// The application owns it (allocated, or filled by an input).
+    MovedIn,
+    /// An output of it is pending.
+    MovingOut,
+    /// Its pages went out; it is hidden in the cache (emulated move) or gone (move).
+    MovedOut,
+    /// It went out under weak move; it stays mapped in the cache, and the application promised
+    /// not to touch it.
+    WeaklyMovedOut,
+    /// An input into it is in progress.
+    MovingIn,
+}
+
+/// A system-allocated, page-aligned buffer holding `len` bytes of data.
+#[derive(Debug)]
+pub struct Region {
+    map: Mapping,
+    len: usize,
+    state: RegionState,
+}
+
+impl Region {
+    /// A new region for `len` bytes (rounded up to whole pages, zero-filled).
+    pub fn alloc(len: usize) -> Result<Region> {
+        if len == 0 {
+            return Err(GenieError::arg("len", "a region holds at least one byte"));
+        }
+        let map = Mapping::anonymous(len, MapOptions::default())?;
+        Ok(Region {
+            map,
+            len,
+            state: RegionState::MovedIn,
+        })
+    }
+
+    /// A region holding a copy of `data` (a convenience for applications moving to the
+    /// system-allocated API; the copy is the application's, not the transfer's).
+    pub fn from_slice(data: &[u8]) -> Result<Region> {
+        let mut r = Region::alloc(data.len())?;
+        r.as_mut_slice().copy_from_slice(data);
+        Ok(r)
+    }
+
+    pub(crate) fn from_mapping(map: Mapping, len: usize) -> Region {
+        Region {
+            map,
+            len,
+            state: RegionState::MovedIn,
+        }
+    }
+
+    /// Bytes of data.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: regions hold at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of whole pages.
+    pub fn capacity(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Its state.
+    pub fn state(&self) -> RegionState {
+        self.state
+    }
+
+    /// The data.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map.as_slice()[..self.len]
+    }
+
+    /// The data, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map.as_mut_slice()[..self.len]
+    }
+
+    /// Everything up to the end of the last page (data plus the tail), for checking that the
+    /// tail holds no stale bytes.
+    pub fn page_span(&self) -> &[u8] {
+        self.map.as_slice()
+    }
+
+    /// Address range of its pages.
+    pub fn range(&self) -> RawRange {
+        self.map.range()
+    }
+
+    pub(crate) fn into_mapping(self) -> Mapping {
+        self.map
+    }
+}
+
+enum Cached {
+    /// Emulated move: hidden.
+    Hidden(Hidden),
+    /// Weak move family: still mapped.
+    Mapped(Mapping),
+}
+
+struct Entry {
+    region: Cached,
+    /// Unmap generation at the time it was cached (for the region check).
+    generation: u64,
+    /// Output still pending on it (the ticket id); reusable only after completion.
+    pending: Option<u64>,
+    /// Wired for the output (weak move).
+    wired: bool,
+}
+
+/// Regions whose pages went out, kept for reuse by inputs (region caching).
+pub struct RegionCache {
+    entries: Vec<Entry>,
+    limit: usize,
+    /// Regions the region check found unmapped by the application.
+    pub removed_by_application: u64,
+}
+
+impl std::fmt::Debug for RegionCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionCache")
+            .field("entries", &self.entries.len())
+            .finish()
+    }
+}
+
+impl Default for RegionCache {
+    fn default() -> Self {
+        RegionCache {
+            entries: Vec::new(),
+            limit: 64,
+            removed_by_application: 0,
+        }
+    }
+}
+
+impl RegionCache {
+    /// Keep a region whose output under `sem` is pending as `ticket`: hidden for emulated move,
+    /// mapped (and wired under weak move) for the weak move family. Move semantics is not cached:
+    /// the region is deallocated (its pages live on in the pending I/O).
+    pub fn keep(&mut self, region: Region, sem: Semantics, ticket: u64) -> Result<RegionState> {
+        let gen_ = VmRuntime::get().unmap_generation();
+        let map = region.into_mapping();
+        if self.entries.len() >= self.limit {
+            return Ok(RegionState::MovedOut); // dropped: unmapped now, the I/O holds its pages
+        }
+        let (region, state, wired) = match sem {
+            Semantics::EmulatedMove => match map.hide() {
+                Ok(h) => (Cached::Hidden(h), RegionState::MovedOut, false),
+                Err((_m, e)) => return Err(e.into()),
+            },
+            Semantics::WeakMove => {
+                let wired = zcio_vm::protect::wire(map.range()).is_ok();
+                (Cached::Mapped(map), RegionState::WeaklyMovedOut, wired)
+            }
+            Semantics::EmulatedWeakMove => {
+                (Cached::Mapped(map), RegionState::WeaklyMovedOut, false)
+            }
+            _ => return Ok(RegionState::MovedOut),
+        };
+        self.entries.push(Entry {
+            region,
+            generation: gen_,
+            pending: Some(ticket),
+            wired,
+        });
+        Ok(state)
+    }
+
+    /// The output `ticket` completed: its cached region becomes reusable (and is unwired).
+    pub fn completed(&mut self, ticket: u64) {
+        for e in &mut self.entries {
+            if e.pending == Some(ticket) {
+                e.pending = None;
+                if e.wired {
+                    if let Cached::Mapped(m) = &e.region {
+                        let _ = zcio_vm::protect::unwire(m.range());
+                    }
+                    e.wired = false;
+                }
+            }
+        }
+    }
+
+    /// A region for an input of `len` bytes under `sem`: a cached one of the right kind when one
+    /// passes the region check, else a new one. The pages after `len` read as zeros.
+    pub fn take(&mut self, len: usize, sem: Semantics) -> Result<Region> {
+        if len == 0 {
+            return Err(GenieError::arg("len", "a region holds at least one byte"));
+        }
+        let ps = page_size();
+        let want = len.div_ceil(ps) * ps;
+        let rt = VmRuntime::get();
+        let mut i = 0;
+        while i < self.entries.len() {
+            let e = &self.entries[i];
+            let kind_ok = match (&e.region, sem) {
+                (Cached::Hidden(_), Semantics::EmulatedMove) => true,
+                (Cached::Mapped(_), Semantics::WeakMove | Semantics::EmulatedWeakMove) => true,
+                _ => false,
+            };
+            let r = match &e.region {
+                Cached::Hidden(h) => h.range(),
+                Cached::Mapped(m) => m.range(),
+            };
+            if rt.unmapped_since(r, e.generation) {
+                // Region check failed: the application removed (part of) it. Never touch it again.
+                let e = self.entries.swap_remove(i);
+                self.removed_by_application += 1;
+                match e.region {
+                    Cached::Hidden(h) => h.forget(),
+                    Cached::Mapped(m) => {
+                        m.leak();
+                    }
+                }
+                continue;
+            }
+            if kind_ok && e.pending.is_none() && r.len == want {
+                let e = self.entries.swap_remove(i);
+                let mut map = match e.region {
+                    Cached::Hidden(h) => h.reinstate().map_err(|(_, e)| e)?,
+                    Cached::Mapped(m) => m,
+                };
+                // Move never exposes stale bytes: zero the tail of the last page.
+                let tail_start = len;
+                map.as_mut_slice()[tail_start..].fill(0);
+                let mut region = Region::from_mapping(map, len);
+                region.state = RegionState::MovingIn;
+                return Ok(region);
+            }
+            i += 1;
+        }
+        let mut region = Region::alloc(len)?;
+        region.state = RegionState::MovingIn;
+        Ok(region)
+    }
+
+    /// Regions cached now.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+pub(crate) fn mark(region: &mut Region, state: RegionState) {
+    region.state = state;
+}

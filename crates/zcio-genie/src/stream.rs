@@ -1,0 +1,562 @@
+//! Kernel I/O modules: files (buffered and `O_DIRECT`), pipes, and Unix, TCP and UDP sockets
+//! (DESIGN.md §3).
+//!
+//! These modules complete an output inside the system call (the kernel copies the data into the
+//! page cache or a socket buffer, or DMAs it for `O_DIRECT`), so output integrity holds for every
+//! semantics without protecting pages; what differs is the copies zcio adds (copy semantics
+//! copies into a system buffer first). Inputs use the same staging, swapping and region steps as
+//! the memory network. `MSG_ZEROCOPY` is not used: on loopback the kernel copies anyway (it
+//! reports `SO_EE_CODE_ZEROCOPY_COPIED`), which the path string says.
+
+use crate::error::{GenieError, Result};
+use crate::passing::{BouncePool, InputBuffers, Source};
+use crate::profile::Profile;
+use crate::region::{Region, RegionCache, RegionState, mark};
+use crate::semantics::{Accounting, Allocation, InputBuffering, Semantics};
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+/// The I/O modules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModuleKind {
+    /// The memory network between two processes ([`crate::memnet`]).
+    Memnet,
+    /// A file (O_DIRECT where the buffer and file system allow).
+    File,
+    /// A Unix stream socket pair.
+    Unix,
+    /// A TCP connection over loopback.
+    Tcp,
+    /// UDP datagrams over loopback (messages cut into datagrams of at most 60 KiB).
+    Udp,
+    /// A pipe.
+    Pipe,
+}
+
+impl ModuleKind {
+    /// All modules.
+    pub const ALL: [ModuleKind; 6] = [
+        ModuleKind::Memnet,
+        ModuleKind::File,
+        ModuleKind::Unix,
+        ModuleKind::Tcp,
+        ModuleKind::Udp,
+        ModuleKind::Pipe,
+    ];
+
+    /// Name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModuleKind::Memnet => "memnet",
+            ModuleKind::File => "file",
+            ModuleKind::Unix => "unix",
+            ModuleKind::Tcp => "tcp",
+            ModuleKind::Udp => "udp",
+            ModuleKind::Pipe => "pipe",
+        }
+    }
+}
+
+impl std::fmt::Display for ModuleKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ModuleKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        ModuleKind::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!("unknown module `{s}` (one of: memnet, file, unix, tcp, udp, pipe)")
+            })
+    }
+}
+
+const UDP_CHUNK: usize = 60 * 1024;
+
+/// `O_DIRECT` alignment of a file, from `statx(STATX_DIOALIGN)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectAlign {
+    /// Alignment of user buffers.
+    pub mem: usize,
+    /// Alignment of file offsets and lengths.
+    pub offset: usize,
+}
+
+/// Probe `O_DIRECT` support for files at `path`: `Err(reason)` when unsupported.
+pub fn direct_align(path: &Path) -> std::result::Result<DirectAlign, String> {
+    use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
+    let st = statx(CWD, path, AtFlags::empty(), StatxFlags::DIOALIGN)
+        .map_err(|e| format!("statx(STATX_DIOALIGN): {e}"))?;
+    if st.stx_mask & StatxFlags::DIOALIGN.bits() == 0 || st.stx_dio_mem_align == 0 {
+        return Err(format!(
+            "the file system of {} does not support O_DIRECT",
+            path.display()
+        ));
+    }
+    Ok(DirectAlign {
+        mem: st.stx_dio_mem_align as usize,
+        offset: st.stx_dio_offset_align as usize,
+    })
+}
+
+/// One end of a kernel I/O module: both directions for a file, one direction for sockets and
+/// pipes (each side of [`pair`]).
+pub struct StreamEnd {
+    kind: ModuleKind,
+    fd: OwnedFd,
+    direct: Option<(OwnedFd, DirectAlign)>,
+    direct_reason: Option<String>,
+    write_pos: u64,
+    read_pos: u64,
+    pool: BouncePool,
+    inputs: InputBuffers,
+    /// Regions whose data went out, kept for reuse by inputs.
+    pub regions: RegionCache,
+    profile: &'static Profile,
+    next_ticket: u64,
+}
+
+impl std::fmt::Debug for StreamEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamEnd")
+            .field("kind", &self.kind)
+            .field("direct", &self.direct.is_some())
+            .finish()
+    }
+}
+
+fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> GenieError {
+    move |e| GenieError::io(op, e)
+}
+
+/// A connected sender and receiver for a socket or pipe module.
+pub fn pair(kind: ModuleKind) -> Result<(StreamEnd, StreamEnd)> {
+    let (a, b): (OwnedFd, OwnedFd) = match kind {
+        ModuleKind::Unix => {
+            let (a, b) = std::os::unix::net::UnixStream::pair().map_err(io_err("socketpair"))?;
+            (a.into(), b.into())
+        }
+        ModuleKind::Tcp => {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("bind(tcp)"))?;
+            let a = std::net::TcpStream::connect(l.local_addr().map_err(io_err("getsockname"))?)
+                .map_err(io_err("connect(tcp)"))?;
+            let (b, _) = l.accept().map_err(io_err("accept(tcp)"))?;
+            a.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
+            (a.into(), b.into())
+        }
+        ModuleKind::Udp => {
+            let a = std::net::UdpSocket::bind("127.0.0.1:0").map_err(io_err("bind(udp)"))?;
+            let b = std::net::UdpSocket::bind("127.0.0.1:0").map_err(io_err("bind(udp)"))?;
+            a.connect(b.local_addr().map_err(io_err("getsockname"))?)
+                .map_err(io_err("connect(udp)"))?;
+            b.connect(a.local_addr().map_err(io_err("getsockname"))?)
+                .map_err(io_err("connect(udp)"))?;
+            let (a, b): (OwnedFd, OwnedFd) = (a.into(), b.into());
+            // Room for whole messages: loopback UDP drops what does not fit.
+            let _ = rustix::net::sockopt::set_socket_recv_buffer_size_force(&b, 32 << 20)
+                .or_else(|_| rustix::net::sockopt::set_socket_recv_buffer_size(&b, 32 << 20));
+            (a, b)
+        }
+        ModuleKind::Pipe => {
+            let p = zcio_vm::wire::Pipe::new(zcio_vm::wire::pipe_max_size())?;
+            (p.tx, p.rx)
+        }
+        ModuleKind::File | ModuleKind::Memnet => {
+            return Err(GenieError::arg(
+                "module",
+                format!(
+                    "{kind} is not a socket or pipe module (use StreamEnd::file or memnet::pair)"
+                ),
+            ));
+        }
+    };
+    Ok((
+        StreamEnd::new(kind, a, None, None),
+        StreamEnd::new(kind, b, None, None),
+    ))
+}
+
+impl StreamEnd {
+    fn new(
+        kind: ModuleKind,
+        fd: OwnedFd,
+        direct: Option<(OwnedFd, DirectAlign)>,
+        direct_reason: Option<String>,
+    ) -> StreamEnd {
+        StreamEnd {
+            kind,
+            fd,
+            direct,
+            direct_reason,
+            write_pos: 0,
+            read_pos: 0,
+            pool: BouncePool::default(),
+            inputs: InputBuffers::default(),
+            regions: RegionCache::default(),
+            profile: Profile::current(),
+            next_ticket: 1,
+        }
+    }
+
+    /// Wrap an existing descriptor (a socket or pipe end the caller set up).
+    pub fn from_fd(kind: ModuleKind, fd: OwnedFd) -> StreamEnd {
+        StreamEnd::new(kind, fd, None, None)
+    }
+
+    /// Open (create, truncate) a file for output and input. Outputs append from offset 0;
+    /// inputs read from offset 0. `O_DIRECT` is used for aligned transfers where the file system
+    /// supports it.
+    pub fn file(path: &Path) -> Result<StreamEnd> {
+        use rustix::fs::{Mode, OFlags, open};
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC;
+        let fd = open(path, flags, Mode::from_raw_mode(0o600))
+            .map_err(|e| GenieError::io("open(file)", e))?;
+        let (direct, reason) = match direct_align(path) {
+            Ok(a) => match open(
+                path,
+                OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(d) => (Some((d, a)), None),
+                Err(e) => (None, Some(format!("open(O_DIRECT): {e}"))),
+            },
+            Err(r) => (None, Some(r)),
+        };
+        Ok(StreamEnd::new(ModuleKind::File, fd, direct, reason))
+    }
+
+    /// The module.
+    pub fn kind(&self) -> ModuleKind {
+        self.kind
+    }
+
+    /// Why `O_DIRECT` is not in use, for a file module without it.
+    pub fn direct_unavailable(&self) -> Option<&str> {
+        self.direct_reason.as_deref()
+    }
+
+    /// Preferred alignment and length granularity of input buffers (paper 000, §5.2).
+    pub fn preferred_alignment(&self) -> (usize, usize) {
+        match &self.direct {
+            Some((_, a)) => (
+                a.mem.max(zcio_vm::page_size()),
+                a.offset.max(zcio_vm::page_size()),
+            ),
+            None => (zcio_vm::page_size(), 1),
+        }
+    }
+
+    /// Use another calibration profile for this end's thresholds.
+    pub fn set_profile(&mut self, p: &'static Profile) {
+        self.profile = p;
+    }
+
+    fn check_len(len: usize) -> Result<()> {
+        if len == 0 {
+            return Err(GenieError::arg(
+                "buf",
+                "length 0: a transfer carries at least one byte",
+            ));
+        }
+        if len > crate::memnet::MAX_MESSAGE {
+            return Err(GenieError::arg(
+                "buf",
+                format!(
+                    "length {len} exceeds the largest transfer, {} bytes",
+                    crate::memnet::MAX_MESSAGE
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn direct_for(&self, buf: &[u8], pos: u64) -> Option<BorrowedFd<'_>> {
+        let (fd, a) = self.direct.as_ref()?;
+        let ok = (buf.as_ptr() as usize) % a.mem == 0
+            && buf.len() % a.offset == 0
+            && pos as usize % a.offset == 0;
+        ok.then(|| fd.as_fd())
+    }
+
+    /// Write all of `buf`; returns (kernel copied bytes, path).
+    fn put(&mut self, buf: &[u8]) -> Result<(Option<u64>, String)> {
+        let len = buf.len();
+        match self.kind {
+            ModuleKind::File => {
+                let (fd, kernel, path) = match self.direct_for(buf, self.write_pos) {
+                    Some(d) => (d, 0, "pwrite(O_DIRECT)".to_string()),
+                    None => {
+                        let why = self
+                            .direct_reason
+                            .clone()
+                            .unwrap_or_else(|| "buffer or length not aligned for O_DIRECT".into());
+                        (
+                            self.fd.as_fd(),
+                            len as u64,
+                            format!("pwrite(buffered: {why})"),
+                        )
+                    }
+                };
+                let mut off = 0;
+                while off < len {
+                    match rustix::io::pwrite(fd, &buf[off..], self.write_pos + off as u64) {
+                        Ok(0) => {
+                            return Err(GenieError::io("pwrite", std::io::ErrorKind::WriteZero));
+                        }
+                        Ok(n) => off += n,
+                        Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => return Err(GenieError::io("pwrite", e)),
+                    }
+                }
+                self.write_pos += len as u64;
+                Ok((Some(kernel), path))
+            }
+            ModuleKind::Udp => {
+                for c in buf.chunks(UDP_CHUNK) {
+                    loop {
+                        match rustix::net::send(&self.fd, c, rustix::net::SendFlags::empty()) {
+                            Ok(_) => break,
+                            Err(rustix::io::Errno::INTR) => {}
+                            Err(rustix::io::Errno::NOBUFS) => std::thread::yield_now(),
+                            Err(rustix::io::Errno::CONNREFUSED) => {
+                                return Err(GenieError::PeerGone { during: "output" });
+                            }
+                            Err(e) => return Err(GenieError::io("send(udp)", e)),
+                        }
+                    }
+                }
+                Ok((
+                    Some(len as u64),
+                    "send(udp, kernel copies; MSG_ZEROCOPY not used: loopback copies)".into(),
+                ))
+            }
+            _ => {
+                zcio_vm::wire::write_all(self.fd.as_fd(), buf)
+                    .map_err(|e| GenieError::from_wire(e, "output"))?;
+                let what = match self.kind {
+                    ModuleKind::Tcp => {
+                        "send(tcp, kernel copies; MSG_ZEROCOPY not used: loopback copies)"
+                    }
+                    ModuleKind::Unix => "send(unix, kernel copies)",
+                    _ => "write(pipe, kernel copies)",
+                };
+                Ok((Some(len as u64), what.into()))
+            }
+        }
+    }
+
+    /// Output an application buffer under `sem`. Completes before returning.
+    pub fn send(&mut self, sem: Semantics, buf: &[u8]) -> Result<Accounting> {
+        Self::check_len(buf.len())?;
+        if sem.allocation() == Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} passes regions: use send_region"),
+            ));
+        }
+        let len = buf.len();
+        if sem == Semantics::Copy {
+            let mut b = self.pool.get(len)?;
+            b.as_mut_slice()[..len].copy_from_slice(buf);
+            let r = self.put(&b.as_slice()[..len]);
+            self.pool.put(b);
+            let (kernel, path) = r?;
+            return Ok(Accounting {
+                cpu_copied_bytes: len as u64,
+                kernel_copied_bytes: kernel,
+                swapped_bytes: 0,
+                path: format!("copy: bounce+{path}"),
+            });
+        }
+        let (kernel, path) = self.put(buf)?;
+        Ok(Accounting {
+            cpu_copied_bytes: 0,
+            kernel_copied_bytes: kernel,
+            swapped_bytes: 0,
+            path,
+        })
+    }
+
+    /// Output a region under a move-family semantics; the region is then deallocated (move) or
+    /// cached for inputs (emulated move hidden, weak moves mapped).
+    pub fn send_region(&mut self, sem: Semantics, mut region: Region) -> Result<Accounting> {
+        if sem.allocation() != Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} passes application buffers: use send"),
+            ));
+        }
+        mark(&mut region, RegionState::MovingOut);
+        let (kernel, path) = self.put(region.as_slice())?;
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let what = if sem == Semantics::Move {
+            drop(region);
+            "unmapped"
+        } else {
+            self.regions.keep(region, sem, ticket)?;
+            self.regions.completed(ticket);
+            "cached"
+        };
+        Ok(Accounting {
+            cpu_copied_bytes: 0,
+            kernel_copied_bytes: kernel,
+            swapped_bytes: 0,
+            path: format!("{path}; region {what}"),
+        })
+    }
+
+    /// Input exactly `buf.len()` bytes into the application buffer under `sem`.
+    pub fn recv(
+        &mut self,
+        sem: Semantics,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+    ) -> Result<Accounting> {
+        Self::check_len(buf.len())?;
+        let mut src = EndSource {
+            end_kind: self.kind,
+            fd: self.fd.as_fd(),
+            direct: self.direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
+            pos: self.read_pos,
+            direct_bytes: 0,
+        };
+        let acc = self
+            .inputs
+            .input_app(sem, buf, buffering, &mut src, self.profile)?;
+        self.read_pos = src.pos;
+        Ok(acc)
+    }
+
+    /// Input `len` bytes into a system-allocated region (move family).
+    pub fn recv_region(&mut self, sem: Semantics, len: usize) -> Result<(Region, Accounting)> {
+        Self::check_len(len)?;
+        if sem.allocation() != Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} fills application buffers: use recv"),
+            ));
+        }
+        let mut region = if sem == Semantics::Move {
+            Region::alloc(len)?
+        } else {
+            self.regions.take(len, sem)?
+        };
+        let mut src = EndSource {
+            end_kind: self.kind,
+            fd: self.fd.as_fd(),
+            direct: self.direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
+            pos: self.read_pos,
+            direct_bytes: 0,
+        };
+        src.read_exact(region.as_mut_slice())?;
+        let kernel = src.kernel_copies(len);
+        self.read_pos = src.pos;
+        mark(&mut region, RegionState::MovedIn);
+        Ok((
+            region,
+            Accounting {
+                cpu_copied_bytes: 0,
+                kernel_copied_bytes: kernel,
+                swapped_bytes: 0,
+                path: "read into system-allocated region".into(),
+            },
+        ))
+    }
+}
+
+struct EndSource<'a> {
+    end_kind: ModuleKind,
+    fd: BorrowedFd<'a>,
+    direct: Option<(BorrowedFd<'a>, DirectAlign)>,
+    pos: u64,
+    direct_bytes: usize,
+}
+
+impl Source for EndSource<'_> {
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len();
+        match self.end_kind {
+            ModuleKind::File => {
+                let fd = match self.direct {
+                    Some((d, a))
+                        if (buf.as_ptr() as usize) % a.mem == 0
+                            && len % a.offset == 0
+                            && self.pos as usize % a.offset == 0 =>
+                    {
+                        self.direct_bytes += len;
+                        d
+                    }
+                    _ => self.fd,
+                };
+                let mut off = 0;
+                while off < len {
+                    match rustix::io::pread(fd, &mut buf[off..], self.pos + off as u64) {
+                        Ok(0) => {
+                            return Err(GenieError::Truncated {
+                                expected: len,
+                                got: off,
+                            });
+                        }
+                        Ok(n) => off += n,
+                        Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => return Err(GenieError::io("pread", e)),
+                    }
+                }
+                self.pos += len as u64;
+                Ok(())
+            }
+            ModuleKind::Udp => {
+                let mut off = 0;
+                while off < len {
+                    let want = (len - off).min(UDP_CHUNK);
+                    match rustix::net::recv(
+                        self.fd,
+                        &mut buf[off..off + want],
+                        rustix::net::RecvFlags::empty(),
+                    ) {
+                        Ok((n, _)) if n == want => off += n,
+                        Ok((n, _)) => {
+                            return Err(GenieError::Truncated {
+                                expected: len,
+                                got: off + n,
+                            });
+                        }
+                        Err(rustix::io::Errno::INTR) => {}
+                        Err(rustix::io::Errno::CONNREFUSED) => {
+                            return Err(GenieError::PeerGone { during: "input" });
+                        }
+                        Err(e) => return Err(GenieError::io("recv(udp)", e)),
+                    }
+                }
+                Ok(())
+            }
+            _ => zcio_vm::wire::read_exact(self.fd, buf)
+                .map_err(|e| GenieError::from_wire(e, "input")),
+        }
+    }
+
+    fn wait_whole(&mut self, _len: usize) -> Result<bool> {
+        // Kernel socket buffers and files are not held whole here: use staging.
+        Ok(false)
+    }
+
+    fn kernel_copies(&self, len: usize) -> Option<u64> {
+        Some(len.saturating_sub(self.direct_bytes) as u64)
+    }
+
+    fn direct_ok(&self, buf: &[u8]) -> bool {
+        match (self.end_kind, self.direct) {
+            (ModuleKind::File, Some((_, a))) => {
+                (buf.as_ptr() as usize) % a.mem == 0 && buf.len() % a.offset == 0
+            }
+            _ => true,
+        }
+    }
+}
