@@ -137,6 +137,16 @@ fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> GenieError {
 
 /// A connected sender and receiver for a socket or pipe module.
 pub fn pair(kind: ModuleKind) -> Result<(StreamEnd, StreamEnd)> {
+    let (a, b) = pair_fds(kind)?;
+    Ok((
+        StreamEnd::new(kind, a, None, None),
+        StreamEnd::new(kind, b, None, None),
+    ))
+}
+
+/// The descriptors of a connected socket or pipe module: (sending end, receiving end), to hand
+/// one of them to another process.
+pub fn pair_fds(kind: ModuleKind) -> Result<(OwnedFd, OwnedFd)> {
     let (a, b): (OwnedFd, OwnedFd) = match kind {
         ModuleKind::Unix => {
             let (a, b) = std::os::unix::net::UnixStream::pair().map_err(io_err("socketpair"))?;
@@ -176,10 +186,7 @@ pub fn pair(kind: ModuleKind) -> Result<(StreamEnd, StreamEnd)> {
             ));
         }
     };
-    Ok((
-        StreamEnd::new(kind, a, None, None),
-        StreamEnd::new(kind, b, None, None),
-    ))
+    Ok((a, b))
 }
 
 impl StreamEnd {

@@ -1,1 +1,91 @@
-fn main() {}
+//! The `zcio` command: pass data between two processes (or a process and a file) with the
+//! semantics of your choice and see what it cost; calibrate; probe the kernel.
+
+mod transfer;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "zcio",
+    version,
+    about = "Copy-avoiding I/O: Genie's data-passing semantics on Linux"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Move data from this process to a receiver process (or a file and back) and report.
+    Transfer(transfer::TransferArgs),
+    /// Measure the primitives on this machine and write the profile the library loads.
+    Calibrate {
+        /// Where to write the profile (default: $ZCIO_PROFILE or ~/.cache/zcio/profile.json).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Fewer samples (a second instead of several).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Probe the kernel features zcio uses and print them as JSON.
+    Probe {
+        /// Directory where file transfers go (for the O_DIRECT probe).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Internal: the receiving process of `zcio transfer`.
+    #[command(hide = true)]
+    Peer {
+        /// Unix socket path to connect to.
+        #[arg(long)]
+        connect: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Transfer(a) => transfer::run(a),
+        Cmd::Peer { connect } => transfer::peer(&connect),
+        Cmd::Probe { dir } => {
+            let p = zcio_genie::probe::probe(&dir);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&p).expect("probe serializes")
+            );
+            Ok(())
+        }
+        Cmd::Calibrate { out, quick } => calibrate(out, quick),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = serde_json::json!({ "error": e.to_string() });
+            eprintln!("zcio: {e}");
+            println!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn calibrate(out: Option<PathBuf>, quick: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let bar = indicatif::ProgressBar::new(100);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>12} [{bar:40}] {percent}%")
+            .expect("template"),
+    );
+    let p = zcio_genie::profile::Profile::calibrate(quick, |step, frac| {
+        bar.set_message(step.to_string());
+        bar.set_position((frac * 100.0) as u64);
+    })?;
+    bar.finish_and_clear();
+    let path = out.unwrap_or_else(zcio_genie::profile::Profile::default_path);
+    p.save(&path)?;
+    eprintln!("profile written to {}", path.display());
+    println!("{}", serde_json::to_string_pretty(&p)?);
+    Ok(())
+}

@@ -1,0 +1,592 @@
+//! `zcio transfer`: one process outputs, a second process (spawned here, `zcio peer`) inputs,
+//! each with the chosen semantics; the receiver checks every byte against the data as of the
+//! sender's call. The file module writes a file and reads it back in this process.
+
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+use zcio_genie::memnet::{LinkParts, MemnetEndpoint};
+use zcio_genie::semantics::Allocation;
+use zcio_genie::stream::{ModuleKind, StreamEnd};
+use zcio_genie::{Accounting, InputBuffering, Region, Semantics};
+use zcio_vm::{MapOptions, Mapping, VmRuntime, page_size};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Arguments of `zcio transfer`.
+#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
+pub struct TransferArgs {
+    /// Data-passing semantics, used for the output and the input.
+    #[arg(long)]
+    pub semantics: Semantics,
+    /// I/O module.
+    #[arg(long, default_value = "memnet")]
+    pub module: ModuleKind,
+    /// Bytes per message.
+    #[arg(long)]
+    pub bytes: usize,
+    /// Offset of the buffers within a page (application-allocated semantics).
+    #[arg(long, default_value_t = 0)]
+    pub offset: usize,
+    /// Input buffering of the receiver.
+    #[arg(long, default_value = "early-demux")]
+    pub input: InputBuffering,
+    /// Overwrite the sender's buffer from another thread right after each call returns and until
+    /// the transfer completes.
+    #[arg(long)]
+    pub overwrite_during_output: bool,
+    /// Messages to send.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+    /// Print one JSON object (otherwise a short human summary).
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for the file module's file.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Seed of the data pattern.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Take the zero-copy paths even where the calibration profile says copying is cheaper
+    /// (thresholds of one page), to see what the VM mechanisms cost here.
+    #[arg(long)]
+    pub force_zero_copy: bool,
+    /// Fault injection: the receiving process exits after this many messages.
+    #[arg(long, hide = true)]
+    pub peer_exit_after: Option<usize>,
+}
+
+/// The data of message `i`: a deterministic pattern both sides can regenerate.
+pub fn pattern(buf: &mut [u8], seed: u64, i: usize) {
+    let mut x = (seed ^ ((i as u64) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_ne_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+/// First differing byte between `buf` and the pattern, if any.
+fn check(buf: &[u8], seed: u64, i: usize, scratch: &mut Vec<u8>) -> Option<usize> {
+    scratch.resize(buf.len(), 0);
+    pattern(scratch, seed, i);
+    buf.iter().zip(scratch.iter()).position(|(a, b)| a != b)
+}
+
+/// A buffer at a page offset in its own mapping.
+struct Buf {
+    map: Mapping,
+    off: usize,
+    len: usize,
+}
+
+impl Buf {
+    fn new(len: usize, off: usize) -> Res<Buf> {
+        Ok(Buf {
+            map: Mapping::anonymous(len + off + page_size(), MapOptions::default())?,
+            off,
+            len,
+        })
+    }
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.map.as_mut_slice()[self.off..self.off + self.len]
+    }
+}
+
+/// What the receiver reports.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct PeerReport {
+    messages: usize,
+    mismatches: usize,
+    first_mismatch: Option<(usize, usize)>,
+    accounting: Accounting,
+    cpu_ns: u64,
+    error: Option<String>,
+}
+
+fn cpu_now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+fn send_frame(s: &mut UnixStream, data: &[u8]) -> Res<()> {
+    s.write_all(&(data.len() as u64).to_ne_bytes())?;
+    s.write_all(data)?;
+    Ok(())
+}
+
+fn recv_frame(s: &mut UnixStream) -> Res<Vec<u8>> {
+    let mut l = [0u8; 8];
+    s.read_exact(&mut l)?;
+    let n = u64::from_ne_bytes(l) as usize;
+    if n > 1 << 20 {
+        return Err(format!("control frame of {n} bytes").into());
+    }
+    let mut v = vec![0u8; n];
+    s.read_exact(&mut v)?;
+    Ok(v)
+}
+
+fn send_fd(s: &UnixStream, fd: &OwnedFd) -> Res<()> {
+    use std::mem::MaybeUninit;
+    let fds = [fd.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
+    anc.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(
+        s,
+        &[std::io::IoSlice::new(b"F")],
+        &mut anc,
+        rustix::net::SendFlags::empty(),
+    )?;
+    Ok(())
+}
+
+fn recv_fd(s: &UnixStream) -> Res<OwnedFd> {
+    use std::mem::MaybeUninit;
+    let mut b = [0u8; 1];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    rustix::net::recvmsg(
+        s,
+        &mut [std::io::IoSliceMut::new(&mut b)],
+        &mut anc,
+        rustix::net::RecvFlags::CMSG_CLOEXEC,
+    )?;
+    for m in anc.drain() {
+        if let rustix::net::RecvAncillaryMessage::ScmRights(mut it) = m
+            && let Some(fd) = it.next()
+        {
+            return Ok(fd);
+        }
+    }
+    Err("no descriptor received".into())
+}
+
+/// The application produces message `i` (not timed): in its buffer, or in a region it allocated
+/// for the system-allocated semantics.
+fn prepare(a: &TransferArgs, buf: &mut Buf, i: usize) -> Res<Option<Region>> {
+    pattern(buf.get(), a.seed, i);
+    if a.semantics.allocation() == Allocation::System {
+        return Ok(Some(Region::from_slice(buf.get())?));
+    }
+    Ok(None)
+}
+
+/// The profile for this transfer: the calibrated one, or one with the smallest thresholds.
+fn profile(a: &TransferArgs) -> &'static zcio_genie::profile::Profile {
+    let p = zcio_genie::profile::Profile::current();
+    if !a.force_zero_copy {
+        return p;
+    }
+    let mut q = p.clone();
+    q.thresholds = zcio_genie::profile::Thresholds {
+        short_output_bytes: page_size(),
+        swap_min_pages: 1,
+    };
+    Box::leak(Box::new(q))
+}
+
+enum Out {
+    Memnet(MemnetEndpoint),
+    Stream(StreamEnd),
+}
+
+/// Run a transfer and print the result.
+pub fn run(a: TransferArgs) -> Res<()> {
+    if a.bytes == 0 {
+        return Err(
+            "invalid argument `--bytes`: length 0: a transfer carries at least one byte".into(),
+        );
+    }
+    if a.count == 0 {
+        return Err("invalid argument `--count`: at least one message".into());
+    }
+    let vma_before = zcio_vm::mapping::vma_count();
+    let result = if a.module == ModuleKind::File {
+        run_file(&a)?
+    } else {
+        run_peer(&a)?
+    };
+    let mut v = result;
+    v["vma_count_before"] = vma_before.into();
+    v["vma_count_after"] = zcio_vm::mapping::vma_count().into();
+    if a.json {
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!(
+            "{} over {}: {} x {} bytes, verified={}, cpu copies {} B/msg, kernel copies {} B/msg, latency {} ns (median), path: {}",
+            a.semantics,
+            a.module,
+            a.count,
+            a.bytes,
+            v["verified"],
+            v["cpu_copied_bytes"],
+            v["kernel_copied_bytes"],
+            v["latency_ns"],
+            v["path"]
+        );
+    }
+    if v["verified"] != serde_json::Value::Bool(true)
+        && a.semantics.integrity() == zcio_genie::Integrity::Strong
+    {
+        return Err("the receiver's data differs from the sender's data as of the call".into());
+    }
+    Ok(())
+}
+
+fn percentiles(mut v: Vec<u64>) -> (u64, u64, u64) {
+    v.sort_unstable();
+    let at = |q: usize| v[(v.len() - 1) * q / 100];
+    (at(50), at(10), at(90))
+}
+
+/// Output one message; returns the sender's accounting. Overwrites the buffer after the call if
+/// asked, until `done` returns.
+fn output_one(
+    out: &mut Out,
+    a: &TransferArgs,
+    buf: &mut Buf,
+    region: Option<Region>,
+    mut done: impl FnMut(&mut Out) -> Res<()>,
+) -> Res<Accounting> {
+    let system = region.is_some();
+    let acc;
+    let ticket;
+    if let Some(r) = region {
+        (ticket, acc) = match out {
+            Out::Memnet(m) => {
+                let (t, acc) = m.send_region(a.semantics, r)?;
+                (Some(t), acc)
+            }
+            Out::Stream(s) => (None, s.send_region(a.semantics, r)?),
+        };
+    } else {
+        (ticket, acc) = match out {
+            Out::Memnet(m) => {
+                let (t, acc) = m.send(a.semantics, buf.get())?;
+                (Some(t), acc)
+            }
+            Out::Stream(s) => (None, s.send(a.semantics, buf.get())?),
+        };
+    }
+    let stop = AtomicBool::new(false);
+    let writes = AtomicU64::new(0);
+    let overwrite = a.overwrite_during_output && !system;
+    let data = buf.get();
+    std::thread::scope(|sc| -> Res<()> {
+        if overwrite {
+            sc.spawn(|| {
+                let mut k = 0u8;
+                while !stop.load(Ordering::Relaxed) {
+                    k = k.wrapping_add(1);
+                    data.fill(k);
+                    writes.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let r = (|| -> Res<()> {
+            if let (Out::Memnet(m), Some(t)) = (&mut *out, ticket) {
+                m.wait(t)?;
+            }
+            done(out)
+        })();
+        stop.store(true, Ordering::Relaxed);
+        r
+    })?;
+    Ok(acc)
+}
+
+fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
+    let dir = tempfile::tempdir()?;
+    let sock_path = dir.path().join("ctl");
+    let listener = UnixListener::bind(&sock_path)?;
+    let exe = std::env::current_exe()?;
+    let mut child = std::process::Command::new(exe)
+        .arg("peer")
+        .arg("--connect")
+        .arg(&sock_path)
+        .spawn()?;
+    let (mut ctl, _) = listener.accept()?;
+    send_frame(&mut ctl, &serde_json::to_vec(a)?)?;
+    let mut out = match a.module {
+        ModuleKind::Memnet => {
+            let (mine, theirs, arena) = zcio_genie::memnet::link_parts()?;
+            theirs.send_over(&ctl)?;
+            let mut m = MemnetEndpoint::join(mine, Some(arena))?;
+            m.set_profile(profile(a));
+            Out::Memnet(m)
+        }
+        kind => {
+            let (tx, rx_end) = zcio_genie::stream::pair_fds(kind)?;
+            send_fd(&ctl, &rx_end)?;
+            drop(rx_end);
+            let mut s = StreamEnd::from_fd(kind, tx);
+            s.set_profile(profile(a));
+            Out::Stream(s)
+        }
+    };
+    let mut buf = Buf::new(a.bytes, a.offset)?;
+    let mut lat = Vec::with_capacity(a.count);
+    let mut acc = Accounting::default();
+    let vm0 = VmRuntime::get().stats();
+    let cpu0 = cpu_now();
+    let mut err = None;
+    for i in 0..a.count {
+        let region = prepare(a, &mut buf, i)?;
+        let t0 = Instant::now();
+        let r = output_one(&mut out, a, &mut buf, region, |_| {
+            let mut b = [0u8; 1];
+            ctl.read_exact(&mut b)
+                .map_err(|_| "peer disappeared during the transfer".into())
+        });
+        match r {
+            Ok(x) => {
+                lat.push(t0.elapsed().as_nanos() as u64);
+                if i == 0 {
+                    acc = x;
+                } else {
+                    acc.add(&Accounting {
+                        path: String::new(),
+                        ..x
+                    });
+                }
+            }
+            Err(e) => {
+                err = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let cpu_sender = cpu_now() - cpu0;
+    let vm1 = VmRuntime::get().stats();
+    drop(out);
+    let report: PeerReport = recv_frame(&mut ctl)
+        .ok()
+        .and_then(|f| serde_json::from_slice(&f).ok())
+        .unwrap_or_default();
+    let status = child.wait()?;
+    if let Some(e) = err.or(report.error.clone()) {
+        return Err(format!("transfer failed: {e} (receiver exit status: {status})").into());
+    }
+    Ok(summarize(
+        a,
+        acc,
+        report.accounting,
+        &lat,
+        cpu_sender + report.cpu_ns,
+        report.mismatches == 0 && report.messages == a.count,
+        report.first_mismatch,
+        vm0,
+        vm1,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    a: &TransferArgs,
+    send: Accounting,
+    recv: Accounting,
+    lat: &[u64],
+    cpu_ns: u64,
+    verified: bool,
+    first_mismatch: Option<(usize, usize)>,
+    vm0: zcio_vm::runtime::VmStats,
+    vm1: zcio_vm::runtime::VmStats,
+) -> serde_json::Value {
+    let n = a.count as u64;
+    let (p50, p10, p90) = percentiles(lat.to_vec());
+    let kernel = match (send.kernel_copied_bytes, recv.kernel_copied_bytes) {
+        (Some(x), Some(y)) => Some((x + y) / n),
+        _ => None,
+    };
+    serde_json::json!({
+        "semantics": a.semantics,
+        "module": a.module,
+        "input": a.input,
+        "bytes": a.bytes,
+        "offset": a.offset,
+        "count": a.count,
+        "verified": verified,
+        "first_mismatch": first_mismatch,
+        "cpu_copied_bytes": (send.cpu_copied_bytes + recv.cpu_copied_bytes) / n,
+        "kernel_copied_bytes": kernel,
+        "swapped_bytes": (send.swapped_bytes + recv.swapped_bytes) / n,
+        "path": format!("output: {}; input: {}", send.path, recv.path),
+        "latency_ns": p50,
+        "latency_p10_ns": p10,
+        "latency_p90_ns": p90,
+        "cpu_ns": cpu_ns / n,
+        "sender": { "cpu_copied_bytes": send.cpu_copied_bytes / n, "kernel_copied_bytes": send.kernel_copied_bytes.map(|k| k / n), "path": send.path },
+        "receiver": { "cpu_copied_bytes": recv.cpu_copied_bytes / n, "kernel_copied_bytes": recv.kernel_copied_bytes.map(|k| k / n), "swapped_bytes": recv.swapped_bytes / n, "path": recv.path },
+        "tcow_faults": vm1.tcow_faults - vm0.tcow_faults,
+        "tcow_page_copies": vm1.tcow_copies - vm0.tcow_copies,
+        "sleep_on_write": vm1.sleep_on_write - vm0.sleep_on_write,
+        "vm": VmRuntime::get().capabilities(),
+    })
+}
+
+fn run_file(a: &TransferArgs) -> Res<serde_json::Value> {
+    let dir = match &a.dir {
+        Some(d) => tempfile::tempdir_in(d)?,
+        None => tempfile::tempdir_in(".")?,
+    };
+    let path = dir.path().join("zcio-transfer.dat");
+    let mut f = StreamEnd::file(&path)?;
+    f.set_profile(profile(a));
+    let mut buf = Buf::new(a.bytes, a.offset)?;
+    let mut rbuf = Buf::new(a.bytes, a.offset)?;
+    let (mut send_acc, mut recv_acc) = (Accounting::default(), Accounting::default());
+    let mut lat = Vec::new();
+    let mut mismatches = 0;
+    let mut first = None;
+    let mut scratch = Vec::new();
+    let vm0 = VmRuntime::get().stats();
+    let cpu0 = cpu_now();
+    let mut out = Out::Stream(f);
+    for i in 0..a.count {
+        let region = prepare(a, &mut buf, i)?;
+        let t0 = Instant::now();
+        let mut got = None;
+        let s = output_one(&mut out, a, &mut buf, region, |_| Ok(()))?;
+        let Out::Stream(fe) = &mut out else {
+            unreachable!()
+        };
+        let r = if a.semantics.allocation() == Allocation::System {
+            let (region, acc) = fe.recv_region(a.semantics, a.bytes)?;
+            got = check(region.as_slice(), a.seed, i, &mut scratch);
+            if got.is_none() && region.page_span()[a.bytes..].iter().any(|&b| b != 0) {
+                got = Some(a.bytes);
+            }
+            acc
+        } else {
+            let acc = fe.recv(a.semantics, rbuf.get(), a.input)?;
+            if let Some(p) = check(rbuf.get(), a.seed, i, &mut scratch) {
+                got = Some(p);
+            }
+            acc
+        };
+        lat.push(t0.elapsed().as_nanos() as u64);
+        if let Some(p) = got {
+            mismatches += 1;
+            first.get_or_insert((i, p));
+        }
+        if i == 0 {
+            send_acc = s;
+            recv_acc = r;
+        } else {
+            send_acc.add(&Accounting {
+                path: String::new(),
+                ..s
+            });
+            recv_acc.add(&Accounting {
+                path: String::new(),
+                ..r
+            });
+        }
+    }
+    let cpu = cpu_now() - cpu0;
+    let vm1 = VmRuntime::get().stats();
+    f = match out {
+        Out::Stream(f) => f,
+        Out::Memnet(_) => unreachable!(),
+    };
+    if let Some(r) = f.direct_unavailable() {
+        send_acc.path = format!("{} [O_DIRECT unavailable: {r}]", send_acc.path);
+    }
+    Ok(summarize(
+        a,
+        send_acc,
+        recv_acc,
+        &lat,
+        cpu,
+        mismatches == 0,
+        first,
+        vm0,
+        vm1,
+    ))
+}
+
+/// The receiving process.
+pub fn peer(connect: &Path) -> Res<()> {
+    let mut ctl = UnixStream::connect(connect)?;
+    let a: TransferArgs = serde_json::from_slice(&recv_frame(&mut ctl)?)?;
+    let mut report = PeerReport::default();
+    let r = (|| -> Res<()> {
+        enum In {
+            M(MemnetEndpoint),
+            S(StreamEnd),
+        }
+        let mut input = match a.module {
+            ModuleKind::Memnet => {
+                let mut m = MemnetEndpoint::join(LinkParts::recv_from(&ctl)?, None)?;
+                m.set_profile(profile(&a));
+                In::M(m)
+            }
+            kind => {
+                let mut s = StreamEnd::from_fd(kind, recv_fd(&ctl)?);
+                s.set_profile(profile(&a));
+                In::S(s)
+            }
+        };
+        // Pooled-unaligned buffers are deliberately off the page boundary.
+        let off = match a.input {
+            InputBuffering::PooledAligned => 0,
+            InputBuffering::PooledUnaligned if a.offset == 0 => 512,
+            _ => a.offset,
+        };
+        let mut buf = Buf::new(a.bytes, off)?;
+        let mut scratch = Vec::new();
+        let cpu0 = cpu_now();
+        for i in 0..a.count {
+            if a.peer_exit_after == Some(i) {
+                std::process::exit(3);
+            }
+            let (acc, bad) = if a.semantics.allocation() == Allocation::System {
+                let (region, acc) = match &mut input {
+                    In::M(m) => m.recv_region(a.semantics, a.input)?,
+                    In::S(s) => s.recv_region(a.semantics, a.bytes)?,
+                };
+                ctl.write_all(b".")?;
+                let mut bad = check(region.as_slice(), a.seed, i, &mut scratch);
+                if bad.is_none() && region.page_span()[region.len()..].iter().any(|&b| b != 0) {
+                    bad = Some(region.len());
+                }
+                (acc, bad)
+            } else {
+                let acc = match &mut input {
+                    In::M(m) => m.recv(a.semantics, buf.get(), a.input)?.1,
+                    In::S(s) => s.recv(a.semantics, buf.get(), a.input)?,
+                };
+                ctl.write_all(b".")?;
+                (acc, check(buf.get(), a.seed, i, &mut scratch))
+            };
+            if let Some(p) = bad {
+                report.mismatches += 1;
+                report.first_mismatch.get_or_insert((i, p));
+            }
+            if i == 0 {
+                report.accounting = acc;
+            } else {
+                report.accounting.add(&Accounting {
+                    path: String::new(),
+                    ..acc
+                });
+            }
+            report.messages += 1;
+        }
+        report.cpu_ns = cpu_now() - cpu0;
+        Ok(())
+    })();
+    if let Err(e) = r {
+        report.error = Some(e.to_string());
+    }
+    send_frame(&mut ctl, &serde_json::to_vec(&report)?)?;
+    Ok(())
+}
