@@ -325,6 +325,19 @@ impl MemnetEndpoint {
         Ok((Ticket(ticket), acc))
     }
 
+    /// Fault injection for tests: announce a message of `claimed` bytes but queue only `buf`,
+    /// as a sender that dies mid-transfer would. Drop the endpoint afterwards to close the link.
+    #[doc(hidden)]
+    pub fn send_truncated(&mut self, buf: &[u8], claimed: usize) -> Result<()> {
+        Self::check_len(claimed)?;
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        self.publish(t, claimed, 0, Semantics::Copy)?;
+        zcio_vm::wire::vmsplice_all(self.out_tx.as_fd(), &[buf])
+            .map_err(|e| GenieError::from_wire(e, "output"))?;
+        Ok(())
+    }
+
     /// Output a system-allocated region under a move-family semantics (paper 000, Table 4).
     /// Move deallocates the region at once (the pending output keeps its pages); emulated move
     /// hides it in the region cache; the weak moves keep it mapped in the cache.

@@ -10,6 +10,7 @@ use crate::error::{GenieError, Result};
 use crate::semantics::Semantics;
 use serde::{Deserialize, Serialize};
 use zcio_vm::mapping::Hidden;
+use zcio_vm::runtime::WatchId;
 use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
 
 /// Where a region is in its life (paper 000, Table 4).
@@ -42,7 +43,9 @@ impl Region {
         if len == 0 {
             return Err(GenieError::arg("len", "a region holds at least one byte"));
         }
-        let map = Mapping::anonymous(len, MapOptions::default())?;
+        // Registered with the runtime's userfaultfd so that, once cached, its unmapping by the
+        // application is seen (the region check).
+        let map = VmRuntime::get().registered_mapping(len, MapOptions::default())?;
         Ok(Region {
             map,
             len,
@@ -121,8 +124,8 @@ enum Cached {
 
 struct Entry {
     region: Cached,
-    /// Unmap generation at the time it was cached (for the region check).
-    generation: u64,
+    /// Watch for its unmapping (the region check).
+    watch: Option<WatchId>,
     /// Output still pending on it (the ticket id); reusable only after completion.
     pending: Option<u64>,
     /// Wired for the output (weak move).
@@ -160,7 +163,6 @@ impl RegionCache {
     /// mapped (and wired under weak move) for the weak move family. Move semantics is not cached:
     /// the region is deallocated (its pages live on in the pending I/O).
     pub fn keep(&mut self, region: Region, sem: Semantics, ticket: u64) -> Result<RegionState> {
-        let gen_ = VmRuntime::get().unmap_generation();
         let map = region.into_mapping();
         if self.entries.len() >= self.limit {
             return Ok(RegionState::MovedOut); // dropped: unmapped now, the I/O holds its pages
@@ -179,9 +181,13 @@ impl RegionCache {
             }
             _ => return Ok(RegionState::MovedOut),
         };
+        let watch = VmRuntime::get().watch(match &region {
+            Cached::Hidden(h) => h.range(),
+            Cached::Mapped(m) => m.range(),
+        });
         self.entries.push(Entry {
             region,
-            generation: gen_,
+            watch,
             pending: Some(ticket),
             wired,
         });
@@ -215,18 +221,22 @@ impl RegionCache {
         let mut i = 0;
         while i < self.entries.len() {
             let e = &self.entries[i];
-            let kind_ok = match (&e.region, sem) {
-                (Cached::Hidden(_), Semantics::EmulatedMove) => true,
-                (Cached::Mapped(_), Semantics::WeakMove | Semantics::EmulatedWeakMove) => true,
-                _ => false,
-            };
+            let kind_ok = matches!(
+                (&e.region, sem),
+                (Cached::Hidden(_), Semantics::EmulatedMove)
+                    | (
+                        Cached::Mapped(_),
+                        Semantics::WeakMove | Semantics::EmulatedWeakMove
+                    )
+            );
             let r = match &e.region {
                 Cached::Hidden(h) => h.range(),
                 Cached::Mapped(m) => m.range(),
             };
-            if rt.unmapped_since(r, e.generation) {
+            if rt.watch_gone(e.watch, r) {
                 // Region check failed: the application removed (part of) it. Never touch it again.
                 let e = self.entries.swap_remove(i);
+                rt.unwatch(e.watch);
                 self.removed_by_application += 1;
                 match e.region {
                     Cached::Hidden(h) => h.forget(),
@@ -238,6 +248,7 @@ impl RegionCache {
             }
             if kind_ok && e.pending.is_none() && r.len == want {
                 let e = self.entries.swap_remove(i);
+                rt.unwatch(e.watch);
                 let mut map = match e.region {
                     Cached::Hidden(h) => h.reinstate().map_err(|(_, e)| e)?,
                     Cached::Mapped(m) => m,
@@ -264,6 +275,15 @@ impl RegionCache {
     /// Whether the cache is empty.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+impl Drop for RegionCache {
+    fn drop(&mut self) {
+        let rt = VmRuntime::get();
+        for e in self.entries.drain(..) {
+            rt.unwatch(e.watch);
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 //! | reference / unreference pages, I/O-deferred deallocation | [`runtime::VmRuntime::reference_output`], [`wire::vmsplice_all`] (the kernel holds page references in a pipe) |
 //! | TCOW | [`runtime`] (userfaultfd write-protect + `UFFDIO_MOVE`), [`fallback`] (mprotect + SIGSEGV) |
 //! | swap pages | [`runtime::VmRuntime::swap`], [`runtime::VmRuntime::move_range`] |
-//! | region check | [`runtime::VmRuntime::unmapped_since`] |
+//! | region check | [`runtime::VmRuntime::watch`], [`runtime::VmRuntime::watch_gone`] |
 //! | the memory network's shared memory | [`arena::SharedArena`], [`arena::SharedRing`] |
 //!
 //! Kernel features are probed at run time ([`VmRuntime::capabilities`]); a missing one selects a fallback and

@@ -39,8 +39,8 @@ pub const MAX_REGISTRATIONS: usize = 64;
 pub const STASH_PAGES: usize = 8192;
 /// Ranges in transition (being swapped) at once.
 const MAX_TRANSIENT: usize = 256;
-/// Recent unmaps remembered for region checks.
-const UNMAP_LOG: usize = 256;
+/// Ranges watched for unmapping at once (cached regions).
+pub const MAX_WATCHES: usize = 4096;
 
 /// How write protection during output (TCOW) is implemented in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -109,6 +109,16 @@ struct ActiveOutput {
     id: u64,
     range: RawRange,
     protected: bool,
+    /// Unmap generation when the output started: only unmaps after it concern this output.
+    since: u64,
+}
+
+/// A range whose unmapping the runtime watches for (a cached region; the region check).
+#[derive(Clone, Copy)]
+struct Watch {
+    id: u64,
+    range: RawRange,
+    gone: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -131,8 +141,9 @@ struct State {
     free_slots: Vec<usize>,
     registered: Vec<Registration>,
     transient: Vec<RawRange>,
-    gone: Vec<RawRange>,
-    unmap_log: Vec<(u64, RawRange)>,
+    /// Ranges unmapped while an output over them was pending, with the unmap generation.
+    gone: Vec<(u64, RawRange)>,
+    watches: Vec<Watch>,
     unmap_gen: u64,
     clock: u64,
     next_id: u64,
@@ -145,6 +156,11 @@ pub struct VmRuntime {
     uffd: Option<Userfaultfd>,
     caps: Capabilities,
     state: Mutex<State>,
+    /// Held by the handler from reading a batch of events until it has handled them, so that a
+    /// region check made after `munmap` returned (the kernel returns once the unmap event is
+    /// read) sees the event's effect.
+    batch: Mutex<()>,
+    next_watch: AtomicU64,
     stash: Option<Mapping>,
     zero: Mapping,
     counters: Counters,
@@ -265,7 +281,7 @@ impl VmRuntime {
             registered: Vec::with_capacity(MAX_REGISTRATIONS),
             transient: Vec::with_capacity(MAX_TRANSIENT),
             gone: Vec::with_capacity(MAX_OUTPUTS),
-            unmap_log: Vec::with_capacity(UNMAP_LOG),
+            watches: Vec::with_capacity(MAX_WATCHES),
             unmap_gen: 0,
             clock: 0,
             next_id: 1,
@@ -279,6 +295,8 @@ impl VmRuntime {
             },
             uffd,
             state: Mutex::new(state),
+            batch: Mutex::new(()),
+            next_watch: AtomicU64::new(1),
             stash,
             zero,
             counters: Counters::default(),
@@ -426,7 +444,16 @@ impl VmRuntime {
             match &self.uffd {
                 Some(u) => {
                     self.ensure_registered_locked(&mut st, full)?;
-                    u.writeprotect(full, true, false)?;
+                    if let Err(e) = u.writeprotect(full, true, false) {
+                        if e.errno() != Some(libc::ENOENT) {
+                            return Err(e);
+                        }
+                        // Our record was stale: the old mapping was unmapped and its unmap
+                        // event is not yet processed. Register the new mapping and retry.
+                        st.registered.retain(|g| g.range.intersect(&full).is_none());
+                        self.ensure_registered_locked(&mut st, full)?;
+                        u.writeprotect(full, true, false)?;
+                    }
                     protected = true;
                 }
                 None => {
@@ -435,10 +462,12 @@ impl VmRuntime {
                 }
             }
         }
+        let since = st.unmap_gen;
         st.outputs.push(ActiveOutput {
             id,
             range: full,
             protected,
+            since,
         });
         Ok(OutputRef {
             rt: self,
@@ -471,13 +500,19 @@ impl VmRuntime {
         }
         if out.protected {
             // Lift protection from the pages no other protected output still covers and that were
-            // not unmapped meanwhile (those may hold someone else's memory now).
+            // not unmapped while this output was pending (those may hold other memory now, whose
+            // protection, if any, belongs to outputs that started after the unmap).
             let holes = st
                 .outputs
                 .iter()
                 .filter(|o| o.protected)
                 .map(|o| o.range)
-                .chain(st.gone.iter().copied());
+                .chain(
+                    st.gone
+                        .iter()
+                        .filter(|(g, _)| *g > out.since)
+                        .map(|(_, r)| *r),
+                );
             let complete = complement_into(out.range, holes, &mut st.scratch);
             match &self.uffd {
                 Some(u) => {
@@ -492,7 +527,11 @@ impl VmRuntime {
         }
         // Forget gone ranges no pending output overlaps any more.
         let State { gone, outputs, .. } = st;
-        gone.retain(|g| outputs.iter().any(|o| o.range.intersect(g).is_some()));
+        gone.retain(|(g, r)| {
+            outputs
+                .iter()
+                .any(|o| o.since < *g && o.range.intersect(r).is_some())
+        });
     }
 
     fn free_slot_locked(&self, st: &mut State, slot: usize) {
@@ -544,6 +583,7 @@ impl VmRuntime {
         };
         let mut copied = 0;
         let mut off = 0;
+        let mut retries = 0;
         while off < src.len {
             self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
             // SAFETY: the caller's contract covers exactly these ranges.
@@ -562,17 +602,17 @@ impl VmRuntime {
                         .fetch_add((e.moved / page_size()) as u64, Ordering::Relaxed);
                     off += e.moved;
                     match e.errno {
-                        // The page is pinned or shared (fork): copy this one page, leave the
-                        // source as it is (the caller treats the source as free memory).
-                        libc::EBUSY => {
+                        // The page is pinned or shared (fork), or the address space is
+                        // changing: copy this one page, leave the source as it is (the caller
+                        // treats the source as free memory).
+                        libc::EAGAIN if retries < 100_000 => {
+                            retries += 1;
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        libc::EBUSY | libc::EAGAIN => {
                             // SAFETY: one page of the caller's ranges, content-preserving copy.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    (src.addr + off) as *const u8,
-                                    (dst.addr + off) as *mut u8,
-                                    page_size(),
-                                )
-                            };
+                            unsafe { self.fill_page(u, dst.addr + off, src.addr + off) };
                             self.counters
                                 .move_fallback_copies
                                 .fetch_add(1, Ordering::Relaxed);
@@ -694,6 +734,30 @@ impl VmRuntime {
         Ok(copied)
     }
 
+    /// Put a copy of the page at `src` at `dst`, whether `dst` is populated or empty. An empty
+    /// page is filled with `UFFDIO_COPY` (a plain write to it could fault into the handler, which
+    /// leaves pages in transition alone: the writer would wait for itself); `EAGAIN` (the
+    /// address space is changing, an event awaits the handler thread) is retried.
+    ///
+    /// # Safety
+    /// `dst` is one page the caller owns for writing, in a range registered with this runtime's
+    /// userfaultfd; `src` is one readable page.
+    unsafe fn fill_page(&self, u: &Userfaultfd, dst: usize, src: usize) {
+        let ps = page_size();
+        for attempt in 0.. {
+            // SAFETY: the caller's contract.
+            match unsafe { u.copy(dst, src, ps, false) } {
+                Ok(_) => return,
+                Err(e) if e.errno() == Some(libc::EAGAIN) && attempt < 100_000 => {
+                    std::thread::yield_now();
+                }
+                Err(_) => break, // EEXIST: the page is populated, a plain write cannot fault
+            }
+        }
+        // SAFETY: the caller's contract; the page is populated.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, ps) };
+    }
+
     /// One run of [`VmRuntime::swap`]: app pages out to scratch, staging pages in. A page that
     /// cannot be moved out (pinned, or shared with a forked child) stays where it is and gets the
     /// staging bytes by copy; writing it breaks the sharing, so a child never sees the input.
@@ -712,6 +776,7 @@ impl VmRuntime {
         // Phase 1: application pages out. `stay` marks pages that could not be moved.
         let mut off = 0;
         let mut stay_from = Vec::new();
+        let mut retries = 0;
         while off < app.len {
             self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
             // SAFETY: the caller owns app for writing and scratch (empty) for writing.
@@ -736,6 +801,11 @@ impl VmRuntime {
                         .fetch_add((e.moved / ps) as u64, Ordering::Relaxed);
                     off += e.moved;
                     match e.errno {
+                        // The address space is changing: an event awaits the handler thread.
+                        libc::EAGAIN if retries < 100_000 => {
+                            retries += 1;
+                            std::thread::yield_now();
+                        }
                         libc::EBUSY | libc::EAGAIN => {
                             stay_from.push(off);
                             off += ps;
@@ -771,23 +841,18 @@ impl VmRuntime {
                             .pages_moved
                             .fetch_add((e.moved / ps) as u64, Ordering::Relaxed);
                         off += e.moved;
+                        if e.errno == libc::EAGAIN && retries < 100_000 {
+                            retries += 1;
+                            std::thread::yield_now();
+                            continue;
+                        }
                         // The app page got populated meanwhile (a concurrent touch) or the staging
                         // page is pinned: copy this page.
                         // UFFDIO_COPY fills an empty page atomically and wakes anyone waiting on
                         // it (a plain write would fault into the handler, which leaves transient
                         // pages alone); a page populated meanwhile takes a plain copy.
                         // SAFETY: one page of the caller's ranges.
-                        if unsafe { u.copy(app.addr + off, staging.addr + off, ps, false) }.is_err()
-                        {
-                            // SAFETY: as above; the page is populated, so the write does not fault.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    (staging.addr + off) as *const u8,
-                                    (app.addr + off) as *mut u8,
-                                    ps,
-                                )
-                            };
-                        }
+                        unsafe { self.fill_page(u, app.addr + off, staging.addr + off) };
                         self.counters
                             .move_fallback_copies
                             .fetch_add(1, Ordering::Relaxed);
@@ -798,13 +863,7 @@ impl VmRuntime {
             }
             if end < app.len {
                 // SAFETY: the page that stayed is the caller's; copying into it breaks COW sharing.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (staging.addr + end) as *const u8,
-                        (app.addr + end) as *mut u8,
-                        ps,
-                    )
-                };
+                unsafe { self.fill_page(u, app.addr + end, staging.addr + end) };
                 self.counters
                     .move_fallback_copies
                     .fetch_add(1, Ordering::Relaxed);
@@ -818,34 +877,46 @@ impl VmRuntime {
     // ----------------------------------------------------------------------------------------
     // Region checks
 
-    /// A generation number to compare later with [`VmRuntime::unmapped_since`].
-    pub fn unmap_generation(&self) -> u64 {
-        self.lock().unmap_gen
+    /// Watch `r`, a mapping made by [`VmRuntime::registered_mapping`], for unmapping by anyone
+    /// (the region check of paper 000, §6.2.1: a cached region the application removed must not
+    /// be reused). Returns `None` when it cannot be watched (no userfaultfd, or too many
+    /// watches); [`VmRuntime::watch_gone`] then probes the address range instead, which cannot
+    /// tell a new mapping placed at the same address from the old one.
+    pub fn watch(&self, r: RawRange) -> Option<WatchId> {
+        self.uffd.as_ref()?;
+        let mut st = self.lock();
+        if st.watches.len() == MAX_WATCHES {
+            return None;
+        }
+        let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
+        st.watches.push(Watch {
+            id,
+            range: r,
+            gone: false,
+        });
+        Some(WatchId(id))
     }
 
-    /// Whether any part of `r` was unmapped (observed through userfaultfd unmap events) since
-    /// generation `gen`. Conservatively true if the log no longer reaches back that far, and
-    /// answered with a mapping probe when userfaultfd is unavailable.
-    pub fn unmapped_since(&self, r: RawRange, gen_: u64) -> bool {
-        if self.uffd.is_none() {
+    /// Whether (part of) a watched range was unmapped since [`VmRuntime::watch`]. With `None`,
+    /// probes whether `r` is still fully mapped.
+    pub fn watch_gone(&self, w: Option<WatchId>, r: RawRange) -> bool {
+        let Some(w) = w else {
             return !crate::protect::is_mapped(r);
-        }
+        };
+        // An unmap whose event the handler has read is handled before this lock is ours.
+        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
         let st = self.lock();
-        if st.unmap_gen == gen_ {
-            return false;
-        }
-        let oldest = st
-            .unmap_log
+        st.watches
             .iter()
-            .map(|(g, _)| *g)
-            .min()
-            .unwrap_or(st.unmap_gen);
-        if gen_ + 1 < oldest {
-            return true;
+            .find(|x| x.id == w.0)
+            .is_none_or(|x| x.gone)
+    }
+
+    /// Stop watching.
+    pub fn unwatch(&self, w: Option<WatchId>) {
+        if let Some(w) = w {
+            self.lock().watches.retain(|x| x.id != w.0);
         }
-        st.unmap_log
-            .iter()
-            .any(|(g, u)| *g > gen_ && u.intersect(&r).is_some())
     }
 
     // ----------------------------------------------------------------------------------------
@@ -869,6 +940,7 @@ impl VmRuntime {
                 .uffd
                 .as_ref()
                 .expect("handler runs only with userfaultfd");
+            let _batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
             if u.read_events(&mut events).is_err() {
                 continue;
             }
@@ -949,17 +1021,18 @@ impl VmRuntime {
                 i += 1;
             }
         }
+        let g = st.unmap_gen + 1;
         if st.outputs.iter().any(|o| o.range.intersect(&r).is_some())
             && st.gone.len() < st.gone.capacity()
         {
-            st.gone.push(r);
+            st.gone.push((g, r));
         }
-        st.unmap_gen += 1;
-        let g = st.unmap_gen;
-        if st.unmap_log.len() == UNMAP_LOG {
-            st.unmap_log.remove(0);
+        for w in st.watches.iter_mut() {
+            if w.range.intersect(&r).is_some() {
+                w.gone = true;
+            }
         }
-        st.unmap_log.push((g, r));
+        st.unmap_gen = g;
     }
 
     fn handle_wp(&self, u: &Userfaultfd, page: usize) {
@@ -1028,6 +1101,10 @@ impl VmRuntime {
         st.slot_refs[slot] = refs;
     }
 }
+
+/// A range watched for unmapping ([`VmRuntime::watch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchId(u64);
 
 /// A pending output's reference to its pages. Releasing it (explicitly or by dropping) is
 /// Genie's *unreference application pages*: protection is lifted from pages no other pending

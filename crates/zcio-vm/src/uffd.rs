@@ -326,9 +326,9 @@ impl Userfaultfd {
             done += moved;
             if rc < 0 {
                 let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                if errno == libc::EAGAIN {
-                    continue; // transient contention: retry from where it stopped
-                }
+                // EAGAIN included: it means the address space is changing (an unmap event is
+                // pending delivery to *this* userfaultfd's reader), and retrying here from the
+                // handler thread would wait for itself. Callers fall back (copy or sleep-on-write).
                 return Err(MoveError { moved: done, errno });
             }
         }
