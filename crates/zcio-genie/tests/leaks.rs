@@ -1,0 +1,113 @@
+//! Resource accounting: these run alone in their own process (one test), so that descriptor
+//! and mapping counts are not disturbed by other tests.
+
+use zcio_genie::memnet::{self, MemnetEndpoint};
+use zcio_genie::profile::{Profile, Thresholds};
+use zcio_genie::stream::StreamEnd;
+use zcio_genie::{GenieError, InputBuffering, Region, Semantics};
+use zcio_vm::{MapOptions, Mapping, page_size};
+
+fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
+    let mut p = Profile::current().clone();
+    p.thresholds = Thresholds {
+        short_output_bytes: page_size(),
+        swap_min_pages: 1,
+    };
+    let p: &'static Profile = Box::leak(Box::new(p));
+    let (mut a, mut b) = memnet::pair().unwrap();
+    a.set_profile(p);
+    b.set_profile(p);
+    (a, b)
+}
+
+#[test]
+fn resources() {
+    bad_input_is_a_clear_error_and_leaks_nothing();
+    vma_count_stays_bounded_over_many_transfers();
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn bad_input_is_a_clear_error_and_leaks_nothing() {
+    let (mut tx, mut rx) = forced_pair();
+    let (mut fds, mut vmas) = (0, 0);
+    for round in 0..6 {
+        if round == 2 {
+            // Counted after a first round, which starts the runtime and fills the pools.
+            fds = open_fds();
+            vmas = zcio_vm::mapping::vma_count();
+        }
+        let e = tx.send(Semantics::EmulatedCopy, &[]).unwrap_err();
+        assert!(e.to_string().contains("length 0"), "{e}");
+        let e = Region::alloc(0).unwrap_err();
+        assert!(matches!(e, GenieError::InvalidArgument { arg: "len", .. }));
+        let e = Region::alloc(1 << 50).unwrap_err();
+        assert!(e.to_string().contains("exceeds"), "{e}");
+        let e = tx.send(Semantics::Move, &[1]).unwrap_err();
+        assert!(e.to_string().contains("send_region"), "{e}");
+        let mut small = [0u8; 10];
+        let e = rx
+            .recv(Semantics::Copy, &mut small[..0], InputBuffering::EarlyDemux)
+            .unwrap_err();
+        assert!(matches!(e, GenieError::InvalidArgument { arg: "buf", .. }));
+        // A message longer than the buffer: refused, discarded, the link stays in step.
+        let big = vec![9u8; 100];
+        let (t, _) = tx.send(Semantics::Copy, &big).unwrap();
+        let e = rx
+            .recv(Semantics::Copy, &mut small, InputBuffering::EarlyDemux)
+            .unwrap_err();
+        assert!(e.to_string().contains("does not fit"), "{e}");
+        tx.wait(t).unwrap();
+        let (t, _) = tx.send(Semantics::Copy, &[4u8; 10]).unwrap();
+        rx.recv(Semantics::Copy, &mut small, InputBuffering::EarlyDemux)
+            .unwrap();
+        tx.wait(t).unwrap();
+        assert_eq!(small, [4u8; 10]);
+    }
+    assert_eq!(open_fds(), fds, "descriptors leaked");
+    assert_eq!(zcio_vm::mapping::vma_count(), vmas, "mappings leaked");
+    // A peer that disappears.
+    drop(rx);
+    let e = tx
+        .send(Semantics::EmulatedCopy, &vec![1u8; 1 << 20])
+        .unwrap_err();
+    assert!(matches!(e, GenieError::PeerGone { .. }), "{e}");
+    // An invalid descriptor for a module: a read-only file cannot take output.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = dir.path().join("ro");
+    std::fs::write(&p, b"x").unwrap();
+    let ro: std::os::fd::OwnedFd = std::fs::File::open(&p).unwrap().into();
+    let mut s = StreamEnd::from_fd(zcio_genie::stream::ModuleKind::Pipe, ro);
+    let e = s.send(Semantics::Copy, &[1, 2, 3]).unwrap_err();
+    assert!(e.to_string().contains("write"), "{e}");
+}
+
+fn vma_count_stays_bounded_over_many_transfers() {
+    let (mut tx, mut rx) = forced_pair();
+    let len = 64 * 1024;
+    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    let mut got = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    let mut after_warmup = 0;
+    for i in 0..5000 {
+        m.as_mut_slice()[i % len] = i as u8;
+        let (t, _) = tx.send(Semantics::EmulatedCopy, m.as_slice()).unwrap();
+        rx.recv(
+            Semantics::EmulatedCopy,
+            got.as_mut_slice(),
+            InputBuffering::EarlyDemux,
+        )
+        .unwrap();
+        tx.wait(t).unwrap();
+        if i == 100 {
+            after_warmup = zcio_vm::mapping::vma_count();
+        }
+    }
+    assert_eq!(got.as_slice(), m.as_slice());
+    assert!(
+        zcio_vm::mapping::vma_count() <= after_warmup + 2,
+        "VMAs grew from {after_warmup} to {}",
+        zcio_vm::mapping::vma_count()
+    );
+}

@@ -1,0 +1,322 @@
+//! Each semantics keeps its promise, and the copies counted are the copies made.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use zcio_genie::memnet::{self, MemnetEndpoint};
+use zcio_genie::profile::{Profile, Thresholds};
+use zcio_genie::stream::StreamEnd;
+use zcio_genie::{GenieError, InputBuffering, Region, Semantics};
+use zcio_vm::{MapOptions, Mapping, page_size};
+
+/// A profile that takes the VM paths from one page up (the calibrated one may say copy wins).
+fn zero_copy_profile() -> &'static Profile {
+    let mut p = Profile::current().clone();
+    p.thresholds = Thresholds {
+        short_output_bytes: page_size(),
+        swap_min_pages: 1,
+    };
+    Box::leak(Box::new(p))
+}
+
+fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
+    let (mut a, mut b) = memnet::pair().unwrap();
+    a.set_profile(zero_copy_profile());
+    b.set_profile(zero_copy_profile());
+    (a, b)
+}
+
+fn fill(buf: &mut [u8], seed: u8) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(13).wrapping_add(seed);
+    }
+}
+
+#[test]
+fn strong_integrity_survives_a_concurrent_overwriter() {
+    let (mut tx, mut rx) = forced_pair();
+    let len = 256 * 1024;
+    let writes = AtomicU64::new(0);
+    for sem in [Semantics::Copy, Semantics::EmulatedCopy] {
+        for off in [0, 100] {
+            let mut m = Mapping::anonymous(len + 2 * page_size(), MapOptions::default()).unwrap();
+            let mut got = vec![0u8; len];
+            for round in 0..40u8 {
+                let buf = &mut m.as_mut_slice()[off..off + len];
+                fill(buf, round);
+                let want = buf.to_vec();
+                let (t, _) = tx.send(sem, buf).unwrap();
+                let stop = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        // Right after the call returns and throughout the transfer.
+                        let mut k = 0u8;
+                        while !stop.load(Ordering::Relaxed) {
+                            k = k.wrapping_add(1);
+                            buf.fill(k);
+                            writes.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                    // Give the overwriter a head start before the receiver reads.
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    rx.recv(sem, &mut got, InputBuffering::EarlyDemux).unwrap();
+                    tx.wait(t).unwrap();
+                    stop.store(true, Ordering::Relaxed);
+                });
+                assert!(
+                    got == want,
+                    "{sem} offset {off} round {round}: receiver saw writes made after the call"
+                );
+            }
+        }
+    }
+    assert!(
+        writes.load(Ordering::Relaxed) > 1000,
+        "the overwriter ran {} times",
+        writes.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn share_is_weak_the_receiver_sees_later_writes() {
+    let (mut tx, mut rx) = forced_pair();
+    let len = 64 * 1024;
+    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    m.as_mut_slice().fill(1);
+    let (t, _) = tx.send(Semantics::EmulatedShare, m.as_slice()).unwrap();
+    m.as_mut_slice().fill(2); // after the call, before the receiver reads
+    let mut got = vec![0u8; len];
+    rx.recv(
+        Semantics::EmulatedShare,
+        &mut got,
+        InputBuffering::EarlyDemux,
+    )
+    .unwrap();
+    tx.wait(t).unwrap();
+    assert!(
+        got.iter().all(|&b| b == 2),
+        "share passes the buffer in place: later writes show"
+    );
+}
+
+#[test]
+fn truncated_input_leaves_the_buffer_untouched() {
+    for sem in [Semantics::Copy, Semantics::EmulatedCopy] {
+        for input in InputBuffering::ALL {
+            let (mut tx, mut rx) = forced_pair();
+            let half = vec![0x5Au8; 64 * 1024];
+            tx.send_truncated(&half, 128 * 1024).unwrap();
+            drop(tx); // the sender dies mid-transfer
+            let mut m = Mapping::anonymous(128 * 1024, MapOptions::default()).unwrap();
+            m.as_mut_slice().fill(0xAB);
+            let e = rx.recv(sem, m.as_mut_slice(), input).unwrap_err();
+            assert!(
+                matches!(e, GenieError::PeerGone { .. }),
+                "{sem} {input}: {e}"
+            );
+            assert!(
+                m.as_slice().iter().all(|&b| b == 0xAB),
+                "{sem} {input}: buffer was touched"
+            );
+        }
+    }
+}
+
+#[test]
+fn short_file_leaves_the_buffer_untouched() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for sem in [Semantics::Copy, Semantics::EmulatedCopy] {
+        let mut f = StreamEnd::file(&dir.path().join("short")).unwrap();
+        f.set_profile(zero_copy_profile());
+        f.send(Semantics::Copy, &[7u8; 100]).unwrap();
+        let mut m = Mapping::anonymous(8192, MapOptions::default()).unwrap();
+        m.as_mut_slice().fill(0xAB);
+        let e = f
+            .recv(sem, m.as_mut_slice(), InputBuffering::EarlyDemux)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                GenieError::Truncated {
+                    expected: 8192,
+                    got: 100
+                }
+            ),
+            "{e}"
+        );
+        assert!(m.as_slice().iter().all(|&b| b == 0xAB));
+    }
+}
+
+#[test]
+fn copies_counted_on_the_memory_network() {
+    let (mut tx, mut rx) = forced_pair();
+    let len = 1 << 20;
+    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    fill(m.as_mut_slice(), 3);
+    let mut got = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    for (sem, want_cpu) in [
+        (Semantics::EmulatedCopy, 0),
+        (Semantics::Copy, 2 * len as u64),
+    ] {
+        let mut cpu = 0;
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let (t, acc) = tx.send(sem, m.as_slice()).unwrap();
+                tx.wait(t).unwrap();
+                acc
+            });
+            let (_, racc) = rx
+                .recv(sem, got.as_mut_slice(), InputBuffering::EarlyDemux)
+                .unwrap();
+            let sacc = h.join().unwrap();
+            cpu = sacc.cpu_copied_bytes + racc.cpu_copied_bytes;
+            if sem == Semantics::EmulatedCopy && zcio_vm::VmRuntime::get().capabilities().swap {
+                assert_eq!(racc.swapped_bytes, len as u64, "{}", racc.path);
+            }
+        });
+        assert_eq!(got.as_slice(), m.as_slice());
+        if sem == Semantics::EmulatedCopy && !zcio_vm::VmRuntime::get().capabilities().swap {
+            eprintln!("skipped copy count for emulated copy: no UFFDIO_MOVE here");
+            continue;
+        }
+        assert_eq!(cpu, want_cpu, "{sem}");
+    }
+}
+
+#[test]
+fn copies_counted_over_o_direct_files() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut f = StreamEnd::file(&dir.path().join("direct")).unwrap();
+    if let Some(r) = f.direct_unavailable() {
+        eprintln!("skipped: O_DIRECT unavailable here: {r}");
+        return;
+    }
+    f.set_profile(zero_copy_profile());
+    let len = 1 << 20;
+    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    fill(m.as_mut_slice(), 9);
+    let s = f.send(Semantics::EmulatedCopy, m.as_slice()).unwrap();
+    let mut got = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    let r = f
+        .recv(
+            Semantics::EmulatedCopy,
+            got.as_mut_slice(),
+            InputBuffering::EarlyDemux,
+        )
+        .unwrap();
+    assert_eq!(got.as_slice(), m.as_slice());
+    assert_eq!(
+        s.cpu_copied_bytes + r.cpu_copied_bytes,
+        0,
+        "{} / {}",
+        s.path,
+        r.path
+    );
+    assert_eq!(s.kernel_copied_bytes, Some(0), "O_DIRECT: {}", s.path);
+    // Partial pages only are copied at an unaligned offset.
+    let mut m2 = Mapping::anonymous(len + page_size(), MapOptions::default()).unwrap();
+    let buf = &mut m2.as_mut_slice()[100..100 + len];
+    let r = f.recv(Semantics::EmulatedCopy, buf, InputBuffering::EarlyDemux);
+    assert!(
+        matches!(r, Err(GenieError::Truncated { .. })),
+        "nothing more in the file"
+    );
+}
+
+#[test]
+fn move_never_exposes_stale_bytes() {
+    let (mut a, mut b) = forced_pair();
+    for sem in [
+        Semantics::EmulatedMove,
+        Semantics::WeakMove,
+        Semantics::EmulatedWeakMove,
+        Semantics::Move,
+    ] {
+        // A sends a full two-page region: it is cached at A.
+        let big = Region::from_slice(&vec![0xEEu8; 2 * page_size()]).unwrap();
+        let (t, _) = a.send_region(sem, big).unwrap();
+        let (r, _) = b.recv_region(sem, InputBuffering::EarlyDemux).unwrap();
+        a.wait(t).unwrap();
+        assert!(r.as_slice().iter().all(|&x| x == 0xEE));
+        // B sends 4097 bytes back: A's input reuses the cached region; its tail must be zero.
+        let (t, _) = b
+            .send_region(sem, Region::from_slice(&[0x11u8; 4097]).unwrap())
+            .unwrap();
+        let cached = a.regions.len();
+        let (r, _) = a.recv_region(sem, InputBuffering::EarlyDemux).unwrap();
+        b.wait(t).unwrap();
+        assert_eq!(r.len(), 4097);
+        assert!(r.as_slice().iter().all(|&x| x == 0x11));
+        assert!(
+            r.page_span()[4097..].iter().all(|&x| x == 0),
+            "{sem}: stale bytes after the data"
+        );
+        if sem != Semantics::Move {
+            assert_eq!(
+                a.regions.len(),
+                cached - 1,
+                "{sem}: the cached region was reused"
+            );
+        }
+    }
+}
+
+#[test]
+fn region_check_gives_a_new_region_when_the_application_removed_it() {
+    let (mut a, mut b) = forced_pair();
+    let region = Region::from_slice(&vec![1u8; page_size()]).unwrap();
+    let addr = region.range();
+    let (t, _) = a.send_region(Semantics::EmulatedMove, region).unwrap();
+    b.recv_region(Semantics::EmulatedMove, InputBuffering::EarlyDemux)
+        .unwrap();
+    a.wait(t).unwrap();
+    assert_eq!(a.regions.len(), 1);
+    // The application removes the hidden region behind zcio's back.
+    // SAFETY: the range is a hidden zcio region nobody references; the test plays a C
+    // application calling munmap on it.
+    let rc = unsafe { libc::munmap(addr.addr as *mut libc::c_void, addr.len) };
+    assert_eq!(rc, 0);
+    if zcio_vm::VmRuntime::get().capabilities().tcow == zcio_vm::runtime::TcowMode::UffdMove {
+        // The unmap event reaches the runtime's handler thread asynchronously.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (t, _) = b
+        .send_region(
+            Semantics::EmulatedMove,
+            Region::from_slice(&vec![2u8; page_size()]).unwrap(),
+        )
+        .unwrap();
+    let (r, _) = a
+        .recv_region(Semantics::EmulatedMove, InputBuffering::EarlyDemux)
+        .unwrap();
+    b.wait(t).unwrap();
+    assert!(r.as_slice().iter().all(|&x| x == 2));
+    assert_eq!(a.regions.removed_by_application, 1);
+}
+
+#[test]
+fn unmapping_during_pending_output_still_delivers_the_original() {
+    let (mut tx, mut rx) = forced_pair();
+    let len = 512 * 1024;
+    for sem in [
+        Semantics::EmulatedCopy,
+        Semantics::EmulatedShare,
+        Semantics::Share,
+    ] {
+        let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+        fill(m.as_mut_slice(), 5);
+        let want = m.as_slice().to_vec();
+        let (t, _) = tx.send(sem, m.as_slice()).unwrap();
+        drop(m); // munmap while the output is pending
+        // New memory of the same size (likely at the same address) must not leak into the output.
+        let mut n = Mapping::anonymous(len, MapOptions::default()).unwrap();
+        n.as_mut_slice().fill(0xCC);
+        let mut got = vec![0u8; len];
+        rx.recv(sem, &mut got, InputBuffering::EarlyDemux).unwrap();
+        tx.wait(t).unwrap();
+        assert!(
+            got == want,
+            "{sem}: the output changed after the buffer was unmapped"
+        );
+        assert!(n.as_slice().iter().all(|&b| b == 0xCC));
+    }
+}
