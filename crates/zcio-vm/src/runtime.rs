@@ -39,6 +39,8 @@ pub const MAX_REGISTRATIONS: usize = 64;
 pub const STASH_PAGES: usize = 8192;
 /// Ranges in transition (being swapped) at once.
 const MAX_TRANSIENT: usize = 256;
+/// How often an ioctl that says `EAGAIN` (the address space is changing) is retried.
+const EAGAIN_RETRIES: u32 = 100_000;
 /// Ranges watched for unmapping at once (cached regions).
 pub const MAX_WATCHES: usize = 4096;
 
@@ -439,20 +441,32 @@ impl VmRuntime {
         }
         let id = st.next_id;
         st.next_id += 1;
+        let since_start = st.unmap_gen;
         let mut protected = false;
         if protect && !full.is_empty() {
             match &self.uffd {
                 Some(u) => {
-                    self.ensure_registered_locked(&mut st, full)?;
-                    if let Err(e) = u.writeprotect(full, true, false) {
-                        if e.errno() != Some(libc::ENOENT) {
-                            return Err(e);
-                        }
-                        // Our record was stale: the old mapping was unmapped and its unmap
-                        // event is not yet processed. Register the new mapping and retry.
-                        st.registered.retain(|g| g.range.intersect(&full).is_none());
+                    let (mut stale, mut busy) = (false, 0);
+                    loop {
                         self.ensure_registered_locked(&mut st, full)?;
-                        u.writeprotect(full, true, false)?;
+                        match u.writeprotect(full, true, false) {
+                            Ok(()) => break,
+                            // Our record was stale: the old mapping was unmapped and its unmap
+                            // event is not yet processed. Register the new mapping and retry.
+                            Err(e) if e.errno() == Some(libc::ENOENT) && !stale => {
+                                stale = true;
+                                st.registered.retain(|g| g.range.intersect(&full).is_none());
+                            }
+                            // The address space is changing: an event awaits the handler
+                            // thread, which may need the state lock to get to it.
+                            Err(e) if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
+                                busy += 1;
+                                drop(st);
+                                std::thread::yield_now();
+                                st = self.lock();
+                            }
+                            Err(e) => return Err(e),
+                        }
                     }
                     protected = true;
                 }
@@ -461,6 +475,18 @@ impl VmRuntime {
                     protected = true;
                 }
             }
+        }
+        if st.outputs.len() == MAX_OUTPUTS {
+            // Filled up while the lock was given up above; undo the protection.
+            drop(st);
+            if protected {
+                self.unprotect_unless_needed(id, full, since_start);
+            }
+            return Err(VmError::TooLarge {
+                what: "pending outputs",
+                value: MAX_OUTPUTS + 1,
+                limit: MAX_OUTPUTS,
+            });
         }
         let since = st.unmap_gen;
         st.outputs.push(ActiveOutput {
@@ -498,33 +524,12 @@ impl VmRuntime {
                 k += 1;
             }
         }
+        drop(guard);
         if out.protected {
-            // Lift protection from the pages no other protected output still covers and that were
-            // not unmapped while this output was pending (those may hold other memory now, whose
-            // protection, if any, belongs to outputs that started after the unmap).
-            let holes = st
-                .outputs
-                .iter()
-                .filter(|o| o.protected)
-                .map(|o| o.range)
-                .chain(
-                    st.gone
-                        .iter()
-                        .filter(|(g, _)| *g > out.since)
-                        .map(|(_, r)| *r),
-                );
-            let complete = complement_into(out.range, holes, &mut st.scratch);
-            match &self.uffd {
-                Some(u) => {
-                    for r in &st.scratch {
-                        // Waking is what releases writers that slept on write.
-                        let _ = u.writeprotect(*r, false, false);
-                    }
-                }
-                None => crate::fallback::unprotect(id, &st.scratch),
-            }
-            debug_assert!(complete, "scratch has room for every output plus one");
+            self.unprotect_unless_needed(id, out.range, out.since);
         }
+        let mut guard = self.lock();
+        let st = &mut *guard;
         // Forget gone ranges no pending output overlaps any more.
         let State { gone, outputs, .. } = st;
         gone.retain(|(g, r)| {
@@ -532,6 +537,45 @@ impl VmRuntime {
                 .iter()
                 .any(|o| o.since < *g && o.range.intersect(r).is_some())
         });
+    }
+
+    /// Lift the write protection of `range` (the pages of an output that is no longer listed)
+    /// from the pages no listed protected output covers and that were not unmapped after
+    /// generation `since` (those may hold other memory now, whose protection, if any, belongs to
+    /// outputs that started after the unmap). Waking is what releases writers that slept on
+    /// write. `EAGAIN` (an event awaits the handler thread, which may need the state lock) is
+    /// retried with the lock given up, recomputing what to lift.
+    fn unprotect_unless_needed(&self, id: u64, range: RawRange, since: u64) {
+        let mut busy = 0;
+        'again: loop {
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            let holes = st
+                .outputs
+                .iter()
+                .filter(|o| o.protected)
+                .map(|o| o.range)
+                .chain(st.gone.iter().filter(|(g, _)| *g > since).map(|(_, r)| *r));
+            let complete = complement_into(range, holes, &mut st.scratch);
+            debug_assert!(complete, "scratch has room for every output plus one");
+            match &self.uffd {
+                Some(u) => {
+                    for i in 0..st.scratch.len() {
+                        let r = st.scratch[i];
+                        if let Err(e) = u.writeprotect(r, false, false) {
+                            if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES {
+                                busy += 1;
+                                drop(guard);
+                                std::thread::yield_now();
+                                continue 'again;
+                            }
+                        }
+                    }
+                }
+                None => crate::fallback::unprotect(id, &st.scratch),
+            }
+            return;
+        }
     }
 
     fn free_slot_locked(&self, st: &mut State, slot: usize) {
@@ -924,14 +968,17 @@ impl VmRuntime {
 
     fn handler_loop(&'static self, fd: i32) {
         let mut events: Vec<Event> = Vec::with_capacity(64);
+        // Write-protect faults whose resolution said EAGAIN: retried after the next read.
+        let mut deferred: Vec<Deferred> = Vec::with_capacity(256);
         loop {
             let mut pfd = libc::pollfd {
                 fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
+            let timeout = if deferred.is_empty() { -1 } else { 1 };
             // SAFETY: one valid pollfd.
-            let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+            let rc = unsafe { libc::poll(&mut pfd, 1, timeout) };
             if rc < 0 {
                 continue;
             }
@@ -944,18 +991,29 @@ impl VmRuntime {
             if u.read_events(&mut events).is_err() {
                 continue;
             }
+            let retry = deferred.len();
+            for i in 0..retry {
+                let (page, held) = deferred[i];
+                if let Some(d) = self.handle_wp(u, page, held) {
+                    deferred.push(d);
+                }
+            }
+            deferred.drain(..retry);
             for &ev in &events {
-                self.handle(u, ev);
+                if let Some(d) = self.handle(u, ev) {
+                    deferred.push(d);
+                }
             }
         }
     }
 
-    fn handle(&self, u: &Userfaultfd, ev: Event) {
+    /// Handle one event; returns a page whose write-protect fault must be handled again later.
+    fn handle(&self, u: &Userfaultfd, ev: Event) -> Option<Deferred> {
         let ps = page_size();
         match ev {
             Event::PageFault { addr, wp: true, .. } => {
                 let page = addr & !(ps - 1);
-                self.handle_wp(u, page);
+                return self.handle_wp(u, page, None);
             }
             Event::PageFault {
                 addr,
@@ -968,7 +1026,7 @@ impl VmRuntime {
                 };
                 let transient = self.lock().transient.iter().any(|t| t.contains(&page));
                 if transient {
-                    return; // the swap in progress fills the page and wakes the waiter
+                    return None; // the swap in progress fills the page and wakes the waiter
                 }
                 self.counters.missing_faults.fetch_add(1, Ordering::Relaxed);
                 let r = if write {
@@ -988,6 +1046,7 @@ impl VmRuntime {
             Event::Remap { from, len, .. } => self.forget(RawRange { addr: from, len }),
             Event::Remove { .. } | Event::Other(_) => {}
         }
+        None
     }
 
     fn forget(&self, r: RawRange) {
@@ -1035,7 +1094,10 @@ impl VmRuntime {
         st.unmap_gen = g;
     }
 
-    fn handle_wp(&self, u: &Userfaultfd, page: usize) {
+    /// Resolve a write-protect fault on `page` by TCOW; `held` is the stash slot of a fault
+    /// whose step 1 is done already. Returns what must be tried again after the handler has read
+    /// more events (the address space was changing: `EAGAIN`).
+    fn handle_wp(&self, u: &Userfaultfd, page: usize, held: Option<usize>) -> Option<Deferred> {
         let ps = page_size();
         let pr = RawRange {
             addr: page,
@@ -1043,20 +1105,24 @@ impl VmRuntime {
         };
         let mut guard = self.lock();
         let st = &mut *guard;
-        // Protected outputs that still need this page as it is: those covering it that have not
-        // already had it moved to the stash (a page installed by TCOW is a private copy).
-        let needs = |o: &ActiveOutput, stashed: &[Stashed]| {
-            o.protected
-                && o.range.contains(&pr)
-                && !stashed.iter().any(|s| s.page == page && s.output == o.id)
-        };
-        let needing = st.outputs.iter().filter(|o| needs(o, &st.stashed)).count();
+        if let Some(slot) = held {
+            return self.finish_tcow(u, st, page, slot);
+        }
+        let needing = st
+            .outputs
+            .iter()
+            .filter(|o| needs_page(o, &st.stashed, page))
+            .count();
         if needing == 0 {
             // No pending output needs this page as it is: lift the protection (wakes the writer).
             self.counters.wp_lifted.fetch_add(1, Ordering::Relaxed);
             drop(guard);
-            let _ = u.writeprotect(pr, false, false);
-            return;
+            if let Err(e) = u.writeprotect(pr, false, false) {
+                if e.errno() == Some(libc::EAGAIN) {
+                    return Some((page, None));
+                }
+            }
+            return None;
         }
         self.counters.tcow_faults.fetch_add(1, Ordering::Relaxed);
         let room = st.stashed.len() + needing <= st.stashed.capacity();
@@ -1064,32 +1130,63 @@ impl VmRuntime {
         let (Some(stash), true, Some(slot)) = (&self.stash, self.caps.swap, slot) else {
             // Sleep on write: the output's completion lifts the protection and wakes the writer.
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         };
         let slot_addr = stash.addr() + slot * ps;
         // SAFETY: TCOW step 1: move the original page out of the application's address space
         // into our empty, registered stash slot. Pending outputs reference the physical page, so
         // they keep the original. The faulting thread is blocked; other threads touching the page
         // in the window take a missing-page fault, which step 2 resolves and wakes.
-        if unsafe { u.move_pages(slot_addr, page, ps, false, true) }.is_err() {
+        if let Err(e) = unsafe { u.move_pages(slot_addr, page, ps, false, true) } {
             st.free_slots.push(slot);
+            if e.errno == libc::EAGAIN {
+                return Some((page, None));
+            }
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
-            return; // pinned or shared with a child: sleep on write until the output completes
+            return None; // pinned or shared with a child: sleep on write until the output completes
         }
+        self.finish_tcow(u, st, page, slot)
+    }
+
+    /// TCOW step 2 and its bookkeeping, for a page whose original is in stash slot `slot`.
+    fn finish_tcow(
+        &self,
+        u: &Userfaultfd,
+        st: &mut State,
+        page: usize,
+        slot: usize,
+    ) -> Option<Deferred> {
+        let ps = page_size();
+        let pr = RawRange {
+            addr: page,
+            len: ps,
+        };
+        let stash = self.stash.as_ref().expect("TCOW moves only with a stash");
+        let slot_addr = stash.addr() + slot * ps;
         // SAFETY: TCOW step 2: install a private, writable copy of the original at the faulting
         // address (empty since step 1); this wakes the writer.
-        if unsafe { u.copy(page, slot_addr, ps, false) }.is_err() {
+        if let Err(e) = unsafe { u.copy(page, slot_addr, ps, false) } {
+            if e.errno() == Some(libc::EAGAIN) {
+                // The page stays empty until the retry: mark it in transition so that a missing
+                // fault on it waits for the retry instead of getting a zero page.
+                if !st.transient.contains(&pr) {
+                    st.transient.push(pr);
+                }
+                return Some((page, Some(slot)));
+            }
             // SAFETY: undo step 1, moving our stash page back to the still-empty application page.
             let _ = unsafe { u.move_pages(page, slot_addr, ps, false, true) };
+            st.transient.retain(|t| *t != pr);
             st.free_slots.push(slot);
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         }
+        st.transient.retain(|t| *t != pr);
         self.counters.tcow_copies.fetch_add(1, Ordering::Relaxed);
         let mut refs = 0;
         for i in 0..st.outputs.len() {
             let o = st.outputs[i];
-            if needs(&o, &st.stashed) {
+            if needs_page(&o, &st.stashed, page) {
                 st.stashed.push(Stashed {
                     output: o.id,
                     page,
@@ -1098,8 +1195,29 @@ impl VmRuntime {
                 refs += 1;
             }
         }
-        st.slot_refs[slot] = refs;
+        if refs == 0 {
+            // Every output that needed the original completed while the copy was deferred.
+            self.free_slot_locked(st, slot);
+        } else {
+            st.slot_refs[slot] = refs;
+        }
+        None
     }
+}
+
+/// A write-protect fault to handle again: the page, and the stash slot holding its original if
+/// TCOW step 1 is done.
+type Deferred = (usize, Option<usize>);
+
+/// Whether pending output `o` still needs `page` as it is: it protects the page and has not
+/// already had it moved to the stash (a page installed by TCOW is a private copy).
+fn needs_page(o: &ActiveOutput, stashed: &[Stashed], page: usize) -> bool {
+    o.protected
+        && o.range.contains(&RawRange {
+            addr: page,
+            len: page_size(),
+        })
+        && !stashed.iter().any(|s| s.page == page && s.output == o.id)
 }
 
 /// A range watched for unmapping ([`VmRuntime::watch`]).
