@@ -561,6 +561,8 @@ impl MemnetEndpoint {
                 format!("{sem} returns regions: use recv_region"),
             ));
         }
+        // Before the message is taken: a buffer that cannot be written loses nothing.
+        crate::passing::check_writable(buf)?;
         let len = self.next_message()?;
         if len > buf.len() {
             self.discard(len)?;

@@ -9,6 +9,15 @@ use zcio_vm::runtime::{OutputRef, TcowMode};
 use zcio_vm::staging::Staging;
 use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
 
+/// Refuse an input buffer the process may not write (read-only or inaccessible memory) with
+/// an error naming it, before anything is read: Genie's access check at page referencing.
+pub(crate) fn check_writable(buf: &mut [u8]) -> Result<()> {
+    zcio_vm::protect::check_writable(buf).map_err(|e| match e {
+        zcio_vm::VmError::NotWritable { .. } => GenieError::arg("buf", e.to_string()),
+        e => GenieError::Vm(e),
+    })
+}
+
 /// Page-aligned bounce buffers (Genie's system buffers), reused across transfers.
 #[derive(Debug, Default)]
 pub(crate) struct BouncePool {

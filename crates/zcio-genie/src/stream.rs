@@ -189,6 +189,54 @@ pub fn pair_fds(kind: ModuleKind) -> Result<(OwnedFd, OwnedFd)> {
     Ok((a, b))
 }
 
+/// Check that `fd` is the kind of descriptor `kind` works on.
+fn check_kind(kind: ModuleKind, fd: &OwnedFd) -> Result<()> {
+    use rustix::fs::FileType;
+    use rustix::net::{AddressFamily, SocketType, sockopt};
+    let st = rustix::fs::fstat(fd).map_err(|e| GenieError::io("fstat(descriptor)", e))?;
+    let ft = FileType::from_raw_mode(st.st_mode);
+    let socket = |family: &[AddressFamily], ty: SocketType| -> std::result::Result<(), String> {
+        if ft != FileType::Socket {
+            return Err(format!("a {ft:?}, not a socket"));
+        }
+        let t = sockopt::socket_type(fd).map_err(|e| e.to_string())?;
+        let f = sockopt::socket_domain(fd).map_err(|e| e.to_string())?;
+        if t != ty || !family.contains(&f) {
+            let tn = match t {
+                SocketType::STREAM => "stream".to_string(),
+                SocketType::DGRAM => "datagram".to_string(),
+                SocketType::SEQPACKET => "seqpacket".to_string(),
+                other => format!("type {}", other.as_raw()),
+            };
+            let fam = match f {
+                AddressFamily::UNIX => "Unix".to_string(),
+                AddressFamily::INET => "IPv4".to_string(),
+                AddressFamily::INET6 => "IPv6".to_string(),
+                other => format!("family {}", other.as_raw()),
+            };
+            return Err(format!("a {fam} {tn} socket"));
+        }
+        Ok(())
+    };
+    let ip = [AddressFamily::INET, AddressFamily::INET6];
+    let r = match kind {
+        ModuleKind::Pipe if ft == FileType::Fifo => Ok(()),
+        ModuleKind::Pipe => Err(format!("a {ft:?}, not a pipe")),
+        ModuleKind::File if ft == FileType::RegularFile => Ok(()),
+        ModuleKind::File => Err(format!("a {ft:?}, not a regular file")),
+        ModuleKind::Unix => socket(&[AddressFamily::UNIX], SocketType::STREAM),
+        ModuleKind::Tcp => socket(&ip, SocketType::STREAM),
+        ModuleKind::Udp => socket(&ip, SocketType::DGRAM),
+        ModuleKind::Memnet => Err("the memory network is joined with MemnetEndpoint::join".into()),
+    };
+    r.map_err(|what| {
+        GenieError::arg(
+            "fd",
+            format!("the {kind} module needs its own kind of descriptor; this one is {what}"),
+        )
+    })
+}
+
 impl StreamEnd {
     fn new(
         kind: ModuleKind,
@@ -211,9 +259,12 @@ impl StreamEnd {
         }
     }
 
-    /// Wrap an existing descriptor (a socket or pipe end the caller set up).
-    pub fn from_fd(kind: ModuleKind, fd: OwnedFd) -> StreamEnd {
-        StreamEnd::new(kind, fd, None, None)
+    /// Wrap an existing descriptor (a socket or pipe end the caller set up). The descriptor
+    /// must be of the module's kind: a pipe (FIFO) for `pipe`, a Unix stream socket for `unix`,
+    /// a TCP (stream) or UDP (datagram) IP socket for `tcp` and `udp`, a regular file for `file`.
+    pub fn from_fd(kind: ModuleKind, fd: OwnedFd) -> Result<StreamEnd> {
+        check_kind(kind, &fd)?;
+        Ok(StreamEnd::new(kind, fd, None, None))
     }
 
     /// Open (create, truncate) a file for output and input. Outputs append from offset 0;
@@ -427,6 +478,7 @@ impl StreamEnd {
         buffering: InputBuffering,
     ) -> Result<Accounting> {
         Self::check_len(buf.len())?;
+        crate::passing::check_writable(buf)?;
         let mut src = EndSource {
             end_kind: self.kind,
             fd: self.fd.as_fd(),

@@ -65,6 +65,8 @@ fn bad_input_is_a_clear_error_and_leaks_nothing() {
             .unwrap();
         tx.wait(t).unwrap();
         assert_eq!(small, [4u8; 10]);
+        input_into_protected_memory_is_refused_and_loses_nothing(&mut tx, &mut rx);
+        wrong_kind_of_descriptor_is_a_clear_error();
     }
     assert_eq!(open_fds(), fds, "descriptors leaked");
     assert_eq!(zcio_vm::mapping::vma_count(), vmas, "mappings leaked");
@@ -79,9 +81,98 @@ fn bad_input_is_a_clear_error_and_leaks_nothing() {
     let p = dir.path().join("ro");
     std::fs::write(&p, b"x").unwrap();
     let ro: std::os::fd::OwnedFd = std::fs::File::open(&p).unwrap().into();
-    let mut s = StreamEnd::from_fd(zcio_genie::stream::ModuleKind::Pipe, ro);
+    let e = StreamEnd::from_fd(zcio_genie::stream::ModuleKind::Pipe, ro).unwrap_err();
+    assert!(
+        matches!(e, GenieError::InvalidArgument { arg: "fd", .. })
+            && e.to_string().contains("not a pipe"),
+        "{e}"
+    );
+    // A pipe end that cannot take output (the read end).
+    let p = zcio_vm::wire::Pipe::new(4096).unwrap();
+    let mut s = StreamEnd::from_fd(zcio_genie::stream::ModuleKind::Pipe, p.rx).unwrap();
     let e = s.send(Semantics::Copy, &[1, 2, 3]).unwrap_err();
     assert!(e.to_string().contains("write"), "{e}");
+}
+
+/// An input buffer in read-only or inaccessible memory (a C caller could pass one): a clear error
+/// naming the buffer, no fault, and the message stays for the next input.
+fn input_into_protected_memory_is_refused_and_loses_nothing(
+    tx: &mut MemnetEndpoint,
+    rx: &mut MemnetEndpoint,
+) {
+    use zcio_vm::protect::{Access, set_access};
+    let len = 3 * page_size();
+    for access in [Access::ReadOnly, Access::None] {
+        for sem in [
+            Semantics::Copy,
+            Semantics::EmulatedCopy,
+            Semantics::Share,
+            Semantics::EmulatedShare,
+        ] {
+            let data = vec![0x3Cu8; len];
+            let (t, _) = tx.send(sem, &data).unwrap();
+            let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+            // SAFETY: the test plays a C application handing over memory it may not write; the
+            // mapping is not touched from Rust until access is restored below.
+            unsafe { set_access(m.range(), access) }.unwrap();
+            let e = rx
+                .recv(sem, m.as_mut_slice(), InputBuffering::EarlyDemux)
+                .unwrap_err();
+            assert!(
+                matches!(e, GenieError::InvalidArgument { arg: "buf", .. })
+                    && e.to_string().contains("not writable"),
+                "{sem} {access:?}: {e}"
+            );
+            // SAFETY: restores the access the mapping was created with.
+            unsafe { set_access(m.range(), Access::ReadWrite) }.unwrap();
+            let (n, _) = rx
+                .recv(sem, m.as_mut_slice(), InputBuffering::EarlyDemux)
+                .unwrap();
+            tx.wait(t).unwrap();
+            assert_eq!(n, len);
+            assert_eq!(m.as_slice(), &data[..], "{sem}: the message was kept");
+        }
+    }
+    // The same through a kernel module (a pipe).
+    let (mut a, mut b) = zcio_genie::stream::pair(zcio_genie::stream::ModuleKind::Pipe).unwrap();
+    a.send(Semantics::Copy, &[5u8; 100]).unwrap();
+    let mut m = Mapping::anonymous(page_size(), MapOptions::default()).unwrap();
+    // SAFETY: as above.
+    unsafe { set_access(m.range(), Access::ReadOnly) }.unwrap();
+    let e = b
+        .recv(
+            Semantics::Copy,
+            &mut m.as_mut_slice()[..100],
+            InputBuffering::EarlyDemux,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("not writable"), "{e}");
+    // SAFETY: as above.
+    unsafe { set_access(m.range(), Access::ReadWrite) }.unwrap();
+    b.recv(
+        Semantics::Copy,
+        &mut m.as_mut_slice()[..100],
+        InputBuffering::EarlyDemux,
+    )
+    .unwrap();
+    assert!(m.as_slice()[..100].iter().all(|&x| x == 5));
+}
+
+/// A descriptor of the wrong kind for its module (a regular file handed to the TCP module).
+fn wrong_kind_of_descriptor_is_a_clear_error() {
+    use zcio_genie::stream::ModuleKind;
+    let f: std::os::fd::OwnedFd = tempfile::tempfile().unwrap().into();
+    let e = StreamEnd::from_fd(ModuleKind::Tcp, f).unwrap_err();
+    assert!(
+        matches!(e, GenieError::InvalidArgument { arg: "fd", .. })
+            && e.to_string().contains("tcp module")
+            && e.to_string().contains("not a socket"),
+        "{e}"
+    );
+    // A UDP socket handed to the TCP module.
+    let (u, _) = zcio_genie::stream::pair_fds(ModuleKind::Udp).unwrap();
+    let e = StreamEnd::from_fd(ModuleKind::Tcp, u).unwrap_err();
+    assert!(e.to_string().contains("IPv4 datagram socket"), "{e}");
 }
 
 fn vma_count_stays_bounded_over_many_transfers() {

@@ -84,6 +84,17 @@ pub enum VmError {
         /// Bound end.
         bound_end: usize,
     },
+    /// An input buffer lies (partly) in memory the process may not write (read-only or
+    /// inaccessible pages, or no mapping at all).
+    #[error(
+        "input buffer [{addr:#x}, +{len}) is not writable memory (read-only, inaccessible or unmapped)"
+    )]
+    NotWritable {
+        /// Start of the buffer.
+        addr: usize,
+        /// Its length.
+        len: usize,
+    },
     /// The page-referencing runtime is shutting down or its handler died.
     #[error("the VM runtime is not running: {0}")]
     RuntimeDown(String),

@@ -76,3 +76,60 @@ pub fn is_mapped(r: RawRange) -> bool {
     // SAFETY: MADV_NORMAL only resets the readahead hint; it never changes contents.
     unsafe { libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_NORMAL) == 0 }
 }
+
+/// Whether this kernel has `MADV_POPULATE_WRITE` (probed once on a page of our own).
+fn populate_write_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        let Ok(mut m) = crate::mapping::Mapping::anonymous(
+            crate::page::page_size(),
+            crate::mapping::MapOptions::default(),
+        ) else {
+            return false;
+        };
+        let r = m.range();
+        let _ = m.as_mut_slice();
+        // SAFETY: our own fresh, writable page; populating it changes no contents.
+        unsafe { libc::madvise(r.addr as *mut libc::c_void, r.len, 23) == 0 }
+    })
+}
+
+/// Check that every page of `buf` can be written, without writing it: Genie verifies access
+/// rights when it references the pages of an input (§3.1), so that an input into memory the
+/// application may not write fails with an error instead of a fault.
+///
+/// Uses `madvise(MADV_POPULATE_WRITE)` (Linux 5.14), which faults the pages in writable and
+/// fails (`EINVAL` on a mapping without write permission, `EFAULT` or `ENOMEM` where a write
+/// would raise a signal or nothing is mapped). On older kernels the check is
+/// skipped (the kernel's own `EFAULT` on system-call input still applies).
+pub fn check_writable(buf: &mut [u8]) -> Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let ps = crate::page::page_size();
+    let start = buf.as_ptr() as usize & !(ps - 1);
+    let end = (buf.as_ptr() as usize + buf.len()).div_ceil(ps) * ps;
+    // SAFETY: MADV_POPULATE_WRITE never changes the contents of memory; it only faults pages in
+    // (breaking copy-on-write sharing, as a write would). The range covers `buf`, which we
+    // borrow mutably, and the partial pages around it, whose contents stay as they are.
+    let rc = unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            end - start,
+            23, /* MADV_POPULATE_WRITE */
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // EINVAL is also what a kernel without MADV_POPULATE_WRITE says.
+        Some(libc::EINVAL) if !populate_write_supported() => Ok(()),
+        Some(libc::EINVAL) | Some(libc::EFAULT) | Some(libc::ENOMEM) => Err(VmError::NotWritable {
+            addr: buf.as_ptr() as usize,
+            len: buf.len(),
+        }),
+        _ => Err(VmError::sys("madvise(MADV_POPULATE_WRITE)", e)),
+    }
+}
