@@ -27,7 +27,8 @@ pub mod profile;
 pub mod region;
 pub mod semantics;
 pub mod stream;
+pub mod zerocopy;
 
 pub use error::{GenieError, Result};
 pub use region::{Region, RegionCache, RegionState};
-pub use semantics::{Accounting, InputBuffering, Integrity, Semantics};
+pub use semantics::{Accounting, Fallback, InputBuffering, Integrity, Semantics};

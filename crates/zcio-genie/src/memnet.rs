@@ -21,7 +21,7 @@ use crate::error::{GenieError, Result};
 use crate::passing::{BouncePool, Held, InputBuffers, Source, output_app};
 use crate::profile::Profile;
 use crate::region::{Region, RegionCache, RegionState, mark};
-use crate::semantics::{Accounting, InputBuffering, Semantics};
+use crate::semantics::{Accounting, Fallback, InputBuffering, Semantics};
 use rustix::event::{PollFd, PollFlags};
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -88,6 +88,7 @@ pub struct MemnetEndpoint {
     /// Regions whose pages went out, kept for reuse by inputs.
     pub regions: RegionCache,
     profile: &'static Profile,
+    fallback: Fallback,
 }
 
 impl std::fmt::Debug for MemnetEndpoint {
@@ -254,6 +255,48 @@ impl MemnetEndpoint {
             inputs: InputBuffers::default(),
             regions: RegionCache::default(),
             profile: Profile::current(),
+            fallback: Fallback::Allow,
+        })
+    }
+
+    /// Choose what happens when a semantics' mechanism cannot be used here ([`Fallback`]).
+    pub fn set_fallback(&mut self, f: Fallback) {
+        self.fallback = f;
+    }
+
+    /// Under [`Fallback::Refuse`], refuse an input that would be copied in bulk although its
+    /// semantics avoids copies: pooled buffers start at a page boundary, so a buffer that does
+    /// not cannot take their pages (paper 000, Figure 7); without `UFFDIO_MOVE` swaps are copies.
+    fn refuse_copying_input(
+        &self,
+        sem: Semantics,
+        buf: &[u8],
+        buffering: InputBuffering,
+    ) -> Result<()> {
+        if self.fallback == Fallback::Allow || sem == Semantics::Copy {
+            return Ok(());
+        }
+        let ps = zcio_vm::page_size();
+        let off = buf.as_ptr() as usize % ps;
+        let pooled = matches!(
+            buffering,
+            InputBuffering::PooledAligned | InputBuffering::PooledUnaligned
+        );
+        let swaps = pooled || sem == Semantics::EmulatedCopy;
+        let reason = if pooled && off != 0 {
+            format!(
+                "pooled input buffers start at a page boundary and this buffer at page offset {off}: the data would be copied out (align it as preferred_alignment() says)"
+            )
+        } else if swaps && !zcio_vm::VmRuntime::get().capabilities().swap {
+            "page swapping (UFFDIO_MOVE) is unavailable here: the data would be copied out"
+                .to_string()
+        } else {
+            return Ok(());
+        };
+        Err(GenieError::Unsupported {
+            semantics: sem,
+            module: "memnet",
+            reason,
         })
     }
 
@@ -563,6 +606,7 @@ impl MemnetEndpoint {
         }
         // Before the message is taken: a buffer that cannot be written loses nothing.
         crate::passing::check_writable(buf)?;
+        self.refuse_copying_input(sem, buf, buffering)?;
         let len = self.next_message()?;
         if len > buf.len() {
             self.discard(len)?;

@@ -109,10 +109,26 @@ pub fn probe(dir: &Path) -> Probe {
         true,
         format!("{} bytes", zcio_vm::wire::pipe_max_size()),
     ));
+    let zc = crate::zerocopy::loopback();
     f.push(feature(
         "MSG_ZEROCOPY on loopback",
-        false,
-        "loopback copies zero-copy sends (SO_EE_CODE_ZEROCOPY_COPIED): socket modules send with plain copies",
+        zc.supported && !zc.copied,
+        if zc.supported && !zc.copied {
+            format!(
+                "measured: {}; socket modules still send with plain copies (MSG_ZEROCOPY is not used by them)",
+                zc.detail
+            )
+        } else if zc.supported {
+            format!(
+                "measured: {}; zero-copy gains nothing here, so socket modules send with plain copies",
+                zc.detail
+            )
+        } else {
+            format!(
+                "unsupported: {}; socket modules send with plain copies",
+                zc.detail
+            )
+        },
     ));
     Probe {
         kernel: rustix::system::uname()

@@ -193,6 +193,23 @@ impl FromStr for InputBuffering {
     }
 }
 
+/// What an endpoint does when the mechanism a semantics names cannot be used for a transfer
+/// (the kernel copies on this module, the buffer is not aligned for `O_DIRECT` or for page
+/// swapping, page moves are unavailable): take a correct copying path and say so in
+/// [`Accounting::path`], or refuse with [`crate::GenieError::Unsupported`] before any data moves.
+///
+/// Converting a short transfer to copy below the calibrated thresholds is part of Genie's
+/// emulated semantics (paper 000, §6), not a fallback: it happens under both policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fallback {
+    /// Take the copying path and report it (the default).
+    #[default]
+    Allow,
+    /// Fail with `Unsupported` instead.
+    Refuse,
+}
+
 /// What one side of a transfer did: the copies it made and the mechanism it used.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Accounting {

@@ -12,7 +12,7 @@ use crate::error::{GenieError, Result};
 use crate::passing::{BouncePool, InputBuffers, Source};
 use crate::profile::Profile;
 use crate::region::{Region, RegionCache, RegionState, mark};
-use crate::semantics::{Accounting, Allocation, InputBuffering, Semantics};
+use crate::semantics::{Accounting, Allocation, Fallback, InputBuffering, Semantics};
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -119,6 +119,7 @@ pub struct StreamEnd {
     /// Regions whose data went out, kept for reuse by inputs.
     pub regions: RegionCache,
     profile: &'static Profile,
+    fallback: Fallback,
     next_ticket: u64,
 }
 
@@ -255,6 +256,7 @@ impl StreamEnd {
             inputs: InputBuffers::default(),
             regions: RegionCache::default(),
             profile: Profile::current(),
+            fallback: Fallback::Allow,
             next_ticket: 1,
         }
     }
@@ -310,6 +312,43 @@ impl StreamEnd {
         }
     }
 
+    /// Choose what happens when a semantics' mechanism cannot be used here ([`Fallback`]).
+    pub fn set_fallback(&mut self, f: Fallback) {
+        self.fallback = f;
+    }
+
+    /// Under [`Fallback::Refuse`], refuse a non-copy semantics on a path where the data would be
+    /// copied in bulk anyway: a socket or pipe (the kernel copies; on loopback even
+    /// `MSG_ZEROCOPY` sends are copied), or a file without `O_DIRECT` for this buffer.
+    fn refuse_copying_path(&self, sem: Semantics, addr: usize, len: usize, pos: u64) -> Result<()> {
+        if self.fallback == Fallback::Allow || sem == Semantics::Copy {
+            return Ok(());
+        }
+        let reason = match self.kind {
+            ModuleKind::File if self.direct_fits(addr, len, pos).is_some() => return Ok(()),
+            ModuleKind::File => match &self.direct_reason {
+                Some(r) => format!("O_DIRECT is unavailable ({r}): the page cache copies"),
+                None => "the buffer, its length or the file offset is not aligned for O_DIRECT: the page cache would copy".to_string(),
+            },
+            ModuleKind::Pipe | ModuleKind::Unix => {
+                "the kernel copies data written to pipes and Unix sockets".to_string()
+            }
+            ModuleKind::Tcp | ModuleKind::Udp => {
+                let z = crate::zerocopy::loopback();
+                format!(
+                    "the kernel copies socket data here (MSG_ZEROCOPY probe on loopback: {})",
+                    z.detail
+                )
+            }
+            ModuleKind::Memnet => return Ok(()),
+        };
+        Err(GenieError::Unsupported {
+            semantics: sem,
+            module: self.kind.name(),
+            reason,
+        })
+    }
+
     /// Use another calibration profile for this end's thresholds.
     pub fn set_profile(&mut self, p: &'static Profile) {
         self.profile = p;
@@ -335,10 +374,12 @@ impl StreamEnd {
     }
 
     fn direct_for(&self, buf: &[u8], pos: u64) -> Option<BorrowedFd<'_>> {
+        self.direct_fits(buf.as_ptr() as usize, buf.len(), pos)
+    }
+
+    fn direct_fits(&self, addr: usize, len: usize, pos: u64) -> Option<BorrowedFd<'_>> {
         let (fd, a) = self.direct.as_ref()?;
-        let ok = (buf.as_ptr() as usize) % a.mem == 0
-            && buf.len() % a.offset == 0
-            && pos as usize % a.offset == 0;
+        let ok = addr % a.mem == 0 && len % a.offset == 0 && pos as usize % a.offset == 0;
         ok.then(|| fd.as_fd())
     }
 
@@ -418,6 +459,7 @@ impl StreamEnd {
                 format!("{sem} passes regions: use send_region"),
             ));
         }
+        self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.write_pos)?;
         let len = buf.len();
         if sem == Semantics::Copy {
             let mut b = self.pool.get(len)?;
@@ -450,6 +492,7 @@ impl StreamEnd {
                 format!("{sem} passes application buffers: use send"),
             ));
         }
+        self.refuse_copying_path(sem, region.range().addr, region.len(), self.write_pos)?;
         mark(&mut region, RegionState::MovingOut);
         let (kernel, path) = self.put(region.as_slice())?;
         let ticket = self.next_ticket;
@@ -479,6 +522,7 @@ impl StreamEnd {
     ) -> Result<Accounting> {
         Self::check_len(buf.len())?;
         crate::passing::check_writable(buf)?;
+        self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
         let mut src = EndSource {
             end_kind: self.kind,
             fd: self.fd.as_fd(),
@@ -502,6 +546,8 @@ impl StreamEnd {
                 format!("{sem} fills application buffers: use recv"),
             ));
         }
+        // Regions are page-aligned: only the length and the file offset decide.
+        self.refuse_copying_path(sem, 0, len, self.read_pos)?;
         let mut region = if sem == Semantics::Move {
             Region::alloc(len)?
         } else {

@@ -320,3 +320,72 @@ fn unmapping_during_pending_output_still_delivers_the_original() {
         assert!(n.as_slice().iter().all(|&b| b == 0xCC));
     }
 }
+
+#[test]
+fn the_caller_chooses_between_an_explicit_fallback_and_a_clear_failure() {
+    use zcio_genie::Fallback;
+    use zcio_genie::stream::ModuleKind;
+    // A pipe: the kernel copies whatever the semantics, so emulated copy either says so or fails.
+    let (mut a, mut b) = zcio_genie::stream::pair(ModuleKind::Pipe).unwrap();
+    a.set_fallback(Fallback::Refuse);
+    let data = vec![0x42u8; 3 * page_size()];
+    let e = a.send(Semantics::EmulatedCopy, &data).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GenieError::Unsupported {
+                semantics: Semantics::EmulatedCopy,
+                module: "pipe",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    a.send(Semantics::Copy, &data).unwrap(); // copy is never refused
+    a.set_fallback(Fallback::Allow);
+    let acc = a.send(Semantics::EmulatedCopy, &data).unwrap();
+    assert!(acc.path.contains("kernel copies"), "{}", acc.path);
+    let mut got = vec![0u8; data.len()];
+    b.recv(Semantics::Copy, &mut got, InputBuffering::EarlyDemux)
+        .unwrap();
+    b.recv(Semantics::Copy, &mut got, InputBuffering::EarlyDemux)
+        .unwrap();
+    assert_eq!(got, data);
+
+    // The memory network: pooled input into a buffer off the page boundary copies out.
+    let (mut tx, mut rx) = forced_pair();
+    rx.set_fallback(Fallback::Refuse);
+    let (t, _) = tx.send(Semantics::EmulatedCopy, &data).unwrap();
+    let mut m = Mapping::anonymous(data.len() + page_size(), MapOptions::default()).unwrap();
+    let e = rx
+        .recv(
+            Semantics::EmulatedCopy,
+            &mut m.as_mut_slice()[512..512 + data.len()],
+            InputBuffering::PooledUnaligned,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GenieError::Unsupported {
+                module: "memnet",
+                ..
+            }
+        ) && e.to_string().contains("page offset 512"),
+        "{e}"
+    );
+    // Nothing was lost: the message is still there for an aligned buffer.
+    let (n, acc) = rx
+        .recv(
+            Semantics::EmulatedCopy,
+            &mut m.as_mut_slice()[..data.len()],
+            InputBuffering::PooledAligned,
+        )
+        .unwrap();
+    tx.wait(t).unwrap();
+    assert_eq!(n, data.len());
+    assert_eq!(&m.as_slice()[..data.len()], &data[..]);
+    if zcio_vm::VmRuntime::get().capabilities().swap {
+        assert_eq!(acc.cpu_copied_bytes, 0, "{}", acc.path);
+    }
+}

@@ -55,6 +55,10 @@ pub struct TransferArgs {
     /// (thresholds of one page), to see what the VM mechanisms cost here.
     #[arg(long)]
     pub force_zero_copy: bool,
+    /// Fail (with the reason) instead of taking a copying path where the semantics' mechanism
+    /// cannot be used on this module or buffer.
+    #[arg(long)]
+    pub no_fallback: bool,
     /// Fault injection: the receiving process exits after this many messages.
     #[arg(long, hide = true)]
     pub peer_exit_after: Option<usize>,
@@ -196,6 +200,14 @@ fn profile(a: &TransferArgs) -> &'static zcio_genie::profile::Profile {
     Box::leak(Box::new(q))
 }
 
+fn fallback(a: &TransferArgs) -> zcio_genie::Fallback {
+    if a.no_fallback {
+        zcio_genie::Fallback::Refuse
+    } else {
+        zcio_genie::Fallback::Allow
+    }
+}
+
 enum Out {
     Memnet(MemnetEndpoint),
     Stream(StreamEnd),
@@ -324,6 +336,7 @@ fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
             theirs.send_over(&ctl)?;
             let mut m = MemnetEndpoint::join(mine, Some(arena))?;
             m.set_profile(profile(a));
+            m.set_fallback(fallback(a));
             Out::Memnet(m)
         }
         kind => {
@@ -332,6 +345,7 @@ fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
             drop(rx_end);
             let mut s = StreamEnd::from_fd(kind, tx)?;
             s.set_profile(profile(a));
+            s.set_fallback(fallback(a));
             Out::Stream(s)
         }
     };
@@ -453,6 +467,7 @@ fn run_file(a: &TransferArgs) -> Res<serde_json::Value> {
     let path = dir.path().join("zcio-transfer.dat");
     let mut f = StreamEnd::file(&path)?;
     f.set_profile(profile(a));
+    f.set_fallback(fallback(a));
     let mut buf = Buf::new(a.bytes, a.offset)?;
     let mut rbuf = Buf::new(a.bytes, a.offset)?;
     let (mut send_acc, mut recv_acc) = (Accounting::default(), Accounting::default());
@@ -543,11 +558,13 @@ pub fn peer(connect: &Path) -> Res<()> {
             ModuleKind::Memnet => {
                 let mut m = MemnetEndpoint::join(LinkParts::recv_from(&ctl)?, None)?;
                 m.set_profile(profile(&a));
+                m.set_fallback(fallback(&a));
                 In::M(m)
             }
             kind => {
                 let mut s = StreamEnd::from_fd(kind, recv_fd(&ctl)?)?;
                 s.set_profile(profile(&a));
+                s.set_fallback(fallback(&a));
                 In::S(s)
             }
         };
