@@ -49,8 +49,12 @@ pub struct Profile {
     pub kernel: String,
     /// Page size.
     pub page_size: usize,
-    /// User-space copy, per byte (warm cache, 64 KiB blocks).
+    /// User-space copy, per byte (warm cache, up to 256 KiB).
     pub copy: Cost,
+    /// Copy cost per byte by length: `(bytes, ns per byte)` for copies of `bytes` between two
+    /// buffers of that size, each copied repeatedly, so that a length beyond the caches is paid
+    /// at memory speed. Thresholds compare the VM paths with this, not with the warm `copy`.
+    pub copy_by_size: Vec<(usize, f64)>,
     /// Reference + write-protect an output range and release it, per page.
     pub protect: Cost,
     /// Swap pages into an application buffer (`UFFDIO_MOVE`, two moves per page), per page.
@@ -61,7 +65,7 @@ pub struct Profile {
     pub thresholds: Thresholds,
 }
 
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Environment variable naming the profile file.
 pub const PROFILE_ENV: &str = "ZCIO_PROFILE";
@@ -112,6 +116,27 @@ impl Profile {
         });
         let c_large = sample(reps, || dst.copy_from_slice(std::hint::black_box(&src)));
         let copy = fit(c_small, 64.0, c_large, (big_pages * ps) as f64);
+        drop((src, dst));
+        let mut copy_by_size = Vec::new();
+        let sizes: &[usize] = if quick {
+            &[4 << 10, 1 << 20, 16 << 20]
+        } else {
+            &[4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+        };
+        for (k, &n) in sizes.iter().enumerate() {
+            progress("copy", 0.25 * k as f64 / sizes.len() as f64);
+            let src = Mapping::anonymous(n, MapOptions::default())?;
+            let mut dst = Mapping::anonymous(n, MapOptions::default())?;
+            let mut s = src;
+            s.as_mut_slice().fill(7);
+            dst.as_mut_slice().fill(1);
+            let r = if n >= 16 << 20 { reps.min(21) } else { reps };
+            let (t, _) = sample(r, || {
+                dst.as_mut_slice()
+                    .copy_from_slice(std::hint::black_box(s.as_slice()))
+            });
+            copy_by_size.push((n, t / n as f64));
+        }
 
         progress("protect", 0.25);
         let mut m = Mapping::anonymous(
@@ -180,7 +205,7 @@ impl Profile {
         };
         progress("done", 1.0);
 
-        let thresholds = Self::derive(ps, &copy, &protect, &swap);
+        let thresholds = Self::derive(ps, &copy_by_size, &protect, &swap);
         Ok(Profile {
             version: VERSION,
             quick,
@@ -190,6 +215,7 @@ impl Profile {
                 .into_owned(),
             page_size: ps,
             copy,
+            copy_by_size,
             protect,
             swap,
             tcow_fault_ns,
@@ -197,11 +223,39 @@ impl Profile {
         })
     }
 
-    /// Thresholds from costs: the smallest size at which the VM path is cheaper than copying.
-    pub fn derive(ps: usize, copy: &Cost, protect: &Cost, swap: &Cost) -> Thresholds {
-        let max_pages = 1 << 16;
+    /// Predicted cost of copying `bytes`, from the per-size measurements (per-byte cost
+    /// interpolated linearly in the logarithm of the length, held at the ends).
+    pub fn copy_ns(table: &[(usize, f64)], bytes: usize) -> f64 {
+        let per_byte = match table {
+            [] => 0.0,
+            [(n, c), ..] if bytes <= *n => *c,
+            [.., (n, c)] if bytes >= *n => *c,
+            _ => {
+                let i = table
+                    .windows(2)
+                    .position(|w| bytes >= w[0].0 && bytes <= w[1].0)
+                    .expect("bytes lies between the ends");
+                let ((n0, c0), (n1, c1)) = (table[i], table[i + 1]);
+                let x = ((bytes as f64).ln() - (n0 as f64).ln())
+                    / ((n1 as f64).ln() - (n0 as f64).ln());
+                c0 + x * (c1 - c0)
+            }
+        };
+        per_byte * bytes as f64
+    }
+
+    /// Thresholds from costs: the smallest size at which the VM path is cheaper than copying,
+    /// searched up to 1 GiB.
+    pub fn derive(ps: usize, copy: &[(usize, f64)], protect: &Cost, swap: &Cost) -> Thresholds {
+        let max_pages = (1usize << 30) / ps;
         let first = |vm: &dyn Fn(f64) -> f64| {
-            (1..=max_pages).find(|&p| vm(p as f64) < copy.at((p * ps) as f64))
+            let cheaper = |p: usize| vm(p as f64) < Self::copy_ns(copy, p * ps);
+            // Pages 1..=4096 one by one, then doubling (the costs are smooth there).
+            (1..=4096usize).find(|&p| cheaper(p)).or_else(|| {
+                std::iter::successors(Some(8192usize), |p| Some(p * 2))
+                    .take_while(|&p| p <= max_pages)
+                    .find(|&p| cheaper(p))
+            })
         };
         let short_output_bytes = first(&|p| protect.at(p)).map_or(usize::MAX, |p| p * ps);
         let swap_min_pages = first(&|p| swap.at(p)).unwrap_or(usize::MAX);
@@ -276,11 +330,7 @@ mod tests {
 
     #[test]
     fn copy_wins_when_vm_costs_more() {
-        let copy = Cost {
-            per_call_ns: 10.0,
-            per_unit_ns: 0.04,
-            spread: 0.0,
-        };
+        let copy = [(4096, 0.04), (1 << 30, 0.04)];
         let expensive = Cost {
             per_call_ns: 1e9,
             per_unit_ns: 1e9,
@@ -295,9 +345,27 @@ mod tests {
             spread: 0.0,
         };
         let t = Profile::derive(4096, &copy, &cheap, &cheap);
-        // 1000 + 50p < 10 + 163.84p  <=>  p > 8.7
+        // 1000 + 50p < 163.84p  <=>  p > 8.8
         assert_eq!(t.swap_min_pages, 9);
         assert_eq!(t.short_output_bytes, 9 * 4096);
+    }
+
+    #[test]
+    fn copy_cost_follows_the_length() {
+        // Cheap in cache, dearer beyond it: the VM path wins only for long transfers.
+        let copy = [(4096, 0.02), (1 << 20, 0.02), (16 << 20, 0.08)];
+        assert_eq!(Profile::copy_ns(&copy, 4096), 0.02 * 4096.0);
+        assert_eq!(Profile::copy_ns(&copy, 64 << 20), 0.08 * (64 << 20) as f64);
+        let mid = Profile::copy_ns(&copy, 4 << 20) / (4 << 20) as f64;
+        assert!((mid - 0.05).abs() < 1e-9, "{mid}");
+        let vm = Cost {
+            per_call_ns: 2000.0,
+            per_unit_ns: 250.0,
+            spread: 0.0,
+        };
+        let t = Profile::derive(4096, &copy, &vm, &vm);
+        let bytes = t.swap_min_pages * 4096;
+        assert!(bytes > 1 << 20 && bytes < 16 << 20, "{t:?}");
     }
 
     #[test]
