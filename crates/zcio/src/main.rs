@@ -1,6 +1,7 @@
 //! The `zcio` command: pass data between two processes (or a process and a file) with the
 //! semantics of your choice and see what it cost; calibrate; probe the kernel.
 
+mod bench;
 mod transfer;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,9 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         dir: PathBuf,
     },
+    /// Benchmarks, side by side in one run.
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Internal: the receiving process of `zcio transfer`.
     #[command(hide = true)]
     Peer {
@@ -46,11 +50,18 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Copy, emulated copy and emulated share (or any semantics) over the memory network.
+    Memnet(bench::BenchArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Transfer(a) => transfer::run(a),
         Cmd::Peer { connect } => transfer::peer(&connect),
+        Cmd::Bench(BenchCmd::Memnet(b)) => bench::run(b),
         Cmd::Probe { dir } => {
             let p = zcio_genie::probe::probe(&dir);
             println!(

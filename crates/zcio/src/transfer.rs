@@ -15,7 +15,7 @@ use zcio_genie::stream::{ModuleKind, StreamEnd};
 use zcio_genie::{Accounting, InputBuffering, Region, Semantics};
 use zcio_vm::{MapOptions, Mapping, VmRuntime, page_size};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+pub(crate) type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Arguments of `zcio transfer`.
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -114,6 +114,9 @@ struct PeerReport {
     first_mismatch: Option<(usize, usize)>,
     accounting: Accounting,
     cpu_ns: u64,
+    /// The receiver's VMA count after its first input and after the last.
+    vma_first: usize,
+    vma_last: usize,
     error: Option<String>,
 }
 
@@ -318,7 +321,8 @@ fn output_one(
     Ok(acc)
 }
 
-fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
+/// Run a transfer to a second process and return its result object (what `--json` prints).
+pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     let dir = tempfile::tempdir()?;
     let sock_path = dir.path().join("ctl");
     let listener = UnixListener::bind(&sock_path)?;
@@ -355,6 +359,7 @@ fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     let vm0 = VmRuntime::get().stats();
     let mut cpu_sender = 0;
     let mut err = None;
+    let mut vma_first = 0;
     for i in 0..a.count {
         let region = prepare(a, &mut buf, i)?;
         // CPU time and latency cover the transfer only: not making the data, not checking it.
@@ -378,6 +383,9 @@ fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
             Ok(x) => {
                 lat.push(elapsed);
                 if i == 0 {
+                    vma_first = zcio_vm::mapping::vma_count();
+                }
+                if i == 0 {
                     acc = x;
                 } else {
                     acc.add(&Accounting {
@@ -393,6 +401,7 @@ fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         }
     }
     let vm1 = VmRuntime::get().stats();
+    let vma_last = zcio_vm::mapping::vma_count();
     drop(out);
     let report: PeerReport = recv_frame(&mut ctl)
         .ok()
@@ -402,7 +411,7 @@ fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     if let Some(e) = err.or(report.error.clone()) {
         return Err(format!("transfer failed: {e} (receiver exit status: {status})").into());
     }
-    Ok(summarize(
+    let mut v = summarize(
         a,
         acc,
         report.accounting,
@@ -412,7 +421,14 @@ fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         report.first_mismatch,
         vm0,
         vm1,
-    ))
+    );
+    v["vma"] = serde_json::json!({
+        "sender_after_first": vma_first,
+        "sender_after_last": vma_last,
+        "receiver_after_first": report.vma_first,
+        "receiver_after_last": report.vma_last,
+    });
+    Ok(v)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -616,7 +632,11 @@ pub fn peer(connect: &Path) -> Res<()> {
                 });
             }
             report.messages += 1;
+            if i == 0 {
+                report.vma_first = zcio_vm::mapping::vma_count();
+            }
         }
+        report.vma_last = zcio_vm::mapping::vma_count();
         Ok(())
     })();
     if let Err(e) = r {

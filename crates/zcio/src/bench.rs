@@ -1,0 +1,224 @@
+//! `zcio bench memnet`: the semantics side by side over the memory network, in one run.
+//!
+//! For each message length, each round runs every contender (a `zcio transfer` to a second
+//! process, `--count` messages) in an order that rotates from round to round, so that drift in
+//! the machine's state hits all of them alike. Per contender and length it reports the median
+//! over rounds of the per-round median latency and CPU time, their spread (lowest and highest
+//! round), the bytes copied and the path taken, and the ratios the Genie issue asks about:
+//! emulated copy against copy (throughput, CPU time) and against emulated share (latency).
+
+use crate::transfer::{Res, TransferArgs, run_peer};
+use serde::Serialize;
+use zcio_genie::stream::ModuleKind;
+use zcio_genie::{InputBuffering, Semantics};
+
+/// Arguments of `zcio bench memnet`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Message lengths in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 100, 1000, 4096, 65536, 1048576])]
+    pub bytes: Vec<usize>,
+    /// Contenders, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [Semantics::Copy, Semantics::EmulatedCopy, Semantics::EmulatedShare])]
+    pub semantics: Vec<Semantics>,
+    /// Rounds (each runs every contender once).
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Messages per contender and round.
+    #[arg(long, default_value_t = 200)]
+    pub count: usize,
+    /// Input buffering of the receiver.
+    #[arg(long, default_value = "early-demux")]
+    pub input: InputBuffering,
+    /// Take the VM paths at every length (thresholds of one page) instead of the calibrated ones.
+    #[arg(long)]
+    pub force_zero_copy: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One contender at one length.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Message length.
+    pub bytes: usize,
+    /// Semantics.
+    pub semantics: Semantics,
+    /// Median over rounds of the per-round median latency (ns).
+    pub latency_ns: f64,
+    /// Lowest and highest per-round median latency (ns).
+    pub latency_spread_ns: (u64, u64),
+    /// Median over rounds of CPU time per message, both processes (ns).
+    pub cpu_ns: f64,
+    /// Lowest and highest per-round CPU time (ns).
+    pub cpu_spread_ns: (u64, u64),
+    /// Throughput of one message at a time: bytes / latency (GB/s).
+    pub throughput_gbps: f64,
+    /// Bytes copied by the CPU per message (user space).
+    pub cpu_copied_bytes: u64,
+    /// Bytes copied by the kernel per message, where known.
+    pub kernel_copied_bytes: Option<u64>,
+    /// The path the library took.
+    pub path: String,
+    /// Every round's data was verified byte for byte.
+    pub verified: bool,
+}
+
+/// The ratios at one length.
+#[derive(Debug, Serialize)]
+pub struct Ratios {
+    /// Message length.
+    pub bytes: usize,
+    /// Throughput of emulated copy / throughput of copy.
+    pub emulated_copy_vs_copy_throughput: Option<f64>,
+    /// CPU time of emulated copy / CPU time of copy.
+    pub emulated_copy_vs_copy_cpu: Option<f64>,
+    /// Latency of emulated copy / latency of copy.
+    pub emulated_copy_vs_copy_latency: Option<f64>,
+    /// Latency of emulated copy / latency of emulated share.
+    pub emulated_copy_vs_emulated_share_latency: Option<f64>,
+}
+
+fn median(v: &mut [u64]) -> f64 {
+    v.sort_unstable();
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2] as f64
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0
+    }
+}
+
+/// Run the benchmark and print it.
+pub fn run(b: BenchArgs) -> Res<()> {
+    if b.rounds == 0 || b.count == 0 || b.semantics.is_empty() || b.bytes.contains(&0) {
+        return Err(
+            "invalid argument: --rounds, --count, --semantics and every --bytes must be non-zero"
+                .into(),
+        );
+    }
+    let total = (b.bytes.len() * b.rounds * b.semantics.len()) as u64;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>32} [{bar:40}] {pos}/{len} {eta}")
+            .expect("template"),
+    );
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for &bytes in &b.bytes {
+        // Per contender: per-round latency and CPU medians, plus the last round's result.
+        let mut lat: Vec<Vec<u64>> = vec![Vec::new(); b.semantics.len()];
+        let mut cpu: Vec<Vec<u64>> = vec![Vec::new(); b.semantics.len()];
+        let mut last: Vec<Option<serde_json::Value>> = vec![None; b.semantics.len()];
+        let mut verified = vec![true; b.semantics.len()];
+        for round in 0..b.rounds {
+            for k in 0..b.semantics.len() {
+                let i = (k + round) % b.semantics.len();
+                let sem = b.semantics[i];
+                bar.set_message(format!("{sem} {bytes} B"));
+                let a = TransferArgs {
+                    semantics: sem,
+                    module: ModuleKind::Memnet,
+                    bytes,
+                    offset: 0,
+                    input: b.input,
+                    overwrite_during_output: false,
+                    count: b.count,
+                    json: true,
+                    dir: None,
+                    seed: 1 + round as u64,
+                    force_zero_copy: b.force_zero_copy,
+                    no_fallback: false,
+                    peer_exit_after: None,
+                };
+                let v = run_peer(&a)?;
+                lat[i].push(v["latency_ns"].as_u64().unwrap_or(0));
+                cpu[i].push(v["cpu_ns"].as_u64().unwrap_or(0));
+                verified[i] &= v["verified"].as_bool() == Some(true);
+                last[i] = Some(v);
+                bar.inc(1);
+            }
+        }
+        let mut by_sem = std::collections::HashMap::new();
+        for (i, &sem) in b.semantics.iter().enumerate() {
+            let v = last[i].take().expect("every contender ran");
+            let l = median(&mut lat[i]);
+            let c = median(&mut cpu[i]);
+            let row = Row {
+                bytes,
+                semantics: sem,
+                latency_ns: l,
+                latency_spread_ns: (lat[i][0], *lat[i].last().expect("rounds > 0")),
+                cpu_ns: c,
+                cpu_spread_ns: (cpu[i][0], *cpu[i].last().expect("rounds > 0")),
+                throughput_gbps: bytes as f64 / l,
+                cpu_copied_bytes: v["cpu_copied_bytes"].as_u64().unwrap_or(0),
+                kernel_copied_bytes: v["kernel_copied_bytes"].as_u64(),
+                path: v["path"].as_str().unwrap_or("").to_string(),
+                verified: verified[i],
+            };
+            by_sem.insert(sem, (l, c));
+            rows.push(row);
+        }
+        let get = |s| by_sem.get(&s).copied();
+        let (ec, cp, es) = (
+            get(Semantics::EmulatedCopy),
+            get(Semantics::Copy),
+            get(Semantics::EmulatedShare),
+        );
+        ratios.push(Ratios {
+            bytes,
+            emulated_copy_vs_copy_throughput: ec.zip(cp).map(|(e, c)| c.0 / e.0),
+            emulated_copy_vs_copy_cpu: ec.zip(cp).map(|(e, c)| e.1 / c.1),
+            emulated_copy_vs_copy_latency: ec.zip(cp).map(|(e, c)| e.0 / c.0),
+            emulated_copy_vs_emulated_share_latency: ec.zip(es).map(|(e, s)| e.0 / s.0),
+        });
+    }
+    bar.finish_and_clear();
+    let out = serde_json::json!({
+        "bench": "memnet",
+        "rounds": b.rounds,
+        "count": b.count,
+        "input": b.input,
+        "force_zero_copy": b.force_zero_copy,
+        "vm": zcio_vm::VmRuntime::get().capabilities(),
+        "rows": rows,
+        "ratios": ratios,
+    });
+    if b.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{:>8} {:<20} {:>12} {:>22} {:>10} {:>9} {:>10}  path",
+        "bytes", "semantics", "latency µs", "spread µs", "CPU µs", "GB/s", "copied B"
+    );
+    for r in &rows {
+        println!(
+            "{:>8} {:<20} {:>12.1} {:>10.1} – {:>9.1} {:>10.1} {:>9.3} {:>10}  {}",
+            r.bytes,
+            r.semantics.name(),
+            r.latency_ns / 1e3,
+            r.latency_spread_ns.0 as f64 / 1e3,
+            r.latency_spread_ns.1 as f64 / 1e3,
+            r.cpu_ns / 1e3,
+            r.throughput_gbps,
+            r.cpu_copied_bytes,
+            r.path
+        );
+    }
+    println!();
+    for q in &ratios {
+        let f = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+        println!(
+            "{:>8} B: emulated copy / copy: throughput {}x, CPU {}x, latency {}x; emulated copy / emulated share latency {}x",
+            q.bytes,
+            f(q.emulated_copy_vs_copy_throughput),
+            f(q.emulated_copy_vs_copy_cpu),
+            f(q.emulated_copy_vs_copy_latency),
+            f(q.emulated_copy_vs_emulated_share_latency)
+        );
+    }
+    Ok(())
+}
