@@ -208,6 +208,21 @@ pub(crate) fn output_app(
     }
 }
 
+/// The most data bytes `buf` has on one of its partial pages (the pages it shares with other
+/// memory): what reverse copyout could swap instead of copy.
+fn partial_max(buf: &[u8]) -> usize {
+    let ps = page_size();
+    let r = RawRange::of(buf);
+    if buf.is_empty() {
+        return 0;
+    }
+    if r.addr / ps == (r.end() - 1) / ps {
+        return if buf.len() == ps { 0 } else { buf.len() };
+    }
+    let full = r.full_pages();
+    (full.addr - r.addr).max(r.end() - full.end())
+}
+
 /// Input staging and bounce buffers of one receiving endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct InputBuffers {
@@ -276,7 +291,7 @@ impl InputBuffers {
             let st = this.staging(len)?;
             let w = st.window(offset_of, len)?;
             src.read_exact(w)?;
-            let d = st.deliver(buf, min_pages)?;
+            let d = st.deliver_with(buf, min_pages, profile.thresholds.reverse_copyout_bytes)?;
             acc.cpu_copied_bytes += d.copied as u64;
             acc.swapped_bytes += d.swapped as u64;
             acc.path = if d.swapped > 0 {
@@ -297,7 +312,8 @@ impl InputBuffers {
             Semantics::EmulatedCopy => {
                 let min_pages = profile.thresholds.swap_min_pages;
                 let full = RawRange::of(buf).full_pages().pages();
-                if full < min_pages {
+                let reverse = partial_max(buf) >= profile.thresholds.reverse_copyout_bytes;
+                if full < min_pages && !reverse {
                     self.bounce.resize(len, 0);
                     src.read_exact(&mut self.bounce[..len])?;
                     buf.copy_from_slice(&self.bounce[..len]);

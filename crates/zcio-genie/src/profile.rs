@@ -36,6 +36,26 @@ pub struct Thresholds {
     pub short_output_bytes: usize,
     /// Emulated copy inputs with fewer full pages than this copy instead of swapping.
     pub swap_min_pages: usize,
+    /// Reverse copyout: a partial page holding at least this many bytes of input is completed
+    /// with the application's bytes and swapped instead of copied out. `usize::MAX`: never.
+    #[serde(default = "never")]
+    pub reverse_copyout_bytes: usize,
+}
+
+fn never() -> usize {
+    usize::MAX
+}
+
+impl Thresholds {
+    /// The smallest thresholds: take the VM paths from one page up, reverse copyout just above
+    /// half a page (the paper's setting), whatever the costs (`--force-zero-copy`).
+    pub fn zero_copy(ps: usize) -> Thresholds {
+        Thresholds {
+            short_output_bytes: ps,
+            swap_min_pages: 1,
+            reverse_copyout_bytes: ps / 2 + 1,
+        }
+    }
 }
 
 /// A calibration profile.
@@ -259,9 +279,15 @@ impl Profile {
         };
         let short_output_bytes = first(&|p| protect.at(p)).map_or(usize::MAX, |p| p * ps);
         let swap_min_pages = first(&|p| swap.at(p)).unwrap_or(usize::MAX);
+        // Reverse copyout of b bytes copies the other ps - b and swaps one page.
+        let reverse_copyout_bytes = (ps / 2..=ps)
+            .step_by(64)
+            .find(|&b| Self::copy_ns(copy, ps - b) + swap.at(1.0) < Self::copy_ns(copy, b))
+            .unwrap_or(usize::MAX);
         Thresholds {
             short_output_bytes,
             swap_min_pages,
+            reverse_copyout_bytes,
         }
     }
 

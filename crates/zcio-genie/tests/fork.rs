@@ -9,10 +9,7 @@ use zcio_vm::{MapOptions, Mapping, page_size};
 
 fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
     let mut p = Profile::current().clone();
-    p.thresholds = Thresholds {
-        short_output_bytes: page_size(),
-        swap_min_pages: 1,
-    };
+    p.thresholds = Thresholds::zero_copy(page_size());
     let p: &'static Profile = Box::leak(Box::new(p));
     let (mut a, mut b) = memnet::pair().unwrap();
     a.set_profile(p);

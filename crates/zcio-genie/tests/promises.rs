@@ -10,10 +10,7 @@ use zcio_vm::{MapOptions, Mapping, page_size};
 /// A profile that takes the VM paths from one page up (the calibrated one may say copy wins).
 fn zero_copy_profile() -> &'static Profile {
     let mut p = Profile::current().clone();
-    p.thresholds = Thresholds {
-        short_output_bytes: page_size(),
-        swap_min_pages: 1,
-    };
+    p.thresholds = Thresholds::zero_copy(page_size());
     Box::leak(Box::new(p))
 }
 

@@ -918,6 +918,138 @@ impl VmRuntime {
         Ok(copied)
     }
 
+    /// Reverse copyout of one partially filled page (paper 000, §5.2, Figure 2): complete the
+    /// staging page with the application's bytes outside `data` (offsets within the page), then
+    /// swap it into the application's page. The application page is write-protected and marked
+    /// in transition meanwhile, so a write by another thread to the bytes outside `data` waits
+    /// and lands in the new page instead of being lost. Returns `false`, having changed
+    /// nothing, where the page cannot be swapped (under a pending output, pinned or shared with
+    /// a forked child, no `UFFDIO_MOVE`): the caller then copies `data` out.
+    ///
+    /// # Safety
+    ///
+    /// `app_page` is a page of this process whose bytes at `data` belong to an application buffer
+    /// borrowed mutably by the caller; `staging_page` and `scratch_page` are pages of
+    /// runtime-registered mappings the caller owns, `scratch_page` empty.
+    pub unsafe fn reverse_copyout(
+        &self,
+        app_page: usize,
+        data: std::ops::Range<usize>,
+        staging_page: usize,
+        scratch_page: usize,
+    ) -> Result<bool> {
+        let ps = page_size();
+        let Some(u) = self.uffd.as_ref().filter(|_| self.caps.swap) else {
+            return Ok(false);
+        };
+        let pr = RawRange {
+            addr: app_page,
+            len: ps,
+        };
+        pr.check_pages("reverse copyout page")?;
+        if data.start > data.end || data.end > ps {
+            return Err(VmError::OutOfBounds {
+                what: "reverse copyout data",
+                start: data.start,
+                end: data.end,
+                bound_start: 0,
+                bound_end: ps,
+            });
+        }
+        // 1. Protect the page and mark it in transition.
+        {
+            let mut busy = 0;
+            let mut st = self.lock();
+            loop {
+                if st.outputs.iter().any(|o| o.range.intersect(&pr).is_some())
+                    || st.transient.len() == st.transient.capacity()
+                {
+                    return Ok(false);
+                }
+                self.ensure_registered_locked(&mut st, pr)?;
+                match u.writeprotect(pr, true, false) {
+                    Ok(()) => break,
+                    Err(e) if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
+                        busy += 1;
+                        drop(st);
+                        std::thread::yield_now();
+                        st = self.lock();
+                    }
+                    Err(_) => return Ok(false),
+                }
+            }
+            st.transient.push(pr);
+        }
+        // 2. Complete the staging page with the application's bytes around the data.
+        // SAFETY: the page is write-protected, so the bytes read are stable; both pages are
+        // readable (app) and writable (staging) per the contract, and the ranges lie in them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                app_page as *const u8,
+                staging_page as *mut u8,
+                data.start,
+            );
+            std::ptr::copy_nonoverlapping(
+                (app_page + data.end) as *const u8,
+                (staging_page + data.end) as *mut u8,
+                ps - data.end,
+            );
+        }
+        // 3. Swap: the application page out to scratch, the staging page in.
+        let mut busy = 0;
+        let out = loop {
+            self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: scratch is empty and ours; the app page is the caller's (contract).
+            match unsafe { u.move_pages(scratch_page, app_page, ps, false, true) } {
+                Ok(_) => break true,
+                Err(e) if e.errno == libc::EAGAIN && busy < EAGAIN_RETRIES => {
+                    busy += 1;
+                    std::thread::yield_now();
+                }
+                Err(_) => break false, // pinned or shared with a child
+            }
+        };
+        if out {
+            self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
+            let mut busy = 0;
+            loop {
+                self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the app page is empty since the move out; staging is ours.
+                match unsafe { u.move_pages(app_page, staging_page, ps, false, false) } {
+                    Ok(_) => {
+                        self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(e) if e.errno == libc::EAGAIN && busy < EAGAIN_RETRIES => {
+                        busy += 1;
+                        std::thread::yield_now();
+                    }
+                    Err(_) => {
+                        // SAFETY: as above; fills the empty page with a copy and wakes waiters.
+                        unsafe { self.fill_page(u, app_page, staging_page) };
+                        self.counters
+                            .move_fallback_copies
+                            .fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
+        }
+        // 4. Out of transition; lift the protection (of the old page if it stayed), waking
+        // writers that waited, and wake readers that met the page empty.
+        self.lock().transient.retain(|t| *t != pr);
+        let _ = u.wake(pr);
+        let mut busy = 0;
+        while let Err(e) = u.writeprotect(pr, false, false) {
+            if e.errno() != Some(libc::EAGAIN) || busy >= EAGAIN_RETRIES {
+                break;
+            }
+            busy += 1;
+            std::thread::yield_now();
+        }
+        Ok(out)
+    }
+
     // ----------------------------------------------------------------------------------------
     // Region checks
 
@@ -1107,6 +1239,10 @@ impl VmRuntime {
         let st = &mut *guard;
         if let Some(slot) = held {
             return self.finish_tcow(u, st, page, slot);
+        }
+        if st.transient.iter().any(|t| t.contains(&pr)) {
+            // The page is being replaced (reverse copyout): the write waits for the new page.
+            return Some((page, None));
         }
         let needing = st
             .outputs

@@ -80,6 +80,19 @@ impl Staging {
     /// Deliver the window into `app` (same length as the window): swap its full pages when there
     /// are at least `min_swap_pages` of them, copy the rest. Consumes the window.
     pub fn deliver(&mut self, app: &mut [u8], min_swap_pages: usize) -> Result<Delivery> {
+        self.deliver_with(app, min_swap_pages, usize::MAX)
+    }
+
+    /// As [`Staging::deliver`], with *reverse copyout*: a partially filled page holding at least
+    /// `reverse_copyout_bytes` of the data is completed with the application's own bytes and
+    /// swapped too, instead of having its data copied out (paper 000, §5.2; the paper puts the
+    /// threshold just above half a page, where completing costs less than copying).
+    pub fn deliver_with(
+        &mut self,
+        app: &mut [u8],
+        min_swap_pages: usize,
+        reverse_copyout_bytes: usize,
+    ) -> Result<Delivery> {
         let (off, len) = self.window.take().ok_or(VmError::Empty {
             what: "staging window (nothing read)",
         })?;
@@ -94,8 +107,18 @@ impl Staging {
         let rt = VmRuntime::get();
         let appr = RawRange::of(app);
         let full = appr.full_pages();
+        // The data on the partial pages before and after the full ones (a buffer inside one
+        // page is all head).
+        let single = full.is_empty() && appr.addr / ps == (appr.end() - 1) / ps;
+        let (head, tail) = if single {
+            (len, 0)
+        } else {
+            (full.addr - appr.addr, appr.end() - full.end())
+        };
+        // Whole pages to swap, or a partial page to swap by reverse copyout.
+        let partial_max = head.max(tail);
         let swap_ok = rt.capabilities().swap
-            && full.pages() >= min_swap_pages.max(1)
+            && (full.pages() >= min_swap_pages.max(1) || partial_max >= reverse_copyout_bytes)
             && app.as_ptr() as usize % ps == off;
         let registered = swap_ok && rt.register_app(appr).is_ok_and(|r| r == full);
         if !registered {
@@ -105,11 +128,40 @@ impl Staging {
                 copied: len,
             });
         }
-        let head = full.addr - appr.addr;
-        let tail = appr.end() - full.end();
-        // Partial pages first, by copy.
-        app[..head].copy_from_slice(&self.stg.as_slice()[off..off + head]);
-        app[len - tail..].copy_from_slice(&self.stg.as_slice()[off + len - tail..off + len]);
+        // Staging and scratch pages correspond to application pages at this distance.
+        let base = appr.addr - off;
+        let span = RawRange {
+            addr: self.scr.addr(),
+            len: (off + len).div_ceil(ps) * ps,
+        };
+        self.scr.discard(span)?; // scratch must be empty (a no-op in the steady state)
+        // Partial pages first: reverse copyout where enough of the page is data, else copy.
+        let mut reversed = 0;
+        for (start, n) in [(0, head), (len - tail, tail)] {
+            if n == 0 {
+                continue;
+            }
+            let page = (appr.addr + start) & !(ps - 1);
+            let within = appr.addr + start - page;
+            let done = n >= reverse_copyout_bytes && {
+                // SAFETY: the page holds `n` bytes of `app`, borrowed mutably here, at `within`;
+                // staging and scratch pages are ours, the scratch page emptied above.
+                unsafe {
+                    rt.reverse_copyout(
+                        page,
+                        within..within + n,
+                        self.stg.addr() + (page - base),
+                        self.scr.addr() + (page - base),
+                    )?
+                }
+            };
+            if done {
+                reversed += n;
+            } else {
+                app[start..start + n]
+                    .copy_from_slice(&self.stg.as_slice()[off + start..off + start + n]);
+            }
+        }
         let s_off = off + head; // page-aligned offset of the full pages in staging
         let stg = RawRange {
             addr: self.stg.addr() + s_off,
@@ -119,15 +171,14 @@ impl Staging {
             addr: self.scr.addr() + s_off,
             len: full.len,
         };
-        self.scr.discard(scr)?; // scratch run must be empty (a no-op in the steady state)
         // SAFETY: `full` is the full pages of `app`, borrowed mutably for this call and registered
         // above; staging and scratch are our registered mappings and the scratch run is empty.
         let copied = unsafe { rt.swap(full, stg, scr)? };
         // The old application pages are in scratch: they become the next staging (page recycling).
         std::mem::swap(&mut self.stg, &mut self.scr);
         Ok(Delivery {
-            swapped: full.len - copied,
-            copied: head + tail + copied,
+            swapped: full.len - copied + reversed,
+            copied: head + tail - reversed + copied,
         })
     }
 }
@@ -155,6 +206,40 @@ mod tests {
             if VmRuntime::get().capabilities().swap {
                 assert_eq!(d.swapped, 29 * ps, "round {round}");
             }
+        }
+    }
+
+    #[test]
+    fn reverse_copyout_swaps_a_mostly_full_page_and_keeps_the_bytes_around_it() {
+        let ps = page_size();
+        let mut st = Staging::new(8 * ps).unwrap();
+        let mut backing = Mapping::anonymous(6 * ps, MapOptions::default()).unwrap();
+        backing.as_mut_slice().fill(0x5A); // the application's other data around the buffer
+        // Head page: ps - 100 bytes of data (reversed); tail page: 100 bytes (copied).
+        for (start, len, want_swapped) in [
+            (100, 3 * ps, 3 * ps - 100),
+            (ps + 10, ps - 20, ps - 20), // inside one page
+            (2 * ps + 3000, 200, 0),     // too short: copied
+        ] {
+            let app = &mut backing.as_mut_slice()[start..start + len];
+            let w = st.window(app.as_ptr() as usize, len).unwrap();
+            for (i, b) in w.iter_mut().enumerate() {
+                *b = (i % 251) as u8;
+            }
+            let want = w.to_vec();
+            let d = st.deliver_with(app, 1, ps / 2 + 1).unwrap();
+            assert_eq!(app, &want[..], "data at {start}+{len}");
+            assert_eq!(d.swapped + d.copied, len);
+            if VmRuntime::get().capabilities().swap {
+                assert_eq!(d.swapped, want_swapped, "at {start}+{len}: {d:?}");
+            }
+            let all = backing.as_slice();
+            assert!(
+                all[..start].iter().all(|&b| b == 0x5A)
+                    && all[start + len..].iter().all(|&b| b == 0x5A),
+                "the bytes around {start}+{len} were kept"
+            );
+            backing.as_mut_slice()[start..start + len].fill(0x5A);
         }
     }
 

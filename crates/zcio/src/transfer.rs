@@ -196,10 +196,7 @@ fn profile(a: &TransferArgs) -> &'static zcio_genie::profile::Profile {
         return p;
     }
     let mut q = p.clone();
-    q.thresholds = zcio_genie::profile::Thresholds {
-        short_output_bytes: page_size(),
-        swap_min_pages: 1,
-    };
+    q.thresholds = zcio_genie::profile::Thresholds::zero_copy(page_size());
     Box::leak(Box::new(q))
 }
 
