@@ -530,7 +530,11 @@ impl MemnetEndpoint {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(GenieError::io("poll", e)),
         }
-        if fds[1].revents().intersects(PollFlags::ERR | PollFlags::HUP) {
+        // A peer that completed our outputs and then left is not gone for them: completions
+        // already in the ring are reaped first.
+        if fds[1].revents().intersects(PollFlags::ERR | PollFlags::HUP)
+            && !self.comp_rx.has_next(&self.arena).unwrap_or(false)
+        {
             return Err(GenieError::PeerGone { during });
         }
         if fds[0].revents().contains(PollFlags::IN) {
@@ -706,7 +710,10 @@ impl Source for PipeSource<'_> {
     }
 
     fn wait_whole(&mut self, len: usize) -> Result<bool> {
-        if len > self.capacity {
+        // The pipe holds page-sized slots: a message off the page boundary takes up to two
+        // partial slots more than its length in pages. Only a message that surely fits whole
+        // can be waited for (otherwise the sender blocks with part of it queued).
+        if len + 2 * zcio_vm::page_size() > self.capacity {
             return Ok(false);
         }
         loop {

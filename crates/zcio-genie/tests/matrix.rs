@@ -1,6 +1,7 @@
 //! Byte-exact delivery for every semantics x module x length, at page offset 0 and non-zero.
 
 use zcio_genie::memnet::{self, MemnetEndpoint};
+use zcio_genie::profile::{Profile, Thresholds};
 use zcio_genie::stream::{self, ModuleKind, StreamEnd};
 use zcio_genie::{InputBuffering, Region, Semantics};
 use zcio_vm::{MapOptions, Mapping, page_size};
@@ -84,14 +85,30 @@ fn memnet_once(
     });
 }
 
+/// Page offsets: aligned; a head page mostly data (reverse copyout swaps it); a head page
+/// mostly not (copied).
+const OFFSETS: [usize; 3] = [0, 100, 3000];
+
+/// The calibrated profile (which may say copying wins everywhere here) and one that takes the
+/// VM paths (TCOW, swapping, reverse copyout) from the first page up.
+fn profiles() -> [&'static Profile; 2] {
+    let mut p = Profile::current().clone();
+    p.thresholds = Thresholds::zero_copy(page_size());
+    [Profile::current(), Box::leak(Box::new(p))]
+}
+
 #[test]
 fn memnet_every_semantics_length_offset_and_buffering() {
     let (mut a, mut b) = memnet::pair().unwrap();
-    for sem in Semantics::ALL {
-        for len in LENGTHS {
-            for off in [0, 100] {
-                for input in InputBuffering::ALL {
-                    memnet_once(&mut a, &mut b, sem, len, off, input);
+    for profile in profiles() {
+        a.set_profile(profile);
+        b.set_profile(profile);
+        for sem in Semantics::ALL {
+            for len in LENGTHS {
+                for off in OFFSETS {
+                    for input in InputBuffering::ALL {
+                        memnet_once(&mut a, &mut b, sem, len, off, input);
+                    }
                 }
             }
         }
@@ -169,7 +186,7 @@ fn kernel_modules_every_semantics_length_and_offset() {
         let (mut tx, mut rx) = stream::pair(kind).unwrap();
         for sem in Semantics::ALL {
             for len in LENGTHS {
-                for off in [0, 100] {
+                for off in OFFSETS {
                     stream_once(&mut tx, &mut rx, sem, len, off, InputBuffering::EarlyDemux);
                 }
             }
@@ -180,10 +197,14 @@ fn kernel_modules_every_semantics_length_and_offset() {
 #[test]
 fn files_every_semantics_length_and_offset() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    for sem in Semantics::ALL {
+    for (sem, profile) in Semantics::ALL
+        .into_iter()
+        .flat_map(|s| profiles().map(|p| (s, p)))
+    {
         for len in LENGTHS {
-            for off in [0, 100] {
+            for off in OFFSETS {
                 let mut f = StreamEnd::file(&dir.path().join("f")).unwrap();
+                f.set_profile(profile);
                 let (mut dummy, _) = (StreamEnd::file(&dir.path().join("g")).unwrap(), ());
                 stream_once(
                     &mut f,
