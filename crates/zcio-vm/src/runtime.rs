@@ -431,6 +431,10 @@ impl VmRuntime {
     /// Only full pages are protected; the caller copies the partial head and tail pages.
     pub fn reference_output(&'static self, buf: RawRange, protect: bool) -> Result<OutputRef> {
         let full = buf.full_pages();
+        // Let the handler finish the events it has read: an unmap that returned before this
+        // call (perhaps of an old mapping at this very address) must be on the books before
+        // this output starts, or it would be taken for an unmap during this output.
+        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
         let mut st = self.lock();
         if st.outputs.len() == MAX_OUTPUTS {
             return Err(VmError::TooLarge {
@@ -1262,8 +1266,12 @@ impl VmRuntime {
         }
         self.counters.tcow_faults.fetch_add(1, Ordering::Relaxed);
         let room = st.stashed.len() + needing <= st.stashed.capacity();
-        let slot = if room { st.free_slots.pop() } else { None };
-        let (Some(stash), true, Some(slot)) = (&self.stash, self.caps.swap, slot) else {
+        let slot = if room && self.stash.is_some() && self.caps.swap {
+            st.free_slots.pop()
+        } else {
+            None
+        };
+        let (Some(stash), Some(slot)) = (&self.stash, slot) else {
             // Sleep on write: the output's completion lifts the protection and wakes the writer.
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
             return None;
