@@ -167,10 +167,26 @@ impl RegionCache {
         if self.entries.len() >= self.limit {
             return Ok(RegionState::MovedOut); // dropped: unmapped now, the I/O holds its pages
         }
+        if !matches!(
+            sem,
+            Semantics::EmulatedMove | Semantics::WeakMove | Semantics::EmulatedWeakMove
+        ) {
+            return Ok(RegionState::MovedOut);
+        }
+        // A cached region is reused only if the region check can tell that the application did
+        // not remove it; without an unmap watch (no userfaultfd) a new mapping at the same
+        // address would pass for it, so the region is not cached but deallocated (the pending
+        // I/O holds its pages).
+        let Some(watch) = VmRuntime::get().watch(map.range()) else {
+            return Ok(RegionState::MovedOut);
+        };
         let (region, state, wired) = match sem {
             Semantics::EmulatedMove => match map.hide() {
                 Ok(h) => (Cached::Hidden(h), RegionState::MovedOut, false),
-                Err((_m, e)) => return Err(e.into()),
+                Err((_m, e)) => {
+                    VmRuntime::get().unwatch(Some(watch));
+                    return Err(e.into());
+                }
             },
             Semantics::WeakMove => {
                 let wired = zcio_vm::protect::wire(map.range()).is_ok();
@@ -181,13 +197,9 @@ impl RegionCache {
             }
             _ => return Ok(RegionState::MovedOut),
         };
-        let watch = VmRuntime::get().watch(match &region {
-            Cached::Hidden(h) => h.range(),
-            Cached::Mapped(m) => m.range(),
-        });
         self.entries.push(Entry {
             region,
-            watch,
+            watch: Some(watch),
             pending: Some(ticket),
             wired,
         });
