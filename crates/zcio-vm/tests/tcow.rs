@@ -99,3 +99,59 @@ fn swap_exchanges_pages_without_copying() {
     assert!(staging.as_slice().iter().all(|&b| b == 0));
     let _ = RawRange::of(app.as_slice());
 }
+
+/// AnonHugePages (in KiB) of the mapping that contains `addr`, from /proc/self/smaps.
+fn anon_huge_kib(addr: usize) -> Option<usize> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ') {
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = a <= addr && addr < b;
+                    continue;
+                }
+            }
+        }
+        if inside {
+            if let Some(v) = line.strip_prefix("AnonHugePages:") {
+                return v.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn aligned_huge_pages_move_whole() {
+    let rt = VmRuntime::get();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if !rt.capabilities().swap || !(thp.contains("[always]") || thp.contains("[madvise]")) {
+        eprintln!("skipped: needs UFFDIO_MOVE and transparent huge pages (THP: {thp:?})");
+        return;
+    }
+    let len = 4 << 20;
+    let huge = MapOptions {
+        huge: true,
+        ..Default::default()
+    };
+    let mut src = rt.registered_mapping(len, huge).unwrap();
+    pattern(src.as_mut_slice(), 42);
+    let want = src.as_slice().to_vec();
+    if anon_huge_kib(src.addr()).unwrap_or(0) < 2048 {
+        eprintln!("skipped: the kernel gave no huge page to the source (memory fragmented?)");
+        return;
+    }
+    let dst = rt.registered_mapping(len, huge).unwrap();
+    // SAFETY: both mappings are ours; dst is empty, src is left empty.
+    let copied = unsafe { rt.move_range(dst.range(), src.range()) }.unwrap();
+    assert_eq!(copied, 0);
+    assert_eq!(dst.as_slice(), &want[..]);
+    let moved = anon_huge_kib(dst.addr()).unwrap_or(0);
+    assert!(
+        moved >= 2048,
+        "the huge pages arrived split: AnonHugePages {moved} kB at the destination"
+    );
+}
