@@ -358,6 +358,17 @@ impl Profile {
         Ok(p)
     }
 
+    /// The profile in force with the smallest thresholds ([`Thresholds::zero_copy`]): the VM
+    /// paths from the first page up, whatever they cost here, so that their cost can be seen.
+    pub fn zero_copy() -> &'static Profile {
+        static ZERO: OnceLock<Profile> = OnceLock::new();
+        ZERO.get_or_init(|| {
+            let mut p = Profile::current().clone();
+            p.thresholds = Thresholds::zero_copy(page_size());
+            p
+        })
+    }
+
     /// The profile in force in this process: the default file if it loads, else a quick
     /// calibration made now (and kept for the life of the process).
     pub fn current() -> &'static Profile {

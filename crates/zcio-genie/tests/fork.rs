@@ -2,20 +2,11 @@
 //! pending must not let the child see the input. Alone in its own process (fork with threads).
 
 use std::os::fd::AsRawFd;
-use zcio_genie::memnet::{self, MemnetEndpoint};
-use zcio_genie::profile::{Profile, Thresholds};
 use zcio_genie::{InputBuffering, Semantics};
 use zcio_vm::{MapOptions, Mapping, page_size};
 
-fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
-    let mut p = Profile::current().clone();
-    p.thresholds = Thresholds::zero_copy(page_size());
-    let p: &'static Profile = Box::leak(Box::new(p));
-    let (mut a, mut b) = memnet::pair().unwrap();
-    a.set_profile(p);
-    b.set_profile(p);
-    (a, b)
-}
+mod common;
+use common::forced_pair;
 
 /// In the child: wait for the parent's word that its input completed, then report (one byte:
 /// 1 = the buffer still holds the old bytes, 0 = it shows the input) and leave at once. Only

@@ -1,21 +1,13 @@
 //! Resource accounting: these run alone in their own process (one test), so that descriptor
 //! and mapping counts are not disturbed by other tests.
 
-use zcio_genie::memnet::{self, MemnetEndpoint};
-use zcio_genie::profile::{Profile, Thresholds};
+use zcio_genie::memnet::MemnetEndpoint;
 use zcio_genie::stream::StreamEnd;
 use zcio_genie::{GenieError, InputBuffering, Region, Semantics};
 use zcio_vm::{MapOptions, Mapping, page_size};
 
-fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
-    let mut p = Profile::current().clone();
-    p.thresholds = Thresholds::zero_copy(page_size());
-    let p: &'static Profile = Box::leak(Box::new(p));
-    let (mut a, mut b) = memnet::pair().unwrap();
-    a.set_profile(p);
-    b.set_profile(p);
-    (a, b)
-}
+mod common;
+use common::forced_pair;
 
 #[test]
 fn resources() {

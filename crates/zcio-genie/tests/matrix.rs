@@ -1,7 +1,7 @@
 //! Byte-exact delivery for every semantics x module x length, at page offset 0 and non-zero.
 
 use zcio_genie::memnet::{self, MemnetEndpoint};
-use zcio_genie::profile::{Profile, Thresholds};
+use zcio_genie::profile::Profile;
 use zcio_genie::stream::{self, ModuleKind, StreamEnd};
 use zcio_genie::{InputBuffering, Region, Semantics};
 use zcio_vm::{MapOptions, Mapping, page_size};
@@ -92,9 +92,7 @@ const OFFSETS: [usize; 3] = [0, 100, 3000];
 /// The calibrated profile (which may say copying wins everywhere here) and one that takes the
 /// VM paths (TCOW, swapping, reverse copyout) from the first page up.
 fn profiles() -> [&'static Profile; 2] {
-    let mut p = Profile::current().clone();
-    p.thresholds = Thresholds::zero_copy(page_size());
-    [Profile::current(), Box::leak(Box::new(p))]
+    [Profile::current(), Profile::zero_copy()]
 }
 
 #[test]

@@ -1,24 +1,17 @@
 //! Each semantics keeps its promise, and the copies counted are the copies made.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use zcio_genie::memnet::{self, MemnetEndpoint};
-use zcio_genie::profile::{Profile, Thresholds};
+use zcio_genie::profile::Profile;
 use zcio_genie::stream::StreamEnd;
 use zcio_genie::{GenieError, InputBuffering, Region, Semantics};
 use zcio_vm::{MapOptions, Mapping, page_size};
 
 /// A profile that takes the VM paths from one page up (the calibrated one may say copy wins).
-fn zero_copy_profile() -> &'static Profile {
-    let mut p = Profile::current().clone();
-    p.thresholds = Thresholds::zero_copy(page_size());
-    Box::leak(Box::new(p))
-}
+mod common;
+use common::forced_pair;
 
-fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
-    let (mut a, mut b) = memnet::pair().unwrap();
-    a.set_profile(zero_copy_profile());
-    b.set_profile(zero_copy_profile());
-    (a, b)
+fn zero_copy_profile() -> &'static Profile {
+    Profile::zero_copy()
 }
 
 fn fill(buf: &mut [u8], seed: u8) {

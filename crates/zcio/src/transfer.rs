@@ -191,13 +191,11 @@ fn prepare(a: &TransferArgs, buf: &mut Buf, i: usize) -> Res<Option<Region>> {
 
 /// The profile for this transfer: the calibrated one, or one with the smallest thresholds.
 fn profile(a: &TransferArgs) -> &'static zcio_genie::profile::Profile {
-    let p = zcio_genie::profile::Profile::current();
-    if !a.force_zero_copy {
-        return p;
+    if a.force_zero_copy {
+        zcio_genie::profile::Profile::zero_copy()
+    } else {
+        zcio_genie::profile::Profile::current()
     }
-    let mut q = p.clone();
-    q.thresholds = zcio_genie::profile::Thresholds::zero_copy(page_size());
-    Box::leak(Box::new(q))
 }
 
 fn fallback(a: &TransferArgs) -> zcio_genie::Fallback {
