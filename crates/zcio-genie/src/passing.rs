@@ -208,21 +208,6 @@ pub(crate) fn output_app(
     }
 }
 
-/// The most data bytes `buf` has on one of its partial pages (the pages it shares with other
-/// memory): what reverse copyout could swap instead of copy.
-fn partial_max(buf: &[u8]) -> usize {
-    let ps = page_size();
-    let r = RawRange::of(buf);
-    if buf.is_empty() {
-        return 0;
-    }
-    if r.addr / ps == (r.end() - 1) / ps {
-        return if buf.len() == ps { 0 } else { buf.len() };
-    }
-    let full = r.full_pages();
-    (full.addr - r.addr).max(r.end() - full.end())
-}
-
 /// Input staging and bounce buffers of one receiving endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct InputBuffers {
@@ -311,8 +296,11 @@ impl InputBuffers {
             }
             Semantics::EmulatedCopy => {
                 let min_pages = profile.thresholds.swap_min_pages;
-                let full = RawRange::of(buf).full_pages().pages();
-                let reverse = partial_max(buf) >= profile.thresholds.reverse_copyout_bytes;
+                let r = RawRange::of(buf);
+                let full = r.full_pages().pages();
+                // A partial page with enough data swaps by reverse copyout.
+                let (head, tail) = r.partial_lens();
+                let reverse = head.max(tail) >= profile.thresholds.reverse_copyout_bytes;
                 if full < min_pages && !reverse {
                     self.bounce.resize(len, 0);
                     src.read_exact(&mut self.bounce[..len])?;

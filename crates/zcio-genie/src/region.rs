@@ -125,7 +125,7 @@ enum Cached {
 struct Entry {
     region: Cached,
     /// Watch for its unmapping (the region check).
-    watch: Option<WatchId>,
+    watch: WatchId,
     /// Output still pending on it (the ticket id); reusable only after completion.
     pending: Option<u64>,
     /// Wired for the output (weak move).
@@ -167,26 +167,11 @@ impl RegionCache {
         if self.entries.len() >= self.limit {
             return Ok(RegionState::MovedOut); // dropped: unmapped now, the I/O holds its pages
         }
-        if !matches!(
-            sem,
-            Semantics::EmulatedMove | Semantics::WeakMove | Semantics::EmulatedWeakMove
-        ) {
-            return Ok(RegionState::MovedOut);
-        }
-        // A cached region is reused only if the region check can tell that the application did
-        // not remove it; without an unmap watch (no userfaultfd) a new mapping at the same
-        // address would pass for it, so the region is not cached but deallocated (the pending
-        // I/O holds its pages).
-        let Some(watch) = VmRuntime::get().watch(map.range()) else {
-            return Ok(RegionState::MovedOut);
-        };
+        let range = map.range();
         let (region, state, wired) = match sem {
             Semantics::EmulatedMove => match map.hide() {
                 Ok(h) => (Cached::Hidden(h), RegionState::MovedOut, false),
-                Err((_m, e)) => {
-                    VmRuntime::get().unwatch(Some(watch));
-                    return Err(e.into());
-                }
+                Err((_m, e)) => return Err(e.into()),
             },
             Semantics::WeakMove => {
                 let wired = zcio_vm::protect::wire(map.range()).is_ok();
@@ -197,9 +182,16 @@ impl RegionCache {
             }
             _ => return Ok(RegionState::MovedOut),
         };
+        // A cached region is reused only if the region check can tell that the application did
+        // not remove it; without an unmap watch (no userfaultfd) a new mapping at the same
+        // address would pass for it, so the region is not cached but deallocated here (the
+        // pending I/O holds its pages).
+        let Some(watch) = VmRuntime::get().watch(range) else {
+            return Ok(RegionState::MovedOut);
+        };
         self.entries.push(Entry {
             region,
-            watch: Some(watch),
+            watch,
             pending: Some(ticket),
             wired,
         });
@@ -245,7 +237,7 @@ impl RegionCache {
                 Cached::Hidden(h) => h.range(),
                 Cached::Mapped(m) => m.range(),
             };
-            if rt.watch_gone(e.watch, r) {
+            if rt.watch_gone(e.watch) {
                 // Region check failed: the application removed (part of) it. Never touch it again.
                 let e = self.entries.swap_remove(i);
                 rt.unwatch(e.watch);

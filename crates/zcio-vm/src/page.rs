@@ -131,6 +131,20 @@ impl RawRange {
         }
     }
 
+    /// Bytes of this range on the partial pages before and after [`RawRange::full_pages`] (the
+    /// pages it shares with other memory). A range inside one page is all head.
+    pub fn partial_lens(&self) -> (usize, usize) {
+        let full = self.full_pages();
+        let ps = page_size();
+        if self.len == 0 {
+            (0, 0)
+        } else if full.is_empty() && self.addr / ps == (self.end() - 1) / ps {
+            (self.len, 0)
+        } else {
+            (full.addr - self.addr, self.end() - full.end())
+        }
+    }
+
     /// The largest page-aligned range inside this one (the pages it covers completely).
     pub fn full_pages(&self) -> RawRange {
         let start = align_up(self.addr, page_size()).unwrap_or(usize::MAX);

@@ -65,18 +65,6 @@ pub fn unwire(r: RawRange) -> Result<()> {
     Ok(())
 }
 
-/// Whether a page-aligned range is currently mapped in this process (every page of it).
-///
-/// This is Genie's *region check* (§6.2.1): a cached region the application removed is no longer
-/// mapped. Uses `madvise(MADV_NORMAL)`, which fails with `ENOMEM` over unmapped addresses.
-pub fn is_mapped(r: RawRange) -> bool {
-    if r.len == 0 {
-        return true;
-    }
-    // SAFETY: MADV_NORMAL only resets the readahead hint; it never changes contents.
-    unsafe { libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_NORMAL) == 0 }
-}
-
 /// Whether this kernel has `MADV_POPULATE_WRITE` (probed once on a page of our own).
 fn populate_write_supported() -> bool {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -41,6 +41,25 @@ pub const STASH_PAGES: usize = 8192;
 const MAX_TRANSIENT: usize = 256;
 /// How often an ioctl that says `EAGAIN` (the address space is changing) is retried.
 const EAGAIN_RETRIES: u32 = 100_000;
+/// Run `op` again while it fails with `EAGAIN` (the address space is changing: an event awaits
+/// the handler thread), at most [`EAGAIN_RETRIES`] times. Not for the handler thread, nor with
+/// the state lock held: only the handler's next read of its events ends the `EAGAIN`.
+fn retry_eagain<T, E>(
+    errno: impl Fn(&E) -> Option<i32>,
+    mut op: impl FnMut() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    let mut busy = 0;
+    loop {
+        match op() {
+            Err(e) if errno(&e) == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
+                busy += 1;
+                std::thread::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Ranges watched for unmapping at once (cached regions).
 pub const MAX_WATCHES: usize = 4096;
 
@@ -653,7 +672,7 @@ impl VmRuntime {
                         // The page is pinned or shared (fork), or the address space is
                         // changing: copy this one page, leave the source as it is (the caller
                         // treats the source as free memory).
-                        libc::EAGAIN if retries < 100_000 => {
+                        libc::EAGAIN if retries < EAGAIN_RETRIES => {
                             retries += 1;
                             std::thread::yield_now();
                             continue;
@@ -792,16 +811,11 @@ impl VmRuntime {
     /// userfaultfd; `src` is one readable page.
     unsafe fn fill_page(&self, u: &Userfaultfd, dst: usize, src: usize) {
         let ps = page_size();
-        for attempt in 0.. {
-            // SAFETY: the caller's contract.
-            match unsafe { u.copy(dst, src, ps, false) } {
-                Ok(_) => return,
-                Err(e) if e.errno() == Some(libc::EAGAIN) && attempt < 100_000 => {
-                    std::thread::yield_now();
-                }
-                Err(_) => break, // EEXIST: the page is populated, a plain write cannot fault
-            }
+        // SAFETY: the caller's contract.
+        if retry_eagain(VmError::errno, || unsafe { u.copy(dst, src, ps, false) }).is_ok() {
+            return;
         }
+        // EEXIST: the page is populated, so a plain write cannot fault.
         // SAFETY: the caller's contract; the page is populated.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, ps) };
     }
@@ -850,7 +864,7 @@ impl VmRuntime {
                     off += e.moved;
                     match e.errno {
                         // The address space is changing: an event awaits the handler thread.
-                        libc::EAGAIN if retries < 100_000 => {
+                        libc::EAGAIN if retries < EAGAIN_RETRIES => {
                             retries += 1;
                             std::thread::yield_now();
                         }
@@ -889,7 +903,7 @@ impl VmRuntime {
                             .pages_moved
                             .fetch_add((e.moved / ps) as u64, Ordering::Relaxed);
                         off += e.moved;
-                        if e.errno == libc::EAGAIN && retries < 100_000 {
+                        if e.errno == libc::EAGAIN && retries < EAGAIN_RETRIES {
                             retries += 1;
                             std::thread::yield_now();
                             continue;
@@ -999,58 +1013,37 @@ impl VmRuntime {
                 ps - data.end,
             );
         }
-        // 3. Swap: the application page out to scratch, the staging page in.
-        let mut busy = 0;
-        let out = loop {
-            self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: scratch is empty and ours; the app page is the caller's (contract).
-            match unsafe { u.move_pages(scratch_page, app_page, ps, false, true) } {
-                Ok(_) => break true,
-                Err(e) if e.errno == libc::EAGAIN && busy < EAGAIN_RETRIES => {
-                    busy += 1;
-                    std::thread::yield_now();
-                }
-                Err(_) => break false, // pinned or shared with a child
-            }
+        // 3. Swap: the application page out to scratch (a page pinned or shared with a child
+        // stays), the staging page in.
+        let move_page = |dst: usize, src: usize, dontwake: bool| {
+            retry_eagain(
+                |e: &crate::uffd::MoveError| Some(e.errno),
+                || {
+                    self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
+                    // SAFETY: the caller's contract covers the three pages; `dst` is empty
+                    // (scratch, or the app page once moved out).
+                    unsafe { u.move_pages(dst, src, ps, false, dontwake) }
+                },
+            )
         };
+        let out = move_page(scratch_page, app_page, true).is_ok();
         if out {
             self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
-            let mut busy = 0;
-            loop {
-                self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
-                // SAFETY: the app page is empty since the move out; staging is ours.
-                match unsafe { u.move_pages(app_page, staging_page, ps, false, false) } {
-                    Ok(_) => {
-                        self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                    Err(e) if e.errno == libc::EAGAIN && busy < EAGAIN_RETRIES => {
-                        busy += 1;
-                        std::thread::yield_now();
-                    }
-                    Err(_) => {
-                        // SAFETY: as above; fills the empty page with a copy and wakes waiters.
-                        unsafe { self.fill_page(u, app_page, staging_page) };
-                        self.counters
-                            .move_fallback_copies
-                            .fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                }
+            if move_page(app_page, staging_page, false).is_ok() {
+                self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
+            } else {
+                // SAFETY: as above; fills the empty page with a copy and wakes waiters.
+                unsafe { self.fill_page(u, app_page, staging_page) };
+                self.counters
+                    .move_fallback_copies
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         // 4. Out of transition; lift the protection (of the old page if it stayed), waking
         // writers that waited, and wake readers that met the page empty.
         self.lock().transient.retain(|t| *t != pr);
         let _ = u.wake(pr);
-        let mut busy = 0;
-        while let Err(e) = u.writeprotect(pr, false, false) {
-            if e.errno() != Some(libc::EAGAIN) || busy >= EAGAIN_RETRIES {
-                break;
-            }
-            busy += 1;
-            std::thread::yield_now();
-        }
+        let _ = retry_eagain(VmError::errno, || u.writeprotect(pr, false, false));
         Ok(out)
     }
 
@@ -1060,8 +1053,8 @@ impl VmRuntime {
     /// Watch `r`, a mapping made by [`VmRuntime::registered_mapping`], for unmapping by anyone
     /// (the region check of paper 000, §6.2.1: a cached region the application removed must not
     /// be reused). Returns `None` when it cannot be watched (no userfaultfd, or too many
-    /// watches); [`VmRuntime::watch_gone`] then probes the address range instead, which cannot
-    /// tell a new mapping placed at the same address from the old one.
+    /// watches): a probe of the address range could not tell a new mapping placed at the same
+    /// address from the old one, so such a range must not be reused.
     pub fn watch(&self, r: RawRange) -> Option<WatchId> {
         self.uffd.as_ref()?;
         let mut st = self.lock();
@@ -1077,12 +1070,8 @@ impl VmRuntime {
         Some(WatchId(id))
     }
 
-    /// Whether (part of) a watched range was unmapped since [`VmRuntime::watch`]. With `None`,
-    /// probes whether `r` is still fully mapped.
-    pub fn watch_gone(&self, w: Option<WatchId>, r: RawRange) -> bool {
-        let Some(w) = w else {
-            return !crate::protect::is_mapped(r);
-        };
+    /// Whether (part of) a watched range was unmapped since [`VmRuntime::watch`].
+    pub fn watch_gone(&self, w: WatchId) -> bool {
         // An unmap whose event the handler has read is handled before this lock is ours.
         drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
         let st = self.lock();
@@ -1093,10 +1082,8 @@ impl VmRuntime {
     }
 
     /// Stop watching.
-    pub fn unwatch(&self, w: Option<WatchId>) {
-        if let Some(w) = w {
-            self.lock().watches.retain(|x| x.id != w.0);
-        }
+    pub fn unwatch(&self, w: WatchId) {
+        self.lock().watches.retain(|x| x.id != w.0);
     }
 
     // ----------------------------------------------------------------------------------------

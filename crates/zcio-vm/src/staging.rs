@@ -107,18 +107,10 @@ impl Staging {
         let rt = VmRuntime::get();
         let appr = RawRange::of(app);
         let full = appr.full_pages();
-        // The data on the partial pages before and after the full ones (a buffer inside one
-        // page is all head).
-        let single = full.is_empty() && appr.addr / ps == (appr.end() - 1) / ps;
-        let (head, tail) = if single {
-            (len, 0)
-        } else {
-            (full.addr - appr.addr, appr.end() - full.end())
-        };
+        let (head, tail) = appr.partial_lens();
         // Whole pages to swap, or a partial page to swap by reverse copyout.
-        let partial_max = head.max(tail);
         let swap_ok = rt.capabilities().swap
-            && (full.pages() >= min_swap_pages.max(1) || partial_max >= reverse_copyout_bytes)
+            && (full.pages() >= min_swap_pages.max(1) || head.max(tail) >= reverse_copyout_bytes)
             && app.as_ptr() as usize % ps == off;
         let registered = swap_ok && rt.register_app(appr).is_ok_and(|r| r == full);
         if !registered {
