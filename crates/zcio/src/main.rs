@@ -1,8 +1,7 @@
 //! The `zcio` command: pass data between two processes (or a process and a file) with the
 //! semantics of your choice and see what it cost; calibrate; probe the kernel.
 
-mod bench;
-mod transfer;
+use zcio::{bench, transfer};
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -15,7 +15,8 @@ use zcio_genie::stream::{ModuleKind, StreamEnd};
 use zcio_genie::{Accounting, InputBuffering, Region, Semantics};
 use zcio_vm::{MapOptions, Mapping, VmRuntime, page_size};
 
-pub(crate) type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// The result of the command layer: any error, shown to the user as its message.
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Arguments of `zcio transfer`.
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]

@@ -1,0 +1,6 @@
+//! The `zcio` command's library: transfers between processes, benchmarks side by side, and the
+//! reproduction report (`zcio report`) with its experiments, fitted models, plots and documents.
+
+pub mod bench;
+pub mod report;
+pub mod transfer;
