@@ -19,6 +19,7 @@
 //! [`profile::Profile`]. Kernel features are probed at start ([`probe`]).
 #![forbid(unsafe_code)]
 
+pub mod breakdown;
 pub mod error;
 pub mod memnet;
 mod passing;

@@ -1,6 +1,7 @@
 //! The semantics-specific steps shared by every module: prepare an output of an application
 //! buffer onto a page-referencing wire, and place input into an application buffer.
 
+use crate::breakdown::{Op, time};
 use crate::error::{GenieError, Result};
 use crate::profile::Profile;
 use crate::semantics::{Accounting, InputBuffering, Semantics};
@@ -12,7 +13,7 @@ use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
 /// Refuse an input buffer the process may not write (read-only or inaccessible memory) with
 /// an error naming it, before anything is read: Genie's access check at page referencing.
 pub(crate) fn check_writable(buf: &mut [u8]) -> Result<()> {
-    zcio_vm::protect::check_writable(buf).map_err(|e| match e {
+    time(Op::AccessCheck, || zcio_vm::protect::check_writable(buf)).map_err(|e| match e {
         zcio_vm::VmError::NotWritable { .. } => GenieError::arg("buf", e.to_string()),
         e => GenieError::Vm(e),
     })
@@ -56,10 +57,10 @@ impl Held {
     /// Dispose: unreference, unwire, return bounce buffers.
     pub(crate) fn dispose(self, pool: &mut BouncePool) {
         if let Some(r) = self.refs {
-            r.release();
+            time(Op::Unreference, || r.release());
         }
         if let Some(w) = self.wired {
-            let _ = zcio_vm::protect::unwire(w);
+            let _ = time(Op::Unwire, || zcio_vm::protect::unwire(w));
         }
         if let Some(b) = self.bounce {
             pool.put(b);
@@ -87,12 +88,13 @@ pub(crate) fn output_app(
     let rt = VmRuntime::get();
     let len = buf.len();
     let splice = |pieces: &[&[u8]]| {
-        zcio_vm::wire::vmsplice_all(wire, pieces).map_err(|e| GenieError::from_wire(e, "output"))
+        time(Op::Reference, || zcio_vm::wire::vmsplice_all(wire, pieces))
+            .map_err(|e| GenieError::from_wire(e, "output"))
     };
     let copy_out = |pool: &mut BouncePool, why: String| -> Result<(Held, Accounting)> {
         // Copy semantics: copy into a system buffer, queue the system buffer's pages.
         let mut b = pool.get(len)?;
-        b.as_mut_slice()[..len].copy_from_slice(buf);
+        time(Op::Copyin, || b.as_mut_slice()[..len].copy_from_slice(buf));
         splice(&[&b.as_slice()[..len]])?;
         let acc = Accounting {
             cpu_copied_bytes: len as u64,
@@ -129,10 +131,14 @@ pub(crate) fn output_app(
             // Partial pages go by copy: only whole pages of the caller are ever protected.
             let mut b = pool.get(2 * page_size())?;
             let ps = page_size();
-            b.as_mut_slice()[..head].copy_from_slice(&buf[..head]);
-            b.as_mut_slice()[ps..ps + tail].copy_from_slice(&buf[len - tail..]);
+            if head + tail > 0 {
+                time(Op::Copyin, || {
+                    b.as_mut_slice()[..head].copy_from_slice(&buf[..head]);
+                    b.as_mut_slice()[ps..ps + tail].copy_from_slice(&buf[len - tail..]);
+                });
+            }
             // Read only first, then reference: a write racing with the call faults into TCOW.
-            let refs = rt.reference_output(r, true)?;
+            let refs = time(Op::ReadOnly, || rt.reference_output(r, true))?;
             let res = splice(&[
                 &b.as_slice()[..head],
                 &buf[head..len - tail],
@@ -163,7 +169,7 @@ pub(crate) fn output_app(
             let full = r.full_pages();
             let mut path = "vmsplice (in place)".to_string();
             let wired = if sem == Semantics::Share && !full.is_empty() {
-                match zcio_vm::protect::wire(full) {
+                match time(Op::Wire, || zcio_vm::protect::wire(full)) {
                     Ok(()) => {
                         path = "vmsplice+mlock (in place)".into();
                         Some(full)
@@ -176,7 +182,7 @@ pub(crate) fn output_app(
             } else {
                 None
             };
-            let refs = rt.reference_output(r, false)?;
+            let refs = time(Op::Reference, || rt.reference_output(r, false))?;
             if let Err(e) = splice(&[buf]) {
                 Held {
                     refs: Some(refs),
@@ -273,10 +279,14 @@ impl InputBuffers {
                            what: &str,
                            acc: &mut Accounting|
          -> Result<()> {
+            let t = crate::breakdown::start();
             let st = this.staging(len)?;
             let w = st.window(offset_of, len)?;
+            crate::breakdown::stop(Op::OverlayAllocate, t);
             src.read_exact(w)?;
+            let t = crate::breakdown::start();
             let d = st.deliver_with(buf, min_pages, profile.thresholds.reverse_copyout_bytes)?;
+            crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
             acc.cpu_copied_bytes += d.copied as u64;
             acc.swapped_bytes += d.swapped as u64;
             acc.path = if d.swapped > 0 {
@@ -290,7 +300,7 @@ impl InputBuffers {
             Semantics::Copy => {
                 self.bounce.resize(len, 0);
                 src.read_exact(&mut self.bounce[..len])?;
-                buf.copy_from_slice(&self.bounce[..len]);
+                time(Op::Copyout, || buf.copy_from_slice(&self.bounce[..len]));
                 acc.cpu_copied_bytes = len as u64;
                 acc.path = "copy: system buffer+copyout".into();
             }
@@ -304,7 +314,7 @@ impl InputBuffers {
                 if full < min_pages && !reverse {
                     self.bounce.resize(len, 0);
                     src.read_exact(&mut self.bounce[..len])?;
-                    buf.copy_from_slice(&self.bounce[..len]);
+                    time(Op::Copyout, || buf.copy_from_slice(&self.bounce[..len]));
                     acc.cpu_copied_bytes = len as u64;
                     acc.path = if min_pages == usize::MAX {
                         "copy-fallback: swapping costs more than copying here".into()
@@ -357,7 +367,7 @@ impl InputBuffers {
                     let full = RawRange::of(buf).full_pages();
                     let wired = sem == Semantics::Share
                         && !full.is_empty()
-                        && zcio_vm::protect::wire(full).is_ok();
+                        && time(Op::Wire, || zcio_vm::protect::wire(full)).is_ok();
                     acc.path = if wired {
                         "in-place read (wired)".into()
                     } else {
@@ -365,7 +375,7 @@ impl InputBuffers {
                     };
                     let r = src.read_exact(buf);
                     if wired {
-                        let _ = zcio_vm::protect::unwire(full);
+                        let _ = time(Op::Unwire, || zcio_vm::protect::unwire(full));
                     }
                     r?;
                 }

@@ -6,6 +6,7 @@
 //! (region hiding). Before reusing a cached region, the *region check* asks the VM runtime
 //! whether the application unmapped any of it meanwhile; if so, the input gets a new region.
 
+use crate::breakdown::{Op, time};
 use crate::error::{GenieError, Result};
 use crate::semantics::Semantics;
 use serde::{Deserialize, Serialize};
@@ -165,16 +166,18 @@ impl RegionCache {
     pub fn keep(&mut self, region: Region, sem: Semantics, ticket: u64) -> Result<RegionState> {
         let map = region.into_mapping();
         if self.entries.len() >= self.limit {
-            return Ok(RegionState::MovedOut); // dropped: unmapped now, the I/O holds its pages
+            // Deallocated: unmapped now, the I/O holds its pages.
+            time(Op::RegionDeallocate, || drop(map));
+            return Ok(RegionState::MovedOut);
         }
         let range = map.range();
         let (region, state, wired) = match sem {
-            Semantics::EmulatedMove => match map.hide() {
+            Semantics::EmulatedMove => match time(Op::Invalidate, || map.hide()) {
                 Ok(h) => (Cached::Hidden(h), RegionState::MovedOut, false),
                 Err((_m, e)) => return Err(e.into()),
             },
             Semantics::WeakMove => {
-                let wired = zcio_vm::protect::wire(map.range()).is_ok();
+                let wired = time(Op::Wire, || zcio_vm::protect::wire(map.range())).is_ok();
                 (Cached::Mapped(map), RegionState::WeaklyMovedOut, wired)
             }
             Semantics::EmulatedWeakMove => {
@@ -186,7 +189,7 @@ impl RegionCache {
         // not remove it; without an unmap watch (no userfaultfd) a new mapping at the same
         // address would pass for it, so the region is not cached but deallocated here (the
         // pending I/O holds its pages).
-        let Some(watch) = VmRuntime::get().watch(range) else {
+        let Some(watch) = time(Op::RegionCache, || VmRuntime::get().watch(range)) else {
             return Ok(RegionState::MovedOut);
         };
         self.entries.push(Entry {
@@ -205,7 +208,7 @@ impl RegionCache {
                 e.pending = None;
                 if e.wired {
                     if let Cached::Mapped(m) = &e.region {
-                        let _ = zcio_vm::protect::unwire(m.range());
+                        let _ = time(Op::Unwire, || zcio_vm::protect::unwire(m.range()));
                     }
                     e.wired = false;
                 }
@@ -251,6 +254,7 @@ impl RegionCache {
                 continue;
             }
             if kind_ok && e.pending.is_none() && r.len == want {
+                let t = crate::breakdown::start();
                 let e = self.entries.swap_remove(i);
                 rt.unwatch(e.watch);
                 let mut map = match e.region {
@@ -262,11 +266,12 @@ impl RegionCache {
                 map.as_mut_slice()[tail_start..].fill(0);
                 let mut region = Region::from_mapping(map, len);
                 region.state = RegionState::MovingIn;
+                crate::breakdown::stop(Op::RegionCheck, t);
                 return Ok(region);
             }
             i += 1;
         }
-        let mut region = Region::alloc(len)?;
+        let mut region = time(Op::RegionCreate, || Region::alloc(len))?;
         region.state = RegionState::MovingIn;
         Ok(region)
     }

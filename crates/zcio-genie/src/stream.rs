@@ -463,7 +463,9 @@ impl StreamEnd {
         let len = buf.len();
         if sem == Semantics::Copy {
             let mut b = self.pool.get(len)?;
-            b.as_mut_slice()[..len].copy_from_slice(buf);
+            crate::breakdown::time(crate::breakdown::Op::Copyin, || {
+                b.as_mut_slice()[..len].copy_from_slice(buf)
+            });
             let r = self.put(&b.as_slice()[..len]);
             self.pool.put(b);
             let (kernel, path) = r?;
@@ -530,9 +532,10 @@ impl StreamEnd {
             pos: self.read_pos,
             direct_bytes: 0,
         };
-        let acc = self
-            .inputs
-            .input_app(sem, buf, buffering, &mut src, self.profile)?;
+        let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
+            self.inputs
+                .input_app(sem, buf, buffering, &mut src, self.profile)
+        })?;
         self.read_pos = src.pos;
         Ok(acc)
     }
