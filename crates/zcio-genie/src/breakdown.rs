@@ -46,6 +46,9 @@ pub enum Op {
     RegionCreate,
     /// Region check of a cached region and its reuse (unhide, zero the tail).
     RegionCheck,
+    /// Fill a region's pages before input (fault them in, zeroed, with `MADV_POPULATE_WRITE`):
+    /// the page allocation and zeroing that a fresh region costs.
+    RegionFill,
     /// Hide a region moved out under emulated move (`PROT_NONE`): the paper's invalidate.
     Invalidate,
     /// Put a region moved out into the region cache with an unmap watch (zcio's region mark out).
@@ -58,7 +61,7 @@ pub enum Op {
 
 impl Op {
     /// Every operation, in the order of the paper's table.
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 16] = [
         Op::Copyin,
         Op::Copyout,
         Op::Reference,
@@ -70,6 +73,7 @@ impl Op {
         Op::OverlayAllocate,
         Op::RegionCreate,
         Op::RegionCheck,
+        Op::RegionFill,
         Op::Invalidate,
         Op::RegionCache,
         Op::RegionDeallocate,
@@ -90,6 +94,7 @@ impl Op {
             Op::OverlayAllocate => "overlay-allocate",
             Op::RegionCreate => "region-create",
             Op::RegionCheck => "region-check",
+            Op::RegionFill => "region-fill",
             Op::Invalidate => "invalidate",
             Op::RegionCache => "region-cache",
             Op::RegionDeallocate => "region-deallocate",
@@ -157,7 +162,10 @@ thread_local! {
 }
 
 fn slot(op: Op, phase: Phase) -> usize {
-    let o = Op::ALL.iter().position(|x| *x == op).expect("every op is listed");
+    let o = Op::ALL
+        .iter()
+        .position(|x| *x == op)
+        .expect("every op is listed");
     o * 3 + phase as usize
 }
 
@@ -282,7 +290,9 @@ mod tests {
         time(Op::Copyin, || ());
         end_message();
         enable(true);
-        time(Op::Copyin, || std::thread::sleep(std::time::Duration::from_millis(1)));
+        time(Op::Copyin, || {
+            std::thread::sleep(std::time::Duration::from_millis(1))
+        });
         time(Op::Copyin, || ());
         in_phase(Phase::Dispose, || time(Op::Unreference, || ()));
         end_message();
@@ -292,7 +302,10 @@ mod tests {
         let s = take();
         assert_eq!(s.len(), 2, "{s:?}");
         let c = s.iter().find(|x| x.op == Op::Copyin).unwrap();
-        assert_eq!((c.phase, c.calls, c.per_message_ns.len()), (Phase::Prepare, 2, 1));
+        assert_eq!(
+            (c.phase, c.calls, c.per_message_ns.len()),
+            (Phase::Prepare, 2, 1)
+        );
         assert!(c.per_message_ns[0] >= 1_000_000);
         let u = s.iter().find(|x| x.op == Op::Unreference).unwrap();
         assert_eq!(u.phase, Phase::Dispose);

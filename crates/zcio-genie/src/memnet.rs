@@ -21,7 +21,7 @@ use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
 use crate::passing::{BouncePool, Held, InputBuffers, Source, output_app};
 use crate::profile::Profile;
-use crate::region::{Region, RegionCache, RegionState, mark};
+use crate::region::{Region, RegionCache, RegionState, fill, mark};
 use crate::semantics::{Accounting, Fallback, InputBuffering, Semantics};
 use rustix::event::{PollFd, PollFlags};
 use std::io::{IoSlice, IoSliceMut};
@@ -574,7 +574,9 @@ impl MemnetEndpoint {
                     // The data follows its descriptor closely: spin for it rather than sleep in
                     // the read.
                     let fd = self.in_rx.as_fd();
-                    spin_until(self.spin, || zcio_vm::wire::queued(fd).map_or(true, |q| q > 0));
+                    spin_until(self.spin, || {
+                        zcio_vm::wire::queued(fd).map_or(true, |q| q > 0)
+                    });
                     return Ok(len);
                 }
                 Ok(None) => {}
@@ -716,6 +718,7 @@ impl MemnetEndpoint {
         } else {
             self.regions.take(len, sem)?
         };
+        fill(&mut region)?;
         zcio_vm::wire::read_exact(self.in_rx.as_fd(), region.as_mut_slice())
             .map_err(|e| GenieError::from_wire(e, "input"))?;
         mark(&mut region, RegionState::MovedIn);

@@ -296,6 +296,16 @@ impl Drop for RegionCache {
     }
 }
 
+/// Fault a region's pages in (zeroed where new) before input reads into it: the page allocation
+/// a fresh region costs, counted as its own operation rather than hidden in the read.
+pub(crate) fn fill(region: &mut Region) -> Result<()> {
+    let len = region.len();
+    time(Op::RegionFill, || {
+        zcio_vm::protect::check_writable(&mut region.map.as_mut_slice()[..len])
+    })?;
+    Ok(())
+}
+
 pub(crate) fn mark(region: &mut Region, state: RegionState) {
     region.state = state;
 }

@@ -9,7 +9,6 @@
 
 use crate::transfer::{Res, TransferArgs, run_peer};
 use serde::Serialize;
-use zcio_genie::stream::ModuleKind;
 use zcio_genie::{InputBuffering, Semantics};
 
 /// Arguments of `zcio bench memnet`.
@@ -118,19 +117,10 @@ pub fn run(b: BenchArgs) -> Res<()> {
                 let sem = b.semantics[i];
                 bar.set_message(format!("{sem} {bytes} B"));
                 let a = TransferArgs {
-                    semantics: sem,
-                    module: ModuleKind::Memnet,
-                    bytes,
-                    offset: 0,
                     input: b.input,
-                    overwrite_during_output: false,
-                    count: b.count,
-                    json: true,
-                    dir: None,
                     seed: 1 + round as u64,
                     force_zero_copy: b.force_zero_copy,
-                    no_fallback: false,
-                    peer_exit_after: None,
+                    ..TransferArgs::memnet(sem, bytes, b.count)
                 };
                 let v = run_peer(&a)?;
                 lat[i].push(v["latency_ns"].as_u64().unwrap_or(0));
@@ -218,6 +208,109 @@ pub fn run(b: BenchArgs) -> Res<()> {
             f(q.emulated_copy_vs_copy_cpu),
             f(q.emulated_copy_vs_copy_latency),
             f(q.emulated_copy_vs_emulated_share_latency)
+        );
+    }
+    Ok(())
+}
+
+/// Arguments of `zcio bench genie`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GenieArgs {
+    /// The papers' full sweep instead of the quick one.
+    #[arg(long)]
+    pub full: bool,
+    /// A few points only (checks the pipeline).
+    #[arg(long, hide = true, conflicts_with = "full")]
+    pub smoke: bool,
+    /// Print JSON (the default prints a table).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `zcio bench genie`: Figures 3, 6, 7 alone, fitted.
+pub fn run_genie(b: GenieArgs) -> Res<()> {
+    use crate::report::{Preset, genie};
+    let preset = if b.smoke {
+        Preset::Smoke
+    } else if b.full {
+        Preset::Full
+    } else {
+        Preset::Quick
+    };
+    let plan = genie::Plan::of(preset);
+    let bar = indicatif::ProgressBar::new(plan.units()[0]);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .expect("template"),
+    );
+    struct P(indicatif::ProgressBar);
+    impl genie::Progress for P {
+        fn what(&self, s: String) {
+            self.0.set_message(s);
+        }
+        fn inc(&self) {
+            self.0.inc(1);
+        }
+    }
+    let points = genie::latency(&plan, &P(bar.clone()))?;
+    bar.finish_and_clear();
+    let fits = genie::fits(&points, &[]);
+    let contenders: Vec<serde_json::Value> = fits
+        .iter()
+        .map(|f| {
+            let pts: Vec<serde_json::Value> = points
+                .iter()
+                .filter(|p| {
+                    (p.semantics, p.input, p.thresholds) == (f.semantics, f.input, f.thresholds)
+                })
+                .map(|p| {
+                    serde_json::json!({
+                        "bytes": p.bytes,
+                        "latency_ns": p.latency_ns,
+                        "latency_spread_ns": p.latency_spread_ns,
+                        "cpu_ns": p.cpu_ns,
+                        "cpu_copied_bytes": p.cpu_copied_bytes,
+                        "path": p.path,
+                        "verified": p.verified,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "figure": f.figure,
+                "semantics": f.semantics,
+                "input": f.input,
+                "thresholds": f.thresholds,
+                "slope_ns_per_byte": f.line.slope_ns_per_byte,
+                "intercept_ns": f.line.intercept_ns,
+                "r2": f.line.r2,
+                "points": pts,
+            })
+        })
+        .collect();
+    if b.json {
+        let out = serde_json::json!({
+            "bench": "genie",
+            "preset": preset,
+            "plan": plan,
+            "vm": zcio_vm::VmRuntime::get().capabilities(),
+            "contenders": contenders,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{:<6} {:<20} {:<18} {:>12} {:>10} {:>7}",
+        "figure", "semantics", "input", "ns/byte", "ns", "R²"
+    );
+    for f in &fits {
+        println!(
+            "{:<6} {:<20} {:<18} {:>12.5} {:>10.0} {:>7}",
+            f.figure,
+            f.semantics.name(),
+            f.input.name(),
+            f.line.slope_ns_per_byte,
+            f.line.intercept_ns,
+            f.line.r2.map_or("-".into(), |r| format!("{r:.3}"))
         );
     }
     Ok(())

@@ -37,6 +37,9 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         dir: PathBuf,
     },
+    /// The reproduction report: run every experiment, write index.html, REPORT.md,
+    /// results.json and plots.
+    Report(zcio::report::ReportArgs),
     /// Benchmarks, side by side in one run.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -53,6 +56,9 @@ enum Cmd {
 enum BenchCmd {
     /// Copy, emulated copy and emulated share (or any semantics) over the memory network.
     Memnet(bench::BenchArgs),
+    /// Genie's experiments alone (Figures 3, 6, 7): per semantics and input scheme, the
+    /// fitted latency line and the measured points.
+    Genie(bench::GenieArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +67,8 @@ fn main() -> ExitCode {
         Cmd::Transfer(a) => transfer::run(a),
         Cmd::Peer { connect } => transfer::peer(&connect),
         Cmd::Bench(BenchCmd::Memnet(b)) => bench::run(b),
+        Cmd::Bench(BenchCmd::Genie(b)) => bench::run_genie(b),
+        Cmd::Report(a) => zcio::report::run(a),
         Cmd::Probe { dir } => {
             let p = zcio_genie::probe::probe(&dir);
             println!(

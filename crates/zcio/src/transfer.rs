@@ -9,6 +9,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
+use zcio_genie::breakdown::OpSamples;
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint};
 use zcio_genie::semantics::Allocation;
 use zcio_genie::stream::{ModuleKind, StreamEnd};
@@ -63,6 +64,130 @@ pub struct TransferArgs {
     /// Fault injection: the receiving process exits after this many messages.
     #[arg(long, hide = true)]
     pub peer_exit_after: Option<usize>,
+    /// Time every primitive data-passing operation on both sides (the breakdown model's
+    /// instrumentation) and report them under `ops`.
+    #[arg(long)]
+    #[serde(default)]
+    pub breakdown: bool,
+    /// Sleep at once when waiting instead of spinning first, so that CPU time counts only work
+    /// (the I/O processing time of paper 000, Figure 4).
+    #[arg(long)]
+    #[serde(default)]
+    pub no_spin: bool,
+    /// CPU work (ns of thread CPU time) the receiving application does per message, for the
+    /// system-throughput experiment.
+    #[arg(long, default_value_t = 0)]
+    #[serde(default)]
+    pub app_work_ns: u64,
+}
+
+impl TransferArgs {
+    /// A memory-network transfer of `count` messages of `bytes` under `semantics`, with the
+    /// defaults of the command line for the rest.
+    pub fn memnet(semantics: Semantics, bytes: usize, count: usize) -> TransferArgs {
+        TransferArgs {
+            semantics,
+            module: ModuleKind::Memnet,
+            bytes,
+            offset: 0,
+            input: InputBuffering::EarlyDemux,
+            overwrite_during_output: false,
+            count,
+            json: true,
+            dir: None,
+            seed: 1,
+            force_zero_copy: false,
+            no_fallback: false,
+            peer_exit_after: None,
+            breakdown: false,
+            no_spin: false,
+            app_work_ns: 0,
+        }
+    }
+}
+
+impl TransferArgs {
+    /// The `zcio transfer` command line that runs these arguments (with `--json`).
+    pub fn command_line(&self) -> Vec<String> {
+        let mut v = vec![
+            "transfer".to_string(),
+            "--semantics".into(),
+            self.semantics.to_string(),
+            "--module".into(),
+            self.module.to_string(),
+            "--bytes".into(),
+            self.bytes.to_string(),
+            "--offset".into(),
+            self.offset.to_string(),
+            "--input".into(),
+            self.input.to_string(),
+            "--count".into(),
+            self.count.to_string(),
+            "--seed".into(),
+            self.seed.to_string(),
+            "--app-work-ns".into(),
+            self.app_work_ns.to_string(),
+            "--json".into(),
+        ];
+        for (on, flag) in [
+            (self.overwrite_during_output, "--overwrite-during-output"),
+            (self.force_zero_copy, "--force-zero-copy"),
+            (self.no_fallback, "--no-fallback"),
+            (self.breakdown, "--breakdown"),
+            (self.no_spin, "--no-spin"),
+        ] {
+            if on {
+                v.push(flag.into());
+            }
+        }
+        if let Some(d) = &self.dir {
+            v.push("--dir".into());
+            v.push(d.display().to_string());
+        }
+        v
+    }
+}
+
+/// Burn `ns` of this thread's CPU time (the application's work on a message).
+fn app_work(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let t0 = thread_cpu_now();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    while thread_cpu_now() - t0 < ns {
+        for _ in 0..256 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+        std::hint::black_box(x);
+    }
+}
+
+fn thread_cpu_now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Per operation and phase: calls per message and the spread of its time per message.
+fn ops_summary(samples: &[OpSamples], count: usize) -> Vec<serde_json::Value> {
+    samples
+        .iter()
+        .map(|s| {
+            let (p50, p10, p90) = percentiles(s.per_message_ns.clone());
+            serde_json::json!({
+                "op": s.op,
+                "phase": s.phase,
+                "messages": s.per_message_ns.len(),
+                "calls_per_message": s.calls as f64 / s.per_message_ns.len().max(1) as f64,
+                "share_of_messages": s.per_message_ns.len() as f64 / count.max(1) as f64,
+                "median_ns": p50,
+                "p10_ns": p10,
+                "p90_ns": p90,
+            })
+        })
+        .collect()
 }
 
 /// The data of message `i`: a deterministic pattern both sides can regenerate.
@@ -119,6 +244,12 @@ struct PeerReport {
     vma_first: usize,
     vma_last: usize,
     error: Option<String>,
+    /// The receiver's primitive operations, when recorded.
+    #[serde(default)]
+    ops: Vec<OpSamples>,
+    /// CPU time of the receiving application's own work (checking, `--app-work-ns`).
+    #[serde(default)]
+    app_cpu_ns: u64,
 }
 
 fn cpu_now() -> u64 {
@@ -224,7 +355,7 @@ pub fn run(a: TransferArgs) -> Res<()> {
     }
     let vma_before = zcio_vm::mapping::vma_count();
     let result = if a.module == ModuleKind::File {
-        run_file(&a)?
+        run_file_json(&a)?
     } else {
         run_peer(&a)?
     };
@@ -335,6 +466,9 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
             let (mine, theirs, arena) = zcio_genie::memnet::link_parts()?;
             theirs.send_over(&ctl)?;
             let mut m = MemnetEndpoint::join(mine, Some(arena))?;
+            if a.no_spin {
+                m.set_spin(std::time::Duration::ZERO);
+            }
             m.set_profile(profile(a));
             m.set_fallback(fallback(a));
             Out::Memnet(m)
@@ -356,8 +490,13 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     let mut cpu_sender = 0;
     let mut err = None;
     let mut vma_first = 0;
+    let mut app_cpu = 0;
+    zcio_genie::breakdown::enable(a.breakdown);
+    let wall0 = Instant::now();
     for i in 0..a.count {
+        let c0 = thread_cpu_now();
         let region = prepare(a, &mut buf, i)?;
+        app_cpu += thread_cpu_now() - c0;
         // CPU time and latency cover the transfer only: not making the data, not checking it.
         let cpu0 = cpu_now();
         let t0 = Instant::now();
@@ -375,6 +514,12 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
                 .map_err(|_| "peer disappeared during the transfer".into())
                 .map(|_| x)
         });
+        // The first message warms the caches and the pools: not a sample of the breakdown.
+        if i == 0 {
+            zcio_genie::breakdown::discard_message();
+        } else {
+            zcio_genie::breakdown::end_message();
+        }
         match r {
             Ok(x) => {
                 lat.push(elapsed);
@@ -396,6 +541,9 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
             }
         }
     }
+    let wall_ns = wall0.elapsed().as_nanos() as u64;
+    let sender_ops = zcio_genie::breakdown::take();
+    zcio_genie::breakdown::enable(false);
     let vm1 = VmRuntime::get().stats();
     let vma_last = zcio_vm::mapping::vma_count();
     drop(out);
@@ -418,6 +566,15 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         vm0,
         vm1,
     );
+    let mut ops = sender_ops;
+    ops.extend(report.ops.iter().cloned());
+    if a.breakdown {
+        v["ops"] = ops_summary(&ops, a.count.saturating_sub(1)).into();
+    }
+    let n = a.count as u64;
+    v["app_cpu_ns"] = ((app_cpu + report.app_cpu_ns) / n).into();
+    v["wall_ns"] = wall_ns.into();
+    v["messages_per_s"] = (a.count as f64 / (wall_ns as f64 / 1e9)).into();
     v["vma"] = serde_json::json!({
         "sender_after_first": vma_first,
         "sender_after_last": vma_last,
@@ -461,6 +618,7 @@ fn summarize(
         "latency_ns": p50,
         "latency_p10_ns": p10,
         "latency_p90_ns": p90,
+        "latencies_ns": lat,
         "cpu_ns": cpu_ns / n,
         "sender": { "cpu_copied_bytes": send.cpu_copied_bytes / n, "kernel_copied_bytes": send.kernel_copied_bytes.map(|k| k / n), "path": send.path },
         "receiver": { "cpu_copied_bytes": recv.cpu_copied_bytes / n, "kernel_copied_bytes": recv.kernel_copied_bytes.map(|k| k / n), "swapped_bytes": recv.swapped_bytes / n, "path": recv.path },
@@ -471,7 +629,23 @@ fn summarize(
     })
 }
 
-fn run_file(a: &TransferArgs) -> Res<serde_json::Value> {
+/// CPU time of this process and of its waited-for children so far (ns; clock-tick resolution).
+pub fn children_and_self_cpu_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at the state, field 3.
+    let rest = stat.rsplit_once(')').map_or("", |x| x.1);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // utime, stime, cutime, cstime are fields 14-17, i.e. indices 11-14 after the state.
+    let ticks: u64 = f.get(11..15).map_or(0, |x| x.iter().sum());
+    ticks * 1_000_000_000 / rustix::param::clock_ticks_per_second()
+}
+
+/// Run a file transfer (write the file, read it back in this process) and return its result
+/// object.
+pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
     let dir = match &a.dir {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir_in(".")?,
@@ -569,6 +743,9 @@ pub fn peer(connect: &Path) -> Res<()> {
         let mut input = match a.module {
             ModuleKind::Memnet => {
                 let mut m = MemnetEndpoint::join(LinkParts::recv_from(&ctl)?, None)?;
+                if a.no_spin {
+                    m.set_spin(std::time::Duration::ZERO);
+                }
                 m.set_profile(profile(&a));
                 m.set_fallback(fallback(&a));
                 In::M(m)
@@ -588,6 +765,7 @@ pub fn peer(connect: &Path) -> Res<()> {
         };
         let mut buf = Buf::new(a.bytes, off)?;
         let mut scratch = Vec::new();
+        zcio_genie::breakdown::enable(a.breakdown);
         for i in 0..a.count {
             if a.peer_exit_after == Some(i) {
                 std::process::exit(3);
@@ -600,10 +778,13 @@ pub fn peer(connect: &Path) -> Res<()> {
                 };
                 ctl.write_all(b".")?;
                 report.cpu_ns += cpu_now() - cpu0;
+                let c0 = thread_cpu_now();
                 let mut bad = check(region.as_slice(), a.seed, i, &mut scratch);
                 if bad.is_none() && region.page_span()[region.len()..].iter().any(|&b| b != 0) {
                     bad = Some(region.len());
                 }
+                app_work(a.app_work_ns);
+                report.app_cpu_ns += thread_cpu_now() - c0;
                 (acc, bad)
             } else {
                 let acc = match &mut input {
@@ -612,8 +793,17 @@ pub fn peer(connect: &Path) -> Res<()> {
                 };
                 ctl.write_all(b".")?;
                 report.cpu_ns += cpu_now() - cpu0;
-                (acc, check(buf.get(), a.seed, i, &mut scratch))
+                let c0 = thread_cpu_now();
+                let bad = check(buf.get(), a.seed, i, &mut scratch);
+                app_work(a.app_work_ns);
+                report.app_cpu_ns += thread_cpu_now() - c0;
+                (acc, bad)
             };
+            if i == 0 {
+                zcio_genie::breakdown::discard_message();
+            } else {
+                zcio_genie::breakdown::end_message();
+            }
             ctl.write_all(b"r")?;
             if let Some(p) = bad {
                 report.mismatches += 1;
@@ -633,6 +823,7 @@ pub fn peer(connect: &Path) -> Res<()> {
             }
         }
         report.vma_last = zcio_vm::mapping::vma_count();
+        report.ops = zcio_genie::breakdown::take();
         Ok(())
     })();
     if let Err(e) = r {

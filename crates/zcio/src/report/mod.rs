@@ -1,5 +1,347 @@
 //! `zcio report`: every experiment the project has, run on this machine, with the papers'
 //! numbers beside this machine's, written as HTML, Markdown, JSON and plots.
+//!
+//! Experiments are listed in [`EXPERIMENTS`] (the registry: later papers add theirs there);
+//! each has an id that `--only` selects, a paper, and a size in progress units. The results
+//! of one run are one [`Results`] value, written as `results.json` under the JSON schema
+//! `schema/results.schema.json` (generated from these types: `zcio report --schema`).
 
 pub mod doc;
+pub mod fit;
+pub mod genie;
+pub mod genie_doc;
+pub mod machine;
+pub mod model;
 pub mod plot;
+
+use crate::report::genie::Progress;
+use crate::transfer::Res;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The `schema` field of `results.json`.
+pub const SCHEMA: &str = "zcio-report/1";
+
+/// How much to measure.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// A few points of everything, for tests (seconds).
+    Smoke,
+    /// The default: every experiment at fewer lengths and rounds (minutes).
+    Quick,
+    /// The papers' full sweeps.
+    Full,
+}
+
+/// One entry of the registry.
+#[derive(Debug, Clone, Copy)]
+pub struct Experiment {
+    /// Id for `--only`.
+    pub id: &'static str,
+    /// Paper number (`000` … `004`).
+    pub paper: &'static str,
+    /// What it reproduces.
+    pub title: &'static str,
+}
+
+/// Every experiment, in the order they run.
+pub const EXPERIMENTS: &[Experiment] = &[
+    Experiment {
+        id: "genie-latency",
+        paper: "000",
+        title: "Figures 3, 6, 7: end-to-end latency against length, eight semantics, three input schemes (instrumented: Tables 6, 9)",
+    },
+    Experiment {
+        id: "genie-short",
+        paper: "000",
+        title: "Figure 5: short messages with the calibrated thresholds",
+    },
+    Experiment {
+        id: "genie-cpu",
+        paper: "000",
+        title: "Figure 4: I/O processing time (CPU time per transfer)",
+    },
+    Experiment {
+        id: "genie-modules",
+        paper: "000",
+        title: "The file (O_DIRECT) and kernel-socket modules: which path and why",
+    },
+    Experiment {
+        id: "genie-bandwidth",
+        paper: "000",
+        title: "Table 10: copy bandwidths and the wire's rate, measured independently",
+    },
+    Experiment {
+        id: "genie-throughput",
+        paper: "000",
+        title: "§8.2: system throughput against application work, model and measurement",
+    },
+];
+
+/// Arguments of `zcio report`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Directory to write index.html, REPORT.md, results.json and plots/ into.
+    #[arg(long, default_value = "zcio-report")]
+    pub out: PathBuf,
+    /// Every experiment at fewer lengths and rounds (the default; minutes).
+    #[arg(long, conflicts_with = "full")]
+    pub quick: bool,
+    /// The papers' full sweeps (much longer).
+    #[arg(long)]
+    pub full: bool,
+    /// A few points of everything (seconds): checks the pipeline, not the machine.
+    #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
+    pub smoke: bool,
+    /// Run only these experiments (ids, or a prefix such as `genie`); see `--list`.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub only: Vec<String>,
+    /// List the experiments and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Print the JSON schema of results.json and exit.
+    #[arg(long)]
+    pub schema: bool,
+    /// Directory for the file module's experiments (default: the output directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+impl ReportArgs {
+    /// The preset the flags ask for.
+    pub fn preset(&self) -> Preset {
+        if self.smoke {
+            Preset::Smoke
+        } else if self.full {
+            Preset::Full
+        } else {
+            Preset::Quick
+        }
+    }
+}
+
+/// One experiment as it ran.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ExperimentRecord {
+    /// Id.
+    pub id: String,
+    /// Paper.
+    pub paper: String,
+    /// Title.
+    pub title: String,
+    /// Wall time (s).
+    pub duration_s: f64,
+}
+
+/// The Genie section of the results.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GenieSection {
+    /// Sizes and repetitions used.
+    pub plan: genie::Plan,
+    /// Measurements.
+    pub results: genie::GenieResults,
+    /// Fitted models.
+    pub model: model::Model,
+    /// The paper's conclusions, tested here.
+    pub conclusions: Vec<model::Conclusion>,
+}
+
+/// Everything a report run measured: `results.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Results {
+    /// Format id: `zcio-report/1`.
+    pub schema: String,
+    /// Preset.
+    pub preset: Preset,
+    /// Start time (seconds since the Unix epoch).
+    pub started_unix_s: u64,
+    /// Wall time of the whole run (s).
+    pub duration_s: f64,
+    /// The machine.
+    pub machine: machine::Machine,
+    /// The experiments that ran.
+    pub experiments: Vec<ExperimentRecord>,
+    /// Paper 000 (Genie), when any of its experiments ran.
+    pub genie: Option<GenieSection>,
+}
+
+/// The JSON schema of [`Results`].
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Results)).expect("schema serializes")
+}
+
+/// Which experiments `only` selects (all when empty); an unknown id is an error naming it.
+pub fn select(only: &[String]) -> Res<Vec<Experiment>> {
+    for o in only {
+        if !EXPERIMENTS.iter().any(|e| e.id.starts_with(o.as_str())) {
+            let ids: Vec<_> = EXPERIMENTS.iter().map(|e| e.id).collect();
+            return Err(format!(
+                "invalid argument `--only {o}`: no such experiment (known: {})",
+                ids.join(", ")
+            )
+            .into());
+        }
+    }
+    Ok(EXPERIMENTS
+        .iter()
+        .filter(|e| only.is_empty() || only.iter().any(|o| e.id.starts_with(o.as_str())))
+        .copied()
+        .collect())
+}
+
+struct Bar(indicatif::ProgressBar);
+
+impl genie::Progress for Bar {
+    fn what(&self, s: String) {
+        self.0.set_message(s);
+    }
+    fn inc(&self) {
+        self.0.inc(1);
+    }
+}
+
+/// Run the selected experiments of the Genie paper; returns its section and the records.
+pub fn run_genie(
+    preset: Preset,
+    selected: &[Experiment],
+    dir: &std::path::Path,
+    machine: &machine::Machine,
+    bar: &indicatif::ProgressBar,
+) -> Res<(Option<GenieSection>, Vec<ExperimentRecord>)> {
+    let plan = genie::Plan::of(preset);
+    let units = plan.units();
+    let on = |id: &str| selected.iter().any(|e| e.id == id);
+    let mut total = 0;
+    for (i, id) in [
+        "genie-latency",
+        "genie-short",
+        "genie-cpu",
+        "genie-modules",
+        "genie-throughput",
+    ]
+    .iter()
+    .enumerate()
+    {
+        if on(id) {
+            total += units[i];
+        }
+    }
+    if on("genie-bandwidth") {
+        total += 1;
+    }
+    if total == 0 {
+        return Ok((None, Vec::new()));
+    }
+    bar.inc_length(total);
+    let p = Bar(bar.clone());
+    p.what("warming up".into());
+    genie::warm_up()?;
+    let mut g = genie::GenieResults::default();
+    let mut records = Vec::new();
+    for e in selected.iter().filter(|e| e.paper == "000") {
+        let t0 = Instant::now();
+        match e.id {
+            "genie-latency" => g.latency = genie::latency(&plan, &p)?,
+            "genie-short" => g.short = genie::short(&plan, &p)?,
+            "genie-cpu" => g.cpu = genie::cpu(&plan, &p)?,
+            "genie-modules" => g.modules = genie::modules(&plan, dir, &p)?,
+            "genie-bandwidth" => {
+                p.what("bandwidth: memcpy and the wire".into());
+                g.bandwidths = Some(genie::bandwidths(preset != Preset::Full, machine)?);
+                p.inc();
+            }
+            "genie-throughput" => g.throughput = genie::throughput(&plan, &p)?,
+            other => return Err(format!("experiment {other} has no runner").into()),
+        }
+        let d = t0.elapsed().as_secs_f64();
+        let line = format!("{:<18} {:>7.1} s  {}", e.id, d, e.title);
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+        records.push(ExperimentRecord {
+            id: e.id.into(),
+            paper: e.paper.into(),
+            title: e.title.into(),
+            duration_s: d,
+        });
+    }
+    g.fits = genie::fits(&g.latency, &g.cpu);
+    let model = model::fit_model(&g, machine.logical_cpus);
+    let conclusions = model::conclusions(&g, &model);
+    Ok((
+        Some(GenieSection {
+            plan,
+            results: g,
+            model,
+            conclusions,
+        }),
+        records,
+    ))
+}
+
+/// `zcio report`.
+pub fn run(a: ReportArgs) -> Res<()> {
+    if a.schema {
+        println!("{}", serde_json::to_string_pretty(&schema())?);
+        return Ok(());
+    }
+    if a.list {
+        for e in EXPERIMENTS {
+            println!("{:<18} paper {}  {}", e.id, e.paper, e.title);
+        }
+        return Ok(());
+    }
+    let selected = select(&a.only)?;
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| format!("invalid argument `--out {}`: {e}", a.out.display()))?;
+    let dir = a.dir.clone().unwrap_or_else(|| a.out.clone());
+    let t0 = Instant::now();
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let machine = machine::Machine::this(&dir);
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} (eta {eta}) {msg}",
+        )
+        .expect("template"),
+    );
+    let (genie, records) = run_genie(a.preset(), &selected, &dir, &machine, &bar)?;
+    bar.finish_and_clear();
+    let results = Results {
+        schema: SCHEMA.into(),
+        preset: a.preset(),
+        started_unix_s,
+        duration_s: t0.elapsed().as_secs_f64(),
+        machine,
+        experiments: records,
+        genie,
+    };
+    write(&results, &a.out)?;
+    eprintln!(
+        "report written to {} (index.html, REPORT.md, results.json, plots/) in {:.0} s",
+        a.out.display(),
+        results.duration_s
+    );
+    Ok(())
+}
+
+/// Write `results.json` and the documents for `results` into `out`.
+pub fn write(results: &Results, out: &std::path::Path) -> Res<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(results)?,
+    )?;
+    let d = genie_doc::document(results);
+    doc::write_all(&d, out)?;
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! `zcio report` end to end (a smoke-sized run: every experiment at a few points), its JSON
+//! schema, `zcio bench genie`, and the command line's help and errors.
+
+use std::path::Path;
+use std::process::Command;
+
+fn zcio() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zcio"))
+}
+
+fn schema_path() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/results.schema.json")
+}
+
+#[test]
+fn the_committed_schema_is_the_one_the_code_writes() {
+    let out = zcio().args(["report", "--schema"]).output().unwrap();
+    assert!(out.status.success());
+    let generated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let committed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path()).unwrap()).unwrap();
+    assert_eq!(
+        generated, committed,
+        "schema/results.schema.json is stale: regenerate it with `zcio report --schema`"
+    );
+}
+
+#[test]
+fn smoke_report_writes_every_output_and_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let r = zcio()
+        .args(["report", "--smoke", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        r.status.success(),
+        "zcio report failed: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    for f in ["index.html", "REPORT.md", "results.json"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    // results.json against its schema.
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path()).unwrap()).unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = v.iter_errors(&results).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "results.json does not validate: {errors:?}"
+    );
+    // A document the schema rejects: the check can fail.
+    let mut broken = results.clone();
+    broken["machine"]["logical_cpus"] = "two".into();
+    assert!(!v.is_valid(&broken));
+
+    // Every experiment ran and measured something real.
+    assert_eq!(results["schema"], "zcio-report/1");
+    let ids: Vec<&str> = results["experiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "genie-latency",
+        "genie-short",
+        "genie-cpu",
+        "genie-modules",
+        "genie-bandwidth",
+        "genie-throughput",
+    ] {
+        assert!(ids.contains(&id), "{id} did not run: {ids:?}");
+    }
+    let g = &results["genie"];
+    let r = &g["results"];
+    // 8 semantics × 3 input schemes + emulated copy calibrated, at each of 2 lengths.
+    assert_eq!(r["latency"].as_array().unwrap().len(), 25 * 2);
+    for key in ["latency", "short", "cpu", "modules"] {
+        for p in r[key].as_array().unwrap() {
+            assert_eq!(p["verified"], true, "{key}: {p}");
+            assert!(p["latency_ns"].as_f64().unwrap() > 0.0);
+            for run in p["runs"].as_array().unwrap() {
+                assert!(!run["latencies_ns"].as_array().unwrap().is_empty());
+            }
+        }
+    }
+    // Copy semantics copies each byte once at each end; emulated share never in user space.
+    let at = |sem: &str, input: &str| {
+        r["latency"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["semantics"] == sem && p["input"] == input && p["bytes"] == 16384)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(at("copy", "early-demux")["cpu_copied_bytes"], 2 * 16384);
+    assert_eq!(at("emulated-share", "early-demux")["cpu_copied_bytes"], 0);
+    assert_eq!(at("emulated-copy", "early-demux")["swapped_bytes"], 16384);
+    // The instrumented runs recorded the primitives the model is fitted on.
+    let prims: Vec<&str> = g["model"]["primitives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["op"].as_str().unwrap())
+        .collect();
+    for op in [
+        "copyin",
+        "copyout",
+        "reference",
+        "read-only",
+        "swap",
+        "region-create",
+    ] {
+        assert!(prims.contains(&op), "{op} not fitted: {prims:?}");
+    }
+    assert!(g["model"]["base"].is_object());
+    assert_eq!(g["model"]["estimates"].as_array().unwrap().len(), 24);
+    assert!(!g["model"]["classification"].as_array().unwrap().is_empty());
+    assert!(!g["model"]["projections"].as_array().unwrap().is_empty());
+    assert_eq!(g["model"]["throughput"].as_array().unwrap().len(), 3);
+    assert_eq!(g["conclusions"].as_array().unwrap().len(), 3);
+    assert!(r["bandwidths"]["wire_gbps"].as_f64().unwrap() > 0.0);
+
+    // Every plot the Markdown names exists and is an SVG; the HTML holds them inline.
+    let md = std::fs::read_to_string(out.join("REPORT.md")).unwrap();
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let mut plots = 0;
+    for entry in std::fs::read_dir(out.join("plots")).unwrap() {
+        let p = entry.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        assert!(
+            md.contains(&format!("plots/{name}")),
+            "{name} not in REPORT.md"
+        );
+        assert!(std::fs::read_to_string(&p).unwrap().contains("<svg"));
+        plots += 1;
+    }
+    assert!(plots >= 6, "{plots} plots");
+    assert_eq!(html.matches("data:image/svg+xml;base64,").count(), plots);
+    for s in [
+        "Summary of findings",
+        "Table 6",
+        "Table 9",
+        "Table 10",
+        "§8.2",
+    ] {
+        assert!(md.contains(s) && html.contains(s), "{s} missing");
+    }
+    assert!(md.find("Summary of findings") < md.find("Figure 3"));
+
+    // The page in a real browser: every image loads, no script error.
+    match zcio::report::doc::browser_check(&out.join("index.html"), None) {
+        Ok(c) => assert!(c.is_ok() && c.images == plots, "{c:?}"),
+        Err(zcio::report::doc::BrowserCheckError::NoBrowser { .. }) => {
+            println!("skipped the browser check: no Chromium on this machine (install chromium)")
+        }
+        Err(e) => panic!("browser check failed: {e}"),
+    }
+}
+
+#[test]
+fn bench_genie_prints_fitted_lines_and_points() {
+    let out = zcio()
+        .args(["bench", "genie", "--smoke", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cs = v["contenders"].as_array().unwrap();
+    assert_eq!(cs.len(), 25);
+    for c in cs {
+        assert!(c["slope_ns_per_byte"].is_number(), "{c}");
+        assert!(c["intercept_ns"].is_number(), "{c}");
+        let pts = c["points"].as_array().unwrap();
+        assert_eq!(pts.len(), 2);
+        // The line is the least-squares line through its two points: it passes through both.
+        for p in pts {
+            let b = p["bytes"].as_f64().unwrap();
+            let y =
+                c["slope_ns_per_byte"].as_f64().unwrap() * b + c["intercept_ns"].as_f64().unwrap();
+            let m = p["latency_ns"].as_f64().unwrap();
+            assert!((y - m).abs() <= 1e-6 * m.max(1.0), "{c}");
+            assert_eq!(p["verified"], true);
+        }
+    }
+}
+
+#[test]
+fn help_is_complete_and_errors_name_the_argument() {
+    let out = zcio().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for sub in ["transfer", "report", "bench", "calibrate", "probe"] {
+        assert!(help.contains(sub), "--help lacks {sub}: {help}");
+    }
+    let out = zcio().args(["report", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--out", "--quick", "--full", "--only", "--list", "--schema"] {
+        assert!(help.contains(flag), "report --help lacks {flag}");
+    }
+    let out = zcio().args(["bench", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("genie") && help.contains("memnet"));
+
+    let out = zcio()
+        .args(["report", "--only", "no-such-experiment", "--out"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--only no-such-experiment") && err.contains("genie-latency"),
+        "{err}"
+    );
+
+    let out = zcio()
+        .args(["report", "--quick", "--full"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--full"));
+
+    let out = zcio()
+        .args(["transfer", "--semantics", "copy", "--bytes", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--bytes"));
+
+    let out = zcio()
+        .args(["transfer", "--semantics", "teleport", "--bytes", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("teleport"));
+
+    let out = zcio().args(["report", "--list"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("genie-throughput"));
+}
