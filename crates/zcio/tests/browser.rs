@@ -40,6 +40,7 @@ fn latency_chart() -> Chart {
                 points,
                 style: Style::Line,
                 band: Some(band),
+                color: None,
             }
         })
         .collect();
@@ -78,12 +79,14 @@ fn throughput_chart() -> Chart {
             points: measured,
             style: Style::Line,
             band: None,
+            color: None,
         });
         series.push(Series {
             name: format!("{name} (model)"),
             points: model,
             style: Style::Dashed,
             band: None,
+            color: None,
         });
     }
     Chart {
@@ -112,6 +115,7 @@ fn samples_chart() -> Chart {
                 .collect(),
             style: Style::Points,
             band: None,
+            color: None,
         })
         .collect();
     Chart {

@@ -970,6 +970,7 @@ mod tests {
                 points: vec![(1.0, 2.0), (2.0, 3.0)],
                 style: Style::Line,
                 band: None,
+                color: None,
             }],
         }
     }

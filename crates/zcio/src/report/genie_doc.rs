@@ -154,6 +154,7 @@ fn curves(points: &[&Point], cpu: bool, label_thresholds: bool) -> Vec<Series> {
                 }
             };
             Series {
+                color: Some(sem_color(s)),
                 name: if label_thresholds && t == Thresholds::Calibrated {
                     format!("{s} (calibrated)")
                 } else {
@@ -173,6 +174,11 @@ fn curves(points: &[&Point], cpu: bool, label_thresholds: bool) -> Vec<Series> {
             }
         })
         .collect()
+}
+
+/// The colour of a semantics in every chart: its position in the paper's order.
+fn sem_color(s: Semantics) -> usize {
+    Semantics::ALL.iter().position(|x| *x == s).unwrap_or(0)
 }
 
 fn figure(stem: &str, caption: String, chart: Chart) -> Block {
@@ -789,12 +795,14 @@ fn model_sections(b: &mut Vec<Block>, r: &Results) {
                 points: tm.curve.iter().map(|(x, y)| (x / 1e3, *y)).collect(),
                 style: Style::Dashed,
                 band: None,
+                color: Some(sem_color(tm.semantics)),
             });
             series.push(Series {
                 name: format!("{} (measured)", tm.semantics),
                 points: tm.check.iter().map(|(x, _, y)| (x / 1e3, *y)).collect(),
                 style: Style::Points,
                 band: None,
+                color: Some(sem_color(tm.semantics)),
             });
         }
         b.push(figure(

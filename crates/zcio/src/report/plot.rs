@@ -47,6 +47,9 @@ pub struct Series {
     pub style: Style,
     /// Spread per point: (x, low, high), drawn as a vertical bar.
     pub band: Option<Vec<(f64, f64, f64)>>,
+    /// Palette index (`None`: the series' position), so that one quantity keeps its colour
+    /// across curves and charts (a model and its measurement, a semantics in every figure).
+    pub color: Option<usize>,
 }
 
 /// A chart: axes with units, and curves.
@@ -196,7 +199,7 @@ fn curves(chart: &Chart) -> Result<Vec<Curve<'_>>, String> {
         }
         if !points.is_empty() || !band.is_empty() {
             out.push(Curve {
-                index,
+                index: series.color.unwrap_or(index),
                 series,
                 points,
                 band,
@@ -608,6 +611,7 @@ mod tests {
             points: points.to_vec(),
             style,
             band: None,
+            color: None,
         }
     }
 
@@ -743,6 +747,32 @@ mod tests {
             "{} {:?}",
             a.hi,
             a.bold
+        );
+    }
+
+    #[test]
+    fn a_given_colour_overrides_the_position() {
+        let hex = |i: usize| {
+            let (r, g, b) = series_color(i);
+            format!("#{r:02X}{g:02X}{b:02X}")
+        };
+        let mut a = series("model", &[(1.0, 1.0), (2.0, 2.0)], Style::Dashed);
+        let mut b = series("measured", &[(1.0, 1.5), (2.0, 2.5)], Style::Points);
+        a.color = Some(5);
+        b.color = Some(5);
+        let chart = Chart {
+            title: "colours".into(),
+            x_label: "x (bytes)".into(),
+            y_label: "y (µs)".into(),
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            series: vec![a, b],
+        };
+        let svg = svg(&chart).unwrap();
+        assert!(svg.contains(&hex(5)), "palette colour 5 missing");
+        assert!(
+            !svg.contains(&hex(0)) && !svg.contains(&hex(1)),
+            "positional colours used"
         );
     }
 }
