@@ -726,6 +726,28 @@ fn model_sections(b: &mut Vec<Block>, r: &Results) {
                 .collect(),
         ));
     }
+    if !m.classification.is_empty() {
+        let ps = r.machine.page_size as f64;
+        let cpu: Vec<String> = m
+            .primitives
+            .iter()
+            .filter(|p| p.op != "copyin" && p.op != "copyout")
+            .map(|p| {
+                format!(
+                    "{} ({}) {:.0} ns/page + {:.1} µs",
+                    p.op,
+                    p.phase,
+                    p.line.slope_ns_per_byte * ps,
+                    p.line.intercept_ns / 1e3
+                )
+            })
+            .collect();
+        b.push(p(format!(
+            "CPU-dominated (page-table, system-call and bookkeeping work, which the paper scaled with the CPU's integer speed; one machine gives no independent check of them): {}; and the base's fixed term, {:.1} µs.",
+            cpu.join(", "),
+            m.base.map_or(0.0, |l| l.intercept_ns / 1e3)
+        )));
+    }
     let off: Vec<&str> = m
         .classification
         .iter()
