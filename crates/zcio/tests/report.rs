@@ -164,6 +164,35 @@ fn smoke_report_writes_every_output_and_validates() {
     }
     assert!(md.find("Summary of findings") < md.find("Figure 3"));
 
+    // Refitting from the raw samples alone reproduces the same models and documents.
+    let again = dir.path().join("again");
+    let r = zcio()
+        .args(["report", "--from"])
+        .arg(out.join("results.json"))
+        .arg("--out")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let refit: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(refit["genie"]["model"], results["genie"]["model"]);
+    assert_eq!(
+        refit["genie"]["conclusions"],
+        results["genie"]["conclusions"]
+    );
+    assert!(again.join("index.html").is_file());
+    let r = zcio()
+        .args(["report", "--from"])
+        .arg(out.join("REPORT.md"))
+        .arg("--out")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("--from"));
+
     // The page in a real browser: every image loads, no script error.
     match zcio::report::doc::browser_check(&out.join("index.html"), None) {
         Ok(c) => assert!(c.is_ok() && c.images == plots, "{c:?}"),

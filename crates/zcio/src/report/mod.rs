@@ -110,6 +110,10 @@ pub struct ReportArgs {
     /// Directory for the file module's experiments (default: the output directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Measure nothing: refit the models to the raw samples of an earlier results.json and
+    /// write the report from them.
+    #[arg(long, value_name = "RESULTS_JSON", conflicts_with_all = ["quick", "full", "smoke", "only"])]
+    pub from: Option<PathBuf>,
 }
 
 impl ReportArgs {
@@ -296,6 +300,36 @@ pub fn run(a: ReportArgs) -> Res<()> {
         for e in EXPERIMENTS {
             println!("{:<18} paper {}  {}", e.id, e.paper, e.title);
         }
+        return Ok(());
+    }
+    if let Some(f) = &a.from {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| format!("invalid argument `--from {}`: {e}", f.display()))?;
+        let mut results: Results = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "invalid argument `--from {}`: not a zcio results.json: {e}",
+                f.display()
+            )
+        })?;
+        if results.schema != SCHEMA {
+            return Err(format!(
+                "invalid argument `--from {}`: schema {:?}, this zcio reads {SCHEMA:?}",
+                f.display(),
+                results.schema
+            )
+            .into());
+        }
+        if let Some(g) = &mut results.genie {
+            g.results.fits = genie::fits(&g.results.latency, &g.results.cpu);
+            g.model = model::fit_model(&g.results, results.machine.logical_cpus);
+            g.conclusions = model::conclusions(&g.results, &g.model);
+        }
+        write(&results, &a.out)?;
+        eprintln!(
+            "report rewritten from {} into {}",
+            f.display(),
+            a.out.display()
+        );
         return Ok(());
     }
     let selected = select(&a.only)?;

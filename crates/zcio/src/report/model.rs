@@ -298,9 +298,14 @@ pub fn fit_model(g: &GenieResults, cpus: usize) -> Model {
         .as_ref()
         .map(|b| classify(base, &prims, b))
         .unwrap_or_default();
-    let projections = base
-        .map(|b| project(g, b, &prims, largest))
-        .unwrap_or_default();
+    // Project where the linear model holds: at most 1 MiB (longer messages leave the caches,
+    // where one line no longer fits).
+    let at = zero_copy_latency(g)
+        .map(|p| p.bytes)
+        .filter(|b| *b <= 1 << 20)
+        .max()
+        .unwrap_or(largest);
+    let projections = base.map(|b| project(g, b, &prims, at)).unwrap_or_default();
     Model {
         base,
         primitives: prims,
@@ -315,7 +320,16 @@ fn classify(base: Option<Line>, prims: &[Primitive], b: &Bandwidths) -> Vec<Clas
     let wire = 1.0 / b.wire_gbps.max(1e-9);
     let mem = copy_slope(b, b.memory_bytes);
     let cache = copy_slope(b, b.cache_bytes);
+    // The fastest cache copy measured (the smallest working set).
+    let (l1_bytes, l1_gbps) = b
+        .copy
+        .iter()
+        .copied()
+        .min_by_key(|x| x.0)
+        .unwrap_or((b.cache_bytes, b.copy_at(b.cache_bytes)));
+    let l1 = 1.0 / l1_gbps.max(1e-9);
     let refs = [
+        (format!("memcpy, {} KiB working set", l1_bytes / 1024), l1),
         ("wire (vmsplice + read)".to_string(), wire),
         (
             format!("memcpy, {} KiB working set", b.memory_bytes / 1024),
@@ -365,8 +379,8 @@ fn classify(base: Option<Line>, prims: &[Primitive], b: &Bandwidths) -> Vec<Clas
                 "copyin slope".into(),
                 "cache-dominated",
                 p.line.slope_ns_per_byte,
-                cache.min(mem),
-                cache.max(mem),
+                l1.min(mem),
+                l1.max(mem),
             ),
             _ => {}
         }
@@ -377,8 +391,19 @@ fn classify(base: Option<Line>, prims: &[Primitive], b: &Bandwidths) -> Vec<Clas
 /// Scale a line by class: the base slope with the wire, copy slopes with memory, everything
 /// else (fixed terms, VM operations) with the CPU.
 fn project(g: &GenieResults, base: Line, prims: &[Primitive], bytes: usize) -> Vec<Projection> {
+    let measured = Projection {
+        scenario: "measured here".into(),
+        cpu: 1.0,
+        memory: 1.0,
+        wire: 1.0,
+        bytes,
+        latency_ns: Semantics::ALL
+            .iter()
+            .filter_map(|s| Some((s.to_string(), lat(g, *s, bytes)?)))
+            .collect(),
+    };
     let scenarios = [
-        ("this machine", 1.0, 1.0, 1.0),
+        ("model, this machine", 1.0, 1.0, 1.0),
         ("CPU 2× faster", 2.0, 1.0, 1.0),
         ("memory 2× faster", 1.0, 2.0, 1.0),
         ("wire 4× faster", 1.0, 1.0, 4.0),
@@ -421,6 +446,7 @@ fn project(g: &GenieResults, base: Line, prims: &[Primitive], bytes: usize) -> V
                 latency_ns,
             }
         })
+        .chain(std::iter::once(measured))
         .collect()
 }
 
