@@ -243,16 +243,7 @@ pub fn run_genie(b: GenieArgs) -> Res<()> {
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
             .expect("template"),
     );
-    struct P(indicatif::ProgressBar);
-    impl genie::Progress for P {
-        fn what(&self, s: String) {
-            self.0.set_message(s);
-        }
-        fn inc(&self) {
-            self.0.inc(1);
-        }
-    }
-    let points = genie::latency(&plan, &P(bar.clone()))?;
+    let points = genie::latency(&plan, &bar)?;
     bar.finish_and_clear();
     let fits = genie::fits(&points, &[]);
     let contenders: Vec<serde_json::Value> = fits

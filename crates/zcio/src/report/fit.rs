@@ -62,36 +62,7 @@ pub enum FitError {
 
 /// Ordinary least squares of `y` on `x`, with R².
 pub fn least_squares(points: &[(f64, f64)]) -> Result<Line, FitError> {
-    if let Some((index, &(x, y))) = points
-        .iter()
-        .enumerate()
-        .find(|(_, (x, y))| !x.is_finite() || !y.is_finite())
-    {
-        return Err(FitError::NotFinite { index, x, y });
-    }
-    let n = points.len();
-    let mut xs: Vec<f64> = points.iter().map(|p| p.0).collect();
-    xs.sort_by(f64::total_cmp);
-    xs.dedup();
-    if n < 2 || xs.len() < 2 {
-        return Err(FitError::TooFewPoints {
-            points: n,
-            distinct: xs.len(),
-        });
-    }
-    let nf = n as f64;
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / nf;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / nf;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let slope = sxy / sxx;
-    let intercept = my - slope * mx;
-    Ok(Line {
-        slope_ns_per_byte: slope,
-        intercept_ns: intercept,
-        r2: r_squared(points, slope, intercept),
-        n,
-    })
+    weighted_least_squares(points, &vec![1.0; points.len()])
 }
 
 /// Least squares on relative error: each point weighted by 1/y², so that over lengths spanning

@@ -279,6 +279,15 @@ pub trait Progress {
     fn inc(&self);
 }
 
+impl Progress for indicatif::ProgressBar {
+    fn what(&self, s: String) {
+        self.set_message(s);
+    }
+    fn inc(&self) {
+        indicatif::ProgressBar::inc(self, 1);
+    }
+}
+
 /// A contender: semantics, input buffering, thresholds.
 type Contender = (Semantics, InputBuffering, Thresholds);
 
@@ -460,14 +469,18 @@ pub fn latency(plan: &Plan, p: &dyn Progress) -> Res<Vec<Point>> {
     )
 }
 
+/// Every semantics with early demultiplexing under `t`.
+fn early_demux(t: Thresholds) -> Vec<Contender> {
+    Semantics::ALL
+        .iter()
+        .map(|s| (*s, InputBuffering::EarlyDemux, t))
+        .collect()
+}
+
 /// Figure 5: short lengths with the calibrated thresholds.
 pub fn short(plan: &Plan, p: &dyn Progress) -> Res<Vec<Point>> {
-    let cs: Vec<_> = Semantics::ALL
-        .iter()
-        .map(|s| (*s, InputBuffering::EarlyDemux, Thresholds::Calibrated))
-        .collect();
     sweep(
-        &cs,
+        &early_demux(Thresholds::Calibrated),
         ModuleKind::Memnet,
         &plan.short_lengths,
         plan.rounds,
@@ -480,12 +493,8 @@ pub fn short(plan: &Plan, p: &dyn Progress) -> Res<Vec<Point>> {
 
 /// Figure 4: CPU time per transfer; waits sleep at once so that idle time costs no CPU.
 pub fn cpu(plan: &Plan, p: &dyn Progress) -> Res<Vec<Point>> {
-    let cs: Vec<_> = Semantics::ALL
-        .iter()
-        .map(|s| (*s, InputBuffering::EarlyDemux, Thresholds::ZeroCopy))
-        .collect();
     sweep(
-        &cs,
+        &early_demux(Thresholds::ZeroCopy),
         ModuleKind::Memnet,
         &plan.lengths,
         plan.rounds,
@@ -499,10 +508,7 @@ pub fn cpu(plan: &Plan, p: &dyn Progress) -> Res<Vec<Point>> {
 /// The file module (`O_DIRECT`) and kernel sockets, every semantics with the calibrated
 /// thresholds: which path the library chose and why.
 pub fn modules(plan: &Plan, dir: &std::path::Path, p: &dyn Progress) -> Res<Vec<Point>> {
-    let cs: Vec<_> = Semantics::ALL
-        .iter()
-        .map(|s| (*s, InputBuffering::EarlyDemux, Thresholds::Calibrated))
-        .collect();
+    let cs = early_demux(Thresholds::Calibrated);
     let mut out = Vec::new();
     let count = (plan.count / 2).max(2);
     for m in [ModuleKind::File, ModuleKind::Unix, ModuleKind::Tcp] {

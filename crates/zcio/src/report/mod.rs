@@ -198,17 +198,6 @@ pub fn select(only: &[String]) -> Res<Vec<Experiment>> {
         .collect())
 }
 
-struct Bar(indicatif::ProgressBar);
-
-impl genie::Progress for Bar {
-    fn what(&self, s: String) {
-        self.0.set_message(s);
-    }
-    fn inc(&self) {
-        self.0.inc(1);
-    }
-}
-
 /// Run the selected experiments of the Genie paper; returns its section and the records.
 pub fn run_genie(
     preset: Preset,
@@ -242,7 +231,7 @@ pub fn run_genie(
         return Ok((None, Vec::new()));
     }
     bar.inc_length(total);
-    let p = Bar(bar.clone());
+    let p = bar.clone();
     p.what("warming up".into());
     genie::warm_up()?;
     let mut g = genie::GenieResults::default();
@@ -257,7 +246,7 @@ pub fn run_genie(
             "genie-bandwidth" => {
                 p.what("bandwidth: memcpy and the wire".into());
                 g.bandwidths = Some(genie::bandwidths(preset != Preset::Full, machine)?);
-                p.inc();
+                p.inc(1);
             }
             "genie-throughput" => g.throughput = genie::throughput(&plan, &p)?,
             other => return Err(format!("experiment {other} has no runner").into()),
