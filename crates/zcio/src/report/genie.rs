@@ -173,6 +173,7 @@ pub struct GenieResults {
     /// The file (`O_DIRECT`) and kernel-socket modules: the path chosen and why.
     pub modules: Vec<Point>,
     /// Fitted lines of latency (Figures 3, 6, 7) and CPU time (Figure 4) against length.
+    #[serde(default)]
     pub fits: Vec<LatencyFit>,
     /// Independent copy bandwidths.
     pub bandwidths: Option<Bandwidths>,

@@ -150,8 +150,10 @@ pub struct GenieSection {
     /// Measurements.
     pub results: genie::GenieResults,
     /// Fitted models.
+    #[serde(default)]
     pub model: model::Model,
     /// The paper's conclusions, tested here.
+    #[serde(default)]
     pub conclusions: Vec<model::Conclusion>,
 }
 
@@ -294,7 +296,18 @@ pub fn run(a: ReportArgs) -> Res<()> {
     if let Some(f) = &a.from {
         let text = std::fs::read_to_string(f)
             .map_err(|e| format!("invalid argument `--from {}`: {e}", f.display()))?;
-        let mut results: Results = serde_json::from_str(&text).map_err(|e| {
+        // Only the raw samples are read: the fits, models and conclusions are made anew (so a
+        // file written by an older zcio, whose models had other fields, still serves).
+        let mut raw: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("invalid argument `--from {}`: not JSON: {e}", f.display()))?;
+        if let Some(g) = raw.get_mut("genie").and_then(|g| g.as_object_mut()) {
+            g.remove("model");
+            g.remove("conclusions");
+            if let Some(r) = g.get_mut("results").and_then(|r| r.as_object_mut()) {
+                r.remove("fits");
+            }
+        }
+        let mut results: Results = serde_json::from_value(raw).map_err(|e| {
             format!(
                 "invalid argument `--from {}`: not a zcio results.json: {e}",
                 f.display()

@@ -38,6 +38,10 @@ pub struct Estimate {
     pub error_at_largest: f64,
     /// Median over the measured lengths of (estimate − measured) / measured.
     pub error_median: f64,
+    /// The same with the base taken per length (emulated share's measured latency at that
+    /// length less its path's operations) instead of as a line: whether the path's operations
+    /// account for the difference between the semantics, whatever the shape of the base.
+    pub error_median_per_length_base: f64,
     /// The largest length (bytes).
     pub largest_bytes: usize,
     /// Operations on the path with the share of messages in which they happened, e.g.
@@ -273,6 +277,19 @@ pub fn fit_model(g: &GenieResults, cpus: usize) -> Model {
                 let measured = zero_copy_latency(g)
                     .find(|p| p.semantics == s && p.input == i && p.bytes == largest)
                     .map_or(act.at(largest as f64), |p| p.latency_ns);
+                let es_ops = sum_ops(
+                    &prims,
+                    &path_ops(g, Semantics::EmulatedShare, InputBuffering::EarlyDemux),
+                );
+                let per_length: Vec<f64> = zero_copy_latency(g)
+                    .filter(|p| p.semantics == s && p.input == i && p.latency_ns > 0.0)
+                    .filter_map(|p| {
+                        let es = lat(g, Semantics::EmulatedShare, p.bytes)?;
+                        let b = p.bytes as f64;
+                        let est = es - es_ops.at(b) + sum.at(b);
+                        Some((est - p.latency_ns) / p.latency_ns)
+                    })
+                    .collect();
                 let errs: Vec<f64> = zero_copy_latency(g)
                     .filter(|p| p.semantics == s && p.input == i && p.latency_ns > 0.0)
                     .map(|p| (est.at(p.bytes as f64) - p.latency_ns) / p.latency_ns)
@@ -284,6 +301,7 @@ pub fn fit_model(g: &GenieResults, cpus: usize) -> Model {
                     actual: act,
                     error_at_largest: (est.at(largest as f64) - measured) / measured,
                     error_median: fit::median(&errs).unwrap_or(0.0),
+                    error_median_per_length_base: fit::median(&per_length).unwrap_or(0.0),
                     largest_bytes: largest,
                     path_ops: ops
                         .iter()
