@@ -369,10 +369,16 @@ impl Profile {
         })
     }
 
+    /// Make `p` the profile in force in this process, if none is yet; returns whether it took.
+    /// (A program that calibrates once for many processes installs the result here and hands
+    /// the file to the others through `$ZCIO_PROFILE`.)
+    pub fn install(p: Profile) -> bool {
+        CURRENT.set(p).is_ok()
+    }
+
     /// The profile in force in this process: the default file if it loads, else a quick
     /// calibration made now (and kept for the life of the process).
     pub fn current() -> &'static Profile {
-        static CURRENT: OnceLock<Profile> = OnceLock::new();
         CURRENT.get_or_init(|| {
             Profile::load(&Self::default_path())
                 .or_else(|_| Profile::calibrate(true, |_, _| {}))
@@ -380,6 +386,8 @@ impl Profile {
         })
     }
 }
+
+static CURRENT: OnceLock<Profile> = OnceLock::new();
 
 #[cfg(test)]
 mod tests {

@@ -238,6 +238,7 @@ pub fn run_genie(b: GenieArgs) -> Res<()> {
         Preset::Quick
     };
     let plan = genie::Plan::of(preset);
+    crate::report::ensure_profile(&std::env::temp_dir())?;
     let bar = indicatif::ProgressBar::new(plan.units()[0]);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")

@@ -448,13 +448,25 @@ fn output_one(
     Ok(acc)
 }
 
+/// The calibration profile file every process of a run uses, when it is not the default one
+/// (see [`crate::report::ensure_profile`]); handed to child processes as `$ZCIO_PROFILE`.
+pub static CHILD_PROFILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// A command running this executable, with the run's profile in its environment.
+pub fn zcio_command() -> Res<std::process::Command> {
+    let mut c = std::process::Command::new(std::env::current_exe()?);
+    if let Some(p) = CHILD_PROFILE.get() {
+        c.env(zcio_genie::profile::PROFILE_ENV, p);
+    }
+    Ok(c)
+}
+
 /// Run a transfer to a second process and return its result object (what `--json` prints).
 pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     let dir = tempfile::tempdir()?;
     let sock_path = dir.path().join("ctl");
     let listener = UnixListener::bind(&sock_path)?;
-    let exe = std::env::current_exe()?;
-    let mut child = std::process::Command::new(exe)
+    let mut child = zcio_command()?
         .arg("peer")
         .arg("--connect")
         .arg(&sock_path)

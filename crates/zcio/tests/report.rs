@@ -204,6 +204,44 @@ fn smoke_report_writes_every_output_and_validates() {
 }
 
 #[test]
+fn a_machine_without_a_profile_is_calibrated_once_for_the_whole_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("fresh/profile.json");
+    let out = dir.path().join("report");
+    let r = zcio()
+        .env("ZCIO_PROFILE", &profile)
+        .args(["report", "--smoke", "--only", "genie-short", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("calibrating this machine"));
+    assert!(profile.is_file(), "the calibration was not saved");
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let used = &results["genie"]["profile"];
+    assert_eq!(used["path"], profile.display().to_string());
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    assert_eq!(used["profile"], saved);
+    // The short-message runs (the ones the calibrated thresholds steer) all ran and verified.
+    let short = results["genie"]["results"]["short"].as_array().unwrap();
+    assert_eq!(short.len(), 8 * 3);
+    for p in short {
+        assert_eq!(p["verified"], true);
+    }
+    // A second run finds the profile and does not calibrate again.
+    let r = zcio()
+        .env("ZCIO_PROFILE", &profile)
+        .args(["report", "--smoke", "--only", "genie-short", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(r.status.success());
+    assert!(!String::from_utf8_lossy(&r.stderr).contains("calibrating this machine"));
+}
+
+#[test]
 fn bench_genie_prints_fitted_lines_and_points() {
     let out = zcio()
         .args(["bench", "genie", "--smoke", "--json"])

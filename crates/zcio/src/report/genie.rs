@@ -692,18 +692,17 @@ pub fn throughput(plan: &Plan, p: &dyn Progress) -> Res<Vec<ThroughputPoint>> {
             };
             // Each pair is its own two processes (`zcio transfer`), as independent
             // applications would be.
-            let exe = std::env::current_exe()?;
             let cpu0 = crate::transfer::children_and_self_cpu_ns();
             let t0 = Instant::now();
-            let children: Vec<_> = (0..plan.pairs)
-                .map(|_| {
-                    std::process::Command::new(&exe)
+            let children = (0..plan.pairs)
+                .map(|_| -> Res<std::process::Child> {
+                    Ok(crate::transfer::zcio_command()?
                         .args(a.command_line())
                         .stdout(std::process::Stdio::piped())
                         .stderr(std::process::Stdio::piped())
-                        .spawn()
+                        .spawn()?)
                 })
-                .collect::<Result<_, _>>()?;
+                .collect::<Res<Vec<_>>>()?;
             let outputs: Vec<_> = children
                 .into_iter()
                 .map(|c| c.wait_with_output())

@@ -495,7 +495,12 @@ pub fn document(r: &Results) -> Doc {
     // Figure 5.
     if !res.short.is_empty() {
         let pts: Vec<&Point> = res.short.iter().collect();
-        let t = zcio_genie::profile::Profile::current().thresholds;
+        // The thresholds the run used (recorded with it), else this process's.
+        let t = g
+            .profile
+            .as_ref()
+            .and_then(|p| serde_json::from_value(p.profile["thresholds"].clone()).ok())
+            .unwrap_or(zcio_genie::profile::Profile::current().thresholds);
         b.push(h(3, "Figure 5: short messages"));
         b.push(p(format!(
             "Early demultiplexing with this machine's calibrated thresholds: emulated copy converts outputs shorter than {} to copy, swaps input only from {} full page(s), and completes partial pages by reverse copyout from {} bytes (the paper set 1666, 280 for emulated share, and 2178 bytes by hand). The paper found copy lowest for short datagrams (145 µs, tied with emulated share) and move highest (zeroing the rest of the page).",

@@ -155,6 +155,19 @@ pub struct GenieSection {
     /// The paper's conclusions, tested here.
     #[serde(default)]
     pub conclusions: Vec<model::Conclusion>,
+    /// The calibration profile every process used (its file and its contents: the primitive
+    /// costs and the thresholds derived from them), when known.
+    #[serde(default)]
+    pub profile: Option<ProfileUsed>,
+}
+
+/// The calibration profile of a run.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProfileUsed {
+    /// Where it was loaded from.
+    pub path: String,
+    /// The profile as `zcio calibrate` writes it.
+    pub profile: serde_json::Value,
 }
 
 /// Everything a report run measured: `results.json`.
@@ -276,6 +289,7 @@ pub fn run_genie(
             results: g,
             model,
             conclusions,
+            profile: None,
         }),
         records,
     ))
@@ -342,6 +356,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let profile = ensure_profile(&a.out)?;
     let machine = machine::Machine::this(&dir);
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -350,7 +365,13 @@ pub fn run(a: ReportArgs) -> Res<()> {
         )
         .expect("template"),
     );
-    let (genie, records) = run_genie(a.preset(), &selected, &dir, &machine, &bar)?;
+    let (mut genie, records) = run_genie(a.preset(), &selected, &dir, &machine, &bar)?;
+    if let Some(g) = &mut genie {
+        g.profile = Some(ProfileUsed {
+            path: profile.display().to_string(),
+            profile: serde_json::to_value(zcio_genie::profile::Profile::current())?,
+        });
+    }
     bar.finish_and_clear();
     let results = Results {
         schema: SCHEMA.into(),
@@ -380,4 +401,38 @@ pub fn write(results: &Results, out: &std::path::Path) -> Res<()> {
     let d = genie_doc::document(results);
     doc::write_all(&d, out)?;
     Ok(())
+}
+
+/// Make sure every process of a run uses one calibration profile: the default file when it
+/// loads; else calibrate this machine now (as `zcio calibrate` does) and save the profile to
+/// the default path, or, where that cannot be written, into `out` and hand it to the child
+/// processes through `$ZCIO_PROFILE`. Without this, every process would calibrate on its own
+/// (slower, and with thresholds that differ from process to process).
+pub fn ensure_profile(out: &std::path::Path) -> Res<PathBuf> {
+    use zcio_genie::profile::Profile;
+    let path = Profile::default_path();
+    if Profile::load(&path).is_ok() {
+        return Ok(path);
+    }
+    eprintln!(
+        "no calibration profile at {}: calibrating this machine first (zcio calibrate)",
+        path.display()
+    );
+    let p = Profile::calibrate(false, |_, _| {})?;
+    let saved = match p.save(&path) {
+        Ok(()) => path,
+        Err(e) => {
+            let alt = out.join("profile.json");
+            eprintln!(
+                "cannot write {} ({e}); using {} for this run",
+                path.display(),
+                alt.display()
+            );
+            p.save(&alt)?;
+            let _ = crate::transfer::CHILD_PROFILE.set(alt.clone());
+            alt
+        }
+    };
+    Profile::install(p);
+    Ok(saved)
 }
