@@ -322,6 +322,33 @@ fn help_is_complete_and_errors_name_the_argument() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("teleport"));
 
+    // An experiment selected alone brings what its model needs.
+    let dir = tempfile::tempdir().unwrap();
+    let out = zcio()
+        .args(["report", "--smoke", "--only", "genie-throughput", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("results.json")).unwrap())
+            .unwrap();
+    let ids: Vec<&str> = r["experiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["genie-cpu", "genie-bandwidth", "genie-throughput"]);
+    assert_eq!(
+        r["genie"]["model"]["throughput"].as_array().unwrap().len(),
+        3
+    );
+
     let out = zcio().args(["report", "--list"]).output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("genie-throughput"));

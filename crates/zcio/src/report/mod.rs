@@ -47,6 +47,8 @@ pub struct Experiment {
     pub paper: &'static str,
     /// What it reproduces.
     pub title: &'static str,
+    /// Experiments whose results it needs (run with it when `--only` selects it).
+    pub needs: &'static [&'static str],
 }
 
 /// Every experiment, in the order they run.
@@ -55,31 +57,37 @@ pub const EXPERIMENTS: &[Experiment] = &[
         id: "genie-latency",
         paper: "000",
         title: "Figures 3, 6, 7: end-to-end latency against length, eight semantics, three input schemes (instrumented: Tables 6, 9)",
+        needs: &[],
     },
     Experiment {
         id: "genie-short",
         paper: "000",
         title: "Figure 5: short messages with the calibrated thresholds",
+        needs: &[],
     },
     Experiment {
         id: "genie-cpu",
         paper: "000",
         title: "Figure 4: I/O processing time (CPU time per transfer)",
+        needs: &[],
     },
     Experiment {
         id: "genie-modules",
         paper: "000",
         title: "The file (O_DIRECT) and kernel-socket modules: which path and why",
+        needs: &[],
     },
     Experiment {
         id: "genie-bandwidth",
         paper: "000",
         title: "Table 10: copy bandwidths and the wire's rate, measured independently",
+        needs: &[],
     },
     Experiment {
         id: "genie-throughput",
         paper: "000",
         title: "§8.2: system throughput against application work, model and measurement",
+        needs: &["genie-cpu", "genie-bandwidth"],
     },
 ];
 
@@ -206,9 +214,20 @@ pub fn select(only: &[String]) -> Res<Vec<Experiment>> {
             .into());
         }
     }
-    Ok(EXPERIMENTS
+    let mut wanted: Vec<&str> = EXPERIMENTS
         .iter()
         .filter(|e| only.is_empty() || only.iter().any(|o| e.id.starts_with(o.as_str())))
+        .map(|e| e.id)
+        .collect();
+    for e in EXPERIMENTS {
+        if wanted.contains(&e.id) {
+            wanted.extend(e.needs.iter().copied());
+        }
+    }
+    // In registry order, so that what an experiment needs runs before it.
+    Ok(EXPERIMENTS
+        .iter()
+        .filter(|e| wanted.contains(&e.id))
         .copied()
         .collect())
 }
