@@ -1,0 +1,20 @@
+//! # zcio-fbufs: fast buffers across processes (paper 001)
+//!
+//! Fbufs hand I/O data from process to process along a data path without copying: the fbuf
+//! region is mapped at the same virtual address in every process of the path, so a reference is
+//! an address that means the same thing everywhere.
+//!
+//! This crate grows in steps. Here now:
+//! - [`region`]: how a process reads and writes the fbuf region. Every read is bounds-checked
+//!   and word-atomic, because another process (a buggy or malicious originator of a volatile
+//!   fbuf) may rewrite any byte at any time.
+//! - [`aggregate`]: x-kernel aggregate objects (§3.2.3, Figure 2): a DAG of leaf, join and
+//!   slice nodes stored in the region itself, so that a send passes one root reference. It
+//!   offers join, split, clip and header prepend, and a receiver-side reader that checks every
+//!   reference, survives cycles and concurrent rewriting, reads unreadable references as "no
+//!   data", and returns application data units across fragment boundaries, copying only the
+//!   units that straddle fragments (§5.2).
+#![forbid(unsafe_code)]
+
+pub mod aggregate;
+pub mod region;
