@@ -29,6 +29,7 @@ pub mod mapping;
 pub mod page;
 pub mod protect;
 pub mod runtime;
+pub mod shared;
 pub mod sockzc;
 pub mod staging;
 pub mod uffd;

@@ -135,6 +135,19 @@ impl Mapping {
         len: usize,
         addr: Option<usize>,
     ) -> Result<Mapping> {
+        Self::shared_fd_access(fd, offset, len, addr, crate::protect::Access::ReadWrite)
+    }
+
+    /// As [`Mapping::shared_fd`], with the given access. A mapping of a descriptor opened
+    /// read-only (see [`reopen_read_only`]) can only be mapped, and ever made, readable: the
+    /// kernel refuses write access to it.
+    pub fn shared_fd_access(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        addr: Option<usize>,
+        access: crate::protect::Access,
+    ) -> Result<Mapping> {
         if len == 0 {
             return Err(VmError::Empty {
                 what: "mapping length",
@@ -155,7 +168,7 @@ impl Mapping {
             libc::mmap(
                 want as *mut libc::c_void,
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                access.prot(),
                 flags,
                 fd.as_raw_fd(),
                 offset as libc::off_t,
@@ -350,6 +363,18 @@ pub fn memfd(name: &str, len: usize) -> Result<std::os::fd::OwnedFd> {
     ftruncate(&fd, len as u64).map_err(|e| VmError::sys("ftruncate(memfd)", e.into()))?;
     let _ = fd.as_fd();
     Ok(fd)
+}
+
+/// A new descriptor for the same file, opened read-only: whoever holds only this one can map the
+/// file readable but never writable, nor write it (the receivers' side of an fbuf path).
+pub fn reopen_read_only(fd: BorrowedFd<'_>) -> Result<std::os::fd::OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::open(
+        path.as_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| VmError::sys("reopen read-only (/proc/self/fd)", e.into()))
 }
 
 /// Number of mappings (VMAs) of this process, read from `/proc/self/maps`.

@@ -18,7 +18,7 @@ pub enum Access {
 }
 
 impl Access {
-    fn prot(self) -> libc::c_int {
+    pub(crate) fn prot(self) -> libc::c_int {
         match self {
             Access::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
             Access::ReadOnly => libc::PROT_READ,
