@@ -8,6 +8,10 @@
 //! - [`region`]: how a process reads and writes the fbuf region. Every read is bounds-checked
 //!   and word-atomic, because another process (a buggy or malicious originator of a volatile
 //!   fbuf) may rewrite any byte at any time.
+//! - [`path`]: a data path's fbufs: one memfd per path at the same address everywhere,
+//!   read-only in receivers (enforced by the kernel: their descriptor is read-only), chunks
+//!   under a quota, LIFO free lists, cached or uncached, volatile or not (a non-volatile send
+//!   makes the fbuf read-only in the originator until every receiver has freed it).
 //! - [`aggregate`]: x-kernel aggregate objects (§3.2.3, Figure 2): a DAG of leaf, join and
 //!   slice nodes stored in the region itself, so that a send passes one root reference. It
 //!   offers join, split, clip and header prepend, and a receiver-side reader that checks every
@@ -17,4 +21,5 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod path;
 pub mod region;

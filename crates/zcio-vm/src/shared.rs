@@ -82,7 +82,9 @@ impl SharedWords {
     /// fails with the kernel's refusal.
     pub fn set_access(&self, offset: usize, len: usize, access: Access) -> Result<()> {
         let ps = page_size();
-        if offset % ps != 0 || len % ps != 0 || offset.checked_add(len).is_none_or(|e| e > self.len())
+        if offset % ps != 0
+            || len % ps != 0
+            || offset.checked_add(len).is_none_or(|e| e > self.len())
         {
             return Err(VmError::OutOfBounds {
                 what: "shared range to protect",
@@ -113,7 +115,8 @@ impl SharedWords {
             len,
         };
         self.map.check_inside(&r)?;
-        self.map.advise_range(r, libc::MADV_REMOVE, "madvise(MADV_REMOVE)")
+        self.map
+            .advise_range(r, libc::MADV_REMOVE, "madvise(MADV_REMOVE)")
     }
 }
 
@@ -136,7 +139,9 @@ mod tests {
         let r = SharedWords::map(ro.as_fd(), 0, 1 << 16, addr2, Access::ReadOnly).unwrap();
         assert_eq!(r.load(8), 42);
         assert!(r.set_access(0, page_size(), Access::ReadWrite).is_err());
-        assert!(SharedWords::map(ro.as_fd(), 0, 1 << 16, addr2 + (1 << 20), Access::ReadWrite).is_err());
+        assert!(
+            SharedWords::map(ro.as_fd(), 0, 1 << 16, addr2 + (1 << 20), Access::ReadWrite).is_err()
+        );
         // Protection of part of a writable mapping, and back.
         w.set_access(0, page_size(), Access::ReadOnly).unwrap();
         w.set_access(0, page_size(), Access::ReadWrite).unwrap();

@@ -1,0 +1,533 @@
+//! A data path's fbufs (paper 001, §3.2.1-3.2.4, §3.3): one memfd per path, mapped at the same
+//! address in every process of the path, writable only by the originator and read-only in the
+//! receivers, carved into fbufs by the originator's allocator.
+//!
+//! - **Restricted dynamic read sharing** (§3.2.1): the path's range is one address range in
+//!   every process. Receivers map it from a descriptor opened read-only, so the kernel refuses
+//!   them write access whatever they do.
+//! - **Chunks and quota** (§3.3): the path's space is handed out in fixed-size chunks, at most
+//!   `quota_chunks` of them; a path that never frees gets [`FbufError::Quota`] and no other path
+//!   is affected (each has its own memfd). Memory is pageable and populated lazily: a chunk
+//!   costs nothing until its pages are touched.
+//! - **Caching** (§3.2.2): a freed fbuf goes on its size's LIFO free list with its pages and
+//!   mappings kept, and is reused as it is, without clearing. Uncached paths give the pages back
+//!   on free (they read as zeros after) and receivers map and unmap each fbuf per transfer.
+//! - **Volatile fbufs** (§3.2.4): the originator keeps write access after a send. On a
+//!   non-volatile path the send makes the fbuf read-only in the originator (a write faults)
+//!   until every receiver has freed it; a receiver may ask to *secure* a volatile fbuf the same
+//!   way.
+
+use crate::region::{RegionRead, RegionWrite};
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use zcio_vm::page_size;
+use zcio_vm::protect::Access;
+use zcio_vm::shared::SharedWords;
+
+/// How a path's fbufs are transferred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    /// Freed fbufs are kept, mapped, for reuse on the path (else pages are given back and
+    /// receivers map each fbuf per transfer).
+    pub cached: bool,
+    /// The originator keeps write access after a send (else it loses it until all free).
+    pub volatile: bool,
+}
+
+/// A path's geometry, as every process of the path must know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathInfo {
+    /// Start address of the path's range (the same in every process).
+    pub addr: usize,
+    /// Bytes of one chunk (a multiple of the page size).
+    pub chunk_bytes: usize,
+    /// Chunks the path may use at most.
+    pub quota_chunks: usize,
+    /// Transfer variant.
+    pub variant: Variant,
+}
+
+impl PathInfo {
+    /// Length of the path's range.
+    pub fn len(&self) -> usize {
+        self.chunk_bytes * self.quota_chunks
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `[addr, addr + len)` lies in the path's range.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        let base = self.addr as u64;
+        addr >= base
+            && addr
+                .checked_add(len)
+                .is_some_and(|e| e <= base + self.len() as u64)
+    }
+}
+
+/// What went wrong with an fbuf operation.
+#[derive(Debug, thiserror::Error)]
+pub enum FbufError {
+    /// The path's chunk quota is used up.
+    #[error(
+        "fbuf path quota reached: {asked} more bytes would need chunk {needed} of at most {quota} ({chunk_bytes} bytes each); free fbufs on this path"
+    )]
+    Quota {
+        /// Bytes asked for.
+        asked: usize,
+        /// Chunks that would be needed in all.
+        needed: usize,
+        /// The quota.
+        quota: usize,
+        /// Chunk size.
+        chunk_bytes: usize,
+    },
+    /// A zero-length fbuf.
+    #[error("an fbuf holds at least one byte")]
+    Empty,
+    /// A reference that is not an fbuf of this path as this process knows it.
+    #[error("{what}: [{addr:#x}, +{len}) is not {expected}")]
+    BadRef {
+        /// The operation.
+        what: &'static str,
+        /// Address.
+        addr: u64,
+        /// Length.
+        len: u64,
+        /// What it should have been.
+        expected: &'static str,
+    },
+    /// A write outside the fbuf.
+    #[error("write of {len} bytes at offset {offset} exceeds the fbuf's {size} bytes")]
+    OutOfRange {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Fbuf size.
+        size: u64,
+    },
+    /// Geometry that cannot work.
+    #[error("invalid path: {0}")]
+    InvalidPath(String),
+    /// The VM layer refused (mapping, protection).
+    #[error(transparent)]
+    Vm(#[from] zcio_vm::VmError),
+}
+
+/// An fbuf this process may write (the originator's, not yet sent or freed back to it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fbuf {
+    addr: u64,
+    len: u64,
+    cap: u64,
+}
+
+impl Fbuf {
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    /// Whether it is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A reference to a sent fbuf: what crosses between processes (address and length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FbufRef {
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// The path's memory, created by its owner (the paper's kernel role).
+#[derive(Debug)]
+pub struct PathMemory {
+    fd: OwnedFd,
+    info: PathInfo,
+}
+
+impl PathMemory {
+    /// A new path of `quota_chunks` chunks of `chunk_bytes` (rounded up to pages), at a fresh
+    /// address; its memory is sparse until touched.
+    pub fn create(
+        chunk_bytes: usize,
+        quota_chunks: usize,
+        variant: Variant,
+    ) -> Result<PathMemory, FbufError> {
+        let ps = page_size();
+        let chunk_bytes = chunk_bytes.max(1).div_ceil(ps) * ps;
+        let len = chunk_bytes
+            .checked_mul(quota_chunks)
+            .filter(|l| *l > 0 && *l <= zcio_vm::mapping::MAX_MAPPING)
+            .ok_or_else(|| {
+                FbufError::InvalidPath(format!(
+                    "{quota_chunks} chunks of {chunk_bytes} bytes: must be between one page and {} bytes in all",
+                    zcio_vm::mapping::MAX_MAPPING
+                ))
+            })?;
+        let fd = zcio_vm::mapping::memfd("zcio-fbuf-path", len)?;
+        Ok(PathMemory {
+            fd,
+            info: PathInfo {
+                addr: zcio_vm::arena::random_address(len),
+                chunk_bytes,
+                quota_chunks,
+                variant,
+            },
+        })
+    }
+
+    /// The path's geometry.
+    pub fn info(&self) -> PathInfo {
+        self.info
+    }
+
+    /// The descriptor for the originator (read-write).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// A descriptor for a receiver: read-only, so the kernel never lets it write.
+    pub fn receiver_fd(&self) -> Result<OwnedFd, FbufError> {
+        Ok(zcio_vm::mapping::reopen_read_only(self.fd.as_fd())?)
+    }
+}
+
+/// The originator's side of a path: its allocator (LIFO free lists per size, chunk quota) and
+/// its writable mapping of the path's range.
+#[derive(Debug)]
+pub struct Originator {
+    map: SharedWords,
+    info: PathInfo,
+    /// Next unallocated offset in the path.
+    next: usize,
+    /// Free fbufs by page count, most recently freed last.
+    free: HashMap<usize, Vec<u64>>,
+    /// Sent fbufs: receivers yet to free them, capacity, and whether made read-only.
+    out: HashMap<u64, (usize, u64, bool)>,
+}
+
+impl Originator {
+    /// Map the path read-write at its address in this process.
+    pub fn new(fd: BorrowedFd<'_>, info: PathInfo) -> Result<Originator, FbufError> {
+        let map = SharedWords::map(fd, 0, info.len(), info.addr, Access::ReadWrite)?;
+        Ok(Originator {
+            map,
+            info,
+            next: 0,
+            free: HashMap::new(),
+            out: HashMap::new(),
+        })
+    }
+
+    /// The path's geometry.
+    pub fn info(&self) -> PathInfo {
+        self.info
+    }
+
+    /// Chunks in use so far (never more than the quota).
+    pub fn chunks_used(&self) -> usize {
+        self.next.div_ceil(self.info.chunk_bytes)
+    }
+
+    /// Fbufs on the free lists.
+    pub fn cached(&self) -> usize {
+        self.free.values().map(Vec::len).sum()
+    }
+
+    /// A new fbuf of `len` bytes (whole pages underneath): the most recently freed fbuf of that
+    /// size if there is one, else fresh space from the path's chunks.
+    pub fn alloc(&mut self, len: usize) -> Result<Fbuf, FbufError> {
+        if len == 0 {
+            return Err(FbufError::Empty);
+        }
+        let ps = page_size();
+        let pages = len.div_ceil(ps);
+        if let Some(addr) = self.free.get_mut(&pages).and_then(Vec::pop) {
+            return Ok(Fbuf {
+                addr,
+                len: len as u64,
+                cap: (pages * ps) as u64,
+            });
+        }
+        let size = pages * ps;
+        let end = self.next.saturating_add(size);
+        let needed = end.div_ceil(self.info.chunk_bytes);
+        if needed > self.info.quota_chunks {
+            return Err(FbufError::Quota {
+                asked: len,
+                needed,
+                quota: self.info.quota_chunks,
+                chunk_bytes: self.info.chunk_bytes,
+            });
+        }
+        let addr = (self.info.addr + self.next) as u64;
+        self.next = end;
+        Ok(Fbuf {
+            addr,
+            len: len as u64,
+            cap: size as u64,
+        })
+    }
+
+    /// Write `data` into `fbuf` at `offset`.
+    pub fn write(&self, fbuf: &Fbuf, offset: u64, data: &[u8]) -> Result<(), FbufError> {
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|e| e > fbuf.len)
+        {
+            return Err(FbufError::OutOfRange {
+                offset,
+                len: data.len() as u64,
+                size: fbuf.len,
+            });
+        }
+        if !self.write_bytes(fbuf.addr + offset, data) {
+            return Err(FbufError::BadRef {
+                what: "write",
+                addr: fbuf.addr,
+                len: fbuf.len,
+                expected: "in this path",
+            });
+        }
+        Ok(())
+    }
+
+    fn offset_of(&self, addr: u64) -> usize {
+        addr as usize - self.info.addr
+    }
+
+    /// Send `fbuf` to `receivers` receivers: it becomes an [`FbufRef`]. On a non-volatile path
+    /// the originator loses write access to it (a write faults) until all have freed it.
+    pub fn send(&mut self, fbuf: Fbuf, receivers: usize) -> Result<FbufRef, FbufError> {
+        let r = FbufRef {
+            addr: fbuf.addr,
+            len: fbuf.len,
+        };
+        let protect = !self.info.variant.volatile;
+        if protect {
+            self.map.set_access(
+                self.offset_of(fbuf.addr),
+                fbuf.cap as usize,
+                Access::ReadOnly,
+            )?;
+        }
+        if receivers == 0 {
+            self.recycle(fbuf.addr, fbuf.cap, protect)?;
+        } else {
+            self.out.insert(fbuf.addr, (receivers, fbuf.cap, protect));
+        }
+        Ok(r)
+    }
+
+    /// A receiver asks that a volatile fbuf be secured: the originator loses write access to it
+    /// until every receiver has freed it.
+    pub fn secure(&mut self, r: FbufRef) -> Result<(), FbufError> {
+        let off = self.offset_of(r.addr);
+        let Some(e) = self.out.get_mut(&r.addr) else {
+            return Err(FbufError::BadRef {
+                what: "secure",
+                addr: r.addr,
+                len: r.len,
+                expected: "an fbuf this originator has sent and not had back",
+            });
+        };
+        if !e.2 {
+            self.map.set_access(off, e.1 as usize, Access::ReadOnly)?;
+            e.2 = true;
+        }
+        Ok(())
+    }
+
+    /// A receiver's deallocation notice for `r`. When the last receiver has freed it, the fbuf
+    /// becomes writable again and goes on its free list (cached) or gives its pages back.
+    pub fn freed(&mut self, r: FbufRef) -> Result<(), FbufError> {
+        let Some(e) = self.out.get_mut(&r.addr) else {
+            return Err(FbufError::BadRef {
+                what: "deallocation notice",
+                addr: r.addr,
+                len: r.len,
+                expected: "an fbuf this originator has sent and not had back (a double free?)",
+            });
+        };
+        e.0 -= 1;
+        if e.0 == 0 {
+            let (_, cap, protected) = self.out.remove(&r.addr).expect("present");
+            self.recycle(r.addr, cap, protected)?;
+        }
+        Ok(())
+    }
+
+    /// Fbufs sent and not yet freed by all their receivers.
+    pub fn outstanding(&self) -> usize {
+        self.out.len()
+    }
+
+    fn recycle(&mut self, addr: u64, cap: u64, protected: bool) -> Result<(), FbufError> {
+        let off = self.offset_of(addr);
+        if protected {
+            self.map.set_access(off, cap as usize, Access::ReadWrite)?;
+        }
+        if !self.info.variant.cached {
+            self.map.discard(off, cap as usize)?;
+        }
+        self.free
+            .entry(cap as usize / page_size())
+            .or_default()
+            .push(addr);
+        Ok(())
+    }
+
+    /// Give back an fbuf that was never sent.
+    pub fn free(&mut self, fbuf: Fbuf) -> Result<(), FbufError> {
+        self.recycle(fbuf.addr, fbuf.cap, false)
+    }
+}
+
+impl RegionRead for Originator {
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        (addr % 8 == 0 && self.readable(addr, 8)).then(|| self.map.load(self.offset_of(addr)))
+    }
+    fn readable(&self, addr: u64, len: u64) -> bool {
+        self.info.contains(addr, len)
+    }
+}
+
+impl RegionWrite for Originator {
+    fn write_u64(&self, addr: u64, value: u64) -> bool {
+        if addr % 8 != 0 || !self.readable(addr, 8) {
+            return false;
+        }
+        self.map.store(self.offset_of(addr), value);
+        true
+    }
+}
+
+/// A receiver's side of a path: a read-only mapping of the path's range (cached paths), or of
+/// each fbuf while it holds it (uncached).
+#[derive(Debug)]
+pub struct Receiver {
+    fd: OwnedFd,
+    info: PathInfo,
+    whole: Option<SharedWords>,
+    held: HashMap<u64, Option<SharedWords>>,
+}
+
+impl Receiver {
+    /// Join the path with a read-only descriptor ([`PathMemory::receiver_fd`]).
+    pub fn new(fd: OwnedFd, info: PathInfo) -> Result<Receiver, FbufError> {
+        let whole = if info.variant.cached {
+            Some(SharedWords::map(
+                fd.as_fd(),
+                0,
+                info.len(),
+                info.addr,
+                Access::ReadOnly,
+            )?)
+        } else {
+            None
+        };
+        Ok(Receiver {
+            fd,
+            info,
+            whole,
+            held: HashMap::new(),
+        })
+    }
+
+    /// Take a reference received from the originator: checked to lie in the path, and mapped
+    /// now if the path is uncached.
+    pub fn receive(&mut self, r: FbufRef) -> Result<(), FbufError> {
+        let ps = page_size() as u64;
+        if r.len == 0 || r.addr % ps != 0 || !self.info.contains(r.addr, r.len) {
+            return Err(FbufError::BadRef {
+                what: "receive",
+                addr: r.addr,
+                len: r.len,
+                expected: "a page-aligned fbuf in this path's range",
+            });
+        }
+        if self.held.contains_key(&r.addr) {
+            return Err(FbufError::BadRef {
+                what: "receive",
+                addr: r.addr,
+                len: r.len,
+                expected: "an fbuf this receiver does not hold already",
+            });
+        }
+        let map = if self.whole.is_none() {
+            let off = r.addr - self.info.addr as u64;
+            let cap = r.len.div_ceil(ps) * ps;
+            Some(SharedWords::map(
+                self.fd.as_fd(),
+                off,
+                cap as usize,
+                r.addr as usize,
+                Access::ReadOnly,
+            )?)
+        } else {
+            None
+        };
+        self.held.insert(r.addr, map);
+        Ok(())
+    }
+
+    /// Free a received fbuf; returns the deallocation notice to send to the originator.
+    pub fn free(&mut self, r: FbufRef) -> Result<FbufRef, FbufError> {
+        if self.held.remove(&r.addr).is_none() {
+            return Err(FbufError::BadRef {
+                what: "free",
+                addr: r.addr,
+                len: r.len,
+                expected: "an fbuf this receiver holds",
+            });
+        }
+        Ok(r)
+    }
+
+    /// Fbufs held.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    fn mapping_for(&self, addr: u64, len: u64) -> Option<(&SharedWords, usize)> {
+        if let Some(w) = &self.whole {
+            return self
+                .info
+                .contains(addr, len)
+                .then(|| (w, (addr - self.info.addr as u64) as usize));
+        }
+        self.held.iter().find_map(|(a, m)| {
+            let m = m.as_ref()?;
+            (addr >= *a && addr.checked_add(len)? <= *a + m.len() as u64)
+                .then(|| (m, (addr - a) as usize))
+        })
+    }
+}
+
+impl RegionRead for Receiver {
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        if addr % 8 != 0 {
+            return None;
+        }
+        let (m, off) = self.mapping_for(addr, 8)?;
+        Some(m.load(off))
+    }
+    fn readable(&self, addr: u64, len: u64) -> bool {
+        if self.whole.is_some() {
+            return self.info.contains(addr, len);
+        }
+        self.mapping_for(addr, len).is_some()
+    }
+}

@@ -1,0 +1,298 @@
+//! A data path's fbufs: quota, LIFO reuse, lazy memory, and protection enforced by the kernel
+//! between real processes.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathMemory, Variant};
+use zcio_fbufs::region::RegionRead;
+
+const CACHED: Variant = Variant {
+    cached: true,
+    volatile: true,
+};
+
+fn perms(addr: u64) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for l in maps.lines() {
+        let (range, rest) = l.split_once(' ').unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(b, 16).unwrap(),
+        );
+        if (a..b).contains(&addr) {
+            return rest[..4].to_string();
+        }
+    }
+    panic!("{addr:#x} not mapped");
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_quota_stops_one_path_and_not_another() {
+    let a = PathMemory::create(64 * 1024, 2, CACHED).unwrap();
+    let b = PathMemory::create(64 * 1024, 2, CACHED).unwrap();
+    let mut oa = Originator::new(a.fd(), a.info()).unwrap();
+    let mut ob = Originator::new(b.fd(), b.info()).unwrap();
+    let mut held = Vec::new();
+    let err = loop {
+        match oa.alloc(10_000) {
+            Ok(f) => held.push(f),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(held.len(), 2 * 64 * 1024 / 12_288); // 3-page fbufs in 2 chunks of 16 pages
+    assert!(matches!(err, FbufError::Quota { quota: 2, .. }), "{err}");
+    assert!(err.to_string().contains("quota"), "{err}");
+    assert_eq!(oa.chunks_used(), 2);
+    // The other path is untouched, and freeing makes room again on the first.
+    assert!(ob.alloc(64 * 1024).is_ok());
+    oa.free(held.pop().unwrap()).unwrap();
+    assert!(oa.alloc(10_000).is_ok());
+    assert!(matches!(oa.alloc(0), Err(FbufError::Empty)));
+}
+
+#[test]
+fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
+    for cached in [true, false] {
+        let p = PathMemory::create(
+            1 << 20,
+            4,
+            Variant {
+                cached,
+                volatile: true,
+            },
+        )
+        .unwrap();
+        let mut o = Originator::new(p.fd(), p.info()).unwrap();
+        let f: Vec<_> = (0..3).map(|_| o.alloc(5000).unwrap()).collect();
+        let addrs: Vec<u64> = f.iter().map(|x| x.addr()).collect();
+        for (i, x) in f.iter().enumerate() {
+            o.write(x, 0, &[i as u8 + 1; 5000]).unwrap();
+        }
+        let refs: Vec<FbufRef> = f.into_iter().map(|x| o.send(x, 1).unwrap()).collect();
+        assert_eq!(o.outstanding(), 3);
+        o.freed(refs[0]).unwrap();
+        o.freed(refs[2]).unwrap();
+        assert!(o.freed(refs[2]).is_err(), "a double free must be refused");
+        // LIFO: the most recently freed first; the fresh chunk space is not touched.
+        let g = o.alloc(4097).unwrap();
+        assert_eq!(g.addr(), addrs[2]);
+        let h = o.alloc(8000).unwrap();
+        assert_eq!(h.addr(), addrs[0]);
+        // Cached fbufs keep their contents (no clearing); uncached ones gave their pages back.
+        let mut b = [0u8; 4];
+        assert!(o.read_bytes(g.addr(), &mut b));
+        assert_eq!(b, if cached { [3; 4] } else { [0; 4] });
+        assert_eq!(o.cached(), 0);
+    }
+}
+
+#[test]
+fn large_fbufs_of_varying_sizes_cost_memory_only_where_touched() {
+    let p = PathMemory::create(1 << 20, 64, CACHED).unwrap();
+    let mut o = Originator::new(p.fd(), p.info()).unwrap();
+    let before = rss_kib();
+    let sizes = [9 << 20, 12 << 20, 3000, (8 << 20) + 1];
+    let fs: Vec<_> = sizes.iter().map(|s| o.alloc(*s).unwrap()).collect();
+    for (f, s) in fs.iter().zip(sizes) {
+        assert_eq!(f.len(), s as u64);
+        o.write(f, 0, b"first").unwrap();
+        o.write(f, s as u64 - 4, b"last").unwrap();
+        let mut b = [0u8; 4];
+        assert!(o.read_bytes(f.addr() + s as u64 - 4, &mut b));
+        assert_eq!(&b, b"last");
+    }
+    // 29 MiB allocated, a few pages touched.
+    let grew = rss_kib().saturating_sub(before);
+    assert!(grew < 4 * 1024, "RSS grew by {grew} KiB");
+    assert!(o.chunks_used() >= 29);
+}
+
+#[test]
+fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
+    let p = PathMemory::create(
+        1 << 20,
+        2,
+        Variant {
+            cached: true,
+            volatile: false,
+        },
+    )
+    .unwrap();
+    let mut o = Originator::new(p.fd(), p.info()).unwrap();
+    let f = o.alloc(8192).unwrap();
+    let addr = f.addr();
+    assert_eq!(perms(addr), "rw-s");
+    let r = o.send(f, 2).unwrap();
+    assert_eq!(perms(addr), "r--s");
+    o.freed(r).unwrap();
+    assert_eq!(perms(addr), "r--s", "one receiver still holds it");
+    o.freed(r).unwrap();
+    assert_eq!(perms(addr), "rw-s");
+
+    // A volatile path keeps write access, until a receiver asks to secure the fbuf.
+    let v = PathMemory::create(1 << 20, 2, CACHED).unwrap();
+    let mut ov = Originator::new(v.fd(), v.info()).unwrap();
+    let f = ov.alloc(100).unwrap();
+    let a = f.addr();
+    let r = ov.send(f, 1).unwrap();
+    assert_eq!(perms(a), "rw-s");
+    ov.secure(r).unwrap();
+    assert_eq!(perms(a), "r--s");
+    ov.freed(r).unwrap();
+    assert_eq!(perms(a), "rw-s");
+    assert!(
+        ov.secure(r).is_err(),
+        "securing a freed fbuf must be refused"
+    );
+}
+
+fn peer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
+}
+
+#[test]
+fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
+    for cached in [true, false] {
+        let p = PathMemory::create(
+            1 << 20,
+            4,
+            Variant {
+                cached,
+                volatile: false,
+            },
+        )
+        .unwrap();
+        let info = p.info();
+        let mut o = Originator::new(p.fd(), info).unwrap();
+        let f = o.alloc(300).unwrap();
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 31 % 251) as u8).collect();
+        o.write(&f, 0, &data).unwrap();
+        let r = o.send(f, 1).unwrap();
+        let fd_path = format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd());
+        let args = [
+            fd_path,
+            info.addr.to_string(),
+            info.chunk_bytes.to_string(),
+            info.quota_chunks.to_string(),
+            cached.to_string(),
+            "false".into(),
+            r.addr.to_string(),
+            r.len.to_string(),
+        ];
+        let out = peer().arg("receive").args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), hex);
+
+        let out = peer()
+            .arg("receive-then-write")
+            .args(&args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("writable mapping refused"), "{stdout}");
+        assert!(
+            stdout.contains("storing") && !stdout.contains("store went through"),
+            "{stdout}"
+        );
+        assert_eq!(
+            out.status.signal(),
+            Some(libc_sigsegv()),
+            "{:?}",
+            out.status
+        );
+        // The data is as the originator wrote it.
+        let mut back = vec![0u8; 300];
+        assert!(o.read_bytes(r.addr, &mut back));
+        assert_eq!(back, data);
+    }
+}
+
+#[test]
+fn an_originator_that_writes_a_non_volatile_fbuf_after_sending_it_faults() {
+    let out = peer()
+        .args(["originator-writes-after-send", "false"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sent") && !stdout.contains("returned"),
+        "{stdout}"
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigsegv()),
+        "{:?}",
+        out.status
+    );
+    // A volatile one may be written.
+    let out = peer()
+        .args(["originator-writes-after-send", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("write after send returned true"));
+}
+
+#[test]
+fn references_outside_the_path_are_refused() {
+    let p = PathMemory::create(1 << 16, 2, CACHED).unwrap();
+    let info = p.info();
+    let mut rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), info).unwrap();
+    let base = info.addr as u64;
+    for bad in [
+        FbufRef {
+            addr: base - 4096,
+            len: 10,
+        },
+        FbufRef {
+            addr: base + 1,
+            len: 10,
+        },
+        FbufRef {
+            addr: base + (1 << 17) - 4096,
+            len: 8192,
+        },
+        FbufRef { addr: base, len: 0 },
+        FbufRef {
+            addr: u64::MAX - 4095,
+            len: 4096,
+        },
+    ] {
+        let e = rx.receive(bad).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("not a page-aligned fbuf in this path"),
+            "{e}"
+        );
+    }
+    let ok = FbufRef {
+        addr: base,
+        len: 10,
+    };
+    rx.receive(ok).unwrap();
+    assert!(rx.receive(ok).is_err(), "the same fbuf twice");
+    rx.free(ok).unwrap();
+    assert!(rx.free(ok).is_err(), "freed twice");
+    assert_eq!(rx.held(), 0);
+}
+
+fn libc_sigsegv() -> i32 {
+    11
+}
