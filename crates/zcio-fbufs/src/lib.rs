@@ -12,6 +12,9 @@
 //!   read-only in receivers (enforced by the kernel: their descriptor is read-only), chunks
 //!   under a quota, LIFO free lists, cached or uncached, volatile or not (a non-volatile send
 //!   makes the fbuf read-only in the originator until every receiver has freed it).
+//! - [`link`]: fbufs between processes: the path offered once with a read-only descriptor,
+//!   one 24-byte frame per send, deallocation notices batched back, every reference of a
+//!   receiver that dies released, and a forwarding server for three-process paths.
 //! - [`aggregate`]: x-kernel aggregate objects (§3.2.3, Figure 2): a DAG of leaf, join and
 //!   slice nodes stored in the region itself, so that a send passes one root reference. It
 //!   offers join, split, clip and header prepend, and a receiver-side reader that checks every
@@ -21,5 +24,19 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod link;
 pub mod path;
 pub mod region;
+
+/// The test pattern of message `seq`: `len` bytes both ends can regenerate (used by the tests,
+/// the benchmark and `fbuf-peer`).
+pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|j| (seq.wrapping_mul(131) ^ j.wrapping_mul(7) ^ (j >> 8)) as u8)
+        .collect()
+}
+
+/// The length of message `seq` in the tests' streams: varying, from 1 KiB to about 70 KiB.
+pub fn pattern_len(seq: u64) -> usize {
+    1024 + (seq as usize * 4099) % (68 * 1024)
+}

@@ -496,6 +496,11 @@ impl Receiver {
         Ok(r)
     }
 
+    /// The read-only descriptor of the path's memory (to offer the path onward).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     /// Fbufs held.
     pub fn held(&self) -> usize {
         self.held.len()

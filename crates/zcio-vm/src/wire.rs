@@ -132,6 +132,63 @@ pub fn fd_of<T: AsFd>(t: &T) -> BorrowedFd<'_> {
     t.as_fd()
 }
 
+/// Most descriptors [`send_with_fds`] and [`recv_with_fds`] carry in one message.
+pub const MAX_FDS: usize = 8;
+
+/// Send `bytes` with the descriptors `fds` (at most [`MAX_FDS`]) over a Unix socket
+/// (`SCM_RIGHTS`), in one message.
+pub fn send_with_fds(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+    use std::mem::MaybeUninit;
+    if fds.len() > MAX_FDS {
+        return Err(VmError::TooLarge {
+            what: "descriptors in one message",
+            value: fds.len(),
+            limit: MAX_FDS,
+        });
+    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() {
+        anc.push(rustix::net::SendAncillaryMessage::ScmRights(fds));
+    }
+    let n = rustix::net::sendmsg(
+        sock,
+        &[std::io::IoSlice::new(bytes)],
+        &mut anc,
+        rustix::net::SendFlags::NOSIGNAL,
+    )
+    .map_err(|e| VmError::sys("sendmsg(SCM_RIGHTS)", e.into()))?;
+    if n != bytes.len() {
+        return Err(VmError::sys(
+            "sendmsg(SCM_RIGHTS)",
+            std::io::Error::new(std::io::ErrorKind::WriteZero, "message sent in part"),
+        ));
+    }
+    Ok(())
+}
+
+/// Receive one message sent with [`send_with_fds`]: its length in `buf` and its descriptors
+/// (close-on-exec). A length of 0 means the peer has closed the socket.
+pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Vec<OwnedFd>)> {
+    use std::mem::MaybeUninit;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut anc = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    let r = rustix::net::recvmsg(
+        sock,
+        &mut [std::io::IoSliceMut::new(buf)],
+        &mut anc,
+        rustix::net::RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| VmError::sys("recvmsg(SCM_RIGHTS)", e.into()))?;
+    let mut fds = Vec::new();
+    for m in anc.drain() {
+        if let rustix::net::RecvAncillaryMessage::ScmRights(it) = m {
+            fds.extend(it);
+        }
+    }
+    Ok((r.bytes, fds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

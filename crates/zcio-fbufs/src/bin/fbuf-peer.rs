@@ -8,8 +8,16 @@
 //!   first by asking for a writable mapping (refused: printed), then by storing through the
 //!   read-only mapping (faults: the process dies by SIGSEGV).
 //! - `fbuf-peer originator-writes-after-send VOLATILE`: make a path, send an fbuf, then write it.
+//! - `fbuf-peer receiver-loop SOCKET COUNT [hold]`: connect, receive COUNT fbufs, check each
+//!   byte against the pattern of its sequence number, free them (or, with `hold`, keep them
+//!   and wait to be killed); print `ok COUNT notices N in M messages`.
+//! - `fbuf-peer forward UP_SOCKET DOWN_SOCKET`: the server of a three-process path.
+//! - `fbuf-peer originator-then-exit SOCKET COUNT`: connect, offer a path, send COUNT fbufs,
+//!   and exit without waiting for them to be freed.
 
 use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use zcio_fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
 use zcio_fbufs::path::{FbufRef, Originator, PathInfo, PathMemory, Receiver, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
 
@@ -103,6 +111,73 @@ fn main() {
             std::io::stdout().flush().ok();
             let ok = o.write_bytes(r.addr, b"after!");
             println!("write after send returned {ok}");
+        }
+        Some("receiver-loop") => {
+            let count: usize = arg(&a, 3);
+            let hold = a.get(4).map(String::as_str) == Some("hold");
+            let mut rx = ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect"))
+                .expect("join the path");
+            let mut got = 0;
+            while got < count {
+                let Some(r) = rx.recv().expect("receive") else {
+                    break;
+                };
+                let mut buf = vec![0u8; r.len as usize];
+                assert!(rx.receiver.read_bytes(r.addr, &mut buf), "unreadable fbuf");
+                let want = zcio_fbufs::pattern(got as u64, r.len as usize);
+                assert!(buf == want, "fbuf {got} differs from its pattern");
+                if !hold {
+                    rx.free(r).expect("free");
+                }
+                got += 1;
+            }
+            rx.flush().expect("flush");
+            println!(
+                "ok {got} notices {} in {} messages",
+                rx.notices_sent, rx.notice_messages
+            );
+            use std::io::Write;
+            std::io::stdout().flush().ok();
+            if hold {
+                std::thread::sleep(std::time::Duration::from_secs(600));
+            }
+        }
+        Some("forward") => {
+            let up = ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect upstream"))
+                .expect("join the path");
+            let listener = UnixListener::bind(&a[3]).expect("listen downstream");
+            println!("listening");
+            use std::io::Write;
+            std::io::stdout().flush().ok();
+            let (down, _) = listener.accept().expect("accept downstream");
+            let mut f = Forwarder::new(up, down).expect("offer the path downstream");
+            let n = f.run().expect("forward");
+            println!("forwarded {n}");
+        }
+        Some("originator-then-exit") => {
+            let count: u64 = arg(&a, 3);
+            let sock = UnixStream::connect(&a[2]).expect("connect");
+            let p = PathMemory::create(
+                1 << 20,
+                4,
+                Variant {
+                    cached: true,
+                    volatile: false,
+                },
+            )
+            .expect("path");
+            let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).expect("map"));
+            end.add_receiver(sock, p.receiver_fd().expect("ro fd").as_fd())
+                .expect("offer");
+            for i in 0..count {
+                let len = zcio_fbufs::pattern_len(i);
+                let f = end.alloc_waiting(len).expect("alloc");
+                end.originator
+                    .write(&f, 0, &zcio_fbufs::pattern(i, len))
+                    .expect("write");
+                end.send(f, &[0]).expect("send");
+            }
+            println!("sent {count}");
         }
         _ => {
             eprintln!("usage: see the source");

@@ -1,0 +1,201 @@
+//! Fbufs between real processes: a stream with reuse through deallocation notices, a receiver
+//! killed mid-stream, an originator that exits, and a three-process path.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use zcio_fbufs::link::{OriginatorEnd, ReceiverEnd};
+use zcio_fbufs::path::{Originator, PathMemory, Variant};
+use zcio_fbufs::region::RegionRead;
+use zcio_fbufs::{pattern, pattern_len};
+
+fn peer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
+}
+
+/// An originator on a small path (4 chunks of 256 KiB) listening on a fresh socket.
+fn originator(variant: Variant) -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) {
+    let dir = tempfile::tempdir().unwrap();
+    let l = UnixListener::bind(dir.path().join("up")).unwrap();
+    let p = PathMemory::create(256 * 1024, 4, variant).unwrap();
+    let end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
+    (dir, l, p, end)
+}
+
+fn send_stream(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
+    for i in 0..count {
+        let len = pattern_len(i);
+        let f = end.alloc_waiting(len).unwrap();
+        end.originator.write(&f, 0, &pattern(i, len)).unwrap();
+        end.send(f, to).unwrap();
+        end.poll(false).unwrap();
+    }
+}
+
+fn wait_all_back(end: &mut OriginatorEnd) {
+    let t = Instant::now();
+    while end.originator.outstanding() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "fbufs never came back"
+        );
+        end.poll(true).unwrap();
+    }
+}
+
+#[test]
+fn a_stream_reuses_its_fbufs_through_batched_notices() {
+    for variant in [
+        Variant {
+            cached: true,
+            volatile: true,
+        },
+        Variant {
+            cached: true,
+            volatile: false,
+        },
+        Variant {
+            cached: false,
+            volatile: false,
+        },
+    ] {
+        let (dir, l, p, mut end) = originator(variant);
+        let child = peer()
+            .args([
+                "receiver-loop",
+                dir.path().join("up").to_str().unwrap(),
+                "400",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (s, _) = l.accept().unwrap();
+        end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+            .unwrap();
+        // 400 messages of up to 70 KiB through 1 MiB of path: only reuse makes it fit.
+        send_stream(&mut end, 400, &[0]);
+        wait_all_back(&mut end);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{variant:?}");
+        let line = String::from_utf8_lossy(&out.stdout);
+        assert!(line.starts_with("ok 400 notices 400 in "), "{line}");
+        let messages: usize = line.split_whitespace().nth(5).unwrap().parse().unwrap();
+        assert!(messages <= 400, "{line}");
+        assert!(end.originator.chunks_used() <= 4);
+        assert!(end.originator.cached() > 0);
+        assert_eq!(end.released_for_dead, 0);
+    }
+}
+
+#[test]
+fn a_receiver_killed_mid_stream_gives_every_fbuf_back() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: false,
+    });
+    let mut child = peer()
+        .args([
+            "receiver-loop",
+            dir.path().join("up").to_str().unwrap(),
+            "10",
+            "hold",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    send_stream(&mut end, 10, &[0]);
+    // Let the receiver take them all, then kill it while it holds them.
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("ok 10"), "{line}");
+    assert_eq!(end.originator.outstanding(), 10);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_all_back(&mut end);
+    assert_eq!(end.released_for_dead, 10);
+    assert_eq!(end.receivers_alive(), 0);
+    // Back to the baseline: every fbuf on a free list, writable again, reusable.
+    assert_eq!(end.originator.cached(), 10);
+    let f = end.originator.alloc(pattern_len(9)).unwrap();
+    end.originator.write(&f, 0, b"writable again").unwrap();
+}
+
+#[test]
+fn what_an_exiting_originator_sent_stays_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = UnixListener::bind(dir.path().join("s")).unwrap();
+    let child = peer()
+        .args([
+            "originator-then-exit",
+            dir.path().join("s").to_str().unwrap(),
+            "5",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    let mut rx = ReceiverEnd::connect(s).unwrap();
+    let mut refs = Vec::new();
+    while let Some(r) = rx.recv().unwrap() {
+        refs.push(r);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(refs.len(), 5);
+    // The originator is gone; its memory is not, while we map it.
+    for (i, r) in refs.iter().enumerate() {
+        let mut b = vec![0u8; r.len as usize];
+        assert!(rx.receiver.read_bytes(r.addr, &mut b));
+        assert_eq!(b, pattern(i as u64, r.len as usize));
+    }
+    // Freeing towards a gone originator is an error that names it, not a crash.
+    for r in refs {
+        rx.free(r).unwrap();
+    }
+    assert!(rx.flush().is_err());
+}
+
+#[test]
+fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: false,
+    });
+    let up = dir.path().join("up");
+    let down = dir.path().join("down");
+    let mut server = peer()
+        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    let mut line = String::new();
+    use std::io::{BufRead, Read};
+    let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
+    server_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening");
+    let receiver = peer()
+        .args(["receiver-loop", down.to_str().unwrap(), "300"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    send_stream(&mut end, 300, &[0]);
+    wait_all_back(&mut end);
+    drop(end); // closes the link: the server ends once downstream has freed everything
+    let r = receiver.wait_with_output().unwrap();
+    assert!(r.status.success());
+    assert!(String::from_utf8_lossy(&r.stdout).starts_with("ok 300"));
+    let mut rest = String::new();
+    server_out.read_to_string(&mut rest).unwrap();
+    assert!(server.wait().unwrap().success());
+    assert_eq!(rest.trim(), "forwarded 300");
+}
