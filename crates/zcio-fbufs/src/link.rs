@@ -140,10 +140,50 @@ pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd), LinkError> 
     Ok((info, fds.pop().expect("one descriptor")))
 }
 
+/// References a peer holds, with how many times each was sent to it.
+#[derive(Default)]
+struct Held(HashMap<u64, (FbufRef, usize)>);
+
+impl Held {
+    fn add(&mut self, r: FbufRef) {
+        self.0.entry(r.addr).or_insert((r, 0)).1 += 1;
+    }
+
+    /// Take one reference back; `false` if the peer did not hold it (a protocol violation).
+    fn take(&mut self, r: FbufRef) -> bool {
+        let Some(e) = self.0.get_mut(&r.addr) else {
+            return false;
+        };
+        if e.0 != r {
+            return false;
+        }
+        e.1 -= 1;
+        if e.1 == 0 {
+            self.0.remove(&r.addr);
+        }
+        true
+    }
+
+    fn holds(&self, r: FbufRef) -> bool {
+        self.0.get(&r.addr).is_some_and(|e| e.0 == r)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every reference held, as often as it is held.
+    fn drain(&mut self) -> Vec<FbufRef> {
+        self.0
+            .drain()
+            .flat_map(|(_, (r, n))| std::iter::repeat_n(r, n))
+            .collect()
+    }
+}
+
 struct Peer {
     sock: UnixStream,
-    /// References this receiver holds, with how many times each was sent to it.
-    held: HashMap<u64, (FbufRef, usize)>,
+    held: Held,
     alive: bool,
 }
 
@@ -152,8 +192,10 @@ pub struct OriginatorEnd {
     /// The path's allocator and memory.
     pub originator: Originator,
     peers: Vec<Peer>,
-    /// Receivers found gone, and the references they held that were released for them.
+    /// References released for receivers that went away.
     pub released_for_dead: usize,
+    /// Receivers dropped for breaking the protocol, and why (their references are released).
+    pub misbehaved: Vec<String>,
 }
 
 impl OriginatorEnd {
@@ -163,6 +205,7 @@ impl OriginatorEnd {
             originator,
             peers: Vec::new(),
             released_for_dead: 0,
+            misbehaved: Vec::new(),
         }
     }
 
@@ -176,7 +219,7 @@ impl OriginatorEnd {
         offer_path(&sock, self.originator.info(), ro_fd)?;
         self.peers.push(Peer {
             sock,
-            held: HashMap::new(),
+            held: Held::default(),
             alive: true,
         });
         Ok(self.peers.len() - 1)
@@ -198,7 +241,7 @@ impl OriginatorEnd {
         for i in live {
             let p = &mut self.peers[i];
             match p.sock.write_all(&frame(SEND, r)) {
-                Ok(()) => p.held.entry(r.addr).or_insert((r, 0)).1 += 1,
+                Ok(()) => p.held.add(r),
                 Err(_) => {
                     // Gone meanwhile: it will never free this one.
                     self.originator.freed(r)?;
@@ -215,12 +258,10 @@ impl OriginatorEnd {
             return Ok(());
         }
         p.alive = false;
-        let held: Vec<(FbufRef, usize)> = p.held.drain().map(|(_, v)| v).collect();
-        for (r, n) in held {
-            for _ in 0..n {
-                self.originator.freed(r)?;
-                self.released_for_dead += 1;
-            }
+        let _ = p.sock.shutdown(std::net::Shutdown::Both);
+        for r in p.held.drain() {
+            self.originator.freed(r)?;
+            self.released_for_dead += 1;
         }
         Ok(())
     }
@@ -265,38 +306,36 @@ impl OriginatorEnd {
                 return Ok(done);
             }
             for (i, _) in ready {
-                match read_frame(&mut self.peers[i].sock) {
-                    Ok(Some((FREED, r))) => {
-                        let p = &mut self.peers[i];
-                        let Some(e) = p.held.get_mut(&r.addr) else {
-                            return Err(LinkError::Protocol(format!(
-                                "receiver {i} freed {:#x}, which it does not hold",
-                                r.addr
-                            )));
-                        };
-                        e.1 -= 1;
-                        if e.1 == 0 {
-                            p.held.remove(&r.addr);
-                        }
+                // A receiver that breaks the protocol is cut off and its references released:
+                // it cannot free what it does not hold, nor stop the others.
+                let bad = match read_frame(&mut self.peers[i].sock) {
+                    Ok(Some((FREED, r))) if self.peers[i].held.take(r) => {
                         self.originator.freed(r)?;
+                        None
                     }
-                    Ok(Some((SECURE, r))) => {
-                        if !self.peers[i].held.contains_key(&r.addr) {
-                            return Err(LinkError::Protocol(format!(
-                                "receiver {i} asked to secure {:#x}, which it does not hold",
-                                r.addr
-                            )));
-                        }
+                    Ok(Some((FREED, r))) => Some(format!(
+                        "freed [{:#x}, +{}), which it does not hold",
+                        r.addr, r.len
+                    )),
+                    Ok(Some((SECURE, r))) if self.peers[i].held.holds(r) => {
                         self.originator.secure(r)?;
                         let _ = self.peers[i].sock.write_all(&frame(SECURED, r));
+                        None
                     }
-                    Ok(Some((k, _))) => {
-                        return Err(LinkError::Protocol(format!(
-                            "receiver {i} sent frame kind {k}"
-                        )));
+                    Ok(Some((SECURE, r))) => Some(format!(
+                        "asked to secure [{:#x}, +{}), which it does not hold",
+                        r.addr, r.len
+                    )),
+                    Ok(Some((k, _))) => Some(format!("sent frame kind {k}")),
+                    Ok(None) | Err(LinkError::Io(_)) => {
+                        self.drop_peer(i)?;
+                        None
                     }
-                    Ok(None) | Err(LinkError::Io(_)) => self.drop_peer(i)?,
-                    Err(e) => return Err(e),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(why) = bad {
+                    self.misbehaved.push(format!("receiver {i}: {why}"));
+                    self.drop_peer(i)?;
                 }
                 done += 1;
             }
@@ -441,7 +480,7 @@ pub struct Forwarder {
     /// The upstream end.
     pub up: ReceiverEnd,
     down: UnixStream,
-    held: HashMap<u64, (FbufRef, usize)>,
+    held: Held,
     /// Fbufs forwarded.
     pub forwarded: usize,
 }
@@ -453,7 +492,7 @@ impl Forwarder {
         Ok(Forwarder {
             up,
             down,
-            held: HashMap::new(),
+            held: Held::default(),
             forwarded: 0,
         })
     }
@@ -487,35 +526,15 @@ impl Forwarder {
             };
             if down_ready {
                 match read_frame(&mut self.down) {
-                    Ok(Some((FREED, r))) => {
-                        let Some(e) = self.held.get_mut(&r.addr) else {
-                            return Err(LinkError::Protocol(format!(
-                                "downstream freed {:#x}, which it does not hold",
-                                r.addr
-                            )));
-                        };
-                        e.1 -= 1;
-                        if e.1 == 0 {
-                            self.held.remove(&r.addr);
-                        }
-                        self.up.free(r)?;
-                    }
-                    Ok(Some((k, _))) => {
-                        return Err(LinkError::Protocol(format!(
-                            "downstream sent frame kind {k}"
-                        )));
-                    }
-                    Ok(None) | Err(LinkError::Io(_)) => {
-                        // Downstream is gone (done, or died): what it held is freed for it, and
-                        // the path ends here; upstream learns it when this end closes.
-                        for (_, (r, n)) in std::mem::take(&mut self.held) {
-                            for _ in 0..n {
-                                self.up.free(r)?;
-                            }
+                    Ok(Some((FREED, r))) if self.held.take(r) => self.up.free(r)?,
+                    // Done, died, or broke the protocol: what downstream held is freed for it,
+                    // and the path ends here; upstream learns it when this end closes.
+                    _ => {
+                        for r in self.held.drain() {
+                            self.up.free(r)?;
                         }
                         break;
                     }
-                    Err(e) => return Err(e),
                 }
             }
             if up_ready {
@@ -526,7 +545,7 @@ impl Forwarder {
                             .map_err(|_| LinkError::PeerGone {
                                 during: "forwarding downstream",
                             })?;
-                        self.held.entry(r.addr).or_insert((r, 0)).1 += 1;
+                        self.held.add(r);
                         self.forwarded += 1;
                     }
                     None => up_open = false,

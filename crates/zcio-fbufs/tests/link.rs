@@ -199,3 +199,45 @@ fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
     assert!(server.wait().unwrap().success());
     assert_eq!(rest.trim(), "forwarded 300");
 }
+
+#[test]
+fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: false,
+    });
+    let mut bad = peer()
+        .args([
+            "receiver-frees-foreign",
+            dir.path().join("up").to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    // Two fbufs, one right after the other: the bogus notice names the second's address + 4 KiB.
+    send_stream(&mut end, 2, &[0]);
+    let t = Instant::now();
+    while end.misbehaved.is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the bad notice was never seen"
+        );
+        end.poll(true).unwrap();
+    }
+    assert!(
+        end.misbehaved[0].contains("does not hold"),
+        "{:?}",
+        end.misbehaved
+    );
+    // Its references are released; the fbufs are all back and the originator carries on.
+    assert_eq!(end.originator.outstanding(), 0);
+    assert_eq!(end.released_for_dead, 2);
+    assert_eq!(end.receivers_alive(), 0);
+    let f = end.originator.alloc(100).unwrap();
+    end.originator.write(&f, 0, b"still fine").unwrap();
+    let _ = bad.kill();
+    bad.wait().unwrap();
+}

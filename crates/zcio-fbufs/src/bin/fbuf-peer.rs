@@ -14,6 +14,8 @@
 //! - `fbuf-peer forward UP_SOCKET DOWN_SOCKET`: the server of a three-process path.
 //! - `fbuf-peer originator-then-exit SOCKET COUNT`: connect, offer a path, send COUNT fbufs,
 //!   and exit without waiting for them to be freed.
+//! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
+//!   one send frame, and sends a deallocation notice for an fbuf it was never given.
 
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -178,6 +180,22 @@ fn main() {
                 end.send(f, &[0]).expect("send");
             }
             println!("sent {count}");
+        }
+        Some("receiver-frees-foreign") => {
+            use std::io::{Read, Write};
+            let mut sock = UnixStream::connect(&a[2]).expect("connect");
+            let (info, _fd) = zcio_fbufs::link::accept_path(&sock).expect("path");
+            let mut f = [0u8; 24];
+            sock.read_exact(&mut f).expect("a send frame");
+            // FREED (kind 2) for the page after the one we were sent: not ours.
+            let addr = u64::from_le_bytes(f[8..16].try_into().expect("8 bytes")) + 4096;
+            let mut bogus = Vec::new();
+            for w in [2u64, addr, 10] {
+                bogus.extend_from_slice(&w.to_le_bytes());
+            }
+            sock.write_all(&bogus).expect("write");
+            println!("sent a foreign notice in a path at {:#x}", info.addr);
+            std::thread::sleep(std::time::Duration::from_secs(2));
         }
         _ => {
             eprintln!("usage: see the source");
