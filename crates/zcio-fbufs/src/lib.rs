@@ -15,6 +15,8 @@
 //! - [`link`]: fbufs between processes: the path offered once with a read-only descriptor,
 //!   one 24-byte frame per send, deallocation notices batched back, every reference of a
 //!   receiver that dies released, and a forwarding server for three-process paths.
+//! - [`bench`]: the experiments of Table 1 and Figure 3 (fbuf variants against page remapping
+//!   and copies, between two processes), run by `zcio bench fbufs`.
 //! - [`aggregate`]: x-kernel aggregate objects (§3.2.3, Figure 2): a DAG of leaf, join and
 //!   slice nodes stored in the region itself, so that a send passes one root reference. It
 //!   offers join, split, clip and header prepend, and a receiver-side reader that checks every
@@ -24,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod bench;
 pub mod link;
 pub mod path;
 pub mod region;

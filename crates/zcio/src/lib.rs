@@ -2,5 +2,6 @@
 //! reproduction report (`zcio report`) with its experiments, fitted models, plots and documents.
 
 pub mod bench;
+pub mod fbufs_bench;
 pub mod report;
 pub mod transfer;

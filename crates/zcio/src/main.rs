@@ -43,6 +43,25 @@ enum Cmd {
     /// Benchmarks, side by side in one run.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Internal: the receiving process of `zcio bench fbufs`.
+    #[command(hide = true)]
+    FbufSink {
+        /// Unix socket path to connect to.
+        #[arg(long)]
+        connect: PathBuf,
+        /// Contender name.
+        #[arg(long)]
+        contender: String,
+        /// Message length.
+        #[arg(long)]
+        bytes: usize,
+        /// Messages.
+        #[arg(long)]
+        count: usize,
+        /// Touch pattern name.
+        #[arg(long)]
+        touch: String,
+    },
     /// Internal: the receiving process of `zcio transfer`.
     #[command(hide = true)]
     Peer {
@@ -59,6 +78,9 @@ enum BenchCmd {
     /// Genie's experiments alone (Figures 3, 6, 7): per semantics and input scheme, the
     /// fitted latency line and the measured points.
     Genie(bench::GenieArgs),
+    /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping and
+    /// copies through a pipe and a Unix socket, two processes, per-page cost and throughput.
+    Fbufs(zcio::fbufs_bench::FbufsArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +90,14 @@ fn main() -> ExitCode {
         Cmd::Peer { connect } => transfer::peer(&connect),
         Cmd::Bench(BenchCmd::Memnet(b)) => bench::run(b),
         Cmd::Bench(BenchCmd::Genie(b)) => bench::run_genie(b),
+        Cmd::Bench(BenchCmd::Fbufs(b)) => zcio::fbufs_bench::run(b),
+        Cmd::FbufSink {
+            connect,
+            contender,
+            bytes,
+            count,
+            touch,
+        } => zcio::fbufs_bench::sink(&connect, &contender, bytes, count, &touch),
         Cmd::Report(a) => zcio::report::run(a),
         Cmd::Probe { dir } => {
             let p = zcio_genie::probe::probe(&dir);

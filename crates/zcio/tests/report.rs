@@ -353,3 +353,57 @@ fn help_is_complete_and_errors_name_the_argument() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("genie-throughput"));
 }
+
+#[test]
+fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
+    let out = zcio()
+        .args([
+            "bench",
+            "fbufs",
+            "--sizes",
+            "4096,65536",
+            "--rounds",
+            "1",
+            "--volume",
+            "1048576",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    // 7 contenders × 2 sizes × 2 touch patterns.
+    assert_eq!(rows.len(), 7 * 2 * 2);
+    for r in rows {
+        assert!(r["throughput_gbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["per_page_ns"].is_number(), "{r}");
+        assert!(["word-per-page", "every-byte"].contains(&r["touch"].as_str().unwrap()));
+    }
+    let names: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r["variant"].as_str().unwrap())
+        .collect();
+    for n in [
+        "fbufs-cached-volatile",
+        "fbufs-volatile",
+        "fbufs-cached",
+        "fbufs",
+        "page-remap-memfd",
+        "copy-unix-socket",
+        "copy-pipe",
+    ] {
+        assert!(names.contains(n), "{n} missing");
+    }
+    assert_eq!(v["fits"].as_array().unwrap().len(), 7 * 2);
+    let bad = zcio()
+        .args(["bench", "fbufs", "--contenders", "carrier-pigeon"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("carrier-pigeon"));
+}

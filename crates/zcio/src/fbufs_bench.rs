@@ -1,0 +1,231 @@
+//! `zcio bench fbufs`: paper 001's Table 1 and Figure 3 on this machine. Every contender passes
+//! a stream of messages from this process to a receiver process, both touching each message
+//! (one word per page, or every byte); contenders alternate round by round, and the report
+//! gives the median time per message, its spread, the throughput, and the per-page cost fitted
+//! over the message sizes (the paper's incremental per-page cost), with the asymptotic
+//! throughput it implies.
+
+use crate::report::fit;
+use crate::transfer::{Res, zcio_command};
+use serde::Serialize;
+use zcio_fbufs::bench::{Contender, Touch};
+
+/// Arguments of `zcio bench fbufs`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FbufsArgs {
+    /// Message sizes in bytes, comma-separated (4 KiB to 64 MiB by default).
+    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864])]
+    pub sizes: Vec<usize>,
+    /// Contenders, comma-separated (all by default): fbufs-cached-volatile, fbufs-volatile,
+    /// fbufs-cached, fbufs, page-remap-memfd, copy-unix-socket, copy-pipe.
+    #[arg(long, value_delimiter = ',')]
+    pub contenders: Vec<String>,
+    /// Touch patterns, comma-separated: word-per-page (the paper's), every-byte.
+    #[arg(long, value_delimiter = ',', default_values_t = ["word-per-page".to_string(), "every-byte".to_string()])]
+    pub touch: Vec<String>,
+    /// Rounds (each runs every contender once, in rotating order).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Bytes each run moves at most (the message count is this over the size, 8 to 2000).
+    #[arg(long, default_value_t = 256 << 20)]
+    pub volume: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One contender at one size and touch.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Contender.
+    pub variant: String,
+    /// Touch pattern.
+    pub touch: String,
+    /// Message size (bytes).
+    pub bytes: usize,
+    /// Messages per run.
+    pub count: usize,
+    /// Median over rounds of the time per message (ns).
+    pub ns_per_message: f64,
+    /// Lowest and highest round (ns).
+    pub spread_ns: [f64; 2],
+    /// bytes / time per message (GB/s).
+    pub throughput_gbps: f64,
+    /// The contender's per-page cost at this touch, fitted over all sizes (ns per 4 KiB page).
+    pub per_page_ns: Option<f64>,
+}
+
+/// The per-page fit of one contender and touch.
+#[derive(Debug, Serialize)]
+pub struct Fit {
+    /// Contender.
+    pub variant: String,
+    /// Touch pattern.
+    pub touch: String,
+    /// Incremental cost per page (ns).
+    pub per_page_ns: f64,
+    /// Fixed cost per message (ns).
+    pub per_message_ns: f64,
+    /// R² of the fit.
+    pub r2: Option<f64>,
+    /// Asymptotic throughput: page / per-page cost (GB/s).
+    pub asymptotic_gbps: f64,
+}
+
+fn parse_contenders(names: &[String]) -> Res<Vec<Contender>> {
+    if names.is_empty() {
+        return Ok(Contender::ALL.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            Contender::parse(n).ok_or_else(|| {
+                let all: Vec<_> = Contender::ALL.iter().map(|c| c.name()).collect();
+                format!(
+                    "invalid argument `--contenders {n}`: no such contender (known: {})",
+                    all.join(", ")
+                )
+                .into()
+            })
+        })
+        .collect()
+}
+
+/// Run the benchmark and print it.
+pub fn run(a: FbufsArgs) -> Res<()> {
+    let contenders = parse_contenders(&a.contenders)?;
+    let touches: Vec<Touch> = a
+        .touch
+        .iter()
+        .map(|t| {
+            Touch::parse(t).ok_or_else(|| {
+                format!("invalid argument `--touch {t}`: word-per-page or every-byte").into()
+            })
+        })
+        .collect::<Res<_>>()?;
+    if a.rounds == 0 || a.sizes.is_empty() || a.sizes.iter().any(|s| *s == 0 || s % 4096 != 0) {
+        return Err("invalid argument: --rounds must be positive and every --sizes a positive multiple of 4096".into());
+    }
+    let total = (a.sizes.len() * contenders.len() * touches.len() * a.rounds) as u64;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .expect("template"),
+    );
+    let mut rows = Vec::new();
+    let mut fits = Vec::new();
+    for &touch in &touches {
+        let mut per: Vec<Vec<(usize, usize, Vec<f64>)>> = vec![Vec::new(); contenders.len()];
+        for &bytes in &a.sizes {
+            let count = (a.volume / bytes).clamp(8, 2000);
+            let mut samples: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+            for round in 0..a.rounds {
+                for k in 0..contenders.len() {
+                    let i = (k + round) % contenders.len();
+                    let c = contenders[i];
+                    bar.set_message(format!("{} {} {bytes} B", c.name(), touch.name()));
+                    let spawn = |sock: &std::path::Path| -> std::io::Result<std::process::Child> {
+                        zcio_command()
+                            .map_err(|e| std::io::Error::other(e.to_string()))?
+                            .args(["fbuf-sink", "--connect"])
+                            .arg(sock)
+                            .args(["--contender", c.name(), "--touch", touch.name()])
+                            .args(["--bytes", &bytes.to_string(), "--count", &count.to_string()])
+                            .spawn()
+                    };
+                    let r = zcio_fbufs::bench::run(c, bytes, count, touch, &spawn)
+                        .map_err(|e| format!("{} at {bytes} bytes: {e}", c.name()))?;
+                    samples[i].push(r.ns_per_message);
+                    bar.inc(1);
+                }
+            }
+            for (i, s) in samples.into_iter().enumerate() {
+                per[i].push((bytes, count, s));
+            }
+        }
+        for (i, c) in contenders.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = per[i]
+                .iter()
+                .map(|(b, _, s)| ((b / 4096) as f64, fit::median(s).unwrap_or(0.0)))
+                .collect();
+            let line = fit::least_squares(&pts).ok();
+            if let Some(l) = line {
+                fits.push(Fit {
+                    variant: c.name().into(),
+                    touch: touch.name().into(),
+                    per_page_ns: l.slope_ns_per_byte,
+                    per_message_ns: l.intercept_ns,
+                    r2: l.r2,
+                    asymptotic_gbps: 4096.0 / l.slope_ns_per_byte,
+                });
+            }
+            for (bytes, count, s) in &per[i] {
+                let m = fit::median(s).unwrap_or(0.0);
+                rows.push(Row {
+                    variant: c.name().into(),
+                    touch: touch.name().into(),
+                    bytes: *bytes,
+                    count: *count,
+                    ns_per_message: m,
+                    spread_ns: [
+                        s.iter().copied().fold(f64::INFINITY, f64::min),
+                        s.iter().copied().fold(0.0, f64::max),
+                    ],
+                    throughput_gbps: *bytes as f64 / m,
+                    per_page_ns: line.map(|l| l.slope_ns_per_byte),
+                });
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if a.json {
+        let out = serde_json::json!({
+            "bench": "fbufs",
+            "rounds": a.rounds,
+            "rows": rows,
+            "fits": fits,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:<14} {:>12} {:>12} {:>9}",
+        "contender", "touch", "ns/page", "ns/message", "GB/s max"
+    );
+    for f in &fits {
+        println!(
+            "{:<24} {:<14} {:>12.1} {:>12.0} {:>9.2}",
+            f.variant, f.touch, f.per_page_ns, f.per_message_ns, f.asymptotic_gbps
+        );
+    }
+    println!();
+    println!(
+        "{:<24} {:<14} {:>10} {:>14} {:>9}",
+        "contender", "touch", "bytes", "µs/message", "GB/s"
+    );
+    for r in &rows {
+        println!(
+            "{:<24} {:<14} {:>10} {:>14.1} {:>9.2}",
+            r.variant,
+            r.touch,
+            r.bytes,
+            r.ns_per_message / 1e3,
+            r.throughput_gbps
+        );
+    }
+    Ok(())
+}
+
+/// `zcio fbuf-sink`: the receiving process.
+pub fn sink(
+    connect: &std::path::Path,
+    contender: &str,
+    bytes: usize,
+    count: usize,
+    touch: &str,
+) -> Res<()> {
+    let c = Contender::parse(contender).ok_or("unknown contender")?;
+    let t = Touch::parse(touch).ok_or("unknown touch")?;
+    zcio_fbufs::bench::sink(connect, c, bytes, count, t)?;
+    Ok(())
+}
