@@ -148,7 +148,8 @@ pub fn run(a: FbufsArgs) -> Res<()> {
                 .iter()
                 .map(|(b, _, s)| ((b / 4096) as f64, fit::median(s).unwrap_or(0.0)))
                 .collect();
-            let line = fit::least_squares(&pts).ok();
+            // Relative least squares: every size counts alike over four decades.
+            let line = fit::relative_least_squares(&pts).ok();
             if let Some(l) = line {
                 fits.push(Fit {
                     variant: c.name().into(),
