@@ -7,7 +7,8 @@
 
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use zcio_fbufs::bench::{Contender, Touch};
 
 /// Arguments of `zcio bench fbufs`.
@@ -35,7 +36,7 @@ pub struct FbufsArgs {
 }
 
 /// One contender at one size and touch.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
     /// Contender.
     pub variant: String,
@@ -56,7 +57,7 @@ pub struct Row {
 }
 
 /// The per-page fit of one contender and touch.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Fit {
     /// Contender.
     pub variant: String,
@@ -93,6 +94,20 @@ fn parse_contenders(names: &[String]) -> Res<Vec<Contender>> {
 
 /// Run the benchmark and print it.
 pub fn run(a: FbufsArgs) -> Res<()> {
+    let total = a.sizes.len() as u64 * a.rounds as u64 * 14;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .expect("template"),
+    );
+    let (rows, fits) = measure(&a, &bar)?;
+    bar.finish_and_clear();
+    print(&a, &rows, &fits)
+}
+
+/// Run the benchmark with `bar` for progress (its length is set here); the rows per contender,
+/// touch and size, and the per-page fits.
+pub fn measure(a: &FbufsArgs, bar: &indicatif::ProgressBar) -> Res<(Vec<Row>, Vec<Fit>)> {
     let contenders = parse_contenders(&a.contenders)?;
     let touches: Vec<Touch> = a
         .touch
@@ -107,11 +122,7 @@ pub fn run(a: FbufsArgs) -> Res<()> {
         return Err("invalid argument: --rounds must be positive and every --sizes a positive multiple of 4096".into());
     }
     let total = (a.sizes.len() * contenders.len() * touches.len() * a.rounds) as u64;
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
-            .expect("template"),
-    );
+    bar.set_length(bar.position() + total);
     let mut rows = Vec::new();
     let mut fits = Vec::new();
     for &touch in &touches {
@@ -178,7 +189,10 @@ pub fn run(a: FbufsArgs) -> Res<()> {
             }
         }
     }
-    bar.finish_and_clear();
+    Ok((rows, fits))
+}
+
+fn print(a: &FbufsArgs, rows: &[Row], fits: &[Fit]) -> Res<()> {
     if a.json {
         let out = serde_json::json!({
             "bench": "fbufs",
@@ -193,7 +207,7 @@ pub fn run(a: FbufsArgs) -> Res<()> {
         "{:<24} {:<14} {:>12} {:>12} {:>9}",
         "contender", "touch", "ns/page", "ns/message", "GB/s max"
     );
-    for f in &fits {
+    for f in fits {
         println!(
             "{:<24} {:<14} {:>12.1} {:>12.0} {:>9.2}",
             f.variant, f.touch, f.per_page_ns, f.per_message_ns, f.asymptotic_gbps
@@ -204,7 +218,7 @@ pub fn run(a: FbufsArgs) -> Res<()> {
         "{:<24} {:<14} {:>10} {:>14} {:>9}",
         "contender", "touch", "bytes", "µs/message", "GB/s"
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<24} {:<14} {:>10} {:>14.1} {:>9.2}",
             r.variant,

@@ -73,9 +73,16 @@ fn smoke_report_writes_every_output_and_validates() {
         "genie-modules",
         "genie-bandwidth",
         "genie-throughput",
+        "fbufs-table1",
     ] {
         assert!(ids.contains(&id), "{id} did not run: {ids:?}");
     }
+    // Paper 001: 7 contenders × 2 touch patterns × 2 sizes, and a per-page fit for each.
+    assert_eq!(
+        results["fbufs"]["rows"].as_array().unwrap().len(),
+        7 * 2 * 2
+    );
+    assert_eq!(results["fbufs"]["fits"].as_array().unwrap().len(), 7 * 2);
     let g = &results["genie"];
     let r = &g["results"];
     // 8 semantics × 3 input schemes + emulated copy calibrated, at each of 2 lengths.
@@ -159,6 +166,8 @@ fn smoke_report_writes_every_output_and_validates() {
         "Table 9",
         "Table 10",
         "§8.2",
+        "Paper 001",
+        "Table 1:",
     ] {
         assert!(md.contains(s) && html.contains(s), "{s} missing");
     }

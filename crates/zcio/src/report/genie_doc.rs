@@ -81,7 +81,7 @@ const SCHEMES: [InputBuffering; 3] = [
     InputBuffering::PooledUnaligned,
 ];
 
-fn h(level: u8, text: impl Into<String>) -> Block {
+pub(crate) fn h(level: u8, text: impl Into<String>) -> Block {
     Block::Heading {
         level,
         text: text.into(),
@@ -89,11 +89,11 @@ fn h(level: u8, text: impl Into<String>) -> Block {
     }
 }
 
-fn p(text: impl Into<String>) -> Block {
+pub(crate) fn p(text: impl Into<String>) -> Block {
     Block::Para(text.into())
 }
 
-fn table(caption: &str, header: &[&str], rows: Vec<Vec<String>>) -> Block {
+pub(crate) fn table(caption: &str, header: &[&str], rows: Vec<Vec<String>>) -> Block {
     Block::Table(Table {
         caption: Some(caption.into()),
         header: header.iter().map(|s| s.to_string()).collect(),
@@ -101,7 +101,7 @@ fn table(caption: &str, header: &[&str], rows: Vec<Vec<String>>) -> Block {
     })
 }
 
-fn us(ns: f64) -> String {
+pub(crate) fn us(ns: f64) -> String {
     if ns.abs() >= 100_000.0 {
         format!("{:.0}", ns / 1e3)
     } else if ns.abs() >= 1_000.0 {
@@ -111,7 +111,7 @@ fn us(ns: f64) -> String {
     }
 }
 
-fn size(b: usize) -> String {
+pub(crate) fn size(b: usize) -> String {
     if b >= 1 << 20 && b % (1 << 20) == 0 {
         format!("{} MiB", b >> 20)
     } else if b >= 1024 && b % 1024 == 0 {
@@ -181,7 +181,7 @@ fn sem_color(s: Semantics) -> usize {
     Semantics::ALL.iter().position(|x| *x == s).unwrap_or(0)
 }
 
-fn figure(stem: &str, caption: String, chart: Chart) -> Block {
+pub(crate) fn figure(stem: &str, caption: String, chart: Chart) -> Block {
     Block::Figure(Figure {
         file_stem: stem.into(),
         caption,
@@ -212,7 +212,12 @@ pub fn document(r: &Results) -> Doc {
         r.duration_s
     )));
     let Some(g) = &r.genie else {
-        b.push(p("No experiment ran."));
+        let items = crate::report::fbufs_doc::findings(r);
+        if !items.is_empty() {
+            b.push(h(2, "Summary of findings"));
+            b.push(Block::List(items));
+        }
+        tail(&mut b, r);
         return Doc {
             title: "zcio reproduction report".into(),
             blocks: b,
@@ -281,6 +286,7 @@ pub fn document(r: &Results) -> Doc {
             }
         ));
     }
+    items.extend(crate::report::fbufs_doc::findings(r));
     b.push(Block::List(items));
 
     b.push(h(2, "Machine"));
@@ -616,7 +622,16 @@ pub fn document(r: &Results) -> Doc {
     }
 
     model_sections(&mut b, r);
+    tail(&mut b, r);
+    Doc {
+        title: "zcio reproduction report".into(),
+        blocks: b,
+    }
+}
 
+/// The other papers' sections, then the list of experiments.
+fn tail(b: &mut Vec<Block>, r: &Results) {
+    b.extend(crate::report::fbufs_doc::blocks(r));
     b.push(h(2, "Experiments run"));
     b.push(table(
         "Each experiment's id (for `zcio report --only`) and wall time",
@@ -634,10 +649,6 @@ pub fn document(r: &Results) -> Doc {
             .collect(),
     ));
     b.push(p("Raw samples (every run's per-message latencies, CPU times, and the primitive operations recorded), the fitted models and the machine are in results.json, described by schema/results.schema.json."));
-    Doc {
-        title: "zcio reproduction report".into(),
-        blocks: b,
-    }
 }
 
 fn model_sections(b: &mut Vec<Block>, r: &Results) {

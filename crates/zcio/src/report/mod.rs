@@ -7,6 +7,7 @@
 //! `schema/results.schema.json` (generated from these types: `zcio report --schema`).
 
 pub mod doc;
+pub mod fbufs_doc;
 pub mod fit;
 pub mod genie;
 pub mod genie_doc;
@@ -88,6 +89,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         paper: "000",
         title: "§8.2: system throughput against application work, model and measurement",
         needs: &["genie-cpu", "genie-bandwidth"],
+    },
+    Experiment {
+        id: "fbufs-table1",
+        paper: "001",
+        title: "Table 1 and Figure 3: fbuf variants against page remapping and copies, two processes",
+        needs: &[],
     },
 ];
 
@@ -195,6 +202,98 @@ pub struct Results {
     pub experiments: Vec<ExperimentRecord>,
     /// Paper 000 (Genie), when any of its experiments ran.
     pub genie: Option<GenieSection>,
+    /// Paper 001 (fbufs), when its experiment ran.
+    #[serde(default)]
+    pub fbufs: Option<FbufsSection>,
+}
+
+/// The fbufs section of the results.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FbufsSection {
+    /// Message sizes (bytes).
+    pub sizes: Vec<usize>,
+    /// Rounds per point.
+    pub rounds: usize,
+    /// Bytes per run at most.
+    pub volume: usize,
+    /// Per contender, touch and size.
+    pub rows: Vec<crate::fbufs_bench::Row>,
+    /// Per contender and touch: the per-page fit.
+    pub fits: Vec<crate::fbufs_bench::Fit>,
+}
+
+/// Run paper 001's experiment if selected.
+pub fn run_fbufs(
+    preset: Preset,
+    selected: &[Experiment],
+    bar: &indicatif::ProgressBar,
+) -> Res<(Option<FbufsSection>, Vec<ExperimentRecord>)> {
+    let Some(e) = selected.iter().find(|e| e.id == "fbufs-table1") else {
+        return Ok((None, Vec::new()));
+    };
+    let (sizes, rounds, volume) = match preset {
+        Preset::Smoke => (vec![4096, 65536], 1, 1 << 20),
+        Preset::Quick => (
+            vec![
+                4096,
+                16384,
+                65536,
+                262144,
+                1 << 20,
+                4 << 20,
+                16 << 20,
+                64 << 20,
+            ],
+            2,
+            128 << 20,
+        ),
+        Preset::Full => (
+            vec![
+                4096,
+                16384,
+                65536,
+                262144,
+                1 << 20,
+                4 << 20,
+                16 << 20,
+                64 << 20,
+            ],
+            5,
+            512 << 20,
+        ),
+    };
+    let args = crate::fbufs_bench::FbufsArgs {
+        sizes: sizes.clone(),
+        contenders: Vec::new(),
+        touch: vec!["word-per-page".into(), "every-byte".into()],
+        rounds,
+        volume,
+        json: true,
+    };
+    let t0 = Instant::now();
+    let (rows, fits) = crate::fbufs_bench::measure(&args, bar)?;
+    let d = t0.elapsed().as_secs_f64();
+    let line = format!("{:<18} {:>7.1} s  {}", e.id, d, e.title);
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+    Ok((
+        Some(FbufsSection {
+            sizes,
+            rounds,
+            volume,
+            rows,
+            fits,
+        }),
+        vec![ExperimentRecord {
+            id: e.id.into(),
+            paper: e.paper.into(),
+            title: e.title.into(),
+            duration_s: d,
+        }],
+    ))
 }
 
 /// The JSON schema of [`Results`].
@@ -384,7 +483,9 @@ pub fn run(a: ReportArgs) -> Res<()> {
         )
         .expect("template"),
     );
-    let (mut genie, records) = run_genie(a.preset(), &selected, &dir, &machine, &bar)?;
+    let (mut genie, mut records) = run_genie(a.preset(), &selected, &dir, &machine, &bar)?;
+    let (fbufs, more) = run_fbufs(a.preset(), &selected, &bar)?;
+    records.extend(more);
     if let Some(g) = &mut genie {
         g.profile = Some(ProfileUsed {
             path: profile.display().to_string(),
@@ -400,6 +501,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
         machine,
         experiments: records,
         genie,
+        fbufs,
     };
     write(&results, &a.out)?;
     eprintln!(
