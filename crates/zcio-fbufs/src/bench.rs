@@ -23,6 +23,9 @@ use std::time::Instant;
 pub enum Contender {
     /// Fbufs of a variant.
     Fbufs(Variant),
+    /// Cached/volatile fbufs through a server process that forwards each reference to the
+    /// receiver without touching the data (the paper's three-domain path, Figure 4).
+    Forwarded,
     /// A fresh memfd per message, passed with `SCM_RIGHTS` and mapped by the receiver.
     Remap,
     /// Copies through a Unix stream socket.
@@ -33,7 +36,7 @@ pub enum Contender {
 
 impl Contender {
     /// Every contender, in the order of the paper's Table 1 (then the copy peers).
-    pub const ALL: [Contender; 7] = [
+    pub const ALL: [Contender; 8] = [
         Contender::Fbufs(Variant {
             cached: true,
             volatile: true,
@@ -50,6 +53,7 @@ impl Contender {
             cached: false,
             volatile: false,
         }),
+        Contender::Forwarded,
         Contender::Remap,
         Contender::UnixSocket,
         Contender::Pipe,
@@ -71,6 +75,7 @@ impl Contender {
                 volatile: false,
             }) => "fbufs-cached",
             Contender::Fbufs(_) => "fbufs",
+            Contender::Forwarded => "fbufs-cached-volatile-via-server",
             Contender::Remap => "page-remap-memfd",
             Contender::UnixSocket => "copy-unix-socket",
             Contender::Pipe => "copy-pipe",
@@ -147,7 +152,14 @@ pub fn run(
     let mut page = vec![0u8; bytes];
     let t0;
     match c {
-        Contender::Fbufs(v) => {
+        Contender::Fbufs(_) | Contender::Forwarded => {
+            let v = match c {
+                Contender::Fbufs(v) => v,
+                _ => Variant {
+                    cached: true,
+                    volatile: true,
+                },
+            };
             let (chunk, quota) = path_quota(bytes);
             let p = PathMemory::create(chunk, quota, v)?;
             let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
@@ -268,17 +280,42 @@ pub fn run(
 
 /// The receiving process: connect to `sock_path`, take `count` messages of `bytes` passed the
 /// `c` way, touch each, and say when done.
+///
+/// For [`Contender::Forwarded`] this process is the server: it listens for the receiver,
+/// starts it with `spawn_next` (which gets the socket path and must start a process running
+/// `sink` as a plain cached/volatile fbuf receiver), and forwards every reference to it.
 pub fn sink(
     sock_path: &Path,
     c: Contender,
     bytes: usize,
     count: usize,
     touch: Touch,
+    spawn_next: &dyn Fn(&Path) -> std::io::Result<std::process::Child>,
 ) -> Result<u64, LinkError> {
     let sock = UnixStream::connect(sock_path)?;
     let mut sum = 0u64;
     let mut buf = vec![0u8; bytes];
     match c {
+        Contender::Forwarded => {
+            let up = ReceiverEnd::connect(sock)?;
+            let down_path =
+                std::env::temp_dir().join(format!("zcio-fbuf-fwd-{}.sock", std::process::id()));
+            let _ = std::fs::remove_file(&down_path);
+            let listener = UnixListener::bind(&down_path)?;
+            let mut child = spawn_next(&down_path)?;
+            let (down, _) = listener.accept()?;
+            let _ = std::fs::remove_file(&down_path);
+            let mut f = crate::link::Forwarder::new(up, down)?;
+            f.run()?;
+            drop(f);
+            let status = child.wait()?;
+            if !status.success() {
+                return Err(LinkError::Protocol(format!(
+                    "the receiver behind the server failed: {status}"
+                )));
+            }
+            return Ok(0);
+        }
         Contender::Fbufs(_) => {
             // Warm-up and timed messages alike, until the originator closes the link.
             let _ = count;

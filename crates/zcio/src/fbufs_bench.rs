@@ -18,7 +18,8 @@ pub struct FbufsArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864])]
     pub sizes: Vec<usize>,
     /// Contenders, comma-separated (all by default): fbufs-cached-volatile, fbufs-volatile,
-    /// fbufs-cached, fbufs, page-remap-memfd, copy-unix-socket, copy-pipe.
+    /// fbufs-cached, fbufs, fbufs-cached-volatile-via-server (three processes),
+    /// page-remap-memfd, copy-unix-socket, copy-pipe.
     #[arg(long, value_delimiter = ',')]
     pub contenders: Vec<String>,
     /// Touch patterns, comma-separated: word-per-page (the paper's), every-byte.
@@ -94,7 +95,7 @@ fn parse_contenders(names: &[String]) -> Res<Vec<Contender>> {
 
 /// Run the benchmark and print it.
 pub fn run(a: FbufsArgs) -> Res<()> {
-    let total = a.sizes.len() as u64 * a.rounds as u64 * 14;
+    let total = a.sizes.len() as u64 * a.rounds as u64 * 16;
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
@@ -241,6 +242,16 @@ pub fn sink(
 ) -> Res<()> {
     let c = Contender::parse(contender).ok_or("unknown contender")?;
     let t = Touch::parse(touch).ok_or("unknown touch")?;
-    zcio_fbufs::bench::sink(connect, c, bytes, count, t)?;
+    // The receiver behind a forwarding server: a plain cached/volatile fbuf sink.
+    let next = |sock: &std::path::Path| -> std::io::Result<std::process::Child> {
+        zcio_command()
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+            .args(["fbuf-sink", "--connect"])
+            .arg(sock)
+            .args(["--contender", "fbufs-cached-volatile", "--touch", touch])
+            .args(["--bytes", &bytes.to_string(), "--count", &count.to_string()])
+            .spawn()
+    };
+    zcio_fbufs::bench::sink(connect, c, bytes, count, t, &next)?;
     Ok(())
 }
