@@ -24,8 +24,6 @@ use crate::profile::Profile;
 use crate::region::{Region, RegionCache, RegionState, fill, mark};
 use crate::semantics::{Accounting, Fallback, InputBuffering, Semantics};
 use rustix::event::{PollFd, PollFlags};
-use std::io::{IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -181,41 +179,17 @@ impl LinkParts {
             self.my_bell.as_fd(),
             self.peer_bell.as_fd(),
         ];
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(5))];
-        let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
-        anc.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
-        rustix::net::sendmsg(
-            sock,
-            &[IoSlice::new(&bytes)],
-            &mut anc,
-            rustix::net::SendFlags::empty(),
-        )
-        .map_err(|e| GenieError::io("sendmsg(SCM_RIGHTS)", e))?;
+        zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
         Ok(())
     }
 
     /// Receive parts sent with [`LinkParts::send_over`].
     pub fn recv_from(sock: &UnixStream) -> Result<LinkParts> {
         let mut bytes = [0u8; 24];
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(5))];
-        let mut anc = rustix::net::RecvAncillaryBuffer::new(&mut space);
-        let r = rustix::net::recvmsg(
-            sock,
-            &mut [IoSliceMut::new(&mut bytes)],
-            &mut anc,
-            rustix::net::RecvFlags::CMSG_CLOEXEC,
-        )
-        .map_err(|e| GenieError::io("recvmsg(SCM_RIGHTS)", e))?;
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        for m in anc.drain() {
-            if let rustix::net::RecvAncillaryMessage::ScmRights(it) = m {
-                fds.extend(it);
-            }
-        }
-        if r.bytes != 24 || fds.len() != 5 {
+        let (n, fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut bytes)?;
+        if n != 24 || fds.len() != 5 {
             return Err(GenieError::Protocol(format!(
-                "link setup: got {} bytes and {} descriptors, want 24 and 5",
-                r.bytes,
+                "link setup: got {n} bytes and {} descriptors, want 24 and 5",
                 fds.len()
             )));
         }

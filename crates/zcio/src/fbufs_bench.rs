@@ -136,14 +136,8 @@ pub fn measure(a: &FbufsArgs, bar: &indicatif::ProgressBar) -> Res<(Vec<Row>, Ve
                     let i = (k + round) % contenders.len();
                     let c = contenders[i];
                     bar.set_message(format!("{} {} {bytes} B", c.name(), touch.name()));
-                    let spawn = |sock: &std::path::Path| -> std::io::Result<std::process::Child> {
-                        zcio_command()
-                            .map_err(|e| std::io::Error::other(e.to_string()))?
-                            .args(["fbuf-sink", "--connect"])
-                            .arg(sock)
-                            .args(["--contender", c.name(), "--touch", touch.name()])
-                            .args(["--bytes", &bytes.to_string(), "--count", &count.to_string()])
-                            .spawn()
+                    let spawn = |sock: &std::path::Path| {
+                        spawn_sink(sock, c.name(), touch.name(), bytes, count)
                     };
                     let r = zcio_fbufs::bench::run(c, bytes, count, touch, &spawn)
                         .map_err(|e| format!("{} at {bytes} bytes: {e}", c.name()))?;
@@ -232,6 +226,23 @@ fn print(a: &FbufsArgs, rows: &[Row], fits: &[Fit]) -> Res<()> {
     Ok(())
 }
 
+/// Start `zcio fbuf-sink`, connecting to `sock`.
+fn spawn_sink(
+    sock: &std::path::Path,
+    contender: &str,
+    touch: &str,
+    bytes: usize,
+    count: usize,
+) -> std::io::Result<std::process::Child> {
+    zcio_command()
+        .map_err(|e| std::io::Error::other(e.to_string()))?
+        .args(["fbuf-sink", "--connect"])
+        .arg(sock)
+        .args(["--contender", contender, "--touch", touch])
+        .args(["--bytes", &bytes.to_string(), "--count", &count.to_string()])
+        .spawn()
+}
+
 /// `zcio fbuf-sink`: the receiving process.
 pub fn sink(
     connect: &std::path::Path,
@@ -243,15 +254,8 @@ pub fn sink(
     let c = Contender::parse(contender).ok_or("unknown contender")?;
     let t = Touch::parse(touch).ok_or("unknown touch")?;
     // The receiver behind a forwarding server: a plain cached/volatile fbuf sink.
-    let next = |sock: &std::path::Path| -> std::io::Result<std::process::Child> {
-        zcio_command()
-            .map_err(|e| std::io::Error::other(e.to_string()))?
-            .args(["fbuf-sink", "--connect"])
-            .arg(sock)
-            .args(["--contender", "fbufs-cached-volatile", "--touch", touch])
-            .args(["--bytes", &bytes.to_string(), "--count", &count.to_string()])
-            .spawn()
-    };
+    let next =
+        |sock: &std::path::Path| spawn_sink(sock, "fbufs-cached-volatile", touch, bytes, count);
     zcio_fbufs::bench::sink(connect, c, bytes, count, t, &next)?;
     Ok(())
 }

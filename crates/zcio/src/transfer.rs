@@ -276,39 +276,14 @@ fn recv_frame(s: &mut UnixStream) -> Res<Vec<u8>> {
 }
 
 fn send_fd(s: &UnixStream, fd: &OwnedFd) -> Res<()> {
-    use std::mem::MaybeUninit;
-    let fds = [fd.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
-    anc.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
-    rustix::net::sendmsg(
-        s,
-        &[std::io::IoSlice::new(b"F")],
-        &mut anc,
-        rustix::net::SendFlags::empty(),
-    )?;
+    zcio_vm::wire::send_with_fds(s.as_fd(), b"F", &[fd.as_fd()])?;
     Ok(())
 }
 
 fn recv_fd(s: &UnixStream) -> Res<OwnedFd> {
-    use std::mem::MaybeUninit;
     let mut b = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut anc = rustix::net::RecvAncillaryBuffer::new(&mut space);
-    rustix::net::recvmsg(
-        s,
-        &mut [std::io::IoSliceMut::new(&mut b)],
-        &mut anc,
-        rustix::net::RecvFlags::CMSG_CLOEXEC,
-    )?;
-    for m in anc.drain() {
-        if let rustix::net::RecvAncillaryMessage::ScmRights(mut it) = m
-            && let Some(fd) = it.next()
-        {
-            return Ok(fd);
-        }
-    }
-    Err("no descriptor received".into())
+    let (_, mut fds) = zcio_vm::wire::recv_with_fds(s.as_fd(), &mut b)?;
+    fds.pop().ok_or_else(|| "no descriptor received".into())
 }
 
 /// The application produces message `i` (not timed): in its buffer, or in a region it allocated

@@ -3,7 +3,6 @@
 
 use crate::report::Results;
 use crate::report::doc::{Block, Doc, Figure, Table};
-use crate::report::fit::Line;
 use crate::report::genie::{Point, Thresholds};
 use crate::report::model::fmt_line;
 use crate::report::plot::{Chart, Scale, Series, Style};
@@ -958,5 +957,4 @@ fn model_sections(b: &mut Vec<Block>, r: &Results) {
             .map(|c| format!("{} — {}: {}", c.question, check(c.holds), c.answer))
             .collect(),
     ));
-    let _ = Line::new(0.0, 0.0);
 }

@@ -231,36 +231,12 @@ pub fn run_fbufs(
     let Some(e) = selected.iter().find(|e| e.id == "fbufs-table1") else {
         return Ok((None, Vec::new()));
     };
+    // 4 KiB to 64 MiB, by fours.
+    let sweep: Vec<usize> = (0..8).map(|k| 4096 << (2 * k)).collect();
     let (sizes, rounds, volume) = match preset {
         Preset::Smoke => (vec![4096, 65536], 1, 1 << 20),
-        Preset::Quick => (
-            vec![
-                4096,
-                16384,
-                65536,
-                262144,
-                1 << 20,
-                4 << 20,
-                16 << 20,
-                64 << 20,
-            ],
-            2,
-            128 << 20,
-        ),
-        Preset::Full => (
-            vec![
-                4096,
-                16384,
-                65536,
-                262144,
-                1 << 20,
-                4 << 20,
-                16 << 20,
-                64 << 20,
-            ],
-            5,
-            512 << 20,
-        ),
+        Preset::Quick => (sweep, 2, 128 << 20),
+        Preset::Full => (sweep, 5, 512 << 20),
     };
     let args = crate::fbufs_bench::FbufsArgs {
         sizes: sizes.clone(),
@@ -272,13 +248,6 @@ pub fn run_fbufs(
     };
     let t0 = Instant::now();
     let (rows, fits) = crate::fbufs_bench::measure(&args, bar)?;
-    let d = t0.elapsed().as_secs_f64();
-    let line = format!("{:<18} {:>7.1} s  {}", e.id, d, e.title);
-    if bar.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        bar.println(line);
-    }
     Ok((
         Some(FbufsSection {
             sizes,
@@ -287,13 +256,26 @@ pub fn run_fbufs(
             rows,
             fits,
         }),
-        vec![ExperimentRecord {
-            id: e.id.into(),
-            paper: e.paper.into(),
-            title: e.title.into(),
-            duration_s: d,
-        }],
+        vec![finished(e, t0, bar)],
     ))
+}
+
+/// Record an experiment that ran since `t0`, and say so (above the progress bar, or on stderr
+/// when there is no terminal to draw it on).
+fn finished(e: &Experiment, t0: Instant, bar: &indicatif::ProgressBar) -> ExperimentRecord {
+    let d = t0.elapsed().as_secs_f64();
+    let line = format!("{:<18} {:>7.1} s  {}", e.id, d, e.title);
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+    ExperimentRecord {
+        id: e.id.into(),
+        paper: e.paper.into(),
+        title: e.title.into(),
+        duration_s: d,
+    }
 }
 
 /// The JSON schema of [`Results`].
@@ -384,19 +366,7 @@ pub fn run_genie(
             "genie-throughput" => g.throughput = genie::throughput(&plan, &p)?,
             other => return Err(format!("experiment {other} has no runner").into()),
         }
-        let d = t0.elapsed().as_secs_f64();
-        let line = format!("{:<18} {:>7.1} s  {}", e.id, d, e.title);
-        if bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            bar.println(line);
-        }
-        records.push(ExperimentRecord {
-            id: e.id.into(),
-            paper: e.paper.into(),
-            title: e.title.into(),
-            duration_s: d,
-        });
+        records.push(finished(e, t0, bar));
     }
     g.fits = genie::fits(&g.latency, &g.cpu);
     let model = model::fit_model(&g, machine.logical_cpus);
