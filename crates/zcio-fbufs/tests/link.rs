@@ -217,7 +217,7 @@ fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
     let (s, _) = l.accept().unwrap();
     end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
         .unwrap();
-    // Two fbufs, one right after the other: the bogus notice names the second's address + 4 KiB.
+    // Two fbufs; the receiver reads both, then names a page it was not given.
     send_stream(&mut end, 2, &[0]);
     let t = Instant::now();
     while end.misbehaved.is_empty() {

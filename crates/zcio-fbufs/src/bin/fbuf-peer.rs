@@ -15,7 +15,7 @@
 //! - `fbuf-peer originator-then-exit SOCKET COUNT`: connect, offer a path, send COUNT fbufs,
 //!   and exit without waiting for them to be freed.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
-//!   one send frame, and sends a deallocation notice for an fbuf it was never given.
+//!   two send frames, and sends a deallocation notice for an fbuf it was never given.
 
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -185,10 +185,18 @@ fn main() {
             use std::io::{Read, Write};
             let mut sock = UnixStream::connect(&a[2]).expect("connect");
             let (info, _fd) = zcio_fbufs::link::accept_path(&sock).expect("path");
-            let mut f = [0u8; 24];
-            sock.read_exact(&mut f).expect("a send frame");
-            // FREED (kind 2) for the page after the one we were sent: not ours.
-            let addr = u64::from_le_bytes(f[8..16].try_into().expect("8 bytes")) + 4096;
+            // Take both send frames first, so that what we hold is settled before we lie.
+            let mut given = Vec::new();
+            for _ in 0..2 {
+                let mut f = [0u8; 24];
+                sock.read_exact(&mut f).expect("a send frame");
+                given.push(u64::from_le_bytes(f[8..16].try_into().expect("8 bytes")));
+            }
+            // FREED (kind 2) for a page next to the first that we were not sent: not ours.
+            let addr = (1..)
+                .map(|k| given[0] + 4096 * k)
+                .find(|a| !given.contains(a))
+                .expect("a page we were not given");
             let mut bogus = Vec::new();
             for w in [2u64, addr, 10] {
                 bogus.extend_from_slice(&w.to_le_bytes());
