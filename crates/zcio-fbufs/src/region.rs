@@ -10,78 +10,84 @@ use zcio_vm::arena::SharedArena;
 
 /// Reading the region: bounds-checked, word-atomic.
 pub trait RegionRead {
-    /// The 8-byte word at `addr` (8-aligned), or `None` where this process cannot read it
-    /// (outside the region, unaligned, or not mapped readable here).
-    fn read_u64(&self, addr: u64) -> Option<u64>;
+    /// The words of `[addr, addr + len)` (`addr` 8-aligned, `len` a multiple of 8), or `None`
+    /// where this process cannot read all of them (outside the region, unaligned, or not mapped
+    /// readable here). Loops over many words go through this, one check for the whole range.
+    fn words(&self, addr: u64, len: u64) -> Option<&[AtomicU64]>;
 
     /// Whether `[addr, addr + len)` is entirely readable here.
     fn readable(&self, addr: u64, len: u64) -> bool;
 
+    /// The 8-byte word at `addr` (8-aligned), or `None` where this process cannot read it.
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        self.words(addr, 8).map(|w| w[0].load(Ordering::Relaxed))
+    }
+
     /// Copy `out.len()` bytes starting at `addr` (any alignment); `false`, with `out` untouched,
     /// where any of them cannot be read.
     fn read_bytes(&self, addr: u64, out: &mut [u8]) -> bool {
-        let len = out.len() as u64;
-        if len == 0 {
+        if out.is_empty() {
             return true;
         }
-        if !self.readable(addr, len) {
+        let Some(ws) = word_span(addr, out.len()).and_then(|(a, l)| self.words(a, l)) else {
             return false;
-        }
-        let first = addr & !7;
-        let mut w = first;
-        let end = addr + len;
-        while w < end {
-            let Some(word) = self.read_u64(w) else {
-                return false;
-            };
-            let bytes = word.to_ne_bytes();
-            // The part of this word inside [addr, end).
-            let lo = addr.max(w);
-            let hi = end.min(w + 8);
-            let (src, dst) = ((lo - w) as usize, (lo - addr) as usize);
-            let n = (hi - lo) as usize;
-            out[dst..dst + n].copy_from_slice(&bytes[src..src + n]);
-            w += 8;
+        };
+        let mut at = (addr % 8) as usize;
+        let mut pos = 0;
+        for w in ws {
+            let b = w.load(Ordering::Relaxed).to_ne_bytes();
+            let n = (8 - at).min(out.len() - pos);
+            out[pos..pos + n].copy_from_slice(&b[at..at + n]);
+            pos += n;
+            at = 0;
         }
         true
     }
 }
 
+/// The 8-aligned span `(start, len)` covering `[addr, addr + len)`, unless it overflows.
+fn word_span(addr: u64, len: usize) -> Option<(u64, u64)> {
+    let start = addr & !7;
+    let end = addr.checked_add(len as u64)?.checked_next_multiple_of(8)?;
+    Some((start, end - start))
+}
+
 /// Writing the region (the originator's side, for its own fbufs).
 pub trait RegionWrite: RegionRead {
+    /// The words of `[addr, addr + len)` as [`RegionRead::words`], or `None` where this process
+    /// may not write all of them.
+    fn words_mut(&self, addr: u64, len: u64) -> Option<&[AtomicU64]>;
+
     /// Store the word at `addr` (8-aligned); `false` where this process may not write it.
-    fn write_u64(&self, addr: u64, value: u64) -> bool;
+    fn write_u64(&self, addr: u64, value: u64) -> bool {
+        self.words_mut(addr, 8)
+            .map(|w| w[0].store(value, Ordering::Relaxed))
+            .is_some()
+    }
 
     /// Copy `data` to `addr` (any alignment); `false`, with nothing written, where any byte
     /// may not be written here.
     fn write_bytes(&self, addr: u64, data: &[u8]) -> bool {
-        let len = data.len() as u64;
-        if len == 0 {
+        if data.is_empty() {
             return true;
         }
-        if !self.readable(addr, len) {
+        let Some(ws) = word_span(addr, data.len()).and_then(|(a, l)| self.words_mut(a, l)) else {
             return false;
-        }
-        let end = addr + len;
-        let mut w = addr & !7;
-        while w < end {
-            let lo = addr.max(w);
-            let hi = end.min(w + 8);
-            let mut bytes = if lo > w || hi < w + 8 {
-                match self.read_u64(w) {
-                    Some(old) => old.to_ne_bytes(),
-                    None => return false,
-                }
+        };
+        let mut at = (addr % 8) as usize;
+        let mut pos = 0;
+        for w in ws {
+            let n = (8 - at).min(data.len() - pos);
+            let mut b = if n < 8 {
+                // A partial word keeps the bytes around the part written.
+                w.load(Ordering::Relaxed).to_ne_bytes()
             } else {
                 [0u8; 8]
             };
-            let (dst, src) = ((lo - w) as usize, (lo - addr) as usize);
-            let n = (hi - lo) as usize;
-            bytes[dst..dst + n].copy_from_slice(&data[src..src + n]);
-            if !self.write_u64(w, u64::from_ne_bytes(bytes)) {
-                return false;
-            }
-            w += 8;
+            b[at..at + n].copy_from_slice(&data[pos..pos + n]);
+            w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            pos += n;
+            at = 0;
         }
         true
     }
@@ -121,18 +127,16 @@ impl LocalRegion {
     pub fn is_empty(&self) -> bool {
         self.words.is_empty()
     }
-
-    fn word(&self, addr: u64) -> Option<&AtomicU64> {
-        if addr % 8 != 0 || addr < self.base {
-            return None;
-        }
-        self.words.get(((addr - self.base) / 8) as usize)
-    }
 }
 
 impl RegionRead for LocalRegion {
-    fn read_u64(&self, addr: u64) -> Option<u64> {
-        self.word(addr).map(|w| w.load(Ordering::Relaxed))
+    fn words(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        if addr % 8 != 0 || len % 8 != 0 || addr < self.base {
+            return None;
+        }
+        let first = ((addr - self.base) / 8) as usize;
+        self.words
+            .get(first..first.checked_add((len / 8) as usize)?)
     }
 
     fn readable(&self, addr: u64, len: u64) -> bool {
@@ -144,29 +148,20 @@ impl RegionRead for LocalRegion {
 }
 
 impl RegionWrite for LocalRegion {
-    fn write_u64(&self, addr: u64, value: u64) -> bool {
-        match self.word(addr) {
-            Some(w) => {
-                w.store(value, Ordering::Relaxed);
-                true
-            }
-            None => false,
-        }
+    fn words_mut(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        self.words(addr, len)
     }
 }
 
 /// The shared arena (a memfd at the same address in every process) as a region: every byte of
 /// it readable and writable, through word atomics.
 impl RegionRead for SharedArena {
-    fn read_u64(&self, addr: u64) -> Option<u64> {
-        let base = self.addr() as u64;
-        if addr % 8 != 0 || !self.readable(addr, 8) {
+    fn words(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        if addr % 8 != 0 || len % 8 != 0 || !self.readable(addr, len) {
             return None;
         }
-        Some(
-            self.atomic_u64((addr - base) as usize)
-                .load(Ordering::Relaxed),
-        )
+        let base = self.addr() as u64;
+        Some(self.atomic_u64s((addr - base) as usize, len as usize))
     }
 
     fn readable(&self, addr: u64, len: u64) -> bool {
@@ -179,14 +174,8 @@ impl RegionRead for SharedArena {
 }
 
 impl RegionWrite for SharedArena {
-    fn write_u64(&self, addr: u64, value: u64) -> bool {
-        if addr % 8 != 0 || !self.readable(addr, 8) {
-            return false;
-        }
-        let base = self.addr() as u64;
-        self.atomic_u64((addr - base) as usize)
-            .store(value, Ordering::Relaxed);
-        true
+    fn words_mut(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        self.words(addr, len)
     }
 }
 

@@ -149,6 +149,23 @@ impl SharedArena {
         unsafe { &*((self.addr() + offset) as *const AtomicU64) }
     }
 
+    /// The words of `[offset, offset + len)` (8-aligned, in bounds), for loops over many words.
+    ///
+    /// # Panics
+    /// As [`SharedArena::atomic_u64`].
+    pub fn atomic_u64s(&self, offset: usize, len: usize) -> &[AtomicU64] {
+        assert!(
+            offset % 8 == 0
+                && len % 8 == 0
+                && offset.checked_add(len).is_some_and(|e| e <= self.len()),
+            "arena range [{offset}, +{len}) out of bounds"
+        );
+        // SAFETY: in bounds and aligned (checked), borrowed from the arena so the mapping
+        // outlives it; AtomicU64 has no invalid bit patterns and is made for concurrent
+        // modification.
+        unsafe { std::slice::from_raw_parts((self.addr() + offset) as *const AtomicU64, len / 8) }
+    }
+
     /// The 32-bit atomic at byte `offset` (for doorbell flags).
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
         assert!(
