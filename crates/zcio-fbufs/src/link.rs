@@ -5,22 +5,27 @@
 //!   descriptor of its memory ([`offer_path`], `SCM_RIGHTS`).
 //! - Each send is one 24-byte frame carrying the reference. The data never moves.
 //! - A receiver frees fbufs locally; the notices go back as frames, batched: they wait while
-//!   more fbufs are already queued for the receiver (it is behind) and go out before it blocks
-//!   for the next one, so the originator never starves for free fbufs and rarely gets a
-//!   message for the notices alone.
-//! - A receiver that exits or is killed closes its socket; the originator then releases every
-//!   reference that receiver held (the paper: "its termination will cause the destruction of a
-//!   communication endpoint, which will in turn cause the deallocation of all associated
-//!   fbufs"). An originator that exits leaves its memory to the receivers that map it: the
-//!   kernel keeps the pages while any mapping holds them.
+//!   more fbufs are already queued for the receiver (it is behind), ride along with any request
+//!   the receiver sends (piggybacked), and go out on their own when 64 have accumulated or
+//!   before the receiver blocks for the next fbuf, so the originator never starves for free
+//!   fbufs and rarely gets a message for the notices alone. Each side reads every frame queued
+//!   with one system call.
+//! - A receiver that exits or is killed releases every reference it held (the paper: "its
+//!   termination will cause the destruction of a communication endpoint, which will in turn
+//!   cause the deallocation of all associated fbufs"). The originator sees the end through a
+//!   pidfd of the receiving process (taken from the socket's peer credentials), so a socket
+//!   that outlives its process in a child does not keep the fbufs, and through the socket's
+//!   close where no pidfd can be had. An originator that exits leaves its memory to the
+//!   receivers that map it: the kernel keeps the pages while any mapping holds them.
 //! - A forwarding process (the server of a three-process path) is a receiver that offers the
 //!   same path onward and frees an fbuf upstream when its own receiver frees it.
 
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, Receiver, Variant};
-use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 const SEND: u64 = 1;
 const FREED: u64 = 2;
@@ -70,20 +75,70 @@ fn parse(b: &[u8; FRAME]) -> (u64, FbufRef) {
     )
 }
 
-/// Read one frame; `None` at end of stream.
-fn read_frame(s: &mut UnixStream) -> Result<Option<(u64, FbufRef)>, LinkError> {
-    let mut b = [0u8; FRAME];
-    let mut got = 0;
-    while got < FRAME {
-        match s.read(&mut b[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(LinkError::Protocol("frame cut short".into())),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+/// What reading a link gave.
+enum Next {
+    /// A whole frame.
+    Frame(u64, FbufRef),
+    /// Nothing queued (only when not waiting).
+    Empty,
+    /// The peer closed its end (or reset it).
+    Closed,
+}
+
+/// Frames read from a socket in bulk: one system call takes every frame queued (a batch of
+/// deallocation notices, a run of sends), which the caller then takes one by one.
+struct Frames {
+    buf: Box<[u8; FRAME * 256]>,
+    lo: usize,
+    hi: usize,
+}
+
+impl Frames {
+    fn new() -> Frames {
+        Frames {
+            buf: Box::new([0; FRAME * 256]),
+            lo: 0,
+            hi: 0,
         }
     }
-    Ok(Some(parse(&b)))
+
+    /// Whether a whole frame is buffered.
+    fn ready(&self) -> bool {
+        self.hi - self.lo >= FRAME
+    }
+
+    /// The next frame: from the buffer, else from one read of `sock`, waiting for one if `wait`.
+    fn next(&mut self, sock: &UnixStream, wait: bool) -> Result<Next, LinkError> {
+        use rustix::net::RecvFlags;
+        while !self.ready() {
+            if self.lo > 0 {
+                self.buf.copy_within(self.lo..self.hi, 0);
+                self.hi -= self.lo;
+                self.lo = 0;
+            }
+            // A partial frame is finished even when not waiting: its rest is on the way.
+            let flags = if wait || self.hi > 0 {
+                RecvFlags::empty()
+            } else {
+                RecvFlags::DONTWAIT
+            };
+            match rustix::net::recv(sock, &mut self.buf[self.hi..], flags) {
+                Ok((_, 0)) if self.hi == 0 => return Ok(Next::Closed),
+                Ok((_, 0)) => return Err(LinkError::Protocol("frame cut short".into())),
+                Ok((_, n)) => self.hi += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return Ok(Next::Empty),
+                Err(rustix::io::Errno::CONNRESET) => return Ok(Next::Closed),
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            }
+        }
+        let f: &[u8; FRAME] = self.buf[self.lo..self.lo + FRAME]
+            .try_into()
+            .expect("a frame");
+        let (k, r) = parse(f);
+        self.lo += FRAME;
+        Ok(Next::Frame(k, r))
+    }
 }
 
 /// Offer a path to a receiver: its geometry and a read-only descriptor of its memory.
@@ -183,6 +238,10 @@ impl Held {
 
 struct Peer {
     sock: UnixStream,
+    frames: Frames,
+    /// The receiving process, watched so that its exit releases what it held even when its end
+    /// of the socket lives on in another process (inherited by a child, passed on).
+    pidfd: Option<OwnedFd>,
     held: Held,
     alive: bool,
 }
@@ -196,7 +255,16 @@ pub struct OriginatorEnd {
     pub released_for_dead: usize,
     /// Receivers dropped for breaking the protocol, and why (their references are released).
     pub misbehaved: Vec<String>,
+    /// How long a blocking [`OriginatorEnd::poll`] keeps looking before it sleeps.
+    pub spin: Duration,
 }
+
+/// How long an end keeps looking for frames before it sleeps, unless told otherwise.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(SPIN_US);
+const SPIN_US: u64 = 50;
+
+/// From this length on, an allocation first takes in the notices that came back.
+const LARGE: usize = 64 << 10;
 
 impl OriginatorEnd {
     /// An end for `originator`'s path, with no receiver yet.
@@ -206,6 +274,7 @@ impl OriginatorEnd {
             peers: Vec::new(),
             released_for_dead: 0,
             misbehaved: Vec::new(),
+            spin: DEFAULT_SPIN,
         }
     }
 
@@ -217,12 +286,28 @@ impl OriginatorEnd {
         ro_fd: BorrowedFd<'_>,
     ) -> Result<usize, LinkError> {
         offer_path(&sock, self.originator.info(), ro_fd)?;
+        // Where the kernel cannot name the peer (another pid namespace) or lacks pidfds, the
+        // socket's close alone tells of its end.
+        let pidfd = rustix::net::sockopt::socket_peercred(&sock)
+            .ok()
+            .filter(|c| c.pid != rustix::process::getpid())
+            .and_then(|c| {
+                rustix::process::pidfd_open(c.pid, rustix::process::PidfdFlags::empty()).ok()
+            });
         self.peers.push(Peer {
             sock,
+            frames: Frames::new(),
+            pidfd,
             held: Held::default(),
             alive: true,
         });
         Ok(self.peers.len() - 1)
+    }
+
+    /// Whether receiver `i`'s process is watched through a pidfd (otherwise its end is seen
+    /// only when its socket closes).
+    pub fn watches_process(&self, i: usize) -> bool {
+        self.peers.get(i).is_some_and(|p| p.pidfd.is_some())
     }
 
     /// Receivers still connected.
@@ -259,6 +344,7 @@ impl OriginatorEnd {
         }
         p.alive = false;
         let _ = p.sock.shutdown(std::net::Shutdown::Both);
+        p.pidfd = None;
         for r in p.held.drain() {
             self.originator.freed(r)?;
             self.released_for_dead += 1;
@@ -267,84 +353,131 @@ impl OriginatorEnd {
     }
 
     /// Process what the receivers sent (deallocation notices, requests to secure), and notice
-    /// receivers that are gone. With `block`, wait until at least one thing happened.
+    /// receivers that are gone. With `block`, wait until at least one thing happened. Each
+    /// receiver costs one non-blocking read when nothing came from it.
     pub fn poll(&mut self, block: bool) -> Result<usize, LinkError> {
-        use rustix::event::{PollFd, PollFlags};
         let mut done = 0;
+        let mut spun = None;
         loop {
-            let live: Vec<usize> = (0..self.peers.len())
-                .filter(|i| self.peers[*i].alive)
-                .collect();
-            if live.is_empty() {
+            for i in 0..self.peers.len() {
+                while self.peers[i].alive {
+                    let p = &mut self.peers[i];
+                    let next = p.frames.next(&p.sock, false);
+                    if matches!(next, Ok(Next::Empty)) {
+                        break;
+                    }
+                    self.handle(i, next)?;
+                    done += 1;
+                }
+            }
+            if done > 0 || !block || self.receivers_alive() == 0 {
                 return Ok(done);
             }
-            let ready: Vec<(usize, PollFlags)> = {
-                let mut fds: Vec<PollFd<'_>> = live
-                    .iter()
-                    .map(|i| PollFd::new(&self.peers[*i].sock, PollFlags::IN))
-                    .collect();
-                let timeout = rustix::time::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                let wait = if block && done == 0 {
-                    None
-                } else {
-                    Some(&timeout)
-                };
-                match rustix::event::poll(&mut fds, wait) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => return Err(std::io::Error::from(e).into()),
-                }
-                live.iter()
-                    .zip(fds.iter())
-                    .map(|(i, f)| (*i, f.revents()))
-                    .filter(|(_, r)| !r.is_empty())
-                    .collect()
-            };
-            if ready.is_empty() {
-                return Ok(done);
+            // Look again for a while before sleeping: a wake-up costs more than a few reads
+            // when the receiver is about to answer.
+            if spun.is_none_or(|t: Instant| t.elapsed() < self.spin) {
+                spun.get_or_insert_with(Instant::now);
+                std::hint::spin_loop();
+                continue;
             }
-            for (i, _) in ready {
-                // A receiver that breaks the protocol is cut off and its references released:
-                // it cannot free what it does not hold, nor stop the others.
-                let bad = match read_frame(&mut self.peers[i].sock) {
-                    Ok(Some((FREED, r))) if self.peers[i].held.take(r) => {
-                        self.originator.freed(r)?;
-                        None
-                    }
-                    Ok(Some((FREED, r))) => Some(format!(
-                        "freed [{:#x}, +{}), which it does not hold",
-                        r.addr, r.len
-                    )),
-                    Ok(Some((SECURE, r))) if self.peers[i].held.holds(r) => {
-                        self.originator.secure(r)?;
-                        let _ = self.peers[i].sock.write_all(&frame(SECURED, r));
-                        None
-                    }
-                    Ok(Some((SECURE, r))) => Some(format!(
-                        "asked to secure [{:#x}, +{}), which it does not hold",
-                        r.addr, r.len
-                    )),
-                    Ok(Some((k, _))) => Some(format!("sent frame kind {k}")),
-                    Ok(None) | Err(LinkError::Io(_)) => {
-                        self.drop_peer(i)?;
-                        None
-                    }
-                    Err(e) => Some(e.to_string()),
-                };
-                if let Some(why) = bad {
-                    self.misbehaved.push(format!("receiver {i}: {why}"));
-                    self.drop_peer(i)?;
-                }
-                done += 1;
-            }
+            done += self.wait()?;
         }
+    }
+
+    /// Act on what receiver `i` sent. A receiver that breaks the protocol is cut off and its
+    /// references released: it cannot free what it does not hold, nor stop the others.
+    fn handle(&mut self, i: usize, next: Result<Next, LinkError>) -> Result<(), LinkError> {
+        let bad = match next {
+            Ok(Next::Frame(FREED, r)) if self.peers[i].held.take(r) => {
+                self.originator.freed(r)?;
+                None
+            }
+            Ok(Next::Frame(FREED, r)) => Some(format!(
+                "freed [{:#x}, +{}), which it does not hold",
+                r.addr, r.len
+            )),
+            Ok(Next::Frame(SECURE, r)) if self.peers[i].held.holds(r) => {
+                self.originator.secure(r)?;
+                let _ = self.peers[i].sock.write_all(&frame(SECURED, r));
+                None
+            }
+            Ok(Next::Frame(SECURE, r)) => Some(format!(
+                "asked to secure [{:#x}, +{}), which it does not hold",
+                r.addr, r.len
+            )),
+            Ok(Next::Frame(k, _)) => Some(format!("sent frame kind {k}")),
+            Ok(Next::Empty) => None,
+            Ok(Next::Closed) | Err(LinkError::Io(_)) => {
+                self.drop_peer(i)?;
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = bad {
+            self.misbehaved.push(format!("receiver {i}: {why}"));
+            self.drop_peer(i)?;
+        }
+        Ok(())
+    }
+
+    /// Wait until a receiver sends something or its process ends; the ends seen (each releases
+    /// that receiver's references).
+    fn wait(&mut self) -> Result<usize, LinkError> {
+        use rustix::event::{PollFd, PollFlags};
+        let live: Vec<usize> = (0..self.peers.len())
+            .filter(|i| self.peers[*i].alive)
+            .collect();
+        let ended: Vec<usize> = {
+            let mut fds: Vec<PollFd<'_>> = Vec::new();
+            for i in &live {
+                let p = &self.peers[*i];
+                fds.push(PollFd::new(&p.sock, PollFlags::IN));
+                if let Some(pidfd) = &p.pidfd {
+                    fds.push(PollFd::new(pidfd, PollFlags::IN));
+                }
+            }
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            }
+            // A pidfd turns readable when its process has exited.
+            let mut k = 0;
+            let mut ended = Vec::new();
+            for i in &live {
+                k += 1;
+                if self.peers[*i].pidfd.is_some() {
+                    if !fds[k].revents().is_empty() {
+                        ended.push(*i);
+                    }
+                    k += 1;
+                }
+            }
+            ended
+        };
+        for &i in &ended {
+            // What it sent before it ended still counts (its last notices).
+            while self.peers[i].alive {
+                let p = &mut self.peers[i];
+                match p.frames.next(&p.sock, false) {
+                    Ok(Next::Empty) => break,
+                    next => self.handle(i, next)?,
+                }
+            }
+            self.drop_peer(i)?;
+        }
+        Ok(ended.len())
     }
 
     /// An fbuf of `len` bytes, waiting for deallocation notices while the path's quota is used
     /// up (fails if it stays so with no receiver left to free anything).
     pub fn alloc_waiting(&mut self, len: usize) -> Result<Fbuf, LinkError> {
+        // Notices that came back refill the free lists (LIFO): take them in first, so that the
+        // fbufs used last, warm in the caches and TLBs of both sides, are used again. For a
+        // small fbuf, whose reuse saves little, only when none is free (a look costs a system
+        // call); for a large one always, as that call is small next to its pages.
+        if (len >= LARGE || !self.originator.has_free(len)) && self.originator.outstanding() > 0 {
+            self.poll(false)?;
+        }
         loop {
             match self.originator.alloc(len) {
                 Ok(f) => return Ok(f),
@@ -359,20 +492,39 @@ impl OriginatorEnd {
     }
 }
 
+/// What a receiver found when it looked for the next fbuf without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// An fbuf sent to it.
+    Fbuf(FbufRef),
+    /// Nothing yet.
+    NotYet,
+    /// The sender closed the link.
+    Closed,
+}
+
 /// A receiver's end: the path mapped read-only, the link to the originator (or to the
 /// forwarding process before it), and the deallocation notices not yet sent.
 pub struct ReceiverEnd {
     /// The mapped path.
     pub receiver: Receiver,
     sock: UnixStream,
+    frames: Frames,
+    /// Sends that arrived while waiting for something else (an answer to a secure request).
+    early: VecDeque<FbufRef>,
     info: PathInfo,
     notices: Vec<FbufRef>,
+    notice_bytes: u64,
     /// Most notices held back before they are sent anyway.
     pub batch: usize,
     /// Messages that carried notices, and notices sent (to see the batching at work).
     pub notice_messages: usize,
     /// See `notice_messages`.
     pub notices_sent: usize,
+    /// Notices that rode along with a request this end sent anyway (piggybacked).
+    pub notices_piggybacked: usize,
+    /// How long [`ReceiverEnd::recv`] keeps looking for the next fbuf before it sleeps.
+    pub spin: Duration,
 }
 
 impl ReceiverEnd {
@@ -382,11 +534,16 @@ impl ReceiverEnd {
         Ok(ReceiverEnd {
             receiver: Receiver::new(fd, info)?,
             sock,
+            frames: Frames::new(),
+            early: VecDeque::new(),
             info,
             notices: Vec::new(),
+            notice_bytes: 0,
             batch: 64,
             notice_messages: 0,
             notices_sent: 0,
+            notices_piggybacked: 0,
+            spin: DEFAULT_SPIN,
         })
     }
 
@@ -400,25 +557,22 @@ impl ReceiverEnd {
         self.receiver.fd()
     }
 
-    fn queued(&self) -> bool {
-        zcio_vm::wire::queued(self.sock.as_fd()).is_ok_and(|q| q >= FRAME)
-    }
-
-    /// The next fbuf sent to us (`None` when the sender has closed the link). Pending
-    /// notices go out first if nothing is queued (we would otherwise block holding them).
-    pub fn recv(&mut self) -> Result<Option<FbufRef>, LinkError> {
-        if !self.notices.is_empty() && !self.queued() {
-            self.flush()?;
+    fn next_fbuf(&mut self, wait: bool) -> Result<Received, LinkError> {
+        if let Some(r) = self.early.pop_front() {
+            return Ok(Received::Fbuf(r));
         }
         loop {
-            match read_frame(&mut self.sock)? {
-                None => return Ok(None),
-                Some((SEND, r)) => {
+            match self.frames.next(&self.sock, wait)? {
+                Next::Empty if wait => {}
+                Next::Empty => return Ok(Received::NotYet),
+                Next::Closed => return Ok(Received::Closed),
+                Next::Frame(SEND, r) => {
                     self.receiver.receive(r)?;
-                    return Ok(Some(r));
+                    return Ok(Received::Fbuf(r));
                 }
-                Some((SECURED, _)) => continue,
-                Some((k, _)) => {
+                // An answer to a secure request that was already given up on.
+                Next::Frame(SECURED, _) => {}
+                Next::Frame(k, _) => {
                     return Err(LinkError::Protocol(format!(
                         "originator sent frame kind {k}"
                     )));
@@ -427,11 +581,43 @@ impl ReceiverEnd {
         }
     }
 
-    /// Free a received fbuf; its notice goes back with the next batch.
+    /// The next fbuf sent to us if one is there, without waiting.
+    pub fn try_recv(&mut self) -> Result<Received, LinkError> {
+        self.next_fbuf(false)
+    }
+
+    /// The next fbuf sent to us (`None` when the sender has closed the link). Frames queued
+    /// together are read with one system call; the notices held back go out before this end
+    /// waits (the sender may be waiting for them).
+    pub fn recv(&mut self) -> Result<Option<FbufRef>, LinkError> {
+        let mut got = self.next_fbuf(false)?;
+        if got == Received::NotYet {
+            self.flush()?;
+            // Look again for a while before sleeping (see `spin`).
+            let t = Instant::now();
+            while got == Received::NotYet && t.elapsed() < self.spin {
+                std::hint::spin_loop();
+                got = self.next_fbuf(false)?;
+            }
+        }
+        if got == Received::NotYet {
+            got = self.next_fbuf(true)?;
+        }
+        Ok(match got {
+            Received::Fbuf(r) => Some(r),
+            _ => None,
+        })
+    }
+
+    /// Free a received fbuf; its notice goes back with the next batch, or rides along with the
+    /// next request this end sends.
     pub fn free(&mut self, r: FbufRef) -> Result<(), LinkError> {
         self.receiver.free(r)?;
         self.notices.push(r);
-        if self.notices.len() >= self.batch {
+        self.notice_bytes += r.len;
+        // A quarter of the path held back is too much to keep from the originator, whatever
+        // the count.
+        if self.notices.len() >= self.batch || self.notice_bytes >= self.info.len() as u64 / 4 {
             self.flush()?;
         }
         Ok(())
@@ -442,33 +628,51 @@ impl ReceiverEnd {
         if self.notices.is_empty() {
             return Ok(());
         }
-        let bytes: Vec<u8> = self.notices.iter().flat_map(|r| frame(FREED, *r)).collect();
+        self.send_frames(&[])?;
+        self.notice_messages += 1;
+        Ok(())
+    }
+
+    /// Write the pending notices followed by `then`, in one message.
+    fn send_frames(&mut self, then: &[u8]) -> Result<(), LinkError> {
+        let mut bytes: Vec<u8> = self.notices.iter().flat_map(|r| frame(FREED, *r)).collect();
+        bytes.extend_from_slice(then);
         self.sock
             .write_all(&bytes)
             .map_err(|_| LinkError::PeerGone {
-                during: "sending deallocation notices",
+                during: "writing to the originator",
             })?;
-        self.notice_messages += 1;
         self.notices_sent += self.notices.len();
         self.notices.clear();
+        self.notice_bytes = 0;
         Ok(())
     }
 
     /// Ask the originator to secure `r` (remove its write access until all have freed it), and
-    /// wait until it has. Only meaningful on a volatile path.
+    /// wait until it has. Only meaningful on a volatile path. The pending notices ride along
+    /// with the request; fbufs sent meanwhile wait for [`ReceiverEnd::recv`].
     pub fn secure(&mut self, r: FbufRef) -> Result<(), LinkError> {
-        self.sock.write_all(&frame(SECURE, r))?;
-        match read_frame(&mut self.sock)? {
-            None => Err(LinkError::PeerGone {
-                during: "securing an fbuf",
-            }),
-            Some((SECURED, s)) if s == r => Ok(()),
-            Some((SEND, _)) => Err(LinkError::Protocol(
-                "securing while further fbufs are in flight is not supported yet".into(),
-            )),
-            Some((k, _)) => Err(LinkError::Protocol(format!(
-                "originator answered a secure request with frame kind {k}"
-            ))),
+        self.notices_piggybacked += self.notices.len();
+        self.send_frames(&frame(SECURE, r))?;
+        loop {
+            match self.frames.next(&self.sock, true)? {
+                Next::Closed => {
+                    return Err(LinkError::PeerGone {
+                        during: "securing an fbuf",
+                    });
+                }
+                Next::Frame(SECURED, s) if s == r => return Ok(()),
+                Next::Frame(SEND, x) => {
+                    self.receiver.receive(x)?;
+                    self.early.push_back(x);
+                }
+                Next::Empty => {}
+                Next::Frame(k, _) => {
+                    return Err(LinkError::Protocol(format!(
+                        "originator answered a secure request with frame kind {k}"
+                    )));
+                }
+            }
         }
     }
 }
@@ -480,6 +684,7 @@ pub struct Forwarder {
     /// The upstream end.
     pub up: ReceiverEnd,
     down: UnixStream,
+    down_frames: Frames,
     held: Held,
     /// Fbufs forwarded.
     pub forwarded: usize,
@@ -492,6 +697,7 @@ impl Forwarder {
         Ok(Forwarder {
             up,
             down,
+            down_frames: Frames::new(),
             held: Held::default(),
             forwarded: 0,
         })
@@ -501,45 +707,31 @@ impl Forwarder {
     pub fn run(&mut self) -> Result<usize, LinkError> {
         use rustix::event::{PollFd, PollFlags};
         let mut up_open = true;
-        loop {
+        'run: loop {
             if !up_open && self.held.is_empty() {
                 break;
             }
-            // About to wait: notices held back go out now (the originator may be waiting for
-            // them to free space).
-            if !up_open || !self.up.queued() {
-                self.up.flush()?;
-            }
-            let (up_ready, down_ready) = {
-                let mut fds = vec![PollFd::new(&self.down, PollFlags::IN)];
-                if up_open {
-                    fds.push(PollFd::new(&self.up.sock, PollFlags::IN));
-                }
-                match rustix::event::poll(&mut fds, None) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => return Err(std::io::Error::from(e).into()),
-                }
-                (
-                    fds.get(1).is_some_and(|f| !f.revents().is_empty()),
-                    !fds[0].revents().is_empty(),
-                )
-            };
-            if down_ready {
-                match read_frame(&mut self.down) {
-                    Ok(Some((FREED, r))) if self.held.take(r) => self.up.free(r)?,
+            let mut progressed = false;
+            loop {
+                match self.down_frames.next(&self.down, false) {
+                    Ok(Next::Empty) => break,
+                    Ok(Next::Frame(FREED, r)) if self.held.take(r) => {
+                        self.up.free(r)?;
+                        progressed = true;
+                    }
                     // Done, died, or broke the protocol: what downstream held is freed for it,
                     // and the path ends here; upstream learns it when this end closes.
                     _ => {
                         for r in self.held.drain() {
                             self.up.free(r)?;
                         }
-                        break;
+                        break 'run;
                     }
                 }
             }
-            if up_ready {
-                match self.up.recv()? {
-                    Some(r) => {
+            if up_open {
+                match self.up.try_recv()? {
+                    Received::Fbuf(r) => {
                         self.down
                             .write_all(&frame(SEND, r))
                             .map_err(|_| LinkError::PeerGone {
@@ -547,9 +739,28 @@ impl Forwarder {
                             })?;
                         self.held.add(r);
                         self.forwarded += 1;
+                        progressed = true;
                     }
-                    None => up_open = false,
+                    Received::Closed => {
+                        up_open = false;
+                        progressed = true;
+                    }
+                    Received::NotYet => {}
                 }
+            }
+            if progressed {
+                continue;
+            }
+            // Nothing to do: the notices held back go out (the originator may be waiting for
+            // them to free space), then wait for either side.
+            self.up.flush()?;
+            let mut fds = vec![PollFd::new(&self.down, PollFlags::IN)];
+            if up_open {
+                fds.push(PollFd::new(&self.up.sock, PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(std::io::Error::from(e).into()),
             }
         }
         self.up.flush()?;

@@ -20,6 +20,7 @@
 use crate::region::{RegionRead, RegionWrite};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
 use zcio_vm::page_size;
 use zcio_vm::protect::Access;
 use zcio_vm::shared::SharedWords;
@@ -246,6 +247,14 @@ impl Originator {
         self.free.values().map(Vec::len).sum()
     }
 
+    /// Whether a freed fbuf for `len` bytes waits on a free list (an [`Originator::alloc`] of
+    /// that length would reuse it rather than take fresh space).
+    pub fn has_free(&self, len: usize) -> bool {
+        self.free
+            .get(&len.div_ceil(page_size()))
+            .is_some_and(|l| !l.is_empty())
+    }
+
     /// A new fbuf of `len` bytes (whole pages underneath): the most recently freed fbuf of that
     /// size if there is one, else fresh space from the path's chunks.
     pub fn alloc(&mut self, len: usize) -> Result<Fbuf, FbufError> {
@@ -302,6 +311,15 @@ impl Originator {
             });
         }
         Ok(())
+    }
+
+    /// The words of `fbuf` (its length rounded up to a word), to build its contents in place
+    /// at memory speed instead of writing them from elsewhere.
+    pub fn fbuf_words(&self, fbuf: &Fbuf) -> &[AtomicU64] {
+        self.map.words(
+            self.offset_of(fbuf.addr),
+            fbuf.len.next_multiple_of(8) as usize,
+        )
     }
 
     fn offset_of(&self, addr: u64) -> usize {
@@ -396,21 +414,20 @@ impl Originator {
 }
 
 impl RegionRead for Originator {
-    fn read_u64(&self, addr: u64) -> Option<u64> {
-        (addr % 8 == 0 && self.readable(addr, 8)).then(|| self.map.load(self.offset_of(addr)))
+    fn words(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        (addr % 8 == 0 && len % 8 == 0 && self.readable(addr, len))
+            .then(|| self.map.words(self.offset_of(addr), len as usize))
     }
     fn readable(&self, addr: u64, len: u64) -> bool {
         self.info.contains(addr, len)
     }
 }
 
+/// The originator may store anywhere in its path; where an fbuf it sent is read-only (a
+/// non-volatile fbuf until every receiver has freed it) the store faults.
 impl RegionWrite for Originator {
-    fn write_u64(&self, addr: u64, value: u64) -> bool {
-        if addr % 8 != 0 || !self.readable(addr, 8) {
-            return false;
-        }
-        self.map.store(self.offset_of(addr), value);
-        true
+    fn words_mut(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        self.words(addr, len)
     }
 }
 
@@ -522,12 +539,12 @@ impl Receiver {
 }
 
 impl RegionRead for Receiver {
-    fn read_u64(&self, addr: u64) -> Option<u64> {
-        if addr % 8 != 0 {
+    fn words(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        if addr % 8 != 0 || len % 8 != 0 {
             return None;
         }
-        let (m, off) = self.mapping_for(addr, 8)?;
-        Some(m.load(off))
+        let (m, off) = self.mapping_for(addr, len)?;
+        Some(m.words(off, len as usize))
     }
     fn readable(&self, addr: u64, len: u64) -> bool {
         if self.whole.is_some() {
