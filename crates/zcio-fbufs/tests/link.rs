@@ -241,3 +241,94 @@ fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
     let _ = bad.kill();
     bad.wait().unwrap();
 }
+
+#[test]
+fn a_receiver_whose_socket_outlives_it_in_a_child_still_gives_every_fbuf_back() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: false,
+    });
+    let mut child = peer()
+        .args([
+            "receiver-loop",
+            dir.path().join("up").to_str().unwrap(),
+            "5",
+            "leave-socket-to-child",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    send_stream(&mut end, 5, &[0]);
+    let mut out = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let grandchild = out
+        .lines()
+        .find_map(|l| l.strip_prefix("child "))
+        .unwrap_or_else(|| panic!("no child pid in {out:?}"))
+        .to_string();
+    let watched = end.watches_process(0);
+    if watched {
+        // The socket is still open in the child; the receiving process's end alone frees them.
+        wait_all_back(&mut end);
+        assert_eq!(end.released_for_dead, 5);
+        assert_eq!(end.receivers_alive(), 0);
+    } else {
+        println!("skipped: no pidfd for the receiver here (kernel or namespace)");
+    }
+    let _ = Command::new("kill").args(["-9", &grandchild]).status();
+    if !watched {
+        // Without a pidfd the socket's close tells of the end, once the child is gone too.
+        wait_all_back(&mut end);
+    }
+    assert_eq!(end.originator.outstanding(), 0);
+}
+
+#[test]
+fn notices_ride_along_with_a_secure_request() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: true,
+    });
+    let mut child = peer()
+        .args([
+            "free-two-secure-third",
+            dir.path().join("up").to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    send_stream(&mut end, 3, &[0]);
+    // Serve the receiver until it is gone (it asks to secure, then exits).
+    let t = Instant::now();
+    while end.receivers_alive() > 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "never done");
+        end.poll(true).unwrap();
+    }
+    let mut out = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    // Both notices came with the request, none in a message of their own; the third fbuf,
+    // which it still held when it exited, came back for it.
+    assert_eq!(out.trim(), "piggybacked 2 alone 0");
+    assert_eq!(end.released_for_dead, 1);
+    assert_eq!(end.originator.outstanding(), 0);
+}

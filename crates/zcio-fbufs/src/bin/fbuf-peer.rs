@@ -14,6 +14,10 @@
 //! - `fbuf-peer forward UP_SOCKET DOWN_SOCKET`: the server of a three-process path.
 //! - `fbuf-peer originator-then-exit SOCKET COUNT`: connect, offer a path, send COUNT fbufs,
 //!   and exit without waiting for them to be freed.
+//! - `fbuf-peer receiver-loop SOCKET N leave-socket-to-child`: takes N fbufs, holds them, hands
+//!   its socket to a child (`sleep 60`, whose pid it prints) and exits.
+//! - `fbuf-peer free-two-secure-third SOCKET`: takes three fbufs, frees two, secures the third
+//!   and prints how many notices rode along with the request.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
 //!   two send frames, and sends a deallocation notice for an fbuf it was never given.
 
@@ -116,9 +120,11 @@ fn main() {
         }
         Some("receiver-loop") => {
             let count: usize = arg(&a, 3);
-            let hold = a.get(4).map(String::as_str) == Some("hold");
-            let mut rx = ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect"))
-                .expect("join the path");
+            let leave = a.get(4).map(String::as_str) == Some("leave-socket-to-child");
+            let hold = leave || a.get(4).map(String::as_str) == Some("hold");
+            let sock = UnixStream::connect(&a[2]).expect("connect");
+            let keep = sock.try_clone().expect("dup the socket");
+            let mut rx = ReceiverEnd::connect(sock).expect("join the path");
             let mut got = 0;
             while got < count {
                 let Some(r) = rx.recv().expect("receive") else {
@@ -139,6 +145,20 @@ fn main() {
                 rx.notices_sent, rx.notice_messages
             );
             use std::io::Write;
+            if leave {
+                // A child inherits our end of the socket and outlives us: the socket stays
+                // open, so only our process's end can tell the originator we are gone.
+                rustix::io::fcntl_setfd(&keep, rustix::io::FdFlags::empty()).expect("inheritable");
+                let child = std::process::Command::new("sleep")
+                    .arg("60")
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn sleep");
+                println!("child {}", child.id());
+                std::io::stdout().flush().ok();
+                return;
+            }
+            drop(keep);
             std::io::stdout().flush().ok();
             if hold {
                 std::thread::sleep(std::time::Duration::from_secs(600));
@@ -180,6 +200,20 @@ fn main() {
                 end.send(f, &[0]).expect("send");
             }
             println!("sent {count}");
+        }
+        Some("free-two-secure-third") => {
+            let mut rx = ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect"))
+                .expect("join the path");
+            let got: Vec<_> = (0..3)
+                .map(|_| rx.recv().expect("receive").expect("an fbuf"))
+                .collect();
+            rx.free(got[0]).expect("free");
+            rx.free(got[1]).expect("free");
+            rx.secure(got[2]).expect("secure");
+            println!(
+                "piggybacked {} alone {}",
+                rx.notices_piggybacked, rx.notice_messages
+            );
         }
         Some("receiver-frees-foreign") => {
             use std::io::{Read, Write};
