@@ -20,7 +20,9 @@
 //! - A forwarding process (the server of a three-process path) is a receiver that offers the
 //!   same path onward and frees an fbuf upstream when its own receiver frees it.
 
+use crate::aggregate::{Msg, NODE_BYTES};
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, Receiver, Variant};
+use crate::region::RegionRead;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -31,6 +33,8 @@ const SEND: u64 = 1;
 const FREED: u64 = 2;
 const SECURE: u64 = 3;
 const SECURED: u64 = 4;
+/// An aggregate message: the frame carries its root node and length.
+const MSG: u64 = 5;
 const FRAME: usize = 24;
 
 /// What went wrong on a link.
@@ -257,6 +261,15 @@ pub struct OriginatorEnd {
     pub misbehaved: Vec<String>,
     /// How long a blocking [`OriginatorEnd::poll`] keeps looking before it sleeps.
     pub spin: Duration,
+    /// Aggregate messages out, by root node: the fbufs holding their nodes and data, and how
+    /// many receivers still hold each.
+    msgs: HashMap<u64, SentMsg>,
+}
+
+struct SentMsg {
+    root: FbufRef,
+    parts: Vec<FbufRef>,
+    holders: usize,
 }
 
 /// How long an end keeps looking for frames before it sleeps, unless told otherwise.
@@ -275,6 +288,7 @@ impl OriginatorEnd {
             released_for_dead: 0,
             misbehaved: Vec::new(),
             spin: DEFAULT_SPIN,
+            msgs: HashMap::new(),
         }
     }
 
@@ -337,6 +351,105 @@ impl OriginatorEnd {
         Ok(r)
     }
 
+    /// Send the aggregate message `msg` to the receivers `to` as one reference, its root
+    /// (integrated buffer management, §3.2.3). `parts` are the fbufs of this path that hold its
+    /// nodes and its data, every one of them: they are sent with it (on a non-volatile path they
+    /// turn read-only) and come back together when every receiver has freed the message.
+    /// Receivers read the message in place, so the path must be cached (mapped whole).
+    pub fn send_msg(
+        &mut self,
+        msg: Msg,
+        parts: Vec<Fbuf>,
+        to: &[usize],
+    ) -> Result<FbufRef, LinkError> {
+        let info = self.originator.info();
+        let root = FbufRef {
+            addr: msg.root,
+            len: msg.len,
+        };
+        // A refused message gives its fbufs back to the free lists: nothing is lost.
+        let fail = |end: &mut OriginatorEnd, parts: Vec<Fbuf>, why: &str| {
+            for f in parts {
+                end.originator.free(f)?;
+            }
+            Err(LinkError::Fbuf(FbufError::BadRef {
+                what: "send an aggregate",
+                addr: msg.root,
+                len: msg.len,
+                expected: match why {
+                    "cached" => "a cached path (receivers read aggregates in place)",
+                    "root" => "a root node inside one of the parts",
+                    _ => "a root not already out in another message",
+                },
+            }))
+        };
+        if !info.variant.cached {
+            return fail(self, parts, "cached");
+        }
+        if !parts
+            .iter()
+            .any(|f| msg.root >= f.addr() && msg.root + NODE_BYTES <= f.addr() + f.len())
+        {
+            return fail(self, parts, "root");
+        }
+        if self.msgs.contains_key(&msg.root) {
+            return fail(self, parts, "busy");
+        }
+        let live: Vec<usize> = to
+            .iter()
+            .copied()
+            .filter(|i| self.peers.get(*i).is_some_and(|p| p.alive))
+            .collect();
+        let mut refs = Vec::with_capacity(parts.len());
+        for f in parts {
+            refs.push(self.originator.send(f, live.len())?);
+        }
+        if live.is_empty() {
+            return Ok(root);
+        }
+        self.msgs.insert(
+            msg.root,
+            SentMsg {
+                root,
+                parts: refs,
+                holders: live.len(),
+            },
+        );
+        for i in live {
+            let p = &mut self.peers[i];
+            match p.sock.write_all(&frame(MSG, root)) {
+                Ok(()) => p.held.add(root),
+                Err(_) => {
+                    self.release(root)?;
+                    self.drop_peer(i)?;
+                }
+            }
+        }
+        Ok(root)
+    }
+
+    /// One holder gave `r` back: an fbuf, or an aggregate message with all its parts.
+    fn release(&mut self, r: FbufRef) -> Result<(), LinkError> {
+        match self.msgs.get_mut(&r.addr) {
+            Some(m) if m.root == r => {
+                for p in &m.parts {
+                    self.originator.freed(*p)?;
+                }
+                m.holders -= 1;
+                if m.holders == 0 {
+                    self.msgs.remove(&r.addr);
+                }
+            }
+            _ => self.originator.freed(r)?,
+        }
+        Ok(())
+    }
+
+    /// Aggregate messages sent and not yet freed by all their receivers.
+    pub fn msgs_outstanding(&self) -> usize {
+        self.msgs.len()
+    }
+
     fn drop_peer(&mut self, i: usize) -> Result<(), LinkError> {
         let p = &mut self.peers[i];
         if !p.alive {
@@ -346,7 +459,7 @@ impl OriginatorEnd {
         let _ = p.sock.shutdown(std::net::Shutdown::Both);
         p.pidfd = None;
         for r in p.held.drain() {
-            self.originator.freed(r)?;
+            self.release(r)?;
             self.released_for_dead += 1;
         }
         Ok(())
@@ -389,14 +502,16 @@ impl OriginatorEnd {
     fn handle(&mut self, i: usize, next: Result<Next, LinkError>) -> Result<(), LinkError> {
         let bad = match next {
             Ok(Next::Frame(FREED, r)) if self.peers[i].held.take(r) => {
-                self.originator.freed(r)?;
+                self.release(r)?;
                 None
             }
             Ok(Next::Frame(FREED, r)) => Some(format!(
                 "freed [{:#x}, +{}), which it does not hold",
                 r.addr, r.len
             )),
-            Ok(Next::Frame(SECURE, r)) if self.peers[i].held.holds(r) => {
+            Ok(Next::Frame(SECURE, r))
+                if self.peers[i].held.holds(r) && !self.msgs.contains_key(&r.addr) =>
+            {
                 self.originator.secure(r)?;
                 let _ = self.peers[i].sock.write_all(&frame(SECURED, r));
                 None
@@ -497,6 +612,9 @@ impl OriginatorEnd {
 pub enum Received {
     /// An fbuf sent to it.
     Fbuf(FbufRef),
+    /// An aggregate message sent to it: walk it with [`crate::aggregate::walk`] over
+    /// [`ReceiverEnd::receiver`], free it with [`ReceiverEnd::free_msg`].
+    Msg(Msg),
     /// Nothing yet.
     NotYet,
     /// The sender closed the link.
@@ -515,6 +633,8 @@ pub struct ReceiverEnd {
     info: PathInfo,
     notices: Vec<FbufRef>,
     notice_bytes: u64,
+    /// Aggregate messages held, by root (a root may be sent more than once).
+    msgs_held: HashMap<u64, usize>,
     /// Most notices held back before they are sent anyway.
     pub batch: usize,
     /// Messages that carried notices, and notices sent (to see the batching at work).
@@ -539,6 +659,7 @@ impl ReceiverEnd {
             info,
             notices: Vec::new(),
             notice_bytes: 0,
+            msgs_held: HashMap::new(),
             batch: 64,
             notice_messages: 0,
             notices_sent: 0,
@@ -570,6 +691,20 @@ impl ReceiverEnd {
                     self.receiver.receive(r)?;
                     return Ok(Received::Fbuf(r));
                 }
+                Next::Frame(MSG, r) => {
+                    // The root must lie in the path; everything else the walk checks.
+                    if !self.receiver.readable(r.addr, NODE_BYTES) || r.addr % 8 != 0 {
+                        return Err(LinkError::Protocol(format!(
+                            "aggregate root {:#x} outside the path",
+                            r.addr
+                        )));
+                    }
+                    *self.msgs_held.entry(r.addr).or_default() += 1;
+                    return Ok(Received::Msg(Msg {
+                        root: r.addr,
+                        len: r.len,
+                    }));
+                }
                 // An answer to a secure request that was already given up on.
                 Next::Frame(SECURED, _) => {}
                 Next::Frame(k, _) => {
@@ -581,15 +716,28 @@ impl ReceiverEnd {
         }
     }
 
-    /// The next fbuf sent to us if one is there, without waiting.
+    /// The next fbuf or message sent to us if one is there, without waiting.
     pub fn try_recv(&mut self) -> Result<Received, LinkError> {
         self.next_fbuf(false)
     }
 
-    /// The next fbuf sent to us (`None` when the sender has closed the link). Frames queued
-    /// together are read with one system call; the notices held back go out before this end
-    /// waits (the sender may be waiting for them).
+    /// The next fbuf sent to us (`None` when the sender has closed the link); an aggregate
+    /// message where an fbuf is expected is a protocol error (see [`ReceiverEnd::recv_any`]).
     pub fn recv(&mut self) -> Result<Option<FbufRef>, LinkError> {
+        match self.recv_any()? {
+            Received::Fbuf(r) => Ok(Some(r)),
+            Received::Msg(m) => Err(LinkError::Protocol(format!(
+                "an aggregate message ({} bytes at {:#x}) where an fbuf was expected",
+                m.len, m.root
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The next fbuf or aggregate message sent to us ([`Received::Closed`] when the sender has
+    /// closed the link). Frames queued together are read with one system call; the notices
+    /// held back go out before this end waits (the sender may be waiting for them).
+    pub fn recv_any(&mut self) -> Result<Received, LinkError> {
         let mut got = self.next_fbuf(false)?;
         if got == Received::NotYet {
             self.flush()?;
@@ -603,9 +751,31 @@ impl ReceiverEnd {
         if got == Received::NotYet {
             got = self.next_fbuf(true)?;
         }
-        Ok(match got {
-            Received::Fbuf(r) => Some(r),
-            _ => None,
+        Ok(got)
+    }
+
+    /// Free a received aggregate message: every fbuf holding its nodes and data goes back to
+    /// the originator with one notice.
+    pub fn free_msg(&mut self, m: Msg) -> Result<(), LinkError> {
+        match self.msgs_held.get_mut(&m.root) {
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.msgs_held.remove(&m.root);
+                }
+            }
+            None => {
+                return Err(LinkError::Fbuf(FbufError::BadRef {
+                    what: "free a message",
+                    addr: m.root,
+                    len: m.len,
+                    expected: "a message this receiver holds",
+                }));
+            }
+        }
+        self.queue_notice(FbufRef {
+            addr: m.root,
+            len: m.len,
         })
     }
 
@@ -613,6 +783,10 @@ impl ReceiverEnd {
     /// next request this end sends.
     pub fn free(&mut self, r: FbufRef) -> Result<(), LinkError> {
         self.receiver.free(r)?;
+        self.queue_notice(r)
+    }
+
+    fn queue_notice(&mut self, r: FbufRef) -> Result<(), LinkError> {
         self.notices.push(r);
         self.notice_bytes += r.len;
         // A quarter of the path held back is too much to keep from the originator, whatever
@@ -686,6 +860,7 @@ pub struct Forwarder {
     down: UnixStream,
     down_frames: Frames,
     held: Held,
+    held_msgs: Held,
     /// Fbufs forwarded.
     pub forwarded: usize,
 }
@@ -699,8 +874,19 @@ impl Forwarder {
             down,
             down_frames: Frames::new(),
             held: Held::default(),
+            held_msgs: Held::default(),
             forwarded: 0,
         })
+    }
+
+    fn forward(&mut self, kind: u64, r: FbufRef) -> Result<(), LinkError> {
+        self.down
+            .write_all(&frame(kind, r))
+            .map_err(|_| LinkError::PeerGone {
+                during: "forwarding downstream",
+            })?;
+        self.forwarded += 1;
+        Ok(())
     }
 
     /// Forward until upstream closes and downstream has freed everything (or is gone).
@@ -708,7 +894,7 @@ impl Forwarder {
         use rustix::event::{PollFd, PollFlags};
         let mut up_open = true;
         'run: loop {
-            if !up_open && self.held.is_empty() {
+            if !up_open && self.held.is_empty() && self.held_msgs.is_empty() {
                 break;
             }
             let mut progressed = false;
@@ -719,11 +905,24 @@ impl Forwarder {
                         self.up.free(r)?;
                         progressed = true;
                     }
+                    Ok(Next::Frame(FREED, r)) if self.held_msgs.take(r) => {
+                        self.up.free_msg(Msg {
+                            root: r.addr,
+                            len: r.len,
+                        })?;
+                        progressed = true;
+                    }
                     // Done, died, or broke the protocol: what downstream held is freed for it,
                     // and the path ends here; upstream learns it when this end closes.
                     _ => {
                         for r in self.held.drain() {
                             self.up.free(r)?;
+                        }
+                        for r in self.held_msgs.drain() {
+                            self.up.free_msg(Msg {
+                                root: r.addr,
+                                len: r.len,
+                            })?;
                         }
                         break 'run;
                     }
@@ -732,13 +931,17 @@ impl Forwarder {
             if up_open {
                 match self.up.try_recv()? {
                     Received::Fbuf(r) => {
-                        self.down
-                            .write_all(&frame(SEND, r))
-                            .map_err(|_| LinkError::PeerGone {
-                                during: "forwarding downstream",
-                            })?;
+                        self.forward(SEND, r)?;
                         self.held.add(r);
-                        self.forwarded += 1;
+                        progressed = true;
+                    }
+                    Received::Msg(m) => {
+                        let r = FbufRef {
+                            addr: m.root,
+                            len: m.len,
+                        };
+                        self.forward(MSG, r)?;
+                        self.held_msgs.add(r);
                         progressed = true;
                     }
                     Received::Closed => {

@@ -1,10 +1,12 @@
 //! Fbufs between real processes: a stream with reuse through deallocation notices, a receiver
-//! killed mid-stream, an originator that exits, and a three-process path.
+//! killed mid-stream or outliving its socket, an originator that exits, a three-process path,
+//! notices piggybacked on a request, and aggregate messages sent as one root reference.
 
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use zcio_fbufs::aggregate::{Builder, BumpNodes};
 use zcio_fbufs::link::{OriginatorEnd, ReceiverEnd};
 use zcio_fbufs::path::{Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
@@ -30,6 +32,29 @@ fn send_stream(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
         end.originator.write(&f, 0, &pattern(i, len)).unwrap();
         end.send(f, to).unwrap();
         end.poll(false).unwrap();
+    }
+}
+
+/// `count` aggregate messages: "msg N:" in one fbuf prepended to the pattern of N in another,
+/// split and joined again, the nodes in a third; each sent as one root reference.
+fn send_msgs(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
+    for i in 0..count {
+        let body = pattern(i, pattern_len(i));
+        let head = format!("msg {i}:").into_bytes();
+        let data = end.alloc_waiting(body.len()).unwrap();
+        end.originator.write(&data, 0, &body).unwrap();
+        let h = end.alloc_waiting(head.len()).unwrap();
+        end.originator.write(&h, 0, &head).unwrap();
+        let nodes = end.alloc_waiting(4096).unwrap();
+        let m = {
+            let mut b = Builder::new(&end.originator, BumpNodes::new(nodes.addr(), nodes.len()));
+            let d = b.leaf(data.addr(), body.len() as u64).unwrap();
+            let (x, y) = b.split(d, body.len() as u64 / 3).unwrap();
+            let d = b.join(x, y).unwrap();
+            let hd = b.leaf(h.addr(), head.len() as u64).unwrap();
+            b.prepend(hd, d).unwrap()
+        };
+        end.send_msg(m, vec![nodes, h, data], to).unwrap();
     }
 }
 
@@ -331,4 +356,149 @@ fn notices_ride_along_with_a_secure_request() {
     assert_eq!(out.trim(), "piggybacked 2 alone 0");
     assert_eq!(end.released_for_dead, 1);
     assert_eq!(end.originator.outstanding(), 0);
+}
+
+#[test]
+fn aggregates_go_as_one_reference_and_come_back_with_all_their_fbufs() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: false,
+    });
+    let child = peer()
+        .args([
+            "receive-msgs",
+            dir.path().join("up").to_str().unwrap(),
+            "60",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    // 60 messages of three fbufs each need more than the path's 1 MiB: they must be reused.
+    send_msgs(&mut end, 60, &[0]);
+    wait_all_back(&mut end);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok 60 messages"
+    );
+    assert_eq!(end.msgs_outstanding(), 0);
+    assert_eq!(end.released_for_dead, 0);
+    assert!(end.originator.chunks_used() <= 4);
+}
+
+#[test]
+fn a_receiver_killed_holding_aggregates_gives_back_every_part() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: true,
+    });
+    let mut child = peer()
+        .args([
+            "receive-msgs",
+            dir.path().join("up").to_str().unwrap(),
+            "5",
+            "hold",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    send_msgs(&mut end, 5, &[0]);
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ok 5 messages");
+    assert_eq!(end.originator.outstanding(), 15);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_all_back(&mut end);
+    // Five messages released, fifteen fbufs back on the free lists.
+    assert_eq!(end.released_for_dead, 5);
+    assert_eq!(end.msgs_outstanding(), 0);
+    assert_eq!(end.originator.cached(), 15);
+}
+
+#[test]
+fn an_aggregate_on_an_uncached_path_is_refused_and_loses_nothing() {
+    let (_dir, _l, _p, mut end) = originator(Variant {
+        cached: false,
+        volatile: true,
+    });
+    let data = end.originator.alloc(100).unwrap();
+    let nodes = end.originator.alloc(4096).unwrap();
+    let m = {
+        let mut b = Builder::new(&end.originator, BumpNodes::new(nodes.addr(), nodes.len()));
+        b.leaf(data.addr(), 100).unwrap()
+    };
+    let e = end.send_msg(m, vec![nodes, data], &[]).unwrap_err();
+    assert!(e.to_string().contains("cached path"), "{e}");
+    // Both fbufs went back to the free lists.
+    assert_eq!(end.originator.cached(), 2);
+    assert_eq!(end.originator.outstanding(), 0);
+}
+
+#[test]
+fn an_aggregate_whose_root_is_not_in_its_parts_is_refused() {
+    let (_dir, _l, _p, mut end) = originator(Variant {
+        cached: true,
+        volatile: true,
+    });
+    let data = end.originator.alloc(100).unwrap();
+    let nodes = end.originator.alloc(4096).unwrap();
+    let m = {
+        let mut b = Builder::new(&end.originator, BumpNodes::new(nodes.addr(), nodes.len()));
+        b.leaf(data.addr(), 100).unwrap()
+    };
+    // The node fbuf is left out of the parts: the message would outlive its root.
+    let e = end.send_msg(m, vec![data], &[]).unwrap_err();
+    assert!(e.to_string().contains("root node inside"), "{e}");
+    assert_eq!(end.originator.cached(), 1);
+    end.originator.free(nodes).unwrap();
+}
+
+#[test]
+fn a_three_process_path_forwards_aggregates_untouched() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: false,
+    });
+    let up = dir.path().join("up");
+    let down = dir.path().join("down");
+    let mut server = peer()
+        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    let mut line = String::new();
+    use std::io::{BufRead, Read};
+    let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
+    server_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening");
+    let receiver = peer()
+        .args(["receive-msgs", down.to_str().unwrap(), "40"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    send_msgs(&mut end, 40, &[0]);
+    wait_all_back(&mut end);
+    assert_eq!(end.msgs_outstanding(), 0);
+    drop(end);
+    let r = receiver.wait_with_output().unwrap();
+    assert!(r.status.success(), "{r:?}");
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "ok 40 messages");
+    let mut rest = String::new();
+    server_out.read_to_string(&mut rest).unwrap();
+    assert!(server.wait().unwrap().success());
+    assert_eq!(rest.trim(), "forwarded 40");
 }

@@ -16,6 +16,8 @@
 //!   and exit without waiting for them to be freed.
 //! - `fbuf-peer receiver-loop SOCKET N leave-socket-to-child`: takes N fbufs, holds them, hands
 //!   its socket to a child (`sleep 60`, whose pid it prints) and exits.
+//! - `fbuf-peer receive-msgs SOCKET N [hold]`: takes N aggregate messages, walks and checks
+//!   each, and frees it (or holds them all and sleeps).
 //! - `fbuf-peer free-two-secure-third SOCKET`: takes three fbufs, frees two, secures the third
 //!   and prints how many notices rode along with the request.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
@@ -23,7 +25,8 @@
 
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use zcio_fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
+use zcio_fbufs::aggregate::{Limits, walk};
+use zcio_fbufs::link::{Forwarder, OriginatorEnd, Received, ReceiverEnd};
 use zcio_fbufs::path::{FbufRef, Originator, PathInfo, PathMemory, Receiver, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
 
@@ -161,6 +164,38 @@ fn main() {
                 return;
             }
             drop(keep);
+            std::io::stdout().flush().ok();
+            if hold {
+                std::thread::sleep(std::time::Duration::from_secs(600));
+            }
+        }
+        Some("receive-msgs") => {
+            // Aggregate messages: walked in place, checked against what the originator built
+            // ("msg N:" then the pattern of N), freed with one notice each.
+            let count: u64 = arg(&a, 3);
+            let hold = a.get(4).map(String::as_str) == Some("hold");
+            let mut rx = ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect"))
+                .expect("join the path");
+            let mut got = 0;
+            while got < count {
+                let m = match rx.recv_any().expect("receive") {
+                    Received::Msg(m) => m,
+                    Received::Closed => break,
+                    other => panic!("expected an aggregate message, got {other:?}"),
+                };
+                let w = walk(&rx.receiver, m.root, m.len, Limits::default());
+                assert!(w.anomalies.is_clean(), "message {got}: {:?}", w.anomalies);
+                let mut want = format!("msg {got}:").into_bytes();
+                want.extend(zcio_fbufs::pattern(got, zcio_fbufs::pattern_len(got)));
+                assert!(w.to_vec(&rx.receiver) == want, "message {got} differs");
+                if !hold {
+                    rx.free_msg(m).expect("free");
+                }
+                got += 1;
+            }
+            rx.flush().expect("flush");
+            println!("ok {got} messages");
+            use std::io::Write;
             std::io::stdout().flush().ok();
             if hold {
                 std::thread::sleep(std::time::Duration::from_secs(600));
