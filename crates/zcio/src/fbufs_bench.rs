@@ -3,8 +3,10 @@
 //! (one word per page, or every byte); contenders alternate round by round, and the report
 //! gives the median time per message, its spread, the throughput, and the per-page cost fitted
 //! over the message sizes (the paper's incremental per-page cost), with the asymptotic
-//! throughput it implies.
+//! throughput it implies. iceoryx2, a present-day zero-copy IPC middleware, runs beside them
+//! as a peer the paper could not have measured ([`crate::iceoryx`]).
 
+use crate::iceoryx;
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
 use schemars::JsonSchema;
@@ -19,7 +21,8 @@ pub struct FbufsArgs {
     pub sizes: Vec<usize>,
     /// Contenders, comma-separated (all by default): fbufs-cached-volatile, fbufs-volatile,
     /// fbufs-cached, fbufs, fbufs-cached-volatile-via-server (three processes),
-    /// page-remap-memfd, copy-unix-socket, copy-pipe.
+    /// page-remap-memfd, copy-unix-socket, copy-pipe, iceoryx2 (its publish-subscribe, a
+    /// modern peer not in the paper).
     #[arg(long, value_delimiter = ',')]
     pub contenders: Vec<String>,
     /// Touch patterns, comma-separated: word-per-page (the paper's), every-byte.
@@ -34,6 +37,43 @@ pub struct FbufsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Testing: the iceoryx2 publisher spoils timed message K (`corrupt:K`) or leaves it out
+    /// (`skip:K`), and the receiver must fail.
+    #[arg(long, hide = true)]
+    pub iceoryx2_fault: Option<iceoryx::Fault>,
+}
+
+/// A contender of the bench: one of the fbuf crate's, or iceoryx2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entrant {
+    /// Fbufs, page remapping or a copying path (`zcio_fbufs::bench`).
+    Fbufs(Contender),
+    /// iceoryx2's publish-subscribe between the same two processes ([`crate::iceoryx`]).
+    Iceoryx2,
+}
+
+impl Entrant {
+    /// Every contender: the fbuf crate's in the order of the paper's Table 1, then iceoryx2.
+    pub fn all() -> Vec<Entrant> {
+        Contender::ALL
+            .into_iter()
+            .map(Entrant::Fbufs)
+            .chain([Entrant::Iceoryx2])
+            .collect()
+    }
+
+    /// Its name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Entrant::Fbufs(c) => c.name(),
+            Entrant::Iceoryx2 => iceoryx::NAME,
+        }
+    }
+
+    /// The contender of a name.
+    pub fn parse(s: &str) -> Option<Entrant> {
+        Entrant::all().into_iter().find(|c| c.name() == s)
+    }
 }
 
 /// One contender at one size and touch.
@@ -74,15 +114,15 @@ pub struct Fit {
     pub asymptotic_gbps: f64,
 }
 
-fn parse_contenders(names: &[String]) -> Res<Vec<Contender>> {
+fn parse_contenders(names: &[String]) -> Res<Vec<Entrant>> {
     if names.is_empty() {
-        return Ok(Contender::ALL.to_vec());
+        return Ok(Entrant::all());
     }
     names
         .iter()
         .map(|n| {
-            Contender::parse(n).ok_or_else(|| {
-                let all: Vec<_> = Contender::ALL.iter().map(|c| c.name()).collect();
+            Entrant::parse(n).ok_or_else(|| {
+                let all: Vec<_> = Entrant::all().iter().map(|c| c.name()).collect();
                 format!(
                     "invalid argument `--contenders {n}`: no such contender (known: {})",
                     all.join(", ")
@@ -136,12 +176,20 @@ pub fn measure(a: &FbufsArgs, bar: &indicatif::ProgressBar) -> Res<(Vec<Row>, Ve
                     let i = (k + round) % contenders.len();
                     let c = contenders[i];
                     bar.set_message(format!("{} {} {bytes} B", c.name(), touch.name()));
-                    let spawn = |sock: &std::path::Path| {
-                        spawn_sink(sock, c.name(), touch.name(), bytes, count)
-                    };
-                    let r = zcio_fbufs::bench::run(c, bytes, count, touch, &spawn)
-                        .map_err(|e| format!("{} at {bytes} bytes: {e}", c.name()))?;
-                    samples[i].push(r.ns_per_message);
+                    let ns = match c {
+                        Entrant::Fbufs(f) => {
+                            let spawn = |sock: &std::path::Path| {
+                                spawn_sink(sock, c.name(), touch.name(), bytes, count)
+                            };
+                            zcio_fbufs::bench::run(f, bytes, count, touch, &spawn)
+                                .map(|r| r.ns_per_message)
+                                .map_err(|e| e.to_string())
+                        }
+                        Entrant::Iceoryx2 => iceoryx::run(bytes, count, touch, a.iceoryx2_fault)
+                            .map_err(|e| e.to_string()),
+                    }
+                    .map_err(|e| format!("{} at {bytes} bytes: {e}", c.name()))?;
+                    samples[i].push(ns);
                     bar.inc(1);
                 }
             }

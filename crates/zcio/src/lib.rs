@@ -3,5 +3,6 @@
 
 pub mod bench;
 pub mod fbufs_bench;
+pub mod iceoryx;
 pub mod report;
 pub mod transfer;

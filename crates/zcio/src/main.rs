@@ -62,6 +62,25 @@ enum Cmd {
         #[arg(long)]
         touch: String,
     },
+    /// Internal: the receiving process of `zcio bench fbufs`'s iceoryx2 contender.
+    #[command(hide = true)]
+    Iceoryx2Sink {
+        /// Unix socket path to connect to (control: ready, warm-up, done).
+        #[arg(long)]
+        connect: PathBuf,
+        /// iceoryx2 service name.
+        #[arg(long)]
+        service: String,
+        /// Touch pattern name.
+        #[arg(long)]
+        touch: String,
+        /// Message length.
+        #[arg(long)]
+        bytes: usize,
+        /// Messages, warm-up included.
+        #[arg(long)]
+        messages: u64,
+    },
     /// Internal: the receiving process of `zcio transfer`.
     #[command(hide = true)]
     Peer {
@@ -78,8 +97,9 @@ enum BenchCmd {
     /// Genie's experiments alone (Figures 3, 6, 7): per semantics and input scheme, the
     /// fitted latency line and the measured points.
     Genie(bench::GenieArgs),
-    /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping and
-    /// copies through a pipe and a Unix socket, two processes, per-page cost and throughput.
+    /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping,
+    /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
+    /// throughput.
     Fbufs(zcio::fbufs_bench::FbufsArgs),
 }
 
@@ -98,6 +118,13 @@ fn main() -> ExitCode {
             count,
             touch,
         } => zcio::fbufs_bench::sink(&connect, &contender, bytes, count, &touch),
+        Cmd::Iceoryx2Sink {
+            connect,
+            service,
+            touch,
+            bytes,
+            messages,
+        } => zcio::iceoryx::sink(&connect, &service, &touch, bytes, messages),
         Cmd::Report(a) => zcio::report::run(a),
         Cmd::Probe { dir } => {
             let p = zcio_genie::probe::probe(&dir);

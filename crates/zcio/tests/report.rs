@@ -77,12 +77,13 @@ fn smoke_report_writes_every_output_and_validates() {
     ] {
         assert!(ids.contains(&id), "{id} did not run: {ids:?}");
     }
-    // Paper 001: 8 contenders × 2 touch patterns × 2 sizes, and a per-page fit for each.
+    // Paper 001: 8 contenders and iceoryx2 × 2 touch patterns × 2 sizes, and a per-page fit
+    // for each.
     assert_eq!(
         results["fbufs"]["rows"].as_array().unwrap().len(),
-        8 * 2 * 2
+        9 * 2 * 2
     );
-    assert_eq!(results["fbufs"]["fits"].as_array().unwrap().len(), 8 * 2);
+    assert_eq!(results["fbufs"]["fits"].as_array().unwrap().len(), 9 * 2);
     let g = &results["genie"];
     let r = &g["results"];
     // 8 semantics × 3 input schemes + emulated copy calibrated, at each of 2 lengths.
@@ -386,8 +387,8 @@ fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();
-    // 8 contenders × 2 sizes × 2 touch patterns.
-    assert_eq!(rows.len(), 8 * 2 * 2);
+    // 8 contenders and iceoryx2 × 2 sizes × 2 touch patterns.
+    assert_eq!(rows.len(), 9 * 2 * 2);
     for r in rows {
         assert!(r["throughput_gbps"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["per_page_ns"].is_number(), "{r}");
@@ -406,10 +407,11 @@ fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
         "page-remap-memfd",
         "copy-unix-socket",
         "copy-pipe",
+        "iceoryx2",
     ] {
         assert!(names.contains(n), "{n} missing");
     }
-    assert_eq!(v["fits"].as_array().unwrap().len(), 8 * 2);
+    assert_eq!(v["fits"].as_array().unwrap().len(), 9 * 2);
     let bad = zcio()
         .args(["bench", "fbufs", "--contenders", "carrier-pigeon"])
         .output()
