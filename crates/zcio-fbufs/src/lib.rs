@@ -28,6 +28,7 @@
 pub mod aggregate;
 pub mod bench;
 pub mod link;
+pub mod owner;
 pub mod path;
 pub mod region;
 

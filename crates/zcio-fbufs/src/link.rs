@@ -60,7 +60,7 @@ pub enum LinkError {
     },
 }
 
-fn frame(kind: u64, r: FbufRef) -> [u8; FRAME] {
+pub(crate) fn frame(kind: u64, r: FbufRef) -> [u8; FRAME] {
     let mut b = [0u8; FRAME];
     b[..8].copy_from_slice(&kind.to_le_bytes());
     b[8..16].copy_from_slice(&r.addr.to_le_bytes());
@@ -80,7 +80,7 @@ fn parse(b: &[u8; FRAME]) -> (u64, FbufRef) {
 }
 
 /// What reading a link gave.
-enum Next {
+pub(crate) enum Next {
     /// A whole frame.
     Frame(u64, FbufRef),
     /// Nothing queued (only when not waiting).
@@ -91,14 +91,14 @@ enum Next {
 
 /// Frames read from a socket in bulk: one system call takes every frame queued (a batch of
 /// deallocation notices, a run of sends), which the caller then takes one by one.
-struct Frames {
+pub(crate) struct Frames {
     buf: Box<[u8; FRAME * 256]>,
     lo: usize,
     hi: usize,
 }
 
 impl Frames {
-    fn new() -> Frames {
+    pub(crate) fn new() -> Frames {
         Frames {
             buf: Box::new([0; FRAME * 256]),
             lo: 0,
@@ -112,7 +112,7 @@ impl Frames {
     }
 
     /// The next frame: from the buffer, else from one read of `sock`, waiting for one if `wait`.
-    fn next(&mut self, sock: &UnixStream, wait: bool) -> Result<Next, LinkError> {
+    pub(crate) fn next(&mut self, sock: &UnixStream, wait: bool) -> Result<Next, LinkError> {
         use rustix::net::RecvFlags;
         while !self.ready() {
             if self.lo > 0 {

@@ -86,6 +86,19 @@ pub enum FbufError {
         /// Chunk size.
         chunk_bytes: usize,
     },
+    /// The allocator needs more chunks than its owner has granted it (ask the owner).
+    #[error(
+        "fbuf allocator needs {needed} chunks and was granted {granted}: ask the owner for more"
+    )]
+    NeedChunks {
+        /// Chunks needed in all.
+        needed: usize,
+        /// Chunks granted so far.
+        granted: usize,
+    },
+    /// The owner refused a request.
+    #[error("fbuf owner refused: {0}")]
+    Refused(String),
     /// A zero-length fbuf.
     #[error("an fbuf holds at least one byte")]
     Empty,
@@ -217,6 +230,8 @@ pub struct Originator {
     free: HashMap<usize, Vec<u64>>,
     /// Sent fbufs: receivers yet to free them, capacity, and whether made read-only.
     out: HashMap<u64, (usize, u64, bool)>,
+    /// Chunks this allocator has been granted (the whole quota unless an owner grants them).
+    granted: usize,
 }
 
 impl Originator {
@@ -229,7 +244,26 @@ impl Originator {
             next: 0,
             free: HashMap::new(),
             out: HashMap::new(),
+            granted: info.quota_chunks,
         })
+    }
+
+    /// An allocator that may use only the chunks an owner grants it, none yet
+    /// ([`crate::owner`]); it asks for more with [`FbufError::NeedChunks`].
+    pub fn granted_by_owner(fd: BorrowedFd<'_>, info: PathInfo) -> Result<Originator, FbufError> {
+        let mut o = Originator::new(fd, info)?;
+        o.granted = 0;
+        Ok(o)
+    }
+
+    /// Chunks granted so far.
+    pub fn granted(&self) -> usize {
+        self.granted
+    }
+
+    /// The owner granted chunks: `total` in all (never more than the quota).
+    pub fn set_granted(&mut self, total: usize) {
+        self.granted = total.min(self.info.quota_chunks);
     }
 
     /// The path's geometry.
@@ -279,6 +313,12 @@ impl Originator {
                 needed,
                 quota: self.info.quota_chunks,
                 chunk_bytes: self.info.chunk_bytes,
+            });
+        }
+        if needed > self.granted {
+            return Err(FbufError::NeedChunks {
+                needed,
+                granted: self.granted,
             });
         }
         let addr = (self.info.addr + self.next) as u64;

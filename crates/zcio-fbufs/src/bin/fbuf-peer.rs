@@ -18,6 +18,8 @@
 //!   its socket to a child (`sleep 60`, whose pid it prints) and exits.
 //! - `fbuf-peer receive-msgs SOCKET N [hold]`: takes N aggregate messages, walks and checks
 //!   each, and frees it (or holds them all and sleeps).
+//! - `fbuf-peer owner-originator OWNER SOCKET N`: creates a path through the owner, sends N
+//!   fbufs to the receiver at SOCKET with chunks the owner grants, and waits to be killed.
 //! - `fbuf-peer free-two-secure-third SOCKET`: takes three fbufs, frees two, secures the third
 //!   and prints how many notices rode along with the request.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
@@ -27,6 +29,7 @@ use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use zcio_fbufs::aggregate::{Limits, walk};
 use zcio_fbufs::link::{Forwarder, OriginatorEnd, Received, ReceiverEnd};
+use zcio_fbufs::owner::OwnerClient;
 use zcio_fbufs::path::{FbufRef, Originator, PathInfo, PathMemory, Receiver, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
 
@@ -200,6 +203,38 @@ fn main() {
             if hold {
                 std::thread::sleep(std::time::Duration::from_secs(600));
             }
+        }
+        Some("owner-originator") => {
+            // A path created through the owner at a[2], offered to the receiver at a[3]: N fbufs
+            // sent, then this process waits (mid-stream) to be killed.
+            let count: u64 = arg(&a, 4);
+            let mut owner = OwnerClient::connect(a[2].as_ref()).expect("connect to the owner");
+            let (info, fd) = owner
+                .create_path(
+                    4,
+                    Variant {
+                        cached: true,
+                        volatile: false,
+                    },
+                )
+                .expect("create a path");
+            let o = Originator::granted_by_owner(fd.as_fd(), info).expect("map the path");
+            let mut end = OriginatorEnd::new(o);
+            let ro = zcio_vm::mapping::reopen_read_only(fd.as_fd()).expect("read-only descriptor");
+            let sock = UnixStream::connect(&a[3]).expect("connect to the receiver");
+            end.add_receiver(sock, ro.as_fd()).expect("offer the path");
+            for i in 0..count {
+                let len = zcio_fbufs::pattern_len(i);
+                let f = owner.alloc_waiting(&mut end, len).expect("alloc");
+                end.originator
+                    .write(&f, 0, &zcio_fbufs::pattern(i, len))
+                    .expect("write");
+                end.send(f, &[0]).expect("send");
+            }
+            println!("sent {count} granted {}", end.originator.granted());
+            use std::io::Write;
+            std::io::stdout().flush().ok();
+            std::thread::sleep(std::time::Duration::from_secs(600));
         }
         Some("forward") => {
             let up = ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect upstream"))

@@ -1,0 +1,143 @@
+//! The fbuf region's owner: chunks granted against a path's quota and the region's budget, and
+//! taken back when every process of a path is gone, whatever way it went.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use zcio_fbufs::link::ReceiverEnd;
+use zcio_fbufs::owner::{Owner, OwnerClient};
+use zcio_fbufs::path::{Originator, Variant};
+use zcio_fbufs::region::RegionRead;
+use zcio_fbufs::{pattern, pattern_len};
+
+/// An owner serving on a thread until the returned flag is set.
+fn owner(
+    dir: &std::path::Path,
+    budget: usize,
+) -> (
+    std::path::PathBuf,
+    Arc<AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
+    let at = dir.join("owner");
+    let mut o = Owner::bind(&at, 256 * 1024, budget).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let t = std::thread::spawn(move || {
+        o.serve(Duration::from_millis(20), |_| s.load(Ordering::Relaxed))
+            .unwrap()
+    });
+    (at, stop, t)
+}
+
+fn wait_stats(c: &mut OwnerClient, want: (usize, usize)) {
+    let t = Instant::now();
+    loop {
+        let got = c.stats().unwrap();
+        if got == want {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "owner stats stayed {got:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+const V: Variant = Variant {
+    cached: true,
+    volatile: true,
+};
+
+#[test]
+fn grants_stop_at_the_quota_and_the_budget_and_other_paths_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (at, stop, t) = owner(dir.path(), 6);
+    let mut a = OwnerClient::connect(&at).unwrap();
+    let (ia, fa) = a.create_path(4, V).unwrap();
+    let mut oa = Originator::granted_by_owner(fa.as_fd(), ia).unwrap();
+    // Nothing granted yet: the allocator asks, and gets, a chunk.
+    assert!(oa.alloc(100).is_err());
+    let f = a.alloc(&mut oa, 100).unwrap();
+    assert_eq!(oa.granted(), 1);
+    oa.free(f).unwrap();
+    assert_eq!(a.grant(ia.addr as u64, 3).unwrap(), 4);
+    let e = a.grant(ia.addr as u64, 1).unwrap_err().to_string();
+    assert!(e.contains("quota of 4 chunks"), "{e}");
+    // Another path gets the two chunks left of the budget of six, then no more.
+    let mut b = OwnerClient::connect(&at).unwrap();
+    let (ib, _fb) = b.create_path(4, V).unwrap();
+    assert_eq!(b.grant(ib.addr as u64, 2).unwrap(), 2);
+    let e = b.grant(ib.addr as u64, 1).unwrap_err().to_string();
+    assert!(e.contains("0 chunks left"), "{e}");
+    // Nobody is granted chunks of a path it did not create, nor of one that does not exist.
+    let e = b.grant(ia.addr as u64, 1).unwrap_err().to_string();
+    assert!(e.contains("only the originator"), "{e}");
+    let mut c = OwnerClient::connect(&at).unwrap();
+    let e = c.join_path(0x1000).unwrap_err().to_string();
+    assert!(e.contains("no path at 0x1000"), "{e}");
+    assert_eq!(c.stats().unwrap(), (6, 2));
+    // The first path ends (its only process lets go): its four chunks are back for the second.
+    drop(oa);
+    drop(a);
+    wait_stats(&mut c, (2, 1));
+    assert_eq!(b.grant(ib.addr as u64, 2).unwrap(), 4);
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}
+
+#[test]
+fn an_originator_killed_mid_stream_leaves_its_chunks_to_its_receivers_until_they_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let (at, stop, t) = owner(dir.path(), 64);
+    let mut stats = OwnerClient::connect(&at).unwrap();
+    assert_eq!(stats.stats().unwrap(), (0, 0));
+    let link = dir.path().join("link");
+    let l = UnixListener::bind(&link).unwrap();
+    let mut originator = Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
+        .args([
+            "owner-originator",
+            at.to_str().unwrap(),
+            link.to_str().unwrap(),
+            "12",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    let mut rx = ReceiverEnd::connect(s).unwrap();
+    // This receiver holds the path through the owner too.
+    let mut member = OwnerClient::connect(&at).unwrap();
+    member.join_path(rx.info().addr as u64).unwrap();
+    let got: Vec<_> = (0..12).map(|_| rx.recv().unwrap().unwrap()).collect();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(originator.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("sent 12 granted "), "{line}");
+    let granted: usize = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(granted >= 1);
+    assert_eq!(stats.stats().unwrap(), (granted, 1));
+    originator.kill().unwrap();
+    originator.wait().unwrap();
+    // The originator is gone; its fbufs are still there to read, byte for byte, and the path's
+    // chunks stay accounted to it while this receiver holds it.
+    for (i, r) in got.iter().enumerate() {
+        let mut buf = vec![0u8; r.len as usize];
+        assert!(rx.receiver.read_bytes(r.addr, &mut buf));
+        assert!(buf == pattern(i as u64, pattern_len(i as u64)), "fbuf {i}");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(stats.stats().unwrap(), (granted, 1));
+    // The last process lets go: the accounting is back at its baseline.
+    drop(rx);
+    drop(member);
+    wait_stats(&mut stats, (0, 0));
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}
