@@ -4,25 +4,28 @@
 //! region is mapped at the same virtual address in every process of the path, so a reference is
 //! an address that means the same thing everywhere.
 //!
-//! This crate grows in steps. Here now:
+//! The modules, bottom up:
 //! - [`region`]: how a process reads and writes the fbuf region. Every read is bounds-checked
 //!   and word-atomic, because another process (a buggy or malicious originator of a volatile
-//!   fbuf) may rewrite any byte at any time.
+//!   fbuf) may rewrite any byte at any time; loops go through word slices, one check per range.
 //! - [`path`]: a data path's fbufs: one memfd per path at the same address everywhere,
 //!   read-only in receivers (enforced by the kernel: their descriptor is read-only), chunks
 //!   under a quota, LIFO free lists, cached or uncached, volatile or not (a non-volatile send
 //!   makes the fbuf read-only in the originator until every receiver has freed it).
-//! - [`link`]: fbufs between processes: the path offered once with a read-only descriptor,
-//!   one 24-byte frame per send, deallocation notices batched back, every reference of a
-//!   receiver that dies released, and a forwarding server for three-process paths.
-//! - [`bench`]: the experiments of Table 1 and Figure 3 (fbuf variants against page remapping
-//!   and copies, between two processes), run by `zcio bench fbufs`.
 //! - [`aggregate`]: x-kernel aggregate objects (§3.2.3, Figure 2): a DAG of leaf, join and
 //!   slice nodes stored in the region itself, so that a send passes one root reference. It
 //!   offers join, split, clip and header prepend, and a receiver-side reader that checks every
 //!   reference, survives cycles and concurrent rewriting, reads unreadable references as "no
 //!   data", and returns application data units across fragment boundaries, copying only the
 //!   units that straddle fragments (§5.2).
+//! - [`link`]: fbufs and aggregate messages between processes: the path offered once with a
+//!   read-only descriptor, one 24-byte frame per send, deallocation notices batched back or
+//!   piggybacked on requests, every reference of a receiver that dies released (seen through
+//!   a pidfd), and a forwarding server for three-process paths.
+//! - [`owner`]: the region's owner (the kernel's role): paths created, chunks granted against
+//!   quotas and a budget, and taken back when every process of a path is gone.
+//! - [`bench`](mod@bench): the experiments of Table 1 and Figure 3 (fbuf variants against page
+//!   remapping and copies, between two processes), run by `zcio bench fbufs`.
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
