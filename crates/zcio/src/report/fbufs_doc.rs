@@ -1,5 +1,6 @@
 //! The report's section for paper 001 (fbufs): the Table 1 analogue and Figure 3, with the
-//! paper's numbers beside this machine's.
+//! paper's numbers beside this machine's, and iceoryx2, a present-day zero-copy IPC the paper
+//! could not have measured, beside both.
 
 use crate::report::Results;
 use crate::report::doc::Block;
@@ -26,6 +27,12 @@ const PAPER_TABLE1: [(&str, &str, f64, f64); 6] = [
     ),
     ("copy-unix-socket", "copy", 316.0, 104.0),
 ];
+
+/// Contenders measured beside the paper's that it has no counterpart for.
+const PEERS: [(&str, &str); 1] = [(
+    crate::iceoryx::NAME,
+    "none: a modern peer, not in the paper",
+)];
 
 fn word(r: &Results) -> Option<(&Vec<crate::fbufs_bench::Row>, &Vec<crate::fbufs_bench::Fit>)> {
     r.fbufs.as_ref().map(|f| (&f.rows, &f.fits))
@@ -69,7 +76,76 @@ pub fn findings(r: &Results) -> Vec<String> {
             s / f
         ));
     }
+    if let Some(c) = PeerComparison::of(rows) {
+        out.push(format!(
+            "Fbufs against iceoryx2 (a modern peer, not in the paper), one word touched per page: at {} a message costs {} µs with cached/volatile fbufs and {} µs with iceoryx2 ({}); at {} they move {:.2} and {:.2} GB/s ({}).",
+            size(c.small),
+            us(c.small_fbufs),
+            us(c.small_iceoryx),
+            faster("cached/volatile fbufs", c.small_iceoryx, "iceoryx2", c.small_fbufs),
+            size(c.big),
+            c.big_fbufs,
+            c.big_iceoryx,
+            faster("cached/volatile fbufs", c.big_fbufs, "iceoryx2", c.big_iceoryx),
+        ));
+    }
     out
+}
+
+/// "A is r× faster than B" or the other way round, from two measurements where larger means
+/// faster for `a` (a throughput, or the other side's time).
+fn faster(a: &str, a_value: f64, b: &str, b_value: f64) -> String {
+    if a_value >= b_value {
+        format!("{a} {:.1}× faster", a_value / b_value.max(1e-12))
+    } else {
+        format!(
+            "{b} {:.1}× faster: fbufs lose here",
+            b_value / a_value.max(1e-12)
+        )
+    }
+}
+
+/// Cached/volatile fbufs against iceoryx2 (and a Unix socket) at the smallest size measured
+/// (per-message overhead) and at 1 MiB (or the largest size short of it), one word per page.
+struct PeerComparison {
+    small: usize,
+    small_fbufs: f64,
+    small_iceoryx: f64,
+    big: usize,
+    big_fbufs: f64,
+    big_iceoryx: f64,
+}
+
+impl PeerComparison {
+    fn of(rows: &[crate::fbufs_bench::Row]) -> Option<PeerComparison> {
+        let t = "word-per-page";
+        let at = |v: &str, b: usize| {
+            rows.iter()
+                .find(|x| x.variant == v && x.touch == t && x.bytes == b)
+        };
+        let (small, big) = compared_sizes(rows)?;
+        let f = "fbufs-cached-volatile";
+        let i = crate::iceoryx::NAME;
+        Some(PeerComparison {
+            small,
+            small_fbufs: at(f, small)?.ns_per_message,
+            small_iceoryx: at(i, small)?.ns_per_message,
+            big,
+            big_fbufs: at(f, big)?.throughput_gbps,
+            big_iceoryx: at(i, big)?.throughput_gbps,
+        })
+    }
+}
+
+/// The smallest size measured, and 1 MiB if measured, else the largest size.
+fn compared_sizes(rows: &[crate::fbufs_bench::Row]) -> Option<(usize, usize)> {
+    let small = rows.iter().map(|x| x.bytes).min()?;
+    let big = if rows.iter().any(|x| x.bytes == 1 << 20) {
+        1 << 20
+    } else {
+        rows.iter().map(|x| x.bytes).max()?
+    };
+    Some((small, big))
 }
 
 /// The section.
@@ -83,19 +159,24 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             "Paper 001 — Fbufs: cross-domain transfer through shared buffers",
         ),
         p(
-            "Two processes: an originator writes one word in each page of a message (or every byte) and passes it to a receiver process, which touches one word in each page (or every byte) and frees it. Messages stream: the time per message over a run is the incremental cost the paper reports, and its slope against the page count (fitted over the sizes, least squares on relative error) is the per-page cost. Each run fills the path once before it is timed, so the fbuf runs measure the steady state the paper measured (cached fbufs reused). Fbufs are the four variants of §3.2; page remapping is a fresh memfd per message, passed and mapped by the receiver (the page-remapping baseline of §3.1, Mach COW's role in Table 1); the copies go through a Unix socket and a pipe.",
+            "Two processes: an originator writes one word in each page of a message (or every byte) and passes it to a receiver process, which touches one word in each page (or every byte) and frees it. Messages stream: the time per message over a run is the incremental cost the paper reports, and its slope against the page count (fitted over the sizes, least squares on relative error) is the per-page cost. Each run fills the path once before it is timed, so the fbuf runs measure the steady state the paper measured (cached fbufs reused). Fbufs are the four variants of §3.2; page remapping is a fresh memfd per message, passed and mapped by the receiver (the page-remapping baseline of §3.1, Mach COW's role in Table 1); the copies go through a Unix socket and a pipe. Beside them runs iceoryx2 (eclipse-iceoryx/iceoryx2), a present-day zero-copy IPC middleware the paper could not have measured: its publish-subscribe between the same two processes, payloads in shared memory loaned by the publisher, with as many messages in flight as the fbuf path holds, no message dropped (the publisher waits when the subscriber's queue is full), and the subscriber asleep on an iceoryx2 event listener while its queue is empty; it too is warmed up (every sample written and read once) before it is timed.",
         ),
     ];
     for touch in ["word-per-page", "every-byte"] {
         let mut trows = Vec::new();
         for f in fits.iter().filter(|f| f.touch == touch) {
             let paper = PAPER_TABLE1.iter().find(|x| x.0 == f.variant);
+            let peer = PEERS.iter().find(|x| x.0 == f.variant);
             trows.push(vec![
                 f.variant.clone(),
                 format!("{:.1}", f.per_page_ns),
                 format!("{:.2}", f.asymptotic_gbps),
                 f.r2.map_or("-".into(), |r| format!("{r:.3}")),
-                paper.map_or("-".into(), |x| x.1.to_string()),
+                paper
+                    .map(|x| x.1)
+                    .or(peer.map(|x| x.1))
+                    .unwrap_or("-")
+                    .to_string(),
                 paper.map_or("-".into(), |x| format!("{:.0} µs", x.2)),
                 paper.map_or("-".into(), |x| format!("{:.0} Mb/s", x.3)),
             ]);
@@ -198,6 +279,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
         let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
         b.push(table("Throughput (GB/s) by message size", &hdr, body));
     }
+    b.extend(peer_blocks(rows, fits));
     // Figure 4: the same fbufs through a server process that forwards them untouched.
     let t = "word-per-page";
     let at = |v: &str, s: usize| {
@@ -235,5 +317,112 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             body,
         ));
     }
+    b
+}
+
+/// Cached/volatile fbufs beside iceoryx2 and a Unix socket: the cost of a small message (one
+/// hop, originator to receiver) and the throughput at 1 MiB, both touch patterns.
+fn peer_blocks(rows: &[crate::fbufs_bench::Row], fits: &[crate::fbufs_bench::Fit]) -> Vec<Block> {
+    let fb = "fbufs-cached-volatile";
+    let ix = crate::iceoryx::NAME;
+    let sock = "copy-unix-socket";
+    let Some((small, big)) = compared_sizes(rows) else {
+        return Vec::new();
+    };
+    let row = |v: &str, t: &str, b: usize| {
+        rows.iter()
+            .find(|x| x.variant == v && x.touch == t && x.bytes == b)
+    };
+    if !rows.iter().any(|x| x.variant == ix) || !rows.iter().any(|x| x.variant == fb) {
+        return Vec::new();
+    }
+    let mut b = vec![h(3, "Beside a modern peer: iceoryx2")];
+    let mut text = Vec::new();
+    for (t, said) in [
+        ("word-per-page", "one word touched per page"),
+        ("every-byte", "every byte touched"),
+    ] {
+        let (Some(f), Some(i)) = (row(fb, t, small), row(ix, t, small)) else {
+            continue;
+        };
+        let mut s = format!(
+            "With {said}: at {} a message costs {} µs through cached/volatile fbufs and {} µs through iceoryx2 ({}).",
+            size(small),
+            us(f.ns_per_message),
+            us(i.ns_per_message),
+            faster(
+                "cached/volatile fbufs",
+                i.ns_per_message,
+                "iceoryx2",
+                f.ns_per_message
+            ),
+        );
+        if let (Some(f), Some(i)) = (row(fb, t, big), row(ix, t, big)) {
+            s.push_str(&format!(
+                " At {} cached/volatile fbufs move {:.2} GB/s",
+                size(big),
+                f.throughput_gbps
+            ));
+            if let Some(u) = row(sock, t, big) {
+                s.push_str(&format!(
+                    ", {:.1}× the {:.2} GB/s of a Unix socket,",
+                    f.throughput_gbps / u.throughput_gbps,
+                    u.throughput_gbps
+                ));
+            }
+            s.push_str(&format!(
+                " and iceoryx2 {:.2} GB/s ({}).",
+                i.throughput_gbps,
+                faster(
+                    "cached/volatile fbufs",
+                    f.throughput_gbps,
+                    "iceoryx2",
+                    i.throughput_gbps
+                ),
+            ));
+        }
+        let pp = |v: &str| {
+            fits.iter()
+                .find(|x| x.variant == v && x.touch == t)
+                .map(|x| x.per_page_ns)
+        };
+        if let (Some(f), Some(i)) = (pp(fb), pp(ix)) {
+            s.push_str(&format!(
+                " Fitted over all sizes, a page costs {f:.1} ns through fbufs and {i:.1} ns through iceoryx2."
+            ));
+        }
+        text.push(s);
+    }
+    b.push(p(format!(
+        "Both pass a reference to shared memory and leave the data where the originator wrote it; what differs is the bookkeeping per message and how the receiver learns of it (a frame on a Unix socket for fbufs, a queue in shared memory and an event for iceoryx2). {}",
+        text.join(" ")
+    )));
+    let mut body = Vec::new();
+    for v in [fb, ix, sock] {
+        let cell = |t: &str, b: usize, f: &dyn Fn(&crate::fbufs_bench::Row) -> String| {
+            row(v, t, b).map_or("-".to_string(), f)
+        };
+        if !rows.iter().any(|x| x.variant == v) {
+            continue;
+        }
+        body.push(vec![
+            v.to_string(),
+            cell("word-per-page", small, &|x| us(x.ns_per_message)),
+            cell("every-byte", small, &|x| us(x.ns_per_message)),
+            cell("word-per-page", big, &|x| {
+                format!("{:.2}", x.throughput_gbps)
+            }),
+            cell("every-byte", big, &|x| format!("{:.2}", x.throughput_gbps)),
+        ]);
+    }
+    let h1 = format!("{} µs/message, word per page", size(small));
+    let h2 = format!("{} µs/message, every byte", size(small));
+    let h3 = format!("{} GB/s, word per page", size(big));
+    let h4 = format!("{} GB/s, every byte", size(big));
+    b.push(table(
+        "Per-message cost of the smallest message (one hop) and throughput at the larger size (median of rounds)",
+        &["contender", &h1, &h2, &h3, &h4],
+        body,
+    ));
     b
 }
