@@ -100,8 +100,8 @@ pub struct Page {
 /// A message written on purpose wrongly, to see the receiver notice (tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
-    /// The last page of timed message K carries a wrong stamp (the receiver, which counts the
-    /// warm-up too, names it message [`in_flight`] + K).
+    /// The last word the receiver reads of timed message K is wrong (the receiver, which
+    /// counts the warm-up too, names it message [`in_flight`] + K).
     Corrupt(u64),
     /// Timed message K is never sent.
     Skip(u64),
@@ -131,7 +131,8 @@ trait Unit: Debug + ZeroCopySend + Sized + 'static {
     const PER_PAGE: usize;
     /// Write message `message` into a loaned sample.
     fn write(s: Uninit<Self>, message: u64) -> Written<Self>;
-    /// Spoil the last page's stamp.
+    /// Spoil the last word the receiver reads: the last page's stamp for one word per page,
+    /// the message's last word (past the stamp) for every byte.
     fn spoil(s: &mut Written<Self>);
     /// Touch a received message expected to be `message`: a sum of what was read, or what is
     /// wrong with it.
@@ -180,9 +181,8 @@ impl Unit for u64 {
         s
     }
     fn spoil(s: &mut Written<Self>) {
-        let n = s.payload().len();
-        if n >= Self::PER_PAGE {
-            s.payload_mut()[n - Self::PER_PAGE] ^= 1;
+        if let Some(w) = s.payload_mut().last_mut() {
+            *w ^= 1;
         }
     }
     fn touch(payload: &[Self], message: u64) -> Result<u64, String> {
