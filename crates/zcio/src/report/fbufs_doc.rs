@@ -394,7 +394,7 @@ fn peer_blocks(rows: &[crate::fbufs_bench::Row], fits: &[crate::fbufs_bench::Fit
         text.push(s);
     }
     b.push(p(format!(
-        "Both pass a reference to shared memory and leave the data where the originator wrote it; what differs is the bookkeeping per message and how the receiver learns of it (a frame on a Unix socket for fbufs, a queue in shared memory and an event for iceoryx2). {}",
+        "Both pass a reference to shared memory and leave the data where the originator wrote it; what differs is the bookkeeping per message and how the receiver learns of it (a frame on a Unix socket for fbufs, a queue in shared memory and an event for iceoryx2). Touching every byte, the two also write and read differently: the fbuf originator fills a buffer and copies it into the fbuf through the region's accessor and the receiver reads it word by word through its own, while iceoryx2's publisher writes the loaned sample in place and its subscriber sums it as a slice. {}",
         text.join(" ")
     )));
     let mut body = Vec::new();
