@@ -76,65 +76,50 @@ pub fn findings(r: &Results) -> Vec<String> {
             s / f
         ));
     }
-    if let Some(c) = PeerComparison::of(rows) {
-        out.push(format!(
-            "Fbufs against iceoryx2 (a modern peer, not in the paper), one word touched per page: at {} a message costs {} µs with cached/volatile fbufs and {} µs with iceoryx2 ({}); at {} they move {:.2} and {:.2} GB/s ({}).",
-            size(c.small),
-            us(c.small_fbufs),
-            us(c.small_iceoryx),
-            faster("cached/volatile fbufs", c.small_iceoryx, "iceoryx2", c.small_fbufs),
-            size(c.big),
-            c.big_fbufs,
-            c.big_iceoryx,
-            faster("cached/volatile fbufs", c.big_fbufs, "iceoryx2", c.big_iceoryx),
-        ));
-    }
-    out
-}
-
-/// "A is r× faster than B" or the other way round, from two measurements where larger means
-/// faster for `a` (a throughput, or the other side's time).
-fn faster(a: &str, a_value: f64, b: &str, b_value: f64) -> String {
-    if a_value >= b_value {
-        format!("{a} {:.1}× faster", a_value / b_value.max(1e-12))
-    } else {
-        format!(
-            "{b} {:.1}× faster: fbufs lose here",
-            b_value / a_value.max(1e-12)
-        )
-    }
-}
-
-/// Cached/volatile fbufs against iceoryx2 (and a Unix socket) at the smallest size measured
-/// (per-message overhead) and at 1 MiB (or the largest size short of it), one word per page.
-struct PeerComparison {
-    small: usize,
-    small_fbufs: f64,
-    small_iceoryx: f64,
-    big: usize,
-    big_fbufs: f64,
-    big_iceoryx: f64,
-}
-
-impl PeerComparison {
-    fn of(rows: &[crate::fbufs_bench::Row]) -> Option<PeerComparison> {
-        let t = "word-per-page";
+    if let Some((small, big)) = compared_sizes(rows) {
         let at = |v: &str, b: usize| {
             rows.iter()
                 .find(|x| x.variant == v && x.touch == t && x.bytes == b)
         };
-        let (small, big) = compared_sizes(rows)?;
-        let f = "fbufs-cached-volatile";
-        let i = crate::iceoryx::NAME;
-        Some(PeerComparison {
-            small,
-            small_fbufs: at(f, small)?.ns_per_message,
-            small_iceoryx: at(i, small)?.ns_per_message,
-            big,
-            big_fbufs: at(f, big)?.throughput_gbps,
-            big_iceoryx: at(i, big)?.throughput_gbps,
-        })
+        let (fb, ix) = ("fbufs-cached-volatile", crate::iceoryx::NAME);
+        if let (Some(fs), Some(is), Some(fl), Some(il)) =
+            (at(fb, small), at(ix, small), at(fb, big), at(ix, big))
+        {
+            out.push(format!(
+                "Fbufs against iceoryx2 (a modern peer, not in the paper), one word touched per page: at {} a message costs {} µs with cached/volatile fbufs and {} µs with iceoryx2 ({}); at {} they move {:.2} and {:.2} GB/s ({}).",
+                size(small),
+                us(fs.ns_per_message),
+                us(is.ns_per_message),
+                faster(fs, is),
+                size(big),
+                fl.throughput_gbps,
+                il.throughput_gbps,
+                faster(fl, il),
+            ));
+        }
     }
+    out
+}
+
+/// Which of cached/volatile fbufs (`f`) and iceoryx2 (`i`), measured at the same size, was
+/// faster and by how much, and whether the rounds' ranges overlap.
+fn faster(f: &crate::fbufs_bench::Row, i: &crate::fbufs_bench::Row) -> String {
+    let overlap = f.spread_ns[0].max(i.spread_ns[0]) <= f.spread_ns[1].min(i.spread_ns[1]);
+    let mut s = if f.ns_per_message <= i.ns_per_message {
+        format!(
+            "cached/volatile fbufs {:.1}× faster",
+            i.ns_per_message / f.ns_per_message.max(1e-12)
+        )
+    } else {
+        format!(
+            "iceoryx2 {:.1}× faster: fbufs lose here",
+            f.ns_per_message / i.ns_per_message.max(1e-12)
+        )
+    };
+    if overlap {
+        s.push_str(", though the rounds' ranges overlap");
+    }
+    s
 }
 
 /// The smallest size measured, and 1 MiB if measured, else the largest size.
@@ -350,12 +335,7 @@ fn peer_blocks(rows: &[crate::fbufs_bench::Row], fits: &[crate::fbufs_bench::Fit
             size(small),
             us(f.ns_per_message),
             us(i.ns_per_message),
-            faster(
-                "cached/volatile fbufs",
-                i.ns_per_message,
-                "iceoryx2",
-                f.ns_per_message
-            ),
+            faster(f, i),
         );
         if let (Some(f), Some(i)) = (row(fb, t, big), row(ix, t, big)) {
             s.push_str(&format!(
@@ -373,12 +353,7 @@ fn peer_blocks(rows: &[crate::fbufs_bench::Row], fits: &[crate::fbufs_bench::Fit
             s.push_str(&format!(
                 " and iceoryx2 {:.2} GB/s ({}).",
                 i.throughput_gbps,
-                faster(
-                    "cached/volatile fbufs",
-                    f.throughput_gbps,
-                    "iceoryx2",
-                    i.throughput_gbps
-                ),
+                faster(f, i),
             ));
         }
         let pp = |v: &str| {
