@@ -34,6 +34,7 @@ pub mod link;
 pub mod owner;
 pub mod path;
 pub mod region;
+pub mod ring;
 
 /// The test pattern of message `seq`: `len` bytes both ends can regenerate (used by the tests,
 /// the benchmark and `fbuf-peer`).

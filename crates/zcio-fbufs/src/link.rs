@@ -23,6 +23,7 @@
 use crate::aggregate::{Msg, NODE_BYTES};
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, Receiver, Variant};
 use crate::region::RegionRead;
+use crate::ring::{Dir, Rings};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -35,6 +36,8 @@ const SECURE: u64 = 3;
 const SECURED: u64 = 4;
 /// An aggregate message: the frame carries its root node and length.
 const MSG: u64 = 5;
+/// A wake-up for an end asleep on the socket (something is on its ring).
+const WAKE: u64 = 6;
 const FRAME: usize = 24;
 
 /// What went wrong on a link.
@@ -145,11 +148,13 @@ impl Frames {
     }
 }
 
-/// Offer a path to a receiver: its geometry and a read-only descriptor of its memory.
+/// Offer a path to a receiver: its geometry, a read-only descriptor of its memory, and the
+/// descriptor of the link's rings (none when the path is offered outside a link).
 pub fn offer_path(
     sock: &UnixStream,
     info: PathInfo,
     ro_fd: BorrowedFd<'_>,
+    rings: Option<BorrowedFd<'_>>,
 ) -> Result<(), LinkError> {
     let words = [
         info.addr as u64,
@@ -158,12 +163,14 @@ pub fn offer_path(
         info.variant.cached as u64 | (info.variant.volatile as u64) << 1,
     ];
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &[ro_fd])?;
+    let fds: Vec<BorrowedFd<'_>> = std::iter::once(ro_fd).chain(rings).collect();
+    zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
     Ok(())
 }
 
-/// Accept a path offered with [`offer_path`].
-pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd), LinkError> {
+/// Accept a path offered with [`offer_path`]: its geometry, its memory's descriptor, and the
+/// link's rings if they came with it.
+pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd, Option<OwnedFd>), LinkError> {
     let mut b = [0u8; 32];
     let (n, mut fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut b)?;
     if n == 0 {
@@ -171,9 +178,9 @@ pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd), LinkError> 
             during: "waiting for the path",
         });
     }
-    if n != 32 || fds.len() != 1 {
+    if n != 32 || fds.is_empty() || fds.len() > 2 {
         return Err(LinkError::Protocol(format!(
-            "path offer of {n} bytes and {} descriptors (want 32 and 1)",
+            "path offer of {n} bytes and {} descriptors (want 32 and 1 or 2)",
             fds.len()
         )));
     }
@@ -196,7 +203,22 @@ pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd), LinkError> 
             "implausible path offered: {info:?}"
         )));
     }
-    Ok((info, fds.pop().expect("one descriptor")))
+    let rings = (fds.len() == 2).then(|| fds.pop().expect("two descriptors"));
+    Ok((info, fds.pop().expect("one descriptor"), rings))
+}
+
+/// Wake the other end, asleep on the socket: a WAKE frame, unless the socket is full (then it
+/// has unread frames and is awake to them anyway).
+fn wake(sock: &UnixStream) {
+    use rustix::net::SendFlags;
+    let f = frame(WAKE, FbufRef { addr: 0, len: 0 });
+    match rustix::net::send(sock, &f, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        // A frame cut short would break the framing: finish it.
+        Ok(n) if n < FRAME => {
+            let _ = (&*sock).write_all(&f[n..]);
+        }
+        _ => {}
+    }
 }
 
 /// References a peer holds, with how many times each was sent to it.
@@ -240,14 +262,116 @@ impl Held {
     }
 }
 
+/// The sending side of a link to one receiver (an originator's, or a forwarding server's
+/// downstream): sends go on the rings, what comes back is collected from them and from the
+/// socket.
 struct Peer {
     sock: UnixStream,
     frames: Frames,
+    rings: Rings,
+    /// Producer position on the sends ring, consumer position on the frees ring.
+    tx: u64,
+    rx: u64,
+    /// Socket messages of the receiver already read.
+    mail_seen: u64,
     /// The receiving process, watched so that its exit releases what it held even when its end
     /// of the socket lives on in another process (inherited by a child, passed on).
     pidfd: Option<OwnedFd>,
     held: Held,
     alive: bool,
+}
+
+impl Peer {
+    /// Offer the path on `sock` with fresh rings of `slots` slots.
+    fn offer(
+        sock: UnixStream,
+        info: PathInfo,
+        ro_fd: BorrowedFd<'_>,
+        slots: usize,
+    ) -> Result<Peer, LinkError> {
+        let rings = Rings::create(slots)?;
+        offer_path(&sock, info, ro_fd, Some(rings.fd()))?;
+        // Where the kernel cannot name the peer (another pid namespace) or lacks pidfds, the
+        // socket's close alone tells of its end.
+        let pidfd = rustix::net::sockopt::socket_peercred(&sock)
+            .ok()
+            .filter(|c| c.pid != rustix::process::getpid())
+            .and_then(|c| {
+                rustix::process::pidfd_open(c.pid, rustix::process::PidfdFlags::empty()).ok()
+            });
+        Ok(Peer {
+            sock,
+            frames: Frames::new(),
+            rings,
+            tx: 0,
+            rx: 0,
+            mail_seen: 0,
+            pidfd,
+            held: Held::default(),
+            alive: true,
+        })
+    }
+
+    /// Hand `r` to the receiver: on the sends ring (waking it if it sleeps), or on the socket
+    /// when the ring is full. `false` when the receiver is gone or spoiled the ring.
+    fn post(&mut self, kind: u64, r: FbufRef) -> bool {
+        match self
+            .rings
+            .push(Dir::Sends, &mut self.tx, [kind, r.addr, r.len])
+        {
+            Ok(true) => {
+                if self.rings.must_wake(Dir::Sends) {
+                    wake(&self.sock);
+                }
+                true
+            }
+            Ok(false) => self.mail(&frame(kind, r)),
+            Err(_) => false,
+        }
+    }
+
+    /// A message on the socket, announced on the sends ring for a receiver that looks there.
+    fn mail(&mut self, bytes: &[u8]) -> bool {
+        let ok = self.sock.write_all(bytes).is_ok();
+        self.rings.post_mail(Dir::Sends);
+        ok
+    }
+
+    /// Whether something came back that [`Peer::collect`] would take.
+    fn pending(&self) -> bool {
+        self.rings.pending(Dir::Frees, self.rx) || self.rings.mail(Dir::Frees) != self.mail_seen
+    }
+
+    /// What came back: the frees ring, then the socket when the receiver posted there (or
+    /// always, with `socket`). A spoiled ring or a closed socket ends the list.
+    fn collect(&mut self, socket: bool, out: &mut Vec<Result<Next, LinkError>>) {
+        loop {
+            match self.rings.pop(Dir::Frees, &mut self.rx) {
+                Ok(Some([k, addr, len])) => out.push(Ok(Next::Frame(k, FbufRef { addr, len }))),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(LinkError::Protocol(e.to_string())));
+                    return;
+                }
+            }
+        }
+        let mail = self.rings.mail(Dir::Frees);
+        if !socket && mail == self.mail_seen {
+            return;
+        }
+        self.mail_seen = mail;
+        loop {
+            match self.frames.next(&self.sock, false) {
+                Ok(Next::Empty) => return,
+                Ok(Next::Frame(WAKE, _)) => {}
+                n @ (Ok(Next::Closed) | Err(_)) => {
+                    out.push(n);
+                    return;
+                }
+                n => out.push(n),
+            }
+        }
+    }
 }
 
 /// The originator's end: its path and the receivers it sends to.
@@ -261,6 +385,8 @@ pub struct OriginatorEnd {
     pub misbehaved: Vec<String>,
     /// How long a blocking [`OriginatorEnd::poll`] keeps looking before it sleeps.
     pub spin: Duration,
+    /// Slots of each ring of the links made from now on.
+    pub ring_slots: usize,
     /// Aggregate messages out, by root node: the fbufs holding their nodes and data, and how
     /// many receivers still hold each.
     msgs: HashMap<u64, SentMsg>,
@@ -288,33 +414,20 @@ impl OriginatorEnd {
             released_for_dead: 0,
             misbehaved: Vec::new(),
             spin: DEFAULT_SPIN,
+            ring_slots: crate::ring::DEFAULT_SLOTS,
             msgs: HashMap::new(),
         }
     }
 
     /// Offer the path to a receiver connected on `sock` (with `ro_fd`, a read-only descriptor
-    /// of the path's memory); returns its index.
+    /// of the path's memory, and the link's rings); returns its index.
     pub fn add_receiver(
         &mut self,
         sock: UnixStream,
         ro_fd: BorrowedFd<'_>,
     ) -> Result<usize, LinkError> {
-        offer_path(&sock, self.originator.info(), ro_fd)?;
-        // Where the kernel cannot name the peer (another pid namespace) or lacks pidfds, the
-        // socket's close alone tells of its end.
-        let pidfd = rustix::net::sockopt::socket_peercred(&sock)
-            .ok()
-            .filter(|c| c.pid != rustix::process::getpid())
-            .and_then(|c| {
-                rustix::process::pidfd_open(c.pid, rustix::process::PidfdFlags::empty()).ok()
-            });
-        self.peers.push(Peer {
-            sock,
-            frames: Frames::new(),
-            pidfd,
-            held: Held::default(),
-            alive: true,
-        });
+        let p = Peer::offer(sock, self.originator.info(), ro_fd, self.ring_slots)?;
+        self.peers.push(p);
         Ok(self.peers.len() - 1)
     }
 
@@ -338,14 +451,12 @@ impl OriginatorEnd {
             .collect();
         let r = self.originator.send(fbuf, live.len())?;
         for i in live {
-            let p = &mut self.peers[i];
-            match p.sock.write_all(&frame(SEND, r)) {
-                Ok(()) => p.held.add(r),
-                Err(_) => {
-                    // Gone meanwhile: it will never free this one.
-                    self.originator.freed(r)?;
-                    self.drop_peer(i)?;
-                }
+            if self.peers[i].post(SEND, r) {
+                self.peers[i].held.add(r);
+            } else {
+                // Gone meanwhile: it will never free this one.
+                self.originator.freed(r)?;
+                self.drop_peer(i)?;
             }
         }
         Ok(r)
@@ -416,13 +527,11 @@ impl OriginatorEnd {
             },
         );
         for i in live {
-            let p = &mut self.peers[i];
-            match p.sock.write_all(&frame(MSG, root)) {
-                Ok(()) => p.held.add(root),
-                Err(_) => {
-                    self.release(root)?;
-                    self.drop_peer(i)?;
-                }
+            if self.peers[i].post(MSG, root) {
+                self.peers[i].held.add(root);
+            } else {
+                self.release(root)?;
+                self.drop_peer(i)?;
             }
         }
         Ok(root)
@@ -465,32 +574,45 @@ impl OriginatorEnd {
         Ok(())
     }
 
+    /// Take in what receiver `i` sent back (from the socket too, with `socket`); how much.
+    fn collect(&mut self, i: usize, socket: bool) -> Result<usize, LinkError> {
+        let mut got = Vec::new();
+        self.peers[i].collect(socket, &mut got);
+        let n = got.len();
+        for next in got {
+            if !self.peers[i].alive {
+                break;
+            }
+            self.handle(i, next)?;
+        }
+        Ok(n)
+    }
+
     /// Process what the receivers sent (deallocation notices, requests to secure), and notice
-    /// receivers that are gone. With `block`, wait until at least one thing happened. Each
-    /// receiver costs one non-blocking read when nothing came from it.
+    /// receivers that are gone. With `block`, wait until at least one thing happened. Notices
+    /// come from the rings without a system call; the socket is read when a receiver posted
+    /// there, or when this end slept on it.
     pub fn poll(&mut self, block: bool) -> Result<usize, LinkError> {
         let mut done = 0;
         let mut spun = None;
         loop {
             for i in 0..self.peers.len() {
-                while self.peers[i].alive {
-                    let p = &mut self.peers[i];
-                    let next = p.frames.next(&p.sock, false);
-                    if matches!(next, Ok(Next::Empty)) {
-                        break;
-                    }
-                    self.handle(i, next)?;
-                    done += 1;
+                if self.peers[i].alive {
+                    done += self.collect(i, false)?;
                 }
             }
             if done > 0 || !block || self.receivers_alive() == 0 {
                 return Ok(done);
             }
-            // Look again for a while before sleeping: a wake-up costs more than a few reads
+            // Look again for a while before sleeping: a wake-up costs more than a few looks
             // when the receiver is about to answer.
             if spun.is_none_or(|t: Instant| t.elapsed() < self.spin) {
                 spun.get_or_insert_with(Instant::now);
-                std::hint::spin_loop();
+                while !self.peers.iter().any(|p| p.alive && p.pending())
+                    && spun.is_some_and(|t| t.elapsed() < self.spin)
+                {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             done += self.wait()?;
@@ -513,15 +635,15 @@ impl OriginatorEnd {
                 if self.peers[i].held.holds(r) && !self.msgs.contains_key(&r.addr) =>
             {
                 self.originator.secure(r)?;
-                let _ = self.peers[i].sock.write_all(&frame(SECURED, r));
+                self.peers[i].mail(&frame(SECURED, r));
                 None
             }
             Ok(Next::Frame(SECURE, r)) => Some(format!(
                 "asked to secure [{:#x}, +{}), which it does not hold",
                 r.addr, r.len
             )),
+            Ok(Next::Frame(WAKE, _)) | Ok(Next::Empty) => None,
             Ok(Next::Frame(k, _)) => Some(format!("sent frame kind {k}")),
-            Ok(Next::Empty) => None,
             Ok(Next::Closed) | Err(LinkError::Io(_)) => {
                 self.drop_peer(i)?;
                 None
@@ -535,14 +657,26 @@ impl OriginatorEnd {
         Ok(())
     }
 
-    /// Wait until a receiver sends something or its process ends; the ends seen (each releases
-    /// that receiver's references).
+    /// Sleep until a receiver sends something or its process ends; what was taken in.
     fn wait(&mut self) -> Result<usize, LinkError> {
         use rustix::event::{PollFd, PollFlags};
         let live: Vec<usize> = (0..self.peers.len())
             .filter(|i| self.peers[*i].alive)
             .collect();
-        let ended: Vec<usize> = {
+        for i in &live {
+            self.peers[*i].rings.announce_sleep(Dir::Frees);
+        }
+        let awake = |end: &mut OriginatorEnd| {
+            for i in &live {
+                end.peers[*i].rings.awake(Dir::Frees);
+            }
+        };
+        // What came while announcing is taken without sleeping.
+        if live.iter().any(|i| self.peers[*i].pending()) {
+            awake(self);
+            return Ok(0);
+        }
+        let (readable, ended): (Vec<usize>, Vec<usize>) = {
             let mut fds: Vec<PollFd<'_>> = Vec::new();
             for i in &live {
                 let p = &self.peers[*i];
@@ -557,8 +691,11 @@ impl OriginatorEnd {
             }
             // A pidfd turns readable when its process has exited.
             let mut k = 0;
-            let mut ended = Vec::new();
+            let (mut readable, mut ended) = (Vec::new(), Vec::new());
             for i in &live {
+                if !fds[k].revents().is_empty() {
+                    readable.push(*i);
+                }
                 k += 1;
                 if self.peers[*i].pidfd.is_some() {
                     if !fds[k].revents().is_empty() {
@@ -567,20 +704,22 @@ impl OriginatorEnd {
                     k += 1;
                 }
             }
-            ended
+            (readable, ended)
         };
+        awake(self);
+        let mut done = 0;
+        for &i in &readable {
+            done += self.collect(i, true)?;
+        }
         for &i in &ended {
             // What it sent before it ended still counts (its last notices).
-            while self.peers[i].alive {
-                let p = &mut self.peers[i];
-                match p.frames.next(&p.sock, false) {
-                    Ok(Next::Empty) => break,
-                    next => self.handle(i, next)?,
-                }
+            if self.peers[i].alive {
+                self.collect(i, true)?;
             }
             self.drop_peer(i)?;
+            done += 1;
         }
-        Ok(ended.len())
+        Ok(done)
     }
 
     /// An fbuf of `len` bytes, waiting for deallocation notices while the path's quota is used
@@ -588,8 +727,7 @@ impl OriginatorEnd {
     pub fn alloc_waiting(&mut self, len: usize) -> Result<Fbuf, LinkError> {
         // Notices that came back refill the free lists (LIFO): take them in first, so that the
         // fbufs used last, warm in the caches and TLBs of both sides, are used again. For a
-        // small fbuf, whose reuse saves little, only when none is free (a look costs a system
-        // call); for a large one always, as that call is small next to its pages.
+        // small fbuf, whose reuse saves little, only when none is free; for a large one always.
         if (len >= LARGE || !self.originator.has_free(len)) && self.originator.outstanding() > 0 {
             self.poll(false)?;
         }
@@ -607,7 +745,7 @@ impl OriginatorEnd {
     }
 }
 
-/// What a receiver found when it looked for the next fbuf without waiting.
+/// What a receiver found when it looked for the next fbuf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Received {
     /// An fbuf sent to it.
@@ -628,16 +766,24 @@ pub struct ReceiverEnd {
     pub receiver: Receiver,
     sock: UnixStream,
     frames: Frames,
-    /// Sends that arrived while waiting for something else (an answer to a secure request).
-    early: VecDeque<FbufRef>,
+    rings: Rings,
+    /// Consumer position on the sends ring, producer position on the frees ring.
+    rx: u64,
+    tx: u64,
+    /// Socket messages of the sender already read.
+    mail_seen: u64,
+    /// Deliveries read from the socket and not yet taken.
+    early: VecDeque<Received>,
+    closed: bool,
     info: PathInfo,
+    /// Notices the frees ring had no room for, waiting for a socket message.
     notices: Vec<FbufRef>,
     notice_bytes: u64,
     /// Aggregate messages held, by root (a root may be sent more than once).
     msgs_held: HashMap<u64, usize>,
-    /// Most notices held back before they are sent anyway.
+    /// Most notices held back (when the ring is full) before they are sent anyway.
     pub batch: usize,
-    /// Messages that carried notices, and notices sent (to see the batching at work).
+    /// Socket messages that carried notices, and notices sent in all (ring and socket).
     pub notice_messages: usize,
     /// See `notice_messages`.
     pub notices_sent: usize,
@@ -650,12 +796,20 @@ pub struct ReceiverEnd {
 impl ReceiverEnd {
     /// Join the path offered on `sock`.
     pub fn connect(sock: UnixStream) -> Result<ReceiverEnd, LinkError> {
-        let (info, fd) = accept_path(&sock)?;
+        let (info, fd, rings) = accept_path(&sock)?;
+        let rings = rings
+            .ok_or_else(|| LinkError::Protocol("the path was offered without its rings".into()))?;
+        let rings = Rings::open(rings).map_err(LinkError::Protocol)?;
         Ok(ReceiverEnd {
             receiver: Receiver::new(fd, info)?,
             sock,
             frames: Frames::new(),
+            rings,
+            rx: 0,
+            tx: 0,
+            mail_seen: 0,
             early: VecDeque::new(),
+            closed: false,
             info,
             notices: Vec::new(),
             notice_bytes: 0,
@@ -678,41 +832,90 @@ impl ReceiverEnd {
         self.receiver.fd()
     }
 
-    fn next_fbuf(&mut self, wait: bool) -> Result<Received, LinkError> {
-        if let Some(r) = self.early.pop_front() {
-            return Ok(Received::Fbuf(r));
-        }
-        loop {
-            match self.frames.next(&self.sock, wait)? {
-                Next::Empty if wait => {}
-                Next::Empty => return Ok(Received::NotYet),
-                Next::Closed => return Ok(Received::Closed),
-                Next::Frame(SEND, r) => {
-                    self.receiver.receive(r)?;
-                    return Ok(Received::Fbuf(r));
-                }
-                Next::Frame(MSG, r) => {
-                    // The root must lie in the path; everything else the walk checks.
-                    if !self.receiver.readable(r.addr, NODE_BYTES) || r.addr % 8 != 0 {
-                        return Err(LinkError::Protocol(format!(
-                            "aggregate root {:#x} outside the path",
-                            r.addr
-                        )));
-                    }
-                    *self.msgs_held.entry(r.addr).or_default() += 1;
-                    return Ok(Received::Msg(Msg {
-                        root: r.addr,
-                        len: r.len,
-                    }));
-                }
-                // An answer to a secure request that was already given up on.
-                Next::Frame(SECURED, _) => {}
-                Next::Frame(k, _) => {
+    /// What a frame from the sender delivers (`None`: nothing for the application).
+    fn take(&mut self, kind: u64, r: FbufRef) -> Result<Option<Received>, LinkError> {
+        match kind {
+            SEND => {
+                self.receiver.receive(r)?;
+                Ok(Some(Received::Fbuf(r)))
+            }
+            MSG => {
+                // The root must lie in the path; everything else the walk checks.
+                if !self.receiver.readable(r.addr, NODE_BYTES) || r.addr % 8 != 0 {
                     return Err(LinkError::Protocol(format!(
-                        "originator sent frame kind {k}"
+                        "aggregate root {:#x} outside the path",
+                        r.addr
                     )));
                 }
+                *self.msgs_held.entry(r.addr).or_default() += 1;
+                Ok(Some(Received::Msg(Msg {
+                    root: r.addr,
+                    len: r.len,
+                })))
             }
+            // A wake-up, or an answer to a secure request that was already given up on.
+            WAKE | SECURED => Ok(None),
+            k => Err(LinkError::Protocol(format!(
+                "originator sent frame kind {k}"
+            ))),
+        }
+    }
+
+    /// Read every frame the socket holds now (or wait for one, with `wait`), keeping the
+    /// deliveries for later.
+    fn absorb(&mut self, wait: bool) -> Result<(), LinkError> {
+        let mut wait = wait;
+        loop {
+            match self.frames.next(&self.sock, wait)? {
+                Next::Empty => return Ok(()),
+                Next::Closed => {
+                    self.closed = true;
+                    return Ok(());
+                }
+                Next::Frame(k, r) => {
+                    if let Some(d) = self.take(k, r)? {
+                        self.early.push_back(d);
+                    }
+                }
+            }
+            wait = false;
+        }
+    }
+
+    fn next_fbuf(&mut self, wait: bool) -> Result<Received, LinkError> {
+        loop {
+            if let Some(d) = self.early.pop_front() {
+                return Ok(d);
+            }
+            match self.rings.pop(Dir::Sends, &mut self.rx) {
+                Ok(Some([k, addr, len])) => match self.take(k, FbufRef { addr, len })? {
+                    Some(d) => return Ok(d),
+                    None => continue,
+                },
+                Ok(None) => {}
+                Err(e) => return Err(LinkError::Protocol(e.to_string())),
+            }
+            let mail = self.rings.mail(Dir::Sends);
+            if mail != self.mail_seen {
+                self.mail_seen = mail;
+                self.absorb(false)?;
+                continue;
+            }
+            if self.closed {
+                return Ok(Received::Closed);
+            }
+            if !wait {
+                return Ok(Received::NotYet);
+            }
+            // About to sleep on the socket: the originator wakes us if it sends meanwhile.
+            self.rings.announce_sleep(Dir::Sends);
+            if self.rings.pending(Dir::Sends, self.rx) || self.rings.mail(Dir::Sends) != mail {
+                self.rings.awake(Dir::Sends);
+                continue;
+            }
+            let r = self.absorb(true);
+            self.rings.awake(Dir::Sends);
+            r?;
         }
     }
 
@@ -734,21 +937,24 @@ impl ReceiverEnd {
         }
     }
 
+    /// Whether something from the sender waits to be taken (no system call).
+    fn pending(&self) -> bool {
+        !self.early.is_empty()
+            || self.rings.pending(Dir::Sends, self.rx)
+            || self.rings.mail(Dir::Sends) != self.mail_seen
+    }
+
     /// The next fbuf or aggregate message sent to us ([`Received::Closed`] when the sender has
-    /// closed the link). Frames queued together are read with one system call; the notices
-    /// held back go out before this end waits (the sender may be waiting for them).
+    /// closed the link). Sends come from the ring without a system call; before this end
+    /// sleeps, the notices held back go out and it looks again for a while.
     pub fn recv_any(&mut self) -> Result<Received, LinkError> {
         let mut got = self.next_fbuf(false)?;
         if got == Received::NotYet {
             self.flush()?;
-            // Look again for a while before sleeping (see `spin`).
             let t = Instant::now();
-            while got == Received::NotYet && t.elapsed() < self.spin {
-                std::hint::spin_loop();
-                got = self.next_fbuf(false)?;
+            while !self.pending() && t.elapsed() < self.spin {
+                std::thread::yield_now();
             }
-        }
-        if got == Received::NotYet {
             got = self.next_fbuf(true)?;
         }
         Ok(got)
@@ -773,20 +979,23 @@ impl ReceiverEnd {
                 }));
             }
         }
-        self.queue_notice(FbufRef {
+        self.notice(FbufRef {
             addr: m.root,
             len: m.len,
         })
     }
 
-    /// Free a received fbuf; its notice goes back with the next batch, or rides along with the
-    /// next request this end sends.
+    /// Free a received fbuf: its notice goes on the frees ring at once (no system call unless
+    /// the originator sleeps), or, when the ring is full, with the next socket message.
     pub fn free(&mut self, r: FbufRef) -> Result<(), LinkError> {
         self.receiver.free(r)?;
-        self.queue_notice(r)
+        self.notice(r)
     }
 
-    fn queue_notice(&mut self, r: FbufRef) -> Result<(), LinkError> {
+    fn notice(&mut self, r: FbufRef) -> Result<(), LinkError> {
+        if self.notices.is_empty() && self.push_notice(r)? {
+            return Ok(());
+        }
         self.notices.push(r);
         self.notice_bytes += r.len;
         // A quarter of the path held back is too much to keep from the originator, whatever
@@ -797,9 +1006,31 @@ impl ReceiverEnd {
         Ok(())
     }
 
-    /// Send the pending deallocation notices now, in one message.
+    /// One notice on the frees ring; `false` when it is full.
+    fn push_notice(&mut self, r: FbufRef) -> Result<bool, LinkError> {
+        let pushed = self
+            .rings
+            .push(Dir::Frees, &mut self.tx, [FREED, r.addr, r.len])
+            .map_err(|e| LinkError::Protocol(e.to_string()))?;
+        if pushed {
+            self.notices_sent += 1;
+            if self.rings.must_wake(Dir::Frees) {
+                wake(&self.sock);
+            }
+        }
+        Ok(pushed)
+    }
+
+    /// Send the notices held back now: on the ring as far as it has room, the rest in one
+    /// socket message.
     pub fn flush(&mut self) -> Result<(), LinkError> {
+        let mut k = 0;
+        while k < self.notices.len() && self.push_notice(self.notices[k])? {
+            k += 1;
+        }
+        self.notices.drain(..k);
         if self.notices.is_empty() {
+            self.notice_bytes = 0;
             return Ok(());
         }
         self.send_frames(&[])?;
@@ -807,7 +1038,7 @@ impl ReceiverEnd {
         Ok(())
     }
 
-    /// Write the pending notices followed by `then`, in one message.
+    /// Write the notices held back followed by `then`, in one socket message.
     fn send_frames(&mut self, then: &[u8]) -> Result<(), LinkError> {
         let mut bytes: Vec<u8> = self.notices.iter().flat_map(|r| frame(FREED, *r)).collect();
         bytes.extend_from_slice(then);
@@ -816,6 +1047,8 @@ impl ReceiverEnd {
             .map_err(|_| LinkError::PeerGone {
                 during: "writing to the originator",
             })?;
+        self.rings.post_mail(Dir::Frees);
+        // The originator may sleep on the socket: the message itself wakes it.
         self.notices_sent += self.notices.len();
         self.notices.clear();
         self.notice_bytes = 0;
@@ -823,7 +1056,7 @@ impl ReceiverEnd {
     }
 
     /// Ask the originator to secure `r` (remove its write access until all have freed it), and
-    /// wait until it has. Only meaningful on a volatile path. The pending notices ride along
+    /// wait until it has. Only meaningful on a volatile path. The notices held back ride along
     /// with the request; fbufs sent meanwhile wait for [`ReceiverEnd::recv`].
     pub fn secure(&mut self, r: FbufRef) -> Result<(), LinkError> {
         self.notices_piggybacked += self.notices.len();
@@ -831,14 +1064,16 @@ impl ReceiverEnd {
         loop {
             match self.frames.next(&self.sock, true)? {
                 Next::Closed => {
+                    self.closed = true;
                     return Err(LinkError::PeerGone {
                         during: "securing an fbuf",
                     });
                 }
                 Next::Frame(SECURED, s) if s == r => return Ok(()),
-                Next::Frame(SEND, x) => {
-                    self.receiver.receive(x)?;
-                    self.early.push_back(x);
+                Next::Frame(k @ (SEND | MSG | WAKE), x) => {
+                    if let Some(d) = self.take(k, x)? {
+                        self.early.push_back(d);
+                    }
                 }
                 Next::Empty => {}
                 Next::Frame(k, _) => {
@@ -857,9 +1092,7 @@ impl ReceiverEnd {
 pub struct Forwarder {
     /// The upstream end.
     pub up: ReceiverEnd,
-    down: UnixStream,
-    down_frames: Frames,
-    held: Held,
+    down: Peer,
     held_msgs: Held,
     /// Fbufs forwarded.
     pub forwarded: usize,
@@ -868,24 +1101,26 @@ pub struct Forwarder {
 impl Forwarder {
     /// Offer upstream's path to the downstream receiver on `down`.
     pub fn new(up: ReceiverEnd, down: UnixStream) -> Result<Forwarder, LinkError> {
-        offer_path(&down, up.info(), up.path_fd())?;
+        let down = Peer::offer(down, up.info(), up.path_fd(), crate::ring::DEFAULT_SLOTS)?;
         Ok(Forwarder {
             up,
             down,
-            down_frames: Frames::new(),
-            held: Held::default(),
             held_msgs: Held::default(),
             forwarded: 0,
         })
     }
 
-    fn forward(&mut self, kind: u64, r: FbufRef) -> Result<(), LinkError> {
-        self.down
-            .write_all(&frame(kind, r))
-            .map_err(|_| LinkError::PeerGone {
-                during: "forwarding downstream",
+    /// Give back upstream everything downstream held (it is done, dead, or broke the protocol).
+    fn release_all(&mut self) -> Result<(), LinkError> {
+        for r in self.down.held.drain() {
+            self.up.free(r)?;
+        }
+        for r in self.held_msgs.drain() {
+            self.up.free_msg(Msg {
+                root: r.addr,
+                len: r.len,
             })?;
-        self.forwarded += 1;
+        }
         Ok(())
     }
 
@@ -893,78 +1128,102 @@ impl Forwarder {
     pub fn run(&mut self) -> Result<usize, LinkError> {
         use rustix::event::{PollFd, PollFlags};
         let mut up_open = true;
+        let mut socket = false;
         'run: loop {
-            if !up_open && self.held.is_empty() && self.held_msgs.is_empty() {
+            if !up_open && self.down.held.is_empty() && self.held_msgs.is_empty() {
                 break;
             }
             let mut progressed = false;
-            loop {
-                match self.down_frames.next(&self.down, false) {
-                    Ok(Next::Empty) => break,
-                    Ok(Next::Frame(FREED, r)) if self.held.take(r) => {
-                        self.up.free(r)?;
-                        progressed = true;
-                    }
+            let mut back = Vec::new();
+            self.down.collect(socket, &mut back);
+            socket = false;
+            for next in back {
+                match next {
+                    Ok(Next::Frame(FREED, r)) if self.down.held.take(r) => self.up.free(r)?,
                     Ok(Next::Frame(FREED, r)) if self.held_msgs.take(r) => {
                         self.up.free_msg(Msg {
                             root: r.addr,
                             len: r.len,
-                        })?;
-                        progressed = true;
+                        })?
                     }
+                    Ok(Next::Frame(WAKE, _)) => {}
                     // Done, died, or broke the protocol: what downstream held is freed for it,
                     // and the path ends here; upstream learns it when this end closes.
                     _ => {
-                        for r in self.held.drain() {
-                            self.up.free(r)?;
-                        }
-                        for r in self.held_msgs.drain() {
-                            self.up.free_msg(Msg {
-                                root: r.addr,
-                                len: r.len,
-                            })?;
-                        }
+                        self.release_all()?;
                         break 'run;
                     }
                 }
+                progressed = true;
             }
             if up_open {
-                match self.up.try_recv()? {
-                    Received::Fbuf(r) => {
-                        self.forward(SEND, r)?;
-                        self.held.add(r);
-                        progressed = true;
-                    }
-                    Received::Msg(m) => {
-                        let r = FbufRef {
+                let (kind, r) = match self.up.try_recv()? {
+                    Received::Fbuf(r) => (SEND, r),
+                    Received::Msg(m) => (
+                        MSG,
+                        FbufRef {
                             addr: m.root,
                             len: m.len,
-                        };
-                        self.forward(MSG, r)?;
-                        self.held_msgs.add(r);
-                        progressed = true;
-                    }
+                        },
+                    ),
                     Received::Closed => {
                         up_open = false;
-                        progressed = true;
+                        continue;
                     }
-                    Received::NotYet => {}
+                    Received::NotYet => (0, FbufRef { addr: 0, len: 0 }),
+                };
+                if kind != 0 {
+                    if !self.down.post(kind, r) {
+                        return Err(LinkError::PeerGone {
+                            during: "forwarding downstream",
+                        });
+                    }
+                    if kind == SEND {
+                        self.down.held.add(r);
+                    } else {
+                        self.held_msgs.add(r);
+                    }
+                    self.forwarded += 1;
+                    progressed = true;
                 }
             }
             if progressed {
                 continue;
             }
             // Nothing to do: the notices held back go out (the originator may be waiting for
-            // them to free space), then wait for either side.
+            // them), then look again for a while, then sleep on both sockets.
             self.up.flush()?;
-            let mut fds = vec![PollFd::new(&self.down, PollFlags::IN)];
+            let t = Instant::now();
+            while !(self.down.pending() || up_open && self.up.pending())
+                && t.elapsed() < self.up.spin
+            {
+                std::thread::yield_now();
+            }
+            if self.down.pending() || up_open && self.up.pending() {
+                continue;
+            }
+            self.down.rings.announce_sleep(Dir::Frees);
             if up_open {
-                fds.push(PollFd::new(&self.up.sock, PollFlags::IN));
+                self.up.rings.announce_sleep(Dir::Sends);
             }
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(std::io::Error::from(e).into()),
+            if !(self.down.pending() || up_open && self.up.pending()) {
+                let mut fds = vec![PollFd::new(&self.down.sock, PollFlags::IN)];
+                if up_open {
+                    fds.push(PollFd::new(&self.up.sock, PollFlags::IN));
+                }
+                match rustix::event::poll(&mut fds, None) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(std::io::Error::from(e).into()),
+                }
+                let up_ready = fds.get(1).is_some_and(|f| !f.revents().is_empty());
+                socket = !fds[0].revents().is_empty();
+                drop(fds);
+                if up_ready {
+                    self.up.absorb(false)?;
+                }
             }
+            self.down.rings.awake(Dir::Frees);
+            self.up.rings.awake(Dir::Sends);
         }
         self.up.flush()?;
         Ok(self.forwarded)

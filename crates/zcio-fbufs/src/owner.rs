@@ -226,7 +226,7 @@ impl Owner {
                     Ok(mem) => {
                         let info = mem.info();
                         let sent = self.reply(i, OK, info.addr as u64, 0)
-                            && offer_path(&self.clients[i].sock, info, mem.fd()).is_ok();
+                            && offer_path(&self.clients[i].sock, info, mem.fd(), None).is_ok();
                         self.paths.insert(
                             info.addr as u64,
                             OwnedPath {
@@ -251,7 +251,7 @@ impl Owner {
                     p.members += 1;
                     self.clients[i].path = Some(a);
                     self.reply(i, OK, a, 0)
-                        && offer_path(&self.clients[i].sock, info, ro.as_fd()).is_ok()
+                        && offer_path(&self.clients[i].sock, info, ro.as_fd(), None).is_ok()
                 }
             },
             GRANT => {
@@ -362,13 +362,15 @@ impl OwnerClient {
     ) -> Result<(PathInfo, OwnedFd), LinkError> {
         let bits = variant.cached as u64 | (variant.volatile as u64) << 1;
         self.ask(CREATE, quota_chunks as u64, bits)?;
-        accept_path(&self.sock)
+        let (info, fd, _) = accept_path(&self.sock)?;
+        Ok((info, fd))
     }
 
     /// Join the path at `addr` as a receiver: its geometry and a read-only descriptor.
     pub fn join_path(&mut self, addr: u64) -> Result<(PathInfo, OwnedFd), LinkError> {
         self.ask(JOIN, addr, 0)?;
-        accept_path(&self.sock)
+        let (info, fd, _) = accept_path(&self.sock)?;
+        Ok((info, fd))
     }
 
     /// Ask for `n` more chunks for the path at `addr` (created on this connection); the total

@@ -21,7 +21,7 @@
 //! - `fbuf-peer owner-originator OWNER SOCKET N`: creates a path through the owner, sends N
 //!   fbufs to the receiver at SOCKET with chunks the owner grants, and waits to be killed.
 //! - `fbuf-peer free-two-secure-third SOCKET`: takes three fbufs, frees two, secures the third
-//!   and prints how many notices rode along with the request.
+//!   ("freed 2" in between) and prints how many notices rode along with the request.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
 //!   two send frames, and sends a deallocation notice for an fbuf it was never given.
 
@@ -281,6 +281,9 @@ fn main() {
                 .collect();
             rx.free(got[0]).expect("free");
             rx.free(got[1]).expect("free");
+            println!("freed 2");
+            use std::io::Write;
+            std::io::stdout().flush().ok();
             rx.secure(got[2]).expect("secure");
             println!(
                 "piggybacked {} alone {}",
@@ -288,16 +291,15 @@ fn main() {
             );
         }
         Some("receiver-frees-foreign") => {
-            use std::io::{Read, Write};
-            let mut sock = UnixStream::connect(&a[2]).expect("connect");
-            let (info, _fd) = zcio_fbufs::link::accept_path(&sock).expect("path");
-            // Take both send frames first, so that what we hold is settled before we lie.
-            let mut given = Vec::new();
-            for _ in 0..2 {
-                let mut f = [0u8; 24];
-                sock.read_exact(&mut f).expect("a send frame");
-                given.push(u64::from_le_bytes(f[8..16].try_into().expect("8 bytes")));
-            }
+            use std::io::Write;
+            let sock = UnixStream::connect(&a[2]).expect("connect");
+            let mut raw = sock.try_clone().expect("dup the socket");
+            let mut rx = ReceiverEnd::connect(sock).expect("join the path");
+            let info = rx.info();
+            // Take both fbufs first, so that what we hold is settled before we lie.
+            let given: Vec<u64> = (0..2)
+                .map(|_| rx.recv().expect("receive").expect("an fbuf").addr)
+                .collect();
             // FREED (kind 2) for a page next to the first that we were not sent: not ours.
             let addr = (1..)
                 .map(|k| given[0] + 4096 * k)
@@ -307,7 +309,7 @@ fn main() {
             for w in [2u64, addr, 10] {
                 bogus.extend_from_slice(&w.to_le_bytes());
             }
-            sock.write_all(&bogus).expect("write");
+            raw.write_all(&bogus).expect("write");
             println!("sent a foreign notice in a path at {:#x}", info.addr);
             std::thread::sleep(std::time::Duration::from_secs(2));
         }
