@@ -18,10 +18,12 @@
 //!   reference, survives cycles and concurrent rewriting, reads unreadable references as "no
 //!   data", and returns application data units across fragment boundaries, copying only the
 //!   units that straddle fragments (§5.2).
+//! - [`ring`]: the shared single-producer rings a link passes references through.
 //! - [`link`]: fbufs and aggregate messages between processes: the path offered once with a
-//!   read-only descriptor, one 24-byte frame per send, deallocation notices batched back or
-//!   piggybacked on requests, every reference of a receiver that dies released (seen through
-//!   a pidfd), and a forwarding server for three-process paths.
+//!   read-only descriptor, references and deallocation notices through the rings (the socket
+//!   beside them for wake-ups, requests and overflow, with notices piggybacked on requests),
+//!   every reference of a receiver that dies released (seen through a pidfd), and a forwarding
+//!   server for three-process paths.
 //! - [`owner`]: the region's owner (the kernel's role): paths created, chunks granted against
 //!   quotas and a budget, and taken back when every process of a path is gone.
 //! - [`bench`](mod@bench): the experiments of Table 1 and Figure 3 (fbuf variants against page

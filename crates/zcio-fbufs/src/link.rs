@@ -1,15 +1,20 @@
-//! Fbufs between processes (paper 001, §3.3): references go out over a Unix socket, deallocation
-//! notices come back batched, and a process that dies gives back every reference it held.
+//! Fbufs between processes (paper 001, §3.3): references go out and deallocation notices come
+//! back through shared rings beside a Unix socket, and a process that dies gives back every
+//! reference it held.
 //!
-//! - The originator offers the path to a receiver once: its geometry and a read-only
-//!   descriptor of its memory ([`offer_path`], `SCM_RIGHTS`).
-//! - Each send is one 24-byte frame carrying the reference. The data never moves.
-//! - A receiver frees fbufs locally; the notices go back as frames, batched: they wait while
-//!   more fbufs are already queued for the receiver (it is behind), ride along with any request
-//!   the receiver sends (piggybacked), and go out on their own when 64 have accumulated or
-//!   before the receiver blocks for the next fbuf, so the originator never starves for free
-//!   fbufs and rarely gets a message for the notices alone. Each side reads every frame queued
-//!   with one system call.
+//! - The originator offers the path to a receiver once: its geometry, a read-only descriptor
+//!   of its memory, and the link's rings ([`offer_path`], `SCM_RIGHTS`; [`crate::ring`]).
+//! - A send puts a three-word reference on the sends ring: no system call, and the data never
+//!   moves. A receiver asleep on the socket is woken with one frame; when the ring is full the
+//!   reference goes over the socket as a 24-byte frame instead.
+//! - A receiver frees fbufs locally; each notice goes on the frees ring at once, so the
+//!   originator never starves for free fbufs and gets no message for notices at all. Where the
+//!   ring is full, the notices wait: they ride along with any request the receiver sends
+//!   (piggybacked), and go out on their own when 64 have accumulated, a quarter of the path is
+//!   held back, or before the receiver blocks for the next fbuf. Each side reads every frame
+//!   queued on the socket with one system call.
+//! - Before sleeping, an end looks at its ring for a while (yielding the CPU), since a wake-up
+//!   costs more than a few looks when the other end is about to answer.
 //! - A receiver that exits or is killed releases every reference it held (the paper: "its
 //!   termination will cause the destruction of a communication endpoint, which will in turn
 //!   cause the deallocation of all associated fbufs"). The originator sees the end through a
@@ -18,7 +23,8 @@
 //!   close where no pidfd can be had. An originator that exits leaves its memory to the
 //!   receivers that map it: the kernel keeps the pages while any mapping holds them.
 //! - A forwarding process (the server of a three-process path) is a receiver that offers the
-//!   same path onward and frees an fbuf upstream when its own receiver frees it.
+//!   same path onward, with rings of its own, and frees an fbuf upstream when its own receiver
+//!   frees it.
 
 use crate::aggregate::{Msg, NODE_BYTES};
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, Receiver, Variant};
