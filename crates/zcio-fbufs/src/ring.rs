@@ -9,7 +9,7 @@
 //! cache line, then the slots of three words (kind, address, length).
 //!
 //! Both processes can write the whole memfd, so neither trusts what the other wrote there: a
-//! position that runs backwards or further than the ring holds is [`RingError::Corrupt`], and
+//! position that runs backwards or further than the ring holds is a [`RingError`], and
 //! every reference popped is checked by the link as if it came over the socket. A peer that
 //! spoils the rings harms itself alone.
 
