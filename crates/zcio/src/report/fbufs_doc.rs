@@ -369,7 +369,7 @@ fn peer_blocks(rows: &[crate::fbufs_bench::Row], fits: &[crate::fbufs_bench::Fit
         text.push(s);
     }
     b.push(p(format!(
-        "Both pass a reference to shared memory and leave the data where the originator wrote it; what differs is the bookkeeping per message and how the receiver learns of it (a frame on a Unix socket for fbufs, a queue in shared memory and an event for iceoryx2). Touching every byte, the two also write and read differently: the fbuf originator fills a buffer and copies it into the fbuf through the region's accessor and the receiver reads it word by word through its own, while iceoryx2's publisher writes the loaned sample in place and its subscriber sums it as a slice. {}",
+        "Both pass a reference to shared memory and leave the data where the originator wrote it, and both queue references in shared memory (fbufs: a ring per link, with a wake-up frame on a Unix socket only for a receiver asleep; iceoryx2: its subscriber queue and an event); what differs is the bookkeeping per message. Both write in place and read in place: the fbuf originator stores the words of the message into the fbuf and the receiver loads them word by word (atomic loads, as the fbuf may change under it), while iceoryx2's publisher writes the loaned sample and its subscriber sums it as a slice. {}",
         text.join(" ")
     )));
     let mut body = Vec::new();
