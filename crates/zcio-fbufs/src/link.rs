@@ -227,6 +227,74 @@ fn wake(sock: &UnixStream) {
     }
 }
 
+/// A pidfd of the process at the other end of `sock`: none where the kernel cannot name it
+/// (another pid namespace) or lacks pidfds, or where it is this very process. Without one, the
+/// socket's close alone tells of that process's end.
+pub(crate) fn peer_pidfd(sock: &UnixStream) -> Option<OwnedFd> {
+    let c = rustix::net::sockopt::socket_peercred(sock).ok()?;
+    if c.pid == rustix::process::getpid() {
+        return None;
+    }
+    rustix::process::pidfd_open(c.pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+/// What [`poll_ends`] saw: which of the extra descriptors are ready, which ends' sockets are
+/// readable and which ends' processes are gone (indices into the ends given).
+pub(crate) struct Polled {
+    pub(crate) extra: Vec<bool>,
+    pub(crate) readable: Vec<usize>,
+    pub(crate) ended: Vec<usize>,
+}
+
+/// Wait, up to `timeout` (forever with `None`), until one of `extra` (a listener) is ready, one
+/// of the ends' sockets is readable, or one of their processes has exited (its pidfd turns
+/// readable).
+pub(crate) fn poll_ends(
+    extra: &[BorrowedFd<'_>],
+    ends: &[(&UnixStream, Option<&OwnedFd>)],
+    timeout: Option<Duration>,
+) -> Result<Polled, LinkError> {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds: Vec<PollFd<'_>> = extra
+        .iter()
+        .map(|f| PollFd::new(f, PollFlags::IN))
+        .collect();
+    for (sock, pidfd) in ends {
+        fds.push(PollFd::new(*sock, PollFlags::IN));
+        if let Some(p) = pidfd {
+            fds.push(PollFd::new(*p, PollFlags::IN));
+        }
+    }
+    let ts = timeout.map(|t| rustix::time::Timespec {
+        tv_sec: t.as_secs() as i64,
+        tv_nsec: t.subsec_nanos() as i64,
+    });
+    match rustix::event::poll(&mut fds, ts.as_ref()) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(e) => return Err(std::io::Error::from(e).into()),
+    }
+    let ready = |k: usize| !fds[k].revents().is_empty();
+    let mut out = Polled {
+        extra: (0..extra.len()).map(ready).collect(),
+        readable: Vec::new(),
+        ended: Vec::new(),
+    };
+    let mut k = extra.len();
+    for (i, (_, pidfd)) in ends.iter().enumerate() {
+        if ready(k) {
+            out.readable.push(i);
+        }
+        k += 1;
+        if pidfd.is_some() {
+            if ready(k) {
+                out.ended.push(i);
+            }
+            k += 1;
+        }
+    }
+    Ok(out)
+}
+
 /// References a peer holds, with how many times each was sent to it.
 #[derive(Default)]
 struct Held(HashMap<u64, (FbufRef, usize)>);
@@ -297,14 +365,7 @@ impl Peer {
     ) -> Result<Peer, LinkError> {
         let rings = Rings::create(slots)?;
         offer_path(&sock, info, ro_fd, Some(rings.fd()))?;
-        // Where the kernel cannot name the peer (another pid namespace) or lacks pidfds, the
-        // socket's close alone tells of its end.
-        let pidfd = rustix::net::sockopt::socket_peercred(&sock)
-            .ok()
-            .filter(|c| c.pid != rustix::process::getpid())
-            .and_then(|c| {
-                rustix::process::pidfd_open(c.pid, rustix::process::PidfdFlags::empty()).ok()
-            });
+        let pidfd = peer_pidfd(&sock);
         Ok(Peer {
             sock,
             frames: Frames::new(),
@@ -665,7 +726,6 @@ impl OriginatorEnd {
 
     /// Sleep until a receiver sends something or its process ends; what was taken in.
     fn wait(&mut self) -> Result<usize, LinkError> {
-        use rustix::event::{PollFd, PollFlags};
         let live: Vec<usize> = (0..self.peers.len())
             .filter(|i| self.peers[*i].alive)
             .collect();
@@ -682,36 +742,13 @@ impl OriginatorEnd {
             awake(self);
             return Ok(0);
         }
-        let (readable, ended): (Vec<usize>, Vec<usize>) = {
-            let mut fds: Vec<PollFd<'_>> = Vec::new();
-            for i in &live {
-                let p = &self.peers[*i];
-                fds.push(PollFd::new(&p.sock, PollFlags::IN));
-                if let Some(pidfd) = &p.pidfd {
-                    fds.push(PollFd::new(pidfd, PollFlags::IN));
-                }
-            }
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(std::io::Error::from(e).into()),
-            }
-            // A pidfd turns readable when its process has exited.
-            let mut k = 0;
-            let (mut readable, mut ended) = (Vec::new(), Vec::new());
-            for i in &live {
-                if !fds[k].revents().is_empty() {
-                    readable.push(*i);
-                }
-                k += 1;
-                if self.peers[*i].pidfd.is_some() {
-                    if !fds[k].revents().is_empty() {
-                        ended.push(*i);
-                    }
-                    k += 1;
-                }
-            }
-            (readable, ended)
-        };
+        let ends: Vec<_> = live
+            .iter()
+            .map(|i| (&self.peers[*i].sock, self.peers[*i].pidfd.as_ref()))
+            .collect();
+        let polled = poll_ends(&[], &ends, None)?;
+        let readable: Vec<usize> = polled.readable.iter().map(|k| live[*k]).collect();
+        let ended: Vec<usize> = polled.ended.iter().map(|k| live[*k]).collect();
         awake(self);
         let mut done = 0;
         for &i in &readable {

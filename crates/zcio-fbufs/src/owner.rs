@@ -20,7 +20,9 @@
 //! grant limits what its allocator carves. An originator that ignores its grant can only fill its
 //! own path's memfd, up to its quota; the kernel charges those pages to it.
 
-use crate::link::{Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path};
+use crate::link::{
+    Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path, peer_pidfd, poll_ends,
+};
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, PathMemory, Variant};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -113,43 +115,17 @@ impl Owner {
     /// Wait up to `timeout` (forever with `None`) for requests, new clients and ends, and serve
     /// what came.
     pub fn step(&mut self, timeout: Option<Duration>) -> Result<(), LinkError> {
-        use rustix::event::{PollFd, PollFlags};
         let live: Vec<usize> = (0..self.clients.len())
             .filter(|i| self.clients[*i].alive)
             .collect();
-        let (accept, ready, ended) = {
-            let mut fds = vec![PollFd::new(&self.listener, PollFlags::IN)];
-            for i in &live {
-                let c = &self.clients[*i];
-                fds.push(PollFd::new(&c.sock, PollFlags::IN));
-                if let Some(p) = &c.pidfd {
-                    fds.push(PollFd::new(p, PollFlags::IN));
-                }
-            }
-            let ts = timeout.map(|t| rustix::time::Timespec {
-                tv_sec: t.as_secs() as i64,
-                tv_nsec: t.subsec_nanos() as i64,
-            });
-            match rustix::event::poll(&mut fds, ts.as_ref()) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(std::io::Error::from(e).into()),
-            }
-            let mut k = 1;
-            let (mut ready, mut ended) = (Vec::new(), Vec::new());
-            for i in &live {
-                if !fds[k].revents().is_empty() {
-                    ready.push(*i);
-                }
-                k += 1;
-                if self.clients[*i].pidfd.is_some() {
-                    if !fds[k].revents().is_empty() {
-                        ended.push(*i);
-                    }
-                    k += 1;
-                }
-            }
-            (!fds[0].revents().is_empty(), ready, ended)
-        };
+        let ends: Vec<_> = live
+            .iter()
+            .map(|i| (&self.clients[*i].sock, self.clients[*i].pidfd.as_ref()))
+            .collect();
+        let polled = poll_ends(&[self.listener.as_fd()], &ends, timeout)?;
+        let accept = polled.extra[0];
+        let ready: Vec<usize> = polled.readable.iter().map(|k| live[*k]).collect();
+        let ended: Vec<usize> = polled.ended.iter().map(|k| live[*k]).collect();
         if accept {
             self.accept()?;
         }
@@ -167,13 +143,7 @@ impl Owner {
             match self.listener.accept() {
                 Ok((sock, _)) => {
                     sock.set_nonblocking(false)?;
-                    let pidfd = rustix::net::sockopt::socket_peercred(&sock)
-                        .ok()
-                        .filter(|c| c.pid != rustix::process::getpid())
-                        .and_then(|c| {
-                            rustix::process::pidfd_open(c.pid, rustix::process::PidfdFlags::empty())
-                                .ok()
-                        });
+                    let pidfd = peer_pidfd(&sock);
                     self.clients.push(Client {
                         sock,
                         frames: Frames::new(),

@@ -6,9 +6,9 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use zcio_fbufs::aggregate::{Builder, BumpNodes};
+use zcio_fbufs::aggregate::{Builder, BumpNodes, Msg};
 use zcio_fbufs::link::{OriginatorEnd, ReceiverEnd};
-use zcio_fbufs::path::{Originator, PathMemory, Variant};
+use zcio_fbufs::path::{Fbuf, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
 
@@ -23,6 +23,27 @@ fn originator(variant: Variant) -> (tempfile::TempDir, UnixListener, PathMemory,
     let p = PathMemory::create(256 * 1024, 4, variant).unwrap();
     let end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
     (dir, l, p, end)
+}
+
+/// Start `fbuf-peer` with `args` (the socket goes in after the mode) as a receiver of `end`.
+fn receiver(
+    dir: &tempfile::TempDir,
+    l: &UnixListener,
+    p: &PathMemory,
+    end: &mut OriginatorEnd,
+    args: &[&str],
+) -> std::process::Child {
+    let child = peer()
+        .arg(args[0])
+        .arg(dir.path().join("up"))
+        .args(&args[1..])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    child
 }
 
 fn send_stream(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
@@ -119,19 +140,7 @@ fn a_receiver_killed_mid_stream_gives_every_fbuf_back() {
         cached: true,
         volatile: false,
     });
-    let mut child = peer()
-        .args([
-            "receiver-loop",
-            dir.path().join("up").to_str().unwrap(),
-            "10",
-            "hold",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    let mut child = receiver(&dir, &l, &p, &mut end, &["receiver-loop", "10", "hold"]);
     send_stream(&mut end, 10, &[0]);
     // Let the receiver take them all, then kill it while it holds them.
     let mut line = String::new();
@@ -190,8 +199,13 @@ fn what_an_exiting_originator_sent_stays_readable() {
     assert_eq!(rx.recv().unwrap(), None);
 }
 
-#[test]
-fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
+/// An originator → server → receiver path: the server is `fbuf-peer forward`, the receiver
+/// `fbuf-peer` with `receiver_args` (after its socket). `send` streams; then everything must
+/// come back, the receiver and the server end, and their outputs are returned.
+fn three_process_path(
+    receiver_args: &[&str],
+    send: impl FnOnce(&mut OriginatorEnd),
+) -> (String, String) {
     let (dir, l, p, mut end) = originator(Variant {
         cached: true,
         volatile: false,
@@ -212,20 +226,30 @@ fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
     server_out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "listening");
     let receiver = peer()
-        .args(["receiver-loop", down.to_str().unwrap(), "300"])
+        .arg(receiver_args[0])
+        .arg(&down)
+        .args(&receiver_args[1..])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    send_stream(&mut end, 300, &[0]);
+    send(&mut end);
     wait_all_back(&mut end);
+    assert_eq!(end.msgs_outstanding(), 0);
     drop(end); // closes the link: the server ends once downstream has freed everything
     let r = receiver.wait_with_output().unwrap();
-    assert!(r.status.success());
-    assert!(String::from_utf8_lossy(&r.stdout).starts_with("ok 300"));
+    assert!(r.status.success(), "{r:?}");
     let mut rest = String::new();
     server_out.read_to_string(&mut rest).unwrap();
     assert!(server.wait().unwrap().success());
-    assert_eq!(rest.trim(), "forwarded 300");
+    (String::from_utf8_lossy(&r.stdout).into_owned(), rest)
+}
+
+#[test]
+fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
+    let (received, forwarded) =
+        three_process_path(&["receiver-loop", "300"], |end| send_stream(end, 300, &[0]));
+    assert!(received.starts_with("ok 300"), "{received}");
+    assert_eq!(forwarded.trim(), "forwarded 300");
 }
 
 #[test]
@@ -234,17 +258,7 @@ fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
         cached: true,
         volatile: false,
     });
-    let mut bad = peer()
-        .args([
-            "receiver-frees-foreign",
-            dir.path().join("up").to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    let mut bad = receiver(&dir, &l, &p, &mut end, &["receiver-frees-foreign"]);
     // Two fbufs; the receiver reads both, then names a page it was not given.
     send_stream(&mut end, 2, &[0]);
     let t = Instant::now();
@@ -276,19 +290,13 @@ fn a_receiver_whose_socket_outlives_it_in_a_child_still_gives_every_fbuf_back() 
         cached: true,
         volatile: false,
     });
-    let mut child = peer()
-        .args([
-            "receiver-loop",
-            dir.path().join("up").to_str().unwrap(),
-            "5",
-            "leave-socket-to-child",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    let mut child = receiver(
+        &dir,
+        &l,
+        &p,
+        &mut end,
+        &["receiver-loop", "5", "leave-socket-to-child"],
+    );
     send_stream(&mut end, 5, &[0]);
     let mut out = String::new();
     use std::io::Read;
@@ -330,17 +338,7 @@ fn notices_go_on_the_ring_and_what_overflows_it_rides_along_with_a_request() {
     // Rings of one slot: the second and third sends overflow to the socket, and so does the
     // second notice while this end is not taking them in.
     end.ring_slots = 1;
-    let mut child = peer()
-        .args([
-            "free-two-secure-third",
-            dir.path().join("up").to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    let mut child = receiver(&dir, &l, &p, &mut end, &["free-two-secure-third"]);
     send_stream(&mut end, 3, &[0]);
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -370,18 +368,7 @@ fn aggregates_go_as_one_reference_and_come_back_with_all_their_fbufs() {
         cached: true,
         volatile: false,
     });
-    let child = peer()
-        .args([
-            "receive-msgs",
-            dir.path().join("up").to_str().unwrap(),
-            "60",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    let child = receiver(&dir, &l, &p, &mut end, &["receive-msgs", "60"]);
     // 60 messages of three fbufs each need more than the path's 1 MiB: they must be reused.
     send_msgs(&mut end, 60, &[0]);
     wait_all_back(&mut end);
@@ -402,19 +389,7 @@ fn a_receiver_killed_holding_aggregates_gives_back_every_part() {
         cached: true,
         volatile: true,
     });
-    let mut child = peer()
-        .args([
-            "receive-msgs",
-            dir.path().join("up").to_str().unwrap(),
-            "5",
-            "hold",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    let mut child = receiver(&dir, &l, &p, &mut end, &["receive-msgs", "5", "hold"]);
     send_msgs(&mut end, 5, &[0]);
     let mut line = String::new();
     use std::io::BufRead;
@@ -432,18 +407,23 @@ fn a_receiver_killed_holding_aggregates_gives_back_every_part() {
     assert_eq!(end.originator.cached(), 15);
 }
 
+/// A message of one leaf over 100 bytes: its data fbuf, its node fbuf, and its root.
+fn one_leaf(end: &mut OriginatorEnd) -> (Fbuf, Fbuf, Msg) {
+    let data = end.originator.alloc(100).unwrap();
+    let nodes = end.originator.alloc(4096).unwrap();
+    let m = Builder::new(&end.originator, BumpNodes::new(nodes.addr(), nodes.len()))
+        .leaf(data.addr(), 100)
+        .unwrap();
+    (data, nodes, m)
+}
+
 #[test]
 fn an_aggregate_on_an_uncached_path_is_refused_and_loses_nothing() {
     let (_dir, _l, _p, mut end) = originator(Variant {
         cached: false,
         volatile: true,
     });
-    let data = end.originator.alloc(100).unwrap();
-    let nodes = end.originator.alloc(4096).unwrap();
-    let m = {
-        let mut b = Builder::new(&end.originator, BumpNodes::new(nodes.addr(), nodes.len()));
-        b.leaf(data.addr(), 100).unwrap()
-    };
+    let (data, nodes, m) = one_leaf(&mut end);
     let e = end.send_msg(m, vec![nodes, data], &[]).unwrap_err();
     assert!(e.to_string().contains("cached path"), "{e}");
     // Both fbufs went back to the free lists.
@@ -457,12 +437,7 @@ fn an_aggregate_whose_root_is_not_in_its_parts_is_refused() {
         cached: true,
         volatile: true,
     });
-    let data = end.originator.alloc(100).unwrap();
-    let nodes = end.originator.alloc(4096).unwrap();
-    let m = {
-        let mut b = Builder::new(&end.originator, BumpNodes::new(nodes.addr(), nodes.len()));
-        b.leaf(data.addr(), 100).unwrap()
-    };
+    let (data, nodes, m) = one_leaf(&mut end);
     // The node fbuf is left out of the parts: the message would outlive its root.
     let e = end.send_msg(m, vec![data], &[]).unwrap_err();
     assert!(e.to_string().contains("root node inside"), "{e}");
@@ -472,39 +447,8 @@ fn an_aggregate_whose_root_is_not_in_its_parts_is_refused() {
 
 #[test]
 fn a_three_process_path_forwards_aggregates_untouched() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: false,
-    });
-    let up = dir.path().join("up");
-    let down = dir.path().join("down");
-    let mut server = peer()
-        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
-    let mut line = String::new();
-    use std::io::{BufRead, Read};
-    let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
-    server_out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "listening");
-    let receiver = peer()
-        .args(["receive-msgs", down.to_str().unwrap(), "40"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    send_msgs(&mut end, 40, &[0]);
-    wait_all_back(&mut end);
-    assert_eq!(end.msgs_outstanding(), 0);
-    drop(end);
-    let r = receiver.wait_with_output().unwrap();
-    assert!(r.status.success(), "{r:?}");
-    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "ok 40 messages");
-    let mut rest = String::new();
-    server_out.read_to_string(&mut rest).unwrap();
-    assert!(server.wait().unwrap().success());
-    assert_eq!(rest.trim(), "forwarded 40");
+    let (received, forwarded) =
+        three_process_path(&["receive-msgs", "40"], |end| send_msgs(end, 40, &[0]));
+    assert_eq!(received.trim(), "ok 40 messages");
+    assert_eq!(forwarded.trim(), "forwarded 40");
 }

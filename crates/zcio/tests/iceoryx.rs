@@ -151,25 +151,29 @@ fn the_iceoryx2_receiver_fails_on_a_corrupted_or_lost_message() {
     }
 }
 
+/// An iceoryx2 run long enough to kill one of its processes in the middle.
+fn long_iceoryx2_run() -> Command {
+    let mut c = zcio();
+    c.args([
+        "bench",
+        "fbufs",
+        "--contenders",
+        "iceoryx2",
+        "--sizes",
+        "4194304",
+        "--rounds",
+        "3",
+        "--volume",
+        "8388608000",
+        "--touch",
+        "every-byte",
+    ]);
+    c
+}
+
 #[test]
 fn a_killed_iceoryx2_receiver_fails_the_run_and_the_next_run_works() {
-    let c = zcio()
-        .args([
-            "bench",
-            "fbufs",
-            "--contenders",
-            "iceoryx2",
-            "--sizes",
-            "4194304",
-        ])
-        .args([
-            "--rounds",
-            "3",
-            "--volume",
-            "8388608000",
-            "--touch",
-            "every-byte",
-        ])
+    let c = long_iceoryx2_run()
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -203,23 +207,7 @@ fn a_killed_iceoryx2_receiver_fails_the_run_and_the_next_run_works() {
 
 #[test]
 fn the_iceoryx2_receiver_ends_when_the_publisher_is_killed() {
-    let mut c = zcio()
-        .args([
-            "bench",
-            "fbufs",
-            "--contenders",
-            "iceoryx2",
-            "--sizes",
-            "4194304",
-        ])
-        .args([
-            "--rounds",
-            "3",
-            "--volume",
-            "8388608000",
-            "--touch",
-            "every-byte",
-        ])
+    let mut c = long_iceoryx2_run()
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
