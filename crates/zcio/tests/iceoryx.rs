@@ -89,9 +89,15 @@ fn iceoryx2_measures_beside_the_fbufs_at_each_size_and_touch() {
                 .iter()
                 .find(|r| r["variant"] == "iceoryx2" && r["touch"] == touch && r["bytes"] == bytes)
                 .unwrap_or_else(|| panic!("no iceoryx2 row for {touch} at {bytes}"));
-            for k in ["ns_per_message", "throughput_gbps", "per_page_ns"] {
+            for k in ["ns_per_message", "throughput_gbps"] {
                 assert!(positive(&r[k]), "{k}: {r}");
             }
+            // A slope fitted over two sizes in one short round: there, but its sign is the
+            // machine's noise, not something to assert.
+            assert!(
+                r["per_page_ns"].as_f64().is_some_and(f64::is_finite),
+                "per_page_ns: {r}"
+            );
             for s in r["spread_ns"].as_array().unwrap() {
                 assert!(positive(s), "spread: {r}");
             }
