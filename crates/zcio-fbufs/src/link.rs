@@ -698,10 +698,16 @@ impl OriginatorEnd {
                 "freed [{:#x}, +{}), which it does not hold",
                 r.addr, r.len
             )),
-            Ok(Next::Frame(SECURE, r))
-                if self.peers[i].held.holds(r) && !self.msgs.contains_key(&r.addr) =>
-            {
-                self.originator.secure(r)?;
+            Ok(Next::Frame(SECURE, r)) if self.peers[i].held.holds(r) => {
+                // An aggregate message is secured whole: every fbuf of its nodes and data.
+                match self.msgs.get(&r.addr).filter(|m| m.root == r) {
+                    Some(m) => {
+                        for part in &m.parts {
+                            self.originator.secure(*part)?;
+                        }
+                    }
+                    None => self.originator.secure(r)?,
+                }
                 self.peers[i].mail(&frame(SECURED, r));
                 None
             }
@@ -1096,6 +1102,14 @@ impl ReceiverEnd {
         self.notices.clear();
         self.notice_bytes = 0;
         Ok(())
+    }
+
+    /// [`ReceiverEnd::secure`] for an aggregate message: every fbuf holding its nodes and data.
+    pub fn secure_msg(&mut self, m: Msg) -> Result<(), LinkError> {
+        self.secure(FbufRef {
+            addr: m.root,
+            len: m.len,
+        })
     }
 
     /// Ask the originator to secure `r` (remove its write access until all have freed it), and

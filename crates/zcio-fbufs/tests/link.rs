@@ -58,7 +58,8 @@ fn send_stream(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
 
 /// `count` aggregate messages: "msg N:" in one fbuf prepended to the pattern of N in another,
 /// split and joined again, the nodes in a third; each sent as one root reference.
-fn send_msgs(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
+fn send_msgs(end: &mut OriginatorEnd, count: u64, to: &[usize]) -> Vec<u64> {
+    let mut parts = Vec::new();
     for i in 0..count {
         let body = pattern(i, pattern_len(i));
         let head = format!("msg {i}:").into_bytes();
@@ -75,8 +76,10 @@ fn send_msgs(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
             let hd = b.leaf(h.addr(), head.len() as u64).unwrap();
             b.prepend(hd, d).unwrap()
         };
+        parts.extend([nodes.addr(), h.addr(), data.addr()]);
         end.send_msg(m, vec![nodes, h, data], to).unwrap();
     }
+    parts
 }
 
 fn wait_all_back(end: &mut OriginatorEnd) {
@@ -447,8 +450,71 @@ fn an_aggregate_whose_root_is_not_in_its_parts_is_refused() {
 
 #[test]
 fn a_three_process_path_forwards_aggregates_untouched() {
-    let (received, forwarded) =
-        three_process_path(&["receive-msgs", "40"], |end| send_msgs(end, 40, &[0]));
+    let (received, forwarded) = three_process_path(&["receive-msgs", "40"], |end| {
+        send_msgs(end, 40, &[0]);
+    });
     assert_eq!(received.trim(), "ok 40 messages");
     assert_eq!(forwarded.trim(), "forwarded 40");
+}
+
+/// The permissions of the mapping holding `addr` in this process ("rw-p", "r--s", ...).
+fn perms(addr: u64) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .find_map(|l| {
+            let (range, rest) = l.split_once(' ')?;
+            let (a, b) = range.split_once('-')?;
+            let (a, b) = (
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            );
+            (a..b).contains(&addr).then(|| rest[..4].to_string())
+        })
+        .unwrap_or_else(|| panic!("{addr:#x} not mapped"))
+}
+
+#[test]
+fn a_secured_aggregate_is_read_only_in_every_part_until_freed() {
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: true,
+    });
+    let mut child = receiver(
+        &dir,
+        &l,
+        &p,
+        &mut end,
+        &["receive-msgs", "1", "secure-hold"],
+    );
+    let parts = send_msgs(&mut end, 1, &[0]);
+    // Volatile: the parts stay writable on send.
+    assert!(parts.iter().all(|a| perms(*a).starts_with("rw")));
+    // Serve the secure request until the receiver says it holds the secured message.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+        tx.send(line).unwrap();
+    });
+    let t = Instant::now();
+    let line = loop {
+        if let Ok(line) = rx.try_recv() {
+            break line;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "never secured");
+        end.poll(false).unwrap();
+    };
+    assert_eq!(line.trim(), "ok 1 messages");
+    // Every part of it (nodes, header, data) is read-only to its originator now.
+    for a in &parts {
+        assert!(perms(*a).starts_with("r-"), "{a:#x}: {}", perms(*a));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_all_back(&mut end);
+    // Given back: writable again.
+    assert!(parts.iter().all(|a| perms(*a).starts_with("rw")));
+    assert_eq!(end.originator.cached(), 3);
 }

@@ -16,8 +16,9 @@
 //!   and exit without waiting for them to be freed.
 //! - `fbuf-peer receiver-loop SOCKET N leave-socket-to-child`: takes N fbufs, holds them, hands
 //!   its socket to a child (`sleep 60`, whose pid it prints) and exits.
-//! - `fbuf-peer receive-msgs SOCKET N [hold]`: takes N aggregate messages, walks and checks
-//!   each, and frees it (or holds them all and sleeps).
+//! - `fbuf-peer receive-msgs SOCKET N [hold|secure-hold]`: takes N aggregate messages, walks
+//!   and checks each (securing it first, with `secure-hold`), and frees it (or holds them all
+//!   and sleeps).
 //! - `fbuf-peer owner-originator OWNER SOCKET N`: creates a path through the owner, sends N
 //!   fbufs to the receiver at SOCKET with chunks the owner grants, and waits to be killed.
 //! - `fbuf-peer free-two-secure-third SOCKET`: takes three fbufs, frees two, secures the third
@@ -176,7 +177,8 @@ fn main() {
             // Aggregate messages: walked in place, checked against what the originator built
             // ("msg N:" then the pattern of N), freed with one notice each.
             let count: u64 = arg(&a, 3);
-            let hold = a.get(4).map(String::as_str) == Some("hold");
+            let secure = a.get(4).map(String::as_str) == Some("secure-hold");
+            let hold = secure || a.get(4).map(String::as_str) == Some("hold");
             let mut rx = ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect"))
                 .expect("join the path");
             let mut got = 0;
@@ -186,6 +188,9 @@ fn main() {
                     Received::Closed => break,
                     other => panic!("expected an aggregate message, got {other:?}"),
                 };
+                if secure {
+                    rx.secure_msg(m).expect("secure the message");
+                }
                 let w = walk(&rx.receiver, m.root, m.len, Limits::default());
                 assert!(w.anomalies.is_clean(), "message {got}: {:?}", w.anomalies);
                 let mut want = format!("msg {got}:").into_bytes();
