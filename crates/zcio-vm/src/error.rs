@@ -16,6 +16,12 @@ pub enum VmError {
         /// The alignment it needed.
         alignment: usize,
     },
+    /// An object used with something it does not belong to.
+    #[error("misuse: {what}")]
+    Misuse {
+        /// What was passed where it does not belong.
+        what: &'static str,
+    },
     /// A length of zero where at least one byte (or page) is needed.
     #[error("{what} must not be empty")]
     Empty {

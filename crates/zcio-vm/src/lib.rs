@@ -28,6 +28,7 @@ pub mod fallback;
 pub mod mapping;
 pub mod page;
 pub mod protect;
+pub mod remap;
 pub mod runtime;
 pub mod shared;
 pub mod sockzc;
