@@ -1,0 +1,14 @@
+//! # zcio-vmmr: virtual memory MTU reassembly (paper 002)
+//!
+//! A message that arrives in page-sized pieces scattered over memory (pooled receive buffers,
+//! DMA pages) is handed to the application as one contiguous buffer by moving its pages into a
+//! free run of a reserved virtual range, instead of copying them.
+//!
+//! - [`pool`]: virtual page pools behind one trait: the paper's free-page bitmap with its
+//!   word-at-a-time first-fit search, the size-class bitmaps of §4.3, and a buddy allocator.
+//! - [`reassemble`]: the reassembler: a pool's free run of a remap space filled by moving the
+//!   message's pages there (`zcio_vm::remap`), and moved back when the message is freed.
+#![forbid(unsafe_code)]
+
+pub mod pool;
+pub mod reassemble;

@@ -1,0 +1,127 @@
+//! Reassembly by remapping: byte for byte, for every size and granule, with the pages of a
+//! message scattered over the store in any order; a long run that leaves the address space and
+//! the memory as they were; and misuse that is refused without losing a page.
+
+use zcio_vm::remap::{Granule, PageStore, Slot};
+use zcio_vmmr::pool::BitmapPool;
+use zcio_vmmr::reassemble::{Reassembler, VmmrError};
+
+/// A small deterministic shuffle (splitmix64), so that a message's granules lie anywhere.
+fn scatter(store: &mut PageStore, n: usize, seed: u64) -> Vec<Slot> {
+    let mut idx: Vec<usize> = (0..store.capacity()).collect();
+    let mut x = seed;
+    for i in (1..idx.len()).rev() {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        idx.swap(i, (z ^ (z >> 31)) as usize % (i + 1));
+    }
+    idx.into_iter()
+        .filter_map(|i| store.take_index(i))
+        .take(n)
+        .collect()
+}
+
+/// Fill the slots with message `seq`'s bytes (the first `len` of them) and return those bytes.
+fn fill(store: &mut PageStore, slots: &[Slot], len: usize, seq: u64) -> Vec<u8> {
+    let g = store.granule().bytes();
+    let want: Vec<u8> = (0..len)
+        .map(|i| (i as u64 ^ seq.wrapping_mul(31)).wrapping_mul(2_654_435_761) as u8)
+        .collect();
+    for (k, s) in slots.iter().enumerate() {
+        let b = store.bytes_mut(s).unwrap();
+        let part = &want[k * g..len.min((k + 1) * g)];
+        b[..part.len()].copy_from_slice(part);
+    }
+    want
+}
+
+#[test]
+fn every_size_and_granule_comes_out_byte_exact() {
+    for (granule, sizes, store_n) in [
+        (Granule::Page, vec![1usize, 2, 3, 17, 64, 255], 300),
+        (Granule::Huge, vec![1, 2, 5], 8),
+    ] {
+        let g = granule.bytes();
+        let mut store = PageStore::new(store_n, granule).unwrap();
+        let mut r = Reassembler::new(BitmapPool::new(2 * store_n), granule).unwrap();
+        for (seq, &n) in sizes.iter().enumerate() {
+            // Full granules, and a last granule cut short.
+            for len in [n * g, n * g - g / 3] {
+                let slots = scatter(&mut store, n, seq as u64 + len as u64);
+                let want = fill(&mut store, &slots, len, seq as u64);
+                let m = r.reassemble(&mut store, slots, len).unwrap();
+                assert_eq!(m.len(), len);
+                assert!(
+                    r.bytes(&m).unwrap() == want.as_slice(),
+                    "{granule:?} {n} granules"
+                );
+                let moved = m.moved();
+                assert_eq!(moved.moved + moved.copied, n * g);
+                if zcio_vm::runtime::VmRuntime::get().capabilities().swap {
+                    assert_eq!(moved.copied, 0, "pages of a message copied: {moved:?}");
+                }
+                // The pages go back into their slots, with the message's bytes.
+                let slots = r.free(&mut store, m).map_err(|r| r.error).unwrap();
+                for (k, s) in slots.iter().enumerate() {
+                    let part = &want[k * g..len.min((k + 1) * g)];
+                    assert!(&store.bytes(s).unwrap()[..part.len()] == part);
+                }
+                for s in slots {
+                    store.put(s).unwrap();
+                }
+            }
+        }
+        assert_eq!(r.live(), 0);
+        assert_eq!(store.free(), store_n);
+    }
+}
+
+#[test]
+fn misuse_is_refused_and_loses_no_page() {
+    let mut store = PageStore::new(8, Granule::Page).unwrap();
+    let mut a = Reassembler::new(BitmapPool::new(4), Granule::Page).unwrap();
+    let mut b = Reassembler::new(BitmapPool::new(4), Granule::Page).unwrap();
+    let g = Granule::Page.bytes();
+    // More granules than the pool can ever hold in a run: refused, and the slots come back.
+    let slots = scatter(&mut store, 5, 1);
+    let r = a.reassemble(&mut store, slots, 5 * g).unwrap_err();
+    assert!(matches!(r.error, VmmrError::Pool(_)), "{}", r.error);
+    assert!(r.error.to_string().contains("largest run"), "{}", r.error);
+    let slots = r.given_back;
+    assert_eq!(slots.len(), 5);
+    // Exhausted while a message holds three of the four granules.
+    let mut slots = slots;
+    let rest = slots.split_off(3);
+    let m3 = a.reassemble(&mut store, slots, 3 * g).unwrap();
+    let r = a.reassemble(&mut store, rest, 2 * g).unwrap_err();
+    assert!(r.error.to_string().contains("exhausted"), "{}", r.error);
+    let slots = r.given_back;
+    for s in a.free(&mut store, m3).map_err(|r| r.error).unwrap() {
+        store.put(s).unwrap();
+    }
+    // A length the granules cannot hold.
+    let r = a.reassemble(&mut store, slots, 3 * g).unwrap_err();
+    assert!(
+        r.error.to_string().contains("every granule but the last"),
+        "{}",
+        r.error
+    );
+    let slots = r.given_back;
+    for s in slots {
+        store.put(s).unwrap();
+    }
+    // A message freed into the wrong reassembler is refused, and still frees where it belongs.
+    let slots = scatter(&mut store, 2, 2);
+    let m = a.reassemble(&mut store, slots, 2 * g).unwrap();
+    assert!(matches!(b.bytes(&m), Err(VmmrError::Foreign)));
+    let r = b.free(&mut store, m).unwrap_err();
+    assert!(matches!(r.error, VmmrError::Foreign), "{}", r.error);
+    let m = r.given_back;
+    assert_eq!(a.live(), 1);
+    for s in a.free(&mut store, m).map_err(|r| r.error).unwrap() {
+        store.put(s).unwrap();
+    }
+    assert_eq!((a.live(), store.free()), (0, 8));
+}
