@@ -4,12 +4,18 @@
 //! slots and gives the run back to the pool.
 //!
 //! The reassembled buffer is the application's: [`Reassembler::bytes`] and
-//! [`Reassembler::bytes_mut`] reach it until [`Reassembler::free`] takes it back. Nothing is
-//! copied unless the kernel refuses to move a page (pinned), or cannot move pages at all; every
-//! message says which ([`Message::moved`]).
+//! [`Reassembler::bytes_mut`] reach it until [`Reassembler::free`] takes it back.
+//!
+//! Remapping does not always pay: a move costs a system call per run of adjacent granules, and
+//! a few scattered 4 KiB pages copy faster than they move. With [`Policy::Adaptive`] the
+//! reassembler predicts both costs per message from a [`Calibration`] measured on this machine
+//! and copies the message instead (into a second space whose pages stay, warm) when copying is
+//! predicted to be as fast; every message says which path it took ([`Message::path`]) and how
+//! many bytes were moved or copied ([`Message::moved`]).
 
-use crate::pool::{PagePool, PoolError};
+use crate::pool::{BitmapPool, PagePool, PoolError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 use zcio_vm::VmError;
 use zcio_vm::remap::{Granule, Moved, PageStore, RemapSpace, Slot};
 
@@ -66,9 +72,135 @@ pub struct Message {
     len: usize,
     slots: Vec<Slot>,
     moved: Moved,
+    path: Path,
+}
+
+/// How a message was made contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Its pages were moved into the remap space.
+    Remapped,
+    /// Its bytes were copied into the copy space (the slots keep their pages).
+    Copied,
+}
+
+impl Path {
+    /// Its name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Remapped => "remap",
+            Path::Copied => "copy",
+        }
+    }
+}
+
+/// Which path a reassembler takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Policy {
+    /// Always move pages.
+    Remap,
+    /// Always copy.
+    Copy,
+    /// Per message, whichever the calibration predicts faster (copy on a tie).
+    Adaptive(Calibration),
+}
+
+/// What moving and copying cost on this machine, for one granule size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Calibration {
+    /// Granule size (bytes).
+    pub granule: usize,
+    /// A move call, beyond its pages (ns).
+    pub move_call_ns: f64,
+    /// Each granule moved within a call (ns).
+    pub move_granule_ns: f64,
+    /// Each byte copied (ns).
+    pub copy_byte_ns: f64,
+}
+
+impl Calibration {
+    /// Measure on this machine: single-granule moves, a run of adjacent granules moved in one
+    /// call, and copies of the same bytes; medians of a few repetitions.
+    pub fn measure(granule: Granule) -> Result<Calibration, VmmrError> {
+        let g = granule.bytes();
+        let run = if granule == Granule::Huge { 4 } else { 64 };
+        let mut store = PageStore::new(run, granule)?;
+        let mut space = RemapSpace::new(run, granule)?;
+        let mut dst = RemapSpace::new(run, granule)?;
+        let slots: Vec<Slot> = (0..run).filter_map(|i| store.take_index(i)).collect();
+        for s in &slots {
+            store.bytes_mut(s)?.fill(1);
+        }
+        dst.bytes_mut(0, run)?.fill(0);
+        let reps = 7;
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (mut one, mut many, mut copy) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let t = Instant::now();
+            space.move_in(&mut store, 0, &slots[..1])?;
+            one.push(t.elapsed().as_nanos() as f64);
+            space.move_out(&mut store, 0, &slots[..1])?;
+            let t = Instant::now();
+            space.move_in(&mut store, 0, &slots)?;
+            many.push(t.elapsed().as_nanos() as f64);
+            space.move_out(&mut store, 0, &slots)?;
+            let t = Instant::now();
+            copy_slots(&store, &slots, dst.bytes_mut(0, run)?, run * g)?;
+            copy.push(t.elapsed().as_nanos() as f64);
+        }
+        let (one, many) = (median(one), median(many));
+        let per_granule = ((many - one) / (run - 1) as f64).max(0.0);
+        Ok(Calibration {
+            granule: g,
+            move_call_ns: (one - per_granule).max(0.0),
+            move_granule_ns: per_granule,
+            copy_byte_ns: median(copy) / (run * g) as f64,
+        })
+    }
+
+    /// Predicted time to move `granules` granules in `calls` calls (ns).
+    pub fn remap_ns(&self, granules: usize, calls: usize) -> f64 {
+        calls as f64 * self.move_call_ns + granules as f64 * self.move_granule_ns
+    }
+
+    /// Predicted time to copy `bytes` (ns).
+    pub fn copy_ns(&self, bytes: usize) -> f64 {
+        bytes as f64 * self.copy_byte_ns
+    }
+}
+
+/// Copy the first `len` bytes held in `slots`, in order, into `dst`.
+fn copy_slots(
+    store: &PageStore,
+    slots: &[Slot],
+    dst: &mut [u8],
+    len: usize,
+) -> Result<(), VmError> {
+    let g = store.granule().bytes();
+    for (k, s) in slots.iter().enumerate() {
+        let n = g.min(len - k * g);
+        dst[k * g..k * g + n].copy_from_slice(&store.bytes(s)?[..n]);
+    }
+    Ok(())
+}
+
+/// Runs of slots adjacent in the store: the move calls a message costs.
+fn runs(slots: &[Slot]) -> usize {
+    1 + slots
+        .windows(2)
+        .filter(|w| w[1].index() != w[0].index() + 1)
+        .count()
 }
 
 impl Message {
+    /// How it was made contiguous.
+    pub fn path(&self) -> Path {
+        self.path
+    }
+
     /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -94,19 +226,51 @@ impl Message {
 pub struct Reassembler<P: PagePool> {
     space: RemapSpace,
     pool: P,
+    policy: Policy,
+    /// Where copied messages go: a space of its own whose pages stay from one message to the
+    /// next (made on the first copy), and its pool.
+    copies: Option<(RemapSpace, BitmapPool)>,
     id: u64,
     live: usize,
 }
 
 impl<P: PagePool> Reassembler<P> {
-    /// A reassembler over a fresh remap space of `pool.capacity()` granules.
+    /// A reassembler over a fresh remap space of `pool.capacity()` granules, always moving
+    /// pages ([`Policy::Remap`]).
     pub fn new(pool: P, granule: Granule) -> Result<Self, VmmrError> {
+        Self::with_policy(pool, granule, Policy::Remap)
+    }
+
+    /// A reassembler with a policy for choosing between moving and copying.
+    pub fn with_policy(pool: P, granule: Granule, policy: Policy) -> Result<Self, VmmrError> {
         Ok(Reassembler {
             space: RemapSpace::new(pool.capacity(), granule)?,
             pool,
+            policy,
+            copies: None,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             live: 0,
         })
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Which path a message of `slots` would take.
+    pub fn choose(&self, slots: &[Slot], len: usize) -> Path {
+        match self.policy {
+            Policy::Remap => Path::Remapped,
+            Policy::Copy => Path::Copied,
+            Policy::Adaptive(c) => {
+                if c.remap_ns(slots.len(), runs(slots)) < c.copy_ns(len) {
+                    Path::Remapped
+                } else {
+                    Path::Copied
+                }
+            }
+        }
     }
 
     /// The page pool.
@@ -149,6 +313,9 @@ impl<P: PagePool> Reassembler<P> {
                 slots,
             ));
         }
+        if self.choose(&slots, len) == Path::Copied {
+            return self.copy(store, slots, len);
+        }
         let first = match self.pool.alloc(n) {
             Ok(f) => f,
             Err(e) => return Err(refuse(e, slots)),
@@ -162,12 +329,66 @@ impl<P: PagePool> Reassembler<P> {
                     len,
                     slots,
                     moved,
+                    path: Path::Remapped,
                 })
             }
             Err(e) => {
                 let _ = self.pool.free(first, n);
                 Err(refuse(e, slots))
             }
+        }
+    }
+
+    fn copy(
+        &mut self,
+        store: &mut PageStore,
+        slots: Vec<Slot>,
+        len: usize,
+    ) -> Result<Message, Box<Refused<Vec<Slot>>>> {
+        let n = slots.len();
+        if self.copies.is_none() {
+            let cap = self.space.capacity();
+            match RemapSpace::new(cap, self.space.granule()) {
+                Ok(sp) => self.copies = Some((sp, BitmapPool::new(cap))),
+                Err(e) => return Err(refuse(e, slots)),
+            }
+        }
+        let (space, pool) = self.copies.as_mut().expect("made above");
+        let first = match pool.alloc(n) {
+            Ok(f) => f,
+            Err(e) => return Err(refuse(e, slots)),
+        };
+        let done = space
+            .bytes_mut(first, n)
+            .map_err(VmmrError::from)
+            .and_then(|dst| copy_slots(store, &slots, dst, len).map_err(VmmrError::from));
+        if let Err(e) = done {
+            let _ = pool.free(first, n);
+            return Err(refuse(e, slots));
+        }
+        self.live += 1;
+        Ok(Message {
+            owner: self.id,
+            first,
+            len,
+            slots,
+            moved: Moved {
+                moved: 0,
+                copied: len,
+                calls: 0,
+            },
+            path: Path::Copied,
+        })
+    }
+
+    fn space_of(&self, m: &Message) -> Result<&RemapSpace, VmmrError> {
+        match m.path {
+            Path::Remapped => Ok(&self.space),
+            Path::Copied => self
+                .copies
+                .as_ref()
+                .map(|(s, _)| s)
+                .ok_or(VmmrError::Foreign),
         }
     }
 
@@ -181,13 +402,17 @@ impl<P: PagePool> Reassembler<P> {
     /// The message's bytes, contiguous.
     pub fn bytes(&self, m: &Message) -> Result<&[u8], VmmrError> {
         self.check(m)?;
-        Ok(&self.space.bytes(m.first, m.slots.len())?[..m.len])
+        Ok(&self.space_of(m)?.bytes(m.first, m.slots.len())?[..m.len])
     }
 
     /// The message's bytes, to change them in place.
     pub fn bytes_mut(&mut self, m: &Message) -> Result<&mut [u8], VmmrError> {
         self.check(m)?;
-        Ok(&mut self.space.bytes_mut(m.first, m.slots.len())?[..m.len])
+        let space = match m.path {
+            Path::Remapped => &mut self.space,
+            Path::Copied => &mut self.copies.as_mut().ok_or(VmmrError::Foreign)?.0,
+        };
+        Ok(&mut space.bytes_mut(m.first, m.slots.len())?[..m.len])
     }
 
     /// Free a message: its pages go back into its slots (returned, full of its bytes, for the
@@ -201,10 +426,19 @@ impl<P: PagePool> Reassembler<P> {
         if let Err(e) = self.check(&m) {
             return Err(refuse(e, m));
         }
-        if let Err(e) = self.space.move_out(store, m.first, &m.slots) {
-            return Err(refuse(e, m));
-        }
-        let freed = self.pool.free(m.first, m.slots.len());
+        let freed = match m.path {
+            Path::Remapped => {
+                if let Err(e) = self.space.move_out(store, m.first, &m.slots) {
+                    return Err(refuse(e, m));
+                }
+                self.pool.free(m.first, m.slots.len())
+            }
+            // A copy's slots never gave up their pages; its run's pages stay for the next copy.
+            Path::Copied => match self.copies.as_mut() {
+                Some((_, pool)) => pool.free(m.first, m.slots.len()),
+                None => return Err(refuse(VmmrError::Foreign, m)),
+            },
+        };
         debug_assert!(freed.is_ok(), "a run this reassembler allocated: {freed:?}");
         self.live -= 1;
         Ok(m.slots)

@@ -4,7 +4,7 @@
 
 use zcio_vm::remap::{Granule, PageStore, Slot};
 use zcio_vmmr::pool::BitmapPool;
-use zcio_vmmr::reassemble::{Reassembler, VmmrError};
+use zcio_vmmr::reassemble::{Calibration, Path, Policy, Reassembler, VmmrError};
 
 /// A small deterministic shuffle (splitmix64), so that a message's granules lie anywhere.
 fn scatter(store: &mut PageStore, n: usize, seed: u64) -> Vec<Slot> {
@@ -124,4 +124,79 @@ fn misuse_is_refused_and_loses_no_page() {
         store.put(s).unwrap();
     }
     assert_eq!((a.live(), store.free()), (0, 8));
+}
+
+#[test]
+fn the_adaptive_path_copies_what_would_not_pay_and_moves_what_would() {
+    let g = Granule::Page.bytes();
+    // A machine where a move call costs 800 ns and a page in it 90 ns, and copying a page
+    // 205 ns: one scattered page copies, a run of 64 adjacent pages moves.
+    let cal = Calibration {
+        granule: g,
+        move_call_ns: 800.0,
+        move_granule_ns: 90.0,
+        copy_byte_ns: 0.05,
+    };
+    let mut store = PageStore::new(128, Granule::Page).unwrap();
+    let mut r =
+        Reassembler::with_policy(BitmapPool::new(256), Granule::Page, Policy::Adaptive(cal))
+            .unwrap();
+    for (n, adjacent, want_path) in [
+        (1, false, Path::Copied),
+        (8, false, Path::Copied),
+        (64, true, Path::Remapped),
+    ] {
+        let slots: Vec<Slot> = if adjacent {
+            (0..n).map(|i| store.take_index(i).unwrap()).collect()
+        } else {
+            scatter(&mut store, n, n as u64)
+        };
+        let want = fill(&mut store, &slots, n * g, n as u64);
+        assert_eq!(r.choose(&slots, n * g), want_path, "{n} pages");
+        let m = r
+            .reassemble(&mut store, slots, n * g)
+            .map_err(|r| r.error)
+            .unwrap();
+        assert_eq!(m.path(), want_path);
+        assert!(
+            r.bytes(&m).unwrap() == want.as_slice(),
+            "{n} pages by {want_path:?}"
+        );
+        let slots = r.free(&mut store, m).map_err(|r| r.error).unwrap();
+        // Either way the slots come back holding the message.
+        assert!(store.bytes(&slots[0]).unwrap()[..g] == want[..g]);
+        for s in slots {
+            store.put(s).unwrap();
+        }
+    }
+    assert_eq!(r.live(), 0);
+}
+
+#[test]
+fn a_copying_reassembler_keeps_the_slots_pages_and_a_measured_calibration_is_sane() {
+    let mut store = PageStore::new(16, Granule::Page).unwrap();
+    let mut r = Reassembler::with_policy(BitmapPool::new(16), Granule::Page, Policy::Copy).unwrap();
+    let g = Granule::Page.bytes();
+    let slots = scatter(&mut store, 3, 9);
+    let want = fill(&mut store, &slots, 3 * g - 5, 9);
+    let m = r
+        .reassemble(&mut store, slots, 3 * g - 5)
+        .map_err(|r| r.error)
+        .unwrap();
+    assert_eq!(
+        (m.path(), m.moved().copied, m.moved().moved),
+        (Path::Copied, 3 * g - 5, 0)
+    );
+    assert!(r.bytes(&m).unwrap() == want.as_slice());
+    r.bytes_mut(&m).unwrap()[0] ^= 0xff;
+    for s in r.free(&mut store, m).map_err(|r| r.error).unwrap() {
+        store.put(s).unwrap();
+    }
+    for granule in [Granule::Page, Granule::Huge] {
+        let c = Calibration::measure(granule).unwrap();
+        for v in [c.move_call_ns, c.move_granule_ns, c.copy_byte_ns] {
+            assert!(v.is_finite() && v >= 0.0, "{c:?}");
+        }
+        assert!(c.copy_byte_ns > 0.0, "{c:?}");
+    }
 }
