@@ -6,9 +6,11 @@
 //!
 //! - [`pool`]: virtual page pools behind one trait: the paper's free-page bitmap with its
 //!   word-at-a-time first-fit search, the size-class bitmaps of §4.3, and a buddy allocator.
+//! - [`producer`]: a real producer: a file read with `O_DIRECT` into scattered store slots.
 //! - [`reassemble`]: the reassembler: a pool's free run of a remap space filled by moving the
 //!   message's pages there (`zcio_vm::remap`), and moved back when the message is freed.
 #![forbid(unsafe_code)]
 
 pub mod pool;
+pub mod producer;
 pub mod reassemble;
