@@ -6,3 +6,4 @@ pub mod fbufs_bench;
 pub mod iceoryx;
 pub mod report;
 pub mod transfer;
+pub mod vmmr_bench;

@@ -101,6 +101,10 @@ enum BenchCmd {
     /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
     /// throughput.
     Fbufs(zcio::fbufs_bench::FbufsArgs),
+    /// VMMR (paper 002, Figures 4, 5, 7-10): a message in scattered 4 KiB or 2 MiB granules
+    /// made contiguous by moving its pages (bitmap searches, size classes, buddy) against
+    /// copying it, and the bitmap search on random maps.
+    Vmmr(zcio::vmmr_bench::VmmrArgs),
 }
 
 fn main() -> ExitCode {
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Memnet(b)) => bench::run(b),
         Cmd::Bench(BenchCmd::Genie(b)) => bench::run_genie(b),
         Cmd::Bench(BenchCmd::Fbufs(b)) => zcio::fbufs_bench::run(b),
+        Cmd::Bench(BenchCmd::Vmmr(b)) => zcio::vmmr_bench::run(b),
         Cmd::FbufSink {
             connect,
             contender,

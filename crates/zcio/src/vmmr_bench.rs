@@ -1,0 +1,789 @@
+//! `zcio bench vmmr`: paper 002's Figures 4, 5 and 7–10 on this machine. A message held in
+//! scattered (or adjacent) granules of 4 KiB or 2 MiB is made contiguous by moving its pages
+//! (`zcio_vmmr::reassemble`, with the paper's bitmap searched minimally or at its worst, a
+//! size-class bitmap and a buddy pool) or by copying it (the paper's best-case memcopy); the
+//! random tests time the search on randomly fragmented maps. The measuring is
+//! [`zcio_vmmr::bench`]; here are the arguments, the rows with medians and spreads, what is
+//! derived from them (crossover sizes, speed-ups, per-granule costs, the random tests'
+//! minimum, maximum and means at 40 % and 10 % allocation), the table and the JSON.
+
+use crate::report::fit;
+use crate::transfer::Res;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use zcio_vm::remap::Granule;
+use zcio_vmmr::bench::{self, Caches, Case, Plan, Point, RandomSeries, eviction_bytes};
+use zcio_vmmr::pool::Regime;
+
+/// Arguments of `zcio bench vmmr`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct VmmrArgs {
+    /// The paper's sweeps: about eighty 4 KiB sizes, 2 MiB messages to 64 MiB, 3 × 1 000
+    /// random maps at about twenty sizes (minutes).
+    #[arg(long)]
+    pub full: bool,
+    /// A few points of everything (a second or two).
+    #[arg(long, hide = true, conflicts_with = "full")]
+    pub smoke: bool,
+    /// Message sizes with 4 KiB granules, in pages, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes_4k: Vec<usize>,
+    /// Message sizes with 2 MiB granules, in granules, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes_2m: Vec<usize>,
+    /// Message sizes of the random tests, in pages, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub random_sizes: Vec<usize>,
+    /// The random tests' regimes as FREESxMAPS, comma-separated (the paper's:
+    /// 500x1000,50x1000,25x1000).
+    #[arg(long, value_delimiter = ',')]
+    pub regimes: Vec<String>,
+    /// Timed reassemblies per case and size (the paper: 32).
+    #[arg(long)]
+    pub iterations: Option<usize>,
+    /// Timed reassemblies per case and size with cold caches (0: none).
+    #[arg(long)]
+    pub cold_iterations: Option<usize>,
+    /// Timed reassemblies per random map at most.
+    #[arg(long)]
+    pub random_iterations: Option<usize>,
+    /// What to run, comma-separated: 4k, 2m, cold, random (all by default).
+    #[arg(long, value_delimiter = ',')]
+    pub parts: Vec<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The parts of the bench.
+const PARTS: [&str; 4] = ["4k", "2m", "cold", "random"];
+
+/// The plan the bench ran.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PlanRecord {
+    /// Message sizes with 4 KiB granules (pages).
+    pub sizes_4k: Vec<usize>,
+    /// Message sizes with 2 MiB granules (granules).
+    pub sizes_2m: Vec<usize>,
+    /// Layouts of the messages in the store: `scattered` (no two granules adjacent, one move
+    /// call each) and `adjacent` (one call for the message).
+    pub layouts: Vec<String>,
+    /// Timed reassemblies per case and size, warm caches.
+    pub iterations: usize,
+    /// Timed reassemblies per case and size, cold caches (0: not run).
+    pub cold_iterations: usize,
+    /// Bytes read before each cold-cache reassembly (twice the last-level cache).
+    pub eviction_bytes: usize,
+    /// Pool capacity with 4 KiB granules (the paper's 65 536: a 256 MB segment).
+    pub capacity_4k: usize,
+    /// Pool capacity with 2 MiB granules (virtual space only).
+    pub capacity_2m: usize,
+    /// Message sizes of the random tests (pages).
+    pub random_sizes: Vec<usize>,
+    /// The random tests' regimes: maps in each, random granules freed per map.
+    pub regimes: Vec<RegimeRecord>,
+    /// Pools of the random tests.
+    pub random_pools: Vec<String>,
+    /// Timed reassemblies per random map at most.
+    pub random_iterations: usize,
+    /// Pages reassembled per random map at most (larger messages get fewer iterations).
+    pub random_page_budget: usize,
+    /// Seed of layouts, maps and search starts.
+    pub seed: u64,
+    /// Whether pages move (`UFFDIO_MOVE`); without it every "move" is a copy.
+    pub move_available: bool,
+    /// What reading the clock costs (ns): part of every timing.
+    pub timer_overhead_ns: f64,
+}
+
+/// One regime of random maps.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RegimeRecord {
+    /// Random granules freed from one map to the next.
+    pub frees_per_map: usize,
+    /// Maps.
+    pub maps: usize,
+}
+
+/// One message size of one series: granule, layout and cache state.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Row {
+    /// Granule: `4k` or `2m`.
+    pub granule: String,
+    /// Layout in the store: `scattered` or `adjacent`.
+    pub layout: String,
+    /// Caches before each timed reassembly: `warm` or `cold`.
+    pub caches: String,
+    /// Granules in the message.
+    pub granules: usize,
+    /// 4 KiB pages in the message (granules × granule / 4096).
+    pub pages: usize,
+    /// Bytes in the message.
+    pub bytes: usize,
+    /// Timed reassemblies per case.
+    pub iterations: usize,
+    /// Copying the message into a contiguous, pre-faulted destination: median (ns).
+    pub memcpy_ns: f64,
+    /// Fastest and slowest copy (ns).
+    pub memcpy_spread_ns: [f64; 2],
+    /// Reassembly by moving pages, median (ns), by case: `no_search` (the run known, moves
+    /// only), `minimal_search` (empty bitmap), `worst_case_search` (the paper's worst-case
+    /// bitmap), `size_class_worst_case` (a one-class bitmap full but its last block, messages
+    /// of at most 256 granules), `buddy` (an empty buddy pool).
+    pub vmmr_ns: BTreeMap<String, f64>,
+    /// Fastest and slowest reassembly (ns), by case.
+    pub vmmr_spread_ns: BTreeMap<String, [f64; 2]>,
+    /// The pool's part alone, median (ns), by moving case: `alloc` timed without the moves
+    /// (the search and the marking). Warm caches only.
+    pub pool_ns: BTreeMap<String, f64>,
+    /// memcpy / minimal-search VMMR.
+    pub speedup: f64,
+    /// Move calls per reassembly.
+    pub move_calls: usize,
+    /// Bytes copied instead of moved per reassembly (pinned pages, or no `UFFDIO_MOVE`).
+    pub copied_bytes: usize,
+    /// 2 MiB granules: whether they were transparent huge pages when written.
+    pub huge_pages: Option<bool>,
+}
+
+impl Row {
+    /// The median of a case (memcpy included).
+    pub fn case_ns(&self, case: &str) -> Option<f64> {
+        if case == "memcpy" {
+            Some(self.memcpy_ns)
+        } else {
+            self.vmmr_ns.get(case).copied()
+        }
+    }
+
+    /// The spread of a case (memcpy included).
+    pub fn case_spread(&self, case: &str) -> Option<[f64; 2]> {
+        if case == "memcpy" {
+            Some(self.memcpy_spread_ns)
+        } else {
+            self.vmmr_spread_ns.get(case).copied()
+        }
+    }
+
+    /// Whether it belongs to a series.
+    pub fn is(&self, granule: &str, layout: &str, caches: &str) -> bool {
+        self.granule == granule && self.layout == layout && self.caches == caches
+    }
+}
+
+/// One random map.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RandomMapRow {
+    /// Regime (index into the plan's regimes).
+    pub regime: usize,
+    /// Map within the regime.
+    pub map: usize,
+    /// Allocated granules / capacity.
+    pub allocation_level: f64,
+    /// Free/allocated transitions between neighbouring bits of the map (blocks for size
+    /// classes and buddy).
+    pub transitions: usize,
+    /// Timed reassemblies.
+    pub iterations: usize,
+    /// Their mean (ns), as the paper reports per map.
+    pub mean_ns: f64,
+    /// Their median (ns): the map's time without an interrupted iteration.
+    pub median_ns: f64,
+    /// Fastest (ns).
+    pub min_ns: f64,
+    /// Slowest (ns).
+    pub max_ns: f64,
+    /// The pool's part alone, median (ns): `alloc` timed without the moves.
+    pub pool_ns: f64,
+}
+
+/// The random test of one pool at one size, with the paper's §4.3 extracts.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RandomRow {
+    /// Pool: `bitmap` (search from a random word), `size-classes` (one class, search from
+    /// word 0), `buddy`.
+    pub pool: String,
+    /// Pages in the message (4 KiB granules, scattered).
+    pub pages: usize,
+    /// Granules per bit or block of the pool's map.
+    pub block: usize,
+    /// Every map.
+    pub maps: Vec<RandomMapRow>,
+    /// Fastest reassembly over all maps and iterations (ns).
+    pub min_ns: f64,
+    /// Slowest reassembly over all maps and iterations (ns): the paper's absolute maximum.
+    pub max_ns: f64,
+    /// The highest per-map median (ns): the maximum without single interrupted iterations.
+    pub max_map_median_ns: f64,
+    /// Mean over the maps at 40 % (± 1 %) allocation of their medians (ns), if any map fell
+    /// there (the paper averaged each map's mean; a median per map keeps one interrupted
+    /// iteration out).
+    pub mean_at_40_ns: Option<f64>,
+    /// Maps at 40 % (± 1 %).
+    pub maps_at_40: usize,
+    /// Mean over the maps at 10 % (± 1 %) allocation of their medians (ns).
+    pub mean_at_10_ns: Option<f64>,
+    /// Maps at 10 % (± 1 %).
+    pub maps_at_10: usize,
+}
+
+/// Where minimal-search VMMR overtakes memcpy in one series.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Crossover {
+    /// Granule.
+    pub granule: String,
+    /// Layout.
+    pub layout: String,
+    /// Caches.
+    pub caches: String,
+    /// The smallest size measured from which minimal-search VMMR is faster than memcpy at
+    /// every larger size measured (granules); `None` when it is slower at the largest.
+    pub granules: Option<usize>,
+    /// The same in 4 KiB pages.
+    pub pages: Option<usize>,
+    /// Whether it is faster at every size measured.
+    pub everywhere: bool,
+}
+
+/// memcpy against minimal-search VMMR at a size the paper names.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Speedup {
+    /// Granule.
+    pub granule: String,
+    /// Layout.
+    pub layout: String,
+    /// Caches.
+    pub caches: String,
+    /// Granules.
+    pub granules: usize,
+    /// 4 KiB pages.
+    pub pages: usize,
+    /// memcpy median (ns).
+    pub memcpy_ns: f64,
+    /// Minimal-search VMMR median (ns).
+    pub vmmr_ns: f64,
+    /// memcpy / VMMR.
+    pub speedup: f64,
+    /// The message over the VMMR time (Gbit/s), the paper's bandwidth.
+    pub vmmr_gbits: f64,
+    /// The message over the memcpy time (Gbit/s).
+    pub memcpy_gbits: f64,
+}
+
+/// A case's time fitted as a line in the message's granules.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CostFit {
+    /// Granule.
+    pub granule: String,
+    /// Layout.
+    pub layout: String,
+    /// Caches.
+    pub caches: String,
+    /// Case.
+    pub case: String,
+    /// Per granule (ns).
+    pub per_granule_ns: f64,
+    /// Per message (ns).
+    pub per_message_ns: f64,
+    /// R² of the fit.
+    pub r2: Option<f64>,
+}
+
+/// What is derived from the rows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Derived {
+    /// Per series, where VMMR overtakes memcpy.
+    pub crossovers: Vec<Crossover>,
+    /// Per series, at the smallest size, the paper's largest (6 144 pages; 24 MiB with 2 MiB
+    /// granules) and the largest measured.
+    pub speedups: Vec<Speedup>,
+    /// Per series and case, the time as a line in the granules (least squares on relative
+    /// error, every size alike).
+    pub costs: Vec<CostFit>,
+}
+
+/// Everything `zcio bench vmmr` measured: also the report's paper 002 section.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct VmmrSection {
+    /// What ran.
+    pub plan: PlanRecord,
+    /// Per granule, layout, caches and size.
+    pub rows: Vec<Row>,
+    /// Per pool and size, the random maps.
+    pub random: Vec<RandomRow>,
+    /// Crossovers, speed-ups and cost lines.
+    pub derived: Derived,
+}
+
+fn parse_regime(s: &str) -> Res<Regime> {
+    let bad = || format!("invalid argument `--regimes {s}`: expected FREESxMAPS, e.g. 500x1000");
+    let (f, m) = s.split_once('x').ok_or_else(bad)?;
+    Ok(Regime {
+        frees_per_map: f.trim().parse().map_err(|_| bad())?,
+        maps: m.trim().parse().map_err(|_| bad())?,
+    })
+}
+
+/// The plan and the parts the arguments ask for.
+pub fn plan_of(a: &VmmrArgs) -> Res<(Plan, Vec<String>)> {
+    let mut plan = if a.smoke {
+        Plan::smoke()
+    } else if a.full {
+        Plan::full()
+    } else {
+        Plan::quick()
+    };
+    if !a.sizes_4k.is_empty() {
+        plan.sizes_4k = a.sizes_4k.clone();
+    }
+    if !a.sizes_2m.is_empty() {
+        plan.sizes_2m = a.sizes_2m.clone();
+    }
+    if !a.random_sizes.is_empty() {
+        plan.random_sizes = a.random_sizes.clone();
+    }
+    if !a.regimes.is_empty() {
+        plan.regimes = a
+            .regimes
+            .iter()
+            .map(|s| parse_regime(s))
+            .collect::<Res<_>>()?;
+    }
+    if let Some(i) = a.iterations {
+        plan.iterations = i;
+    }
+    if let Some(i) = a.cold_iterations {
+        plan.cold_iterations = i;
+    }
+    if let Some(i) = a.random_iterations {
+        plan.random_iterations = i;
+    }
+    let parts: Vec<String> = if a.parts.is_empty() {
+        PARTS.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.parts.clone()
+    };
+    if let Some(p) = parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        return Err(format!(
+            "invalid argument `--parts {p}`: no such part (known: {})",
+            PARTS.join(", ")
+        )
+        .into());
+    }
+    let on = |p: &str| parts.iter().any(|x| x == p);
+    if !on("4k") {
+        plan.sizes_4k.clear();
+    }
+    if !on("2m") {
+        plan.sizes_2m.clear();
+    }
+    if !on("cold") {
+        plan.cold_iterations = 0;
+    }
+    if !on("random") {
+        plan.random_sizes.clear();
+    }
+    plan.check()
+        .map_err(|e| format!("invalid argument: {e} (see --sizes-4k, --sizes-2m, --random-sizes, --regimes, --iterations)"))?;
+    Ok((plan, parts))
+}
+
+/// Run the benchmark and print it.
+pub fn run(a: VmmrArgs) -> Res<()> {
+    let (plan, _) = plan_of(&a)?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} (eta {eta}) {msg}",
+        )
+        .expect("template"),
+    );
+    let section = measure(&plan, &bar)?;
+    bar.finish_and_clear();
+    if a.json {
+        let mut v = serde_json::to_value(&section)?;
+        v.as_object_mut()
+            .expect("an object")
+            .insert("bench".into(), "vmmr".into());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    print(&section);
+    Ok(())
+}
+
+fn stats(ns: &[f64]) -> (f64, [f64; 2]) {
+    (
+        fit::median(ns).unwrap_or(f64::NAN),
+        [
+            ns.iter().copied().fold(f64::INFINITY, f64::min),
+            ns.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ],
+    )
+}
+
+/// Run `plan` with `bar` for progress (its length is grown here): the section.
+pub fn measure(plan: &Plan, bar: &indicatif::ProgressBar) -> Res<VmmrSection> {
+    plan.check()?;
+    bar.inc_length(plan.units());
+    let mut progress = |m: String| {
+        bar.set_message(m);
+        bar.inc(1);
+    };
+    let mut points: Vec<Point> = Vec::new();
+    for granule in [Granule::Page, Granule::Huge] {
+        for &layout in &plan.layouts {
+            points.extend(bench::sweep(
+                plan,
+                granule,
+                layout,
+                Caches::Warm,
+                &mut progress,
+            )?);
+        }
+    }
+    for &layout in &plan.layouts {
+        points.extend(bench::sweep(
+            plan,
+            Granule::Page,
+            layout,
+            Caches::Cold,
+            &mut progress,
+        )?);
+    }
+    let mut series: Vec<RandomSeries> = Vec::new();
+    if !plan.random_sizes.is_empty() {
+        for &pool in &plan.random_pools {
+            series.extend(bench::random(plan, pool, &mut progress)?);
+        }
+    }
+    let rows: Vec<Row> = points.iter().map(row).collect();
+    let random = series.iter().map(random_row).collect();
+    let derived = derive(&rows);
+    Ok(VmmrSection {
+        plan: PlanRecord {
+            sizes_4k: plan.sizes_4k.clone(),
+            sizes_2m: plan.sizes_2m.clone(),
+            layouts: plan.layouts.iter().map(|l| l.name().into()).collect(),
+            iterations: plan.iterations,
+            cold_iterations: plan.cold_iterations,
+            eviction_bytes: if plan.cold_iterations > 0 {
+                eviction_bytes()
+            } else {
+                0
+            },
+            capacity_4k: plan.capacity_4k,
+            capacity_2m: plan.capacity_2m,
+            random_sizes: plan.random_sizes.clone(),
+            regimes: plan
+                .regimes
+                .iter()
+                .map(|r| RegimeRecord {
+                    frees_per_map: r.frees_per_map,
+                    maps: r.maps,
+                })
+                .collect(),
+            random_pools: plan.random_pools.iter().map(|p| p.name().into()).collect(),
+            random_iterations: plan.random_iterations,
+            random_page_budget: plan.random_page_budget,
+            seed: plan.seed,
+            move_available: zcio_vm::VmRuntime::get().capabilities().swap,
+            timer_overhead_ns: bench::timer_overhead_ns(),
+        },
+        rows,
+        random,
+        derived,
+    })
+}
+
+fn row(p: &Point) -> Row {
+    let g = p.granule.bytes();
+    let mut vmmr_ns = BTreeMap::new();
+    let mut vmmr_spread_ns = BTreeMap::new();
+    let (mut memcpy_ns, mut memcpy_spread_ns) = (f64::NAN, [f64::NAN; 2]);
+    let mut iterations = 0;
+    for s in &p.cases {
+        let (m, sp) = stats(&s.ns);
+        iterations = iterations.max(s.ns.len());
+        if s.case == Case::Memcpy {
+            (memcpy_ns, memcpy_spread_ns) = (m, sp);
+        } else {
+            vmmr_ns.insert(s.case.name().to_string(), m);
+            vmmr_spread_ns.insert(s.case.name().to_string(), sp);
+        }
+    }
+    let pool_ns = p
+        .pool
+        .iter()
+        .map(|s| (s.case.name().to_string(), stats(&s.ns).0))
+        .collect();
+    let minimal = vmmr_ns
+        .get(Case::MinimalSearch.name())
+        .copied()
+        .unwrap_or(f64::NAN);
+    Row {
+        granule: p.granule.name().into(),
+        layout: p.layout.name().into(),
+        caches: p.caches.name().into(),
+        granules: p.granules,
+        pages: p.granules * g / 4096,
+        bytes: p.granules * g,
+        iterations,
+        memcpy_ns,
+        memcpy_spread_ns,
+        speedup: memcpy_ns / minimal,
+        vmmr_ns,
+        vmmr_spread_ns,
+        pool_ns,
+        move_calls: p.moved.calls,
+        copied_bytes: p.moved.copied,
+        huge_pages: p.huge_pages,
+    }
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn random_row(s: &RandomSeries) -> RandomRow {
+    let maps: Vec<RandomMapRow> = s
+        .maps
+        .iter()
+        .map(|m| {
+            let (median_ns, [lo, hi]) = stats(&m.ns);
+            RandomMapRow {
+                regime: m.regime,
+                map: m.map,
+                allocation_level: m.allocation_level,
+                transitions: m.transitions,
+                iterations: m.ns.len(),
+                mean_ns: mean(&m.ns).unwrap_or(f64::NAN),
+                median_ns,
+                min_ns: lo,
+                max_ns: hi,
+                pool_ns: stats(&m.pool_ns).0,
+            }
+        })
+        .collect();
+    let at = |level: f64| {
+        let v: Vec<f64> = maps
+            .iter()
+            .filter(|m| (m.allocation_level - level).abs() <= 0.01)
+            .map(|m| m.median_ns)
+            .collect();
+        (mean(&v), v.len())
+    };
+    let (mean_at_40_ns, maps_at_40) = at(0.40);
+    let (mean_at_10_ns, maps_at_10) = at(0.10);
+    RandomRow {
+        pool: s.pool.name().into(),
+        pages: s.granules,
+        block: s.block,
+        min_ns: maps.iter().map(|m| m.min_ns).fold(f64::INFINITY, f64::min),
+        max_ns: maps.iter().map(|m| m.max_ns).fold(0.0, f64::max),
+        max_map_median_ns: maps.iter().map(|m| m.median_ns).fold(0.0, f64::max),
+        mean_at_40_ns,
+        maps_at_40,
+        mean_at_10_ns,
+        maps_at_10,
+        maps,
+    }
+}
+
+/// The series of `rows` (granule, layout, caches), in the order they first appear.
+pub fn series_of(rows: &[Row]) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for r in rows {
+        let k = (r.granule.clone(), r.layout.clone(), r.caches.clone());
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+/// The sizes (granules) the paper's figures end at: 6 144 pages, 24 MiB.
+pub fn paper_size(granule: &str) -> usize {
+    if granule == "2m" { 12 } else { 6144 }
+}
+
+/// Crossovers, speed-ups and cost lines of `rows`.
+pub fn derive(rows: &[Row]) -> Derived {
+    let mut d = Derived::default();
+    for (g, l, c) in series_of(rows) {
+        let mut rs: Vec<&Row> = rows.iter().filter(|r| r.is(&g, &l, &c)).collect();
+        rs.sort_by_key(|r| r.granules);
+        let faster: Vec<bool> = rs
+            .iter()
+            .map(|r| {
+                r.vmmr_ns
+                    .get("minimal_search")
+                    .is_some_and(|v| *v < r.memcpy_ns)
+            })
+            .collect();
+        let from = (0..rs.len()).rev().take_while(|i| faster[*i]).last();
+        d.crossovers.push(Crossover {
+            granule: g.clone(),
+            layout: l.clone(),
+            caches: c.clone(),
+            granules: from.map(|i| rs[i].granules),
+            pages: from.map(|i| rs[i].pages),
+            everywhere: from == Some(0),
+        });
+        let mut at: Vec<usize> = Vec::new();
+        for n in [
+            rs.first().map(|r| r.granules),
+            rs.iter()
+                .find(|r| r.granules == paper_size(&g))
+                .map(|r| r.granules),
+            rs.last().map(|r| r.granules),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if !at.contains(&n) {
+                at.push(n);
+            }
+        }
+        for n in at {
+            let Some(r) = rs.iter().find(|r| r.granules == n) else {
+                continue;
+            };
+            let Some(v) = r.vmmr_ns.get("minimal_search").copied() else {
+                continue;
+            };
+            let bits = r.bytes as f64 * 8.0;
+            d.speedups.push(Speedup {
+                granule: g.clone(),
+                layout: l.clone(),
+                caches: c.clone(),
+                granules: r.granules,
+                pages: r.pages,
+                memcpy_ns: r.memcpy_ns,
+                vmmr_ns: v,
+                speedup: r.memcpy_ns / v,
+                vmmr_gbits: bits / v,
+                memcpy_gbits: bits / r.memcpy_ns,
+            });
+        }
+        let mut cases: Vec<String> = vec!["memcpy".into()];
+        for r in &rs {
+            for k in r.vmmr_ns.keys() {
+                if !cases.contains(k) {
+                    cases.push(k.clone());
+                }
+            }
+        }
+        for case in cases {
+            let pts: Vec<(f64, f64)> = rs
+                .iter()
+                .filter_map(|r| Some((r.granules as f64, r.case_ns(&case)?)))
+                .filter(|(_, y)| y.is_finite() && *y > 0.0)
+                .collect();
+            if pts.len() < 2 {
+                continue;
+            }
+            if let Ok(line) = fit::relative_least_squares(&pts) {
+                d.costs.push(CostFit {
+                    granule: g.clone(),
+                    layout: l.clone(),
+                    caches: c.clone(),
+                    case,
+                    per_granule_ns: line.slope_ns_per_byte,
+                    per_message_ns: line.intercept_ns,
+                    r2: line.r2,
+                });
+            }
+        }
+    }
+    d
+}
+
+fn us(ns: f64) -> String {
+    crate::report::genie_doc::us(ns)
+}
+
+fn print(s: &VmmrSection) {
+    let cases = [
+        "no_search",
+        "minimal_search",
+        "worst_case_search",
+        "size_class_worst_case",
+        "buddy",
+    ];
+    for (g, l, c) in series_of(&s.rows) {
+        println!("granule {g}, {l}, {c} caches: µs per reassembly (median)");
+        print!("{:>8} {:>10} {:>10}", "pages", "memcpy", "calls");
+        for k in cases {
+            print!(" {:>13}", k.replace("_search", "").replace("_case", ""));
+        }
+        println!(" {:>8}", "speedup");
+        for r in s.rows.iter().filter(|r| r.is(&g, &l, &c)) {
+            print!(
+                "{:>8} {:>10} {:>10}",
+                r.pages,
+                us(r.memcpy_ns),
+                r.move_calls
+            );
+            for k in cases {
+                print!(
+                    " {:>13}",
+                    r.vmmr_ns.get(k).map_or("-".to_string(), |v| us(*v))
+                );
+            }
+            println!(" {:>7.2}×", r.speedup);
+        }
+        println!();
+    }
+    if !s.random.is_empty() {
+        println!("random maps: µs per reassembly (4 KiB pages, scattered)");
+        println!(
+            "{:<13} {:>6} {:>6} {:>10} {:>10} {:>10} {:>12} {:>12}",
+            "pool", "pages", "maps", "min", "max", "max median", "mean at 40%", "mean at 10%"
+        );
+        for r in &s.random {
+            let o = |v: Option<f64>, n: usize| {
+                v.map_or("-".to_string(), |v| format!("{} ({n})", us(v)))
+            };
+            println!(
+                "{:<13} {:>6} {:>6} {:>10} {:>10} {:>10} {:>12} {:>12}",
+                r.pool,
+                r.pages,
+                r.maps.len(),
+                us(r.min_ns),
+                us(r.max_ns),
+                us(r.max_map_median_ns),
+                o(r.mean_at_40_ns, r.maps_at_40),
+                o(r.mean_at_10_ns, r.maps_at_10)
+            );
+        }
+        println!();
+    }
+    for c in &s.derived.crossovers {
+        println!(
+            "crossover {} {} {}: {}",
+            c.granule,
+            c.layout,
+            c.caches,
+            match c.pages {
+                Some(p) if c.everywhere => format!("VMMR faster at every size (from {p} pages)"),
+                Some(p) => format!("VMMR faster from {p} pages on"),
+                None => "VMMR slower at the largest size".into(),
+            }
+        );
+    }
+    for x in &s.derived.speedups {
+        println!(
+            "speed-up {} {} {} at {} pages: memcpy {} µs, VMMR {} µs: {:.2}× ({:.1} Gbit/s)",
+            x.granule,
+            x.layout,
+            x.caches,
+            x.pages,
+            us(x.memcpy_ns),
+            us(x.vmmr_ns),
+            x.speedup,
+            x.vmmr_gbits
+        );
+    }
+}
