@@ -247,6 +247,9 @@ pub struct Plan {
     pub random_page_budget: usize,
     /// Seed of the layouts, the random maps and the random search starts.
     pub seed: u64,
+    /// Testing: flip a bit of every message this case reassembles, after the timing and
+    /// before the check, so that the run must fail with [`BenchError::Corrupt`].
+    pub spoil: Option<Case>,
 }
 
 /// The 4 KiB sizes of `--full`: every size to 16 pages, then about 11 % apart to 6 144, with
@@ -304,6 +307,7 @@ impl Plan {
             random_iterations: 4,
             random_page_budget: 1024,
             seed: 0x5EED_0002,
+            spoil: None,
         }
     }
 
@@ -651,6 +655,8 @@ fn anon_huge_bytes() -> Option<u64> {
 
 /// One message: its granules in a store, laid out as asked, and a destination for copies.
 struct Msg {
+    /// Testing: spoil every copy (see [`Plan::spoil`]).
+    spoil: bool,
     granule: Granule,
     store: PageStore,
     slots: Vec<Slot>,
@@ -702,6 +708,7 @@ impl Msg {
             },
         )?;
         Ok(Msg {
+            spoil: false,
             granule,
             store,
             slots,
@@ -737,6 +744,9 @@ impl Msg {
             d[k * g..(k + 1) * g].copy_from_slice(self.store.bytes(s)?);
         }
         let ns = t.elapsed().as_nanos() as f64;
+        if self.spoil {
+            d[n * g / 2] ^= 1;
+        }
         let verdict = check(d, self.salt);
         for k in 0..n {
             d[k * g] ^= 0xFF;
@@ -753,6 +763,8 @@ impl Msg {
 struct Rig {
     granule: Granule,
     r: Reassembler<BenchPool>,
+    /// Testing: the case whose messages are spoiled (see [`Plan::spoil`]).
+    spoil: Option<Case>,
 }
 
 impl Rig {
@@ -769,6 +781,7 @@ impl Rig {
         let mut rig = Rig {
             granule,
             r: Reassembler::new(known(0), granule)?,
+            spoil: None,
         };
         let mut one = Msg::new(granule, 1, Layout::Adjacent, rng)?;
         for first in (0..capacity).step_by(512).chain([capacity - 1]) {
@@ -807,6 +820,12 @@ impl Rig {
                 return Err(refused.error.into());
             }
         };
+        if self.spoil == Some(case) {
+            if let Ok(b) = self.r.bytes_mut(&m) {
+                let half = b.len() / 2;
+                b[half] ^= 1;
+            }
+        }
         let verdict = match self.r.bytes(&m) {
             Ok(b) => check(b, msg.salt).map_err(|e| (case, e)),
             Err(e) => return Err(e.into()),
@@ -984,9 +1003,11 @@ pub fn sweep(
     let mut rng = SplitMix64::new(plan.seed ^ granule.bytes() as u64 ^ layout as u64);
     let capacity = plan.capacity(granule);
     let mut rig = Rig::new(granule, capacity, &mut rng)?;
+    rig.spoil = plan.spoil;
     let mut out = Vec::new();
     for &n in sizes {
         let mut msg = Msg::new(granule, n, layout, &mut rng)?;
+        msg.spoil = plan.spoil == Some(Case::Memcpy);
         let mut pools = CasePools::new(capacity, n)?;
         let cases: Vec<Case> = cases.iter().copied().filter(|c| c.applies(n)).collect();
         let mut samples: Vec<Samples> = cases
@@ -1073,6 +1094,7 @@ pub fn random(
     let cap = plan.capacity_4k;
     let mut rng = SplitMix64::new(plan.seed ^ 0xF167 ^ pool as u64);
     let mut rig = Rig::new(granule, cap, &mut rng)?;
+    rig.spoil = plan.spoil;
     let mut out = Vec::new();
     for &n in &plan.random_sizes {
         let Some(block) = pool.block(n, cap) else {
@@ -1337,6 +1359,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pts[0].moved.moved + pts[0].moved.copied, 2 << 20);
+    }
+
+    #[test]
+    fn a_spoiled_message_fails_the_run() {
+        for case in [Case::Memcpy, Case::MinimalSearch, Case::Buddy] {
+            let plan = Plan {
+                sizes_4k: vec![2],
+                capacity_4k: 256,
+                spoil: Some(case),
+                ..Plan::smoke()
+            };
+            let e = sweep(
+                &plan,
+                Granule::Page,
+                Layout::Scattered,
+                Caches::Warm,
+                &mut |_| {},
+            )
+            .unwrap_err();
+            match e {
+                BenchError::Corrupt {
+                    case: c, offset, ..
+                } => assert_eq!((c, offset), (case.name(), 4096)),
+                e => panic!("{case:?}: {e}"),
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! DMA pages) is handed to the application as one contiguous buffer by moving its pages into a
 //! free run of a reserved virtual range, instead of copying them.
 //!
-//! - [`bench`]: the paper's measurements (§2.2–§2.5, §4): reassembly against memcpy with the
+//! - [`bench`](mod@bench): the paper's measurements (§2.2–§2.5, §4): reassembly against memcpy with the
 //!   bitmap's minimal and worst-case searches, random maps, size classes and a buddy pool.
 //! - [`pool`]: virtual page pools behind one trait: the paper's free-page bitmap with its
 //!   word-at-a-time first-fit search, the size-class bitmaps of §4.3, and a buddy allocator.

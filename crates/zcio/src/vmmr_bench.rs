@@ -54,6 +54,10 @@ pub struct VmmrArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Testing: spoil every message of this case after it is reassembled (memcpy, no_search,
+    /// minimal_search, ...), so that the run must fail.
+    #[arg(long, hide = true)]
+    pub spoil: Option<String>,
 }
 
 /// The parts of the bench.
@@ -358,6 +362,14 @@ pub fn plan_of(a: &VmmrArgs) -> Res<(Plan, Vec<String>)> {
     }
     if let Some(i) = a.random_iterations {
         plan.random_iterations = i;
+    }
+    if let Some(c) = &a.spoil {
+        plan.spoil = Some(
+            Case::ALL
+                .into_iter()
+                .find(|x| x.name() == c)
+                .ok_or_else(|| format!("invalid argument `--spoil {c}`: no such case"))?,
+        );
     }
     let parts: Vec<String> = if a.parts.is_empty() {
         PARTS.iter().map(|s| s.to_string()).collect()
