@@ -74,9 +74,19 @@ fn smoke_report_writes_every_output_and_validates() {
         "genie-bandwidth",
         "genie-throughput",
         "fbufs-table1",
+        "vmmr",
     ] {
         assert!(ids.contains(&id), "{id} did not run: {ids:?}");
     }
+    // Paper 002: every series measured, every time positive.
+    let vm = &results["vmmr"];
+    assert!(!vm["rows"].as_array().unwrap().is_empty());
+    for r in vm["rows"].as_array().unwrap() {
+        for case in ["no_search", "minimal_search", "worst_case_search"] {
+            assert!(r["vmmr_ns"][case].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    assert!(!vm["random"].as_array().unwrap().is_empty());
     // Paper 001: 8 contenders and iceoryx2 × 2 touch patterns × 2 sizes, and a per-page fit
     // for each.
     assert_eq!(
@@ -160,6 +170,18 @@ fn smoke_report_writes_every_output_and_validates() {
         plots += 1;
     }
     assert!(plots >= 6, "{plots} plots");
+    for stem in [
+        "vmmr-fig4-scattered",
+        "vmmr-2m",
+        "vmmr-fig8",
+        "vmmr-fig9",
+        "vmmr-fig10",
+    ] {
+        assert!(
+            md.contains(&format!("plots/{stem}.svg")),
+            "{stem} not in REPORT.md"
+        );
+    }
     assert_eq!(html.matches("data:image/svg+xml;base64,").count(), plots);
     for s in [
         "Summary of findings",
@@ -169,6 +191,10 @@ fn smoke_report_writes_every_output_and_validates() {
         "§8.2",
         "Paper 001",
         "Table 1:",
+        "Paper 002",
+        "Figure 4: reassembly time",
+        "Figure 8",
+        "Figures 9 and 10",
     ] {
         assert!(md.contains(s) && html.contains(s), "{s} missing");
     }
@@ -297,7 +323,7 @@ fn help_is_complete_and_errors_name_the_argument() {
     }
     let out = zcio().args(["bench", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("genie") && help.contains("memnet"));
+    assert!(help.contains("genie") && help.contains("memnet") && help.contains("vmmr"));
 
     let out = zcio()
         .args(["report", "--only", "no-such-experiment", "--out"])

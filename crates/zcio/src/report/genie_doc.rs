@@ -211,7 +211,8 @@ pub fn document(r: &Results) -> Doc {
         r.duration_s
     )));
     let Some(g) = &r.genie else {
-        let items = crate::report::fbufs_doc::findings(r);
+        let mut items = crate::report::fbufs_doc::findings(r);
+        items.extend(crate::report::vmmr_doc::findings(r));
         if !items.is_empty() {
             b.push(h(2, "Summary of findings"));
             b.push(Block::List(items));
@@ -286,6 +287,7 @@ pub fn document(r: &Results) -> Doc {
         ));
     }
     items.extend(crate::report::fbufs_doc::findings(r));
+    items.extend(crate::report::vmmr_doc::findings(r));
     b.push(Block::List(items));
 
     b.push(h(2, "Machine"));
@@ -631,6 +633,7 @@ pub fn document(r: &Results) -> Doc {
 /// The other papers' sections, then the list of experiments.
 fn tail(b: &mut Vec<Block>, r: &Results) {
     b.extend(crate::report::fbufs_doc::blocks(r));
+    b.extend(crate::report::vmmr_doc::blocks(r));
     b.push(h(2, "Experiments run"));
     b.push(table(
         "Each experiment's id (for `zcio report --only`) and wall time",

@@ -14,6 +14,7 @@ pub mod genie_doc;
 pub mod machine;
 pub mod model;
 pub mod plot;
+pub mod vmmr_doc;
 
 use crate::report::genie::Progress;
 use crate::transfer::Res;
@@ -94,6 +95,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         id: "fbufs-table1",
         paper: "001",
         title: "Table 1 and Figure 3: fbuf variants against page remapping and copies, two processes",
+        needs: &[],
+    },
+    Experiment {
+        id: "vmmr",
+        paper: "002",
+        title: "Figures 4-10: reassembly by moving pages against memcpy, bitmap searches, random maps, size classes and buddy, 4 KiB and 2 MiB",
         needs: &[],
     },
 ];
@@ -205,6 +212,31 @@ pub struct Results {
     /// Paper 001 (fbufs), when its experiment ran.
     #[serde(default)]
     pub fbufs: Option<FbufsSection>,
+    /// Paper 002 (VMMR), when its experiment ran.
+    #[serde(default)]
+    pub vmmr: Option<VmmrSection>,
+}
+
+/// The VMMR section of the results: what `zcio bench vmmr --json` prints.
+pub type VmmrSection = crate::vmmr_bench::VmmrSection;
+
+/// Run paper 002's experiment if selected.
+pub fn run_vmmr(
+    preset: Preset,
+    selected: &[Experiment],
+    bar: &indicatif::ProgressBar,
+) -> Res<(Option<VmmrSection>, Vec<ExperimentRecord>)> {
+    let Some(e) = selected.iter().find(|e| e.id == "vmmr") else {
+        return Ok((None, Vec::new()));
+    };
+    let plan = match preset {
+        Preset::Smoke => zcio_vmmr::bench::Plan::smoke(),
+        Preset::Quick => zcio_vmmr::bench::Plan::quick(),
+        Preset::Full => zcio_vmmr::bench::Plan::full(),
+    };
+    let t0 = Instant::now();
+    let section = crate::vmmr_bench::measure(&plan, bar)?;
+    Ok((Some(section), vec![finished(e, t0, bar)]))
 }
 
 /// The fbufs section of the results.
@@ -424,6 +456,9 @@ pub fn run(a: ReportArgs) -> Res<()> {
             )
             .into());
         }
+        if let Some(v) = &mut results.vmmr {
+            v.derived = crate::vmmr_bench::derive(&v.rows);
+        }
         if let Some(g) = &mut results.genie {
             g.results.fits = genie::fits(&g.results.latency, &g.results.cpu);
             g.model = model::fit_model(&g.results, results.machine.logical_cpus);
@@ -457,6 +492,8 @@ pub fn run(a: ReportArgs) -> Res<()> {
     let (mut genie, mut records) = run_genie(a.preset(), &selected, &dir, &machine, &bar)?;
     let (fbufs, more) = run_fbufs(a.preset(), &selected, &bar)?;
     records.extend(more);
+    let (vmmr, more) = run_vmmr(a.preset(), &selected, &bar)?;
+    records.extend(more);
     if let Some(g) = &mut genie {
         g.profile = Some(ProfileUsed {
             path: profile.display().to_string(),
@@ -473,6 +510,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
         experiments: records,
         genie,
         fbufs,
+        vmmr,
     };
     write(&results, &a.out)?;
     eprintln!(
