@@ -10,18 +10,26 @@
 //! to their slots) is not timed either.
 //!
 //! - [`sweep`]: Figures 4 and 5 (and their 2 MiB analogue). Per message size, every [`Case`]
-//!   in turn ([`Plan::iterations`] times, the order rotating from one iteration to the next): memcpy, no search (the run is known: moves only, the paper's lower bound), minimal search
+//!   in turn, [`Plan::iterations`] times, the order rotating from one iteration to the next:
+//!   memcpy, no search (the run is known: moves only, the paper's lower bound), minimal search
 //!   (an empty bitmap searched from word 0), worst-case search ([`worst_case`], §4.1), the
-//!   optimized worst case of §4.3 (a size-class bitmap of pre-concatenated blocks, all taken but
-//!   the last) and a buddy pool; an untimed move follows each copy (whose footprint would cool
-//!   the caches for whatever came next). The message lies in the store either [`Layout::Scattered`]
-//!   (no two of its granules adjacent: one move call per granule, the paper's DMA'd pages) or
-//!   [`Layout::Adjacent`] (consecutive: one call for the whole message). [`Caches::Cold`]
-//!   reads a buffer twice the size of the last-level cache before each timed reassembly (the
-//!   nearest user space gets to the paper's *no caching* runs of Figure 5).
+//!   optimized worst case of §4.3 (a size-class bitmap of pre-concatenated blocks, all taken
+//!   but the last) and a buddy pool; an untimed move follows each copy (whose footprint would
+//!   cool the caches for whatever came next). The message lies in the store either
+//!   [`Layout::Scattered`] (no two of its granules adjacent: one move call per granule, the
+//!   paper's DMA'd pages) or [`Layout::Adjacent`] (consecutive: one call for the whole
+//!   message). [`Caches::Cold`] reads a buffer twice the size of the last-level cache before
+//!   each timed reassembly (the nearest user space gets to the paper's *no caching* runs of
+//!   Figure 5).
 //! - [`random`]: Figures 6–9. Random maps of the paper's three deallocation regimes
 //!   ([`Regime`]), each map timed with the search starting at a random word plus the moves,
-//!   done for real; also for size-class and buddy pools fragmented the same way.
+//!   done for real, and the pool's search timed alone; also for size-class and buddy pools
+//!   fragmented the same way.
+//!
+//! Where the kernel will not move a page at some moment (locked, in migration), the VM layer
+//! copies it and leaves its source in place, so the remap space can no longer be reused there:
+//! the bench then rebuilds the remap space and the message and measures that size or map again
+//! (at most [`MAX_REBUILDS`] times), and says so ([`Point::rebuilds`]).
 //!
 //! Adding a case (for instance a reassembler that chooses between moving and copying per
 //! message): a variant of [`Case`] with its name, its pool (or reassembler) in `Rig`, and its
@@ -32,7 +40,9 @@ use crate::pool::{
     SizeClassPool, SizeClassSplit, SplitMix64, worst_case,
 };
 use crate::reassemble::{Reassembler, VmmrError};
+use std::cell::Cell;
 use std::hint::black_box;
+use std::rc::Rc;
 use std::time::Instant;
 use zcio_vm::remap::{Granule, Moved, PageStore, Slot};
 use zcio_vm::{MapOptions, Mapping, VmError};
@@ -70,6 +80,42 @@ pub enum BenchError {
     /// A plan that cannot be run.
     #[error("invalid plan: {0}")]
     Plan(String),
+    /// The kernel would not move some pages of a message (pinned, locked or shared at that
+    /// moment) and the VM layer copied them, leaving their source pages in place: the remap
+    /// space and the store are no longer empty where they should be.
+    #[error("the kernel would not move {copied} bytes of a message; they were copied instead")]
+    Fallback {
+        /// Bytes copied.
+        copied: usize,
+    },
+    /// One of the above, and where it happened.
+    #[error("{at}: {error}")]
+    At {
+        /// The series, size and case.
+        at: String,
+        /// What went wrong.
+        error: Box<BenchError>,
+    },
+}
+
+impl BenchError {
+    /// Whether the VM layer failed or fell back to copying: the rig and the message are then
+    /// rebuilt and the measurement taken again.
+    fn is_vm_fault(&self) -> bool {
+        match self {
+            BenchError::Fallback { .. } | BenchError::Vm(_) => true,
+            BenchError::Vmmr(VmmrError::Vm(_)) => true,
+            BenchError::At { error, .. } => error.is_vm_fault(),
+            _ => false,
+        }
+    }
+
+    fn at(self, at: impl FnOnce() -> String) -> BenchError {
+        BenchError::At {
+            at: at(),
+            error: Box::new(self),
+        }
+    }
 }
 
 /// Where a message's granules lie in the store.
@@ -203,15 +249,18 @@ impl RandomPool {
     }
 
     /// Granules per bit (or block) of the pool for messages of `granules`, `None` when the
-    /// pool cannot hold such a message.
+    /// pool cannot hold such a message (size classes: above 256 granules), or would have fewer
+    /// than 64 blocks.
     pub fn block(self, granules: usize, capacity: usize) -> Option<usize> {
         let b = match self {
             RandomPool::Bitmap => granules,
             RandomPool::SizeClasses => *SIZE_CLASSES.iter().find(|s| **s >= granules)?,
             RandomPool::Buddy => granules.checked_next_power_of_two()?,
         };
-        // Room for at least two blocks: one reserved, one to fragment.
-        (b.checked_mul(2)? <= capacity).then_some(b)
+        // The bitmap: room for the reserved run and one more; size classes and buddy: at least
+        // 64 blocks, or their random maps have next to nothing to fragment.
+        let least = if self == RandomPool::Bitmap { 2 } else { 64 };
+        (b.checked_mul(least)? <= capacity).then_some(b)
     }
 }
 
@@ -250,6 +299,9 @@ pub struct Plan {
     /// Testing: flip a bit of every message this case reassembles, after the timing and
     /// before the check, so that the run must fail with [`BenchError::Corrupt`].
     pub spoil: Option<Case>,
+    /// Testing: the first this many moving reassemblies fail as though the kernel had copied
+    /// pages it would not move ([`BenchError::Fallback`]), so that the rig is rebuilt.
+    pub inject_faults: usize,
 }
 
 /// The 4 KiB sizes of `--full`: every size to 16 pages, then about 11 % apart to 6 144, with
@@ -308,6 +360,7 @@ impl Plan {
             random_page_budget: 1024,
             seed: 0x5EED_0002,
             spoil: None,
+            inject_faults: 0,
         }
     }
 
@@ -321,7 +374,7 @@ impl Plan {
             random_sizes: PAPER_RANDOM_SIZES.to_vec(),
             regimes: crate::pool::PAPER_REGIMES.to_vec(),
             random_iterations: 32,
-            random_page_budget: 4096,
+            random_page_budget: 1024,
             ..Plan::quick()
         }
     }
@@ -440,6 +493,14 @@ pub struct Point {
     pub pool: Vec<Samples>,
     /// What one reassembly with the minimal search did: bytes moved and copied, move calls.
     pub moved: Moved,
+    /// Bytes copied instead of moved over every reassembly of the point (without
+    /// `UFFDIO_MOVE`; with it, a copy makes the point be measured again, see `rebuilds`).
+    pub copied: usize,
+    /// Times the remap space and the message were rebuilt and the point measured again, after
+    /// the VM layer failed or copied pages it could not move (at most [`MAX_REBUILDS`]).
+    pub rebuilds: usize,
+    /// The first such failure.
+    pub rebuild_reason: Option<String>,
     /// With 2 MiB granules: whether the message's granules were transparent huge pages when
     /// written (from the process's `AnonHugePages`); `None` with 4 KiB granules or where the
     /// kernel does not say.
@@ -460,10 +521,20 @@ pub struct RandomMap {
     pub transitions: usize,
     /// The timed reassemblies (ns).
     pub ns: Vec<f64>,
+    /// Bytes copied instead of moved over the map's reassemblies.
+    pub copied: usize,
+    /// Times the remap space and the message were rebuilt and the map measured again (see
+    /// [`Point::rebuilds`]).
+    pub rebuilds: usize,
+    /// The first such failure.
+    pub rebuild_reason: Option<String>,
     /// The pool's part alone: `alloc` timed without the moves (ns), [`RANDOM_POOL_REPS`]
     /// times.
     pub pool_ns: Vec<f64>,
 }
+
+/// Rebuilds of the rig allowed per point or map before the failure ends the run.
+pub const MAX_REBUILDS: usize = 3;
 
 /// Allocations timed alone per random map.
 pub const RANDOM_POOL_REPS: usize = 8;
@@ -765,6 +836,11 @@ struct Rig {
     r: Reassembler<BenchPool>,
     /// Testing: the case whose messages are spoiled (see [`Plan::spoil`]).
     spoil: Option<Case>,
+    /// Whether the kernel moves pages (without `UFFDIO_MOVE` every move is a copy, by design).
+    moves: bool,
+    /// Testing: faults still to inject (see [`Plan::inject_faults`]), shared by the rigs of a
+    /// series.
+    faults: Rc<Cell<usize>>,
 }
 
 impl Rig {
@@ -782,6 +858,8 @@ impl Rig {
             granule,
             r: Reassembler::new(known(0), granule)?,
             spoil: None,
+            moves: zcio_vm::VmRuntime::get().capabilities().swap,
+            faults: Rc::new(Cell::new(0)),
         };
         let mut one = Msg::new(granule, 1, Layout::Adjacent, rng)?;
         for first in (0..capacity).step_by(512).chain([capacity - 1]) {
@@ -807,6 +885,10 @@ impl Rig {
 
     /// Reassemble `msg` with the installed pool (see [`Rig::with_pool`]).
     fn reassemble(&mut self, msg: &mut Msg, case: Case) -> Result<(f64, Moved), BenchError> {
+        if self.faults.get() > 0 {
+            self.faults.set(self.faults.get() - 1);
+            return Err(BenchError::Fallback { copied: 0 });
+        }
         let slots = std::mem::take(&mut msg.slots);
         let len = slots.len() * self.granule.bytes();
         let t = Instant::now();
@@ -831,6 +913,12 @@ impl Rig {
             Err(e) => return Err(e.into()),
         };
         let moved = m.moved();
+        if moved.copied > 0 && self.moves {
+            // The copied pages' sources are still in place: moving them back would fail.
+            return Err(BenchError::Fallback {
+                copied: moved.copied,
+            });
+        }
         match self.r.free(&mut msg.store, m) {
             Ok(slots) => msg.slots = slots,
             Err(refused) => return Err(refused.error.into()),
@@ -891,15 +979,20 @@ fn time_case(
     msg: &mut Msg,
     case: Case,
 ) -> Result<(f64, Moved), BenchError> {
-    match case {
-        Case::Memcpy => Ok((msg.memcpy()?, Moved::default())),
-        _ => {
-            let pool = pools
-                .get(case)
-                .ok_or_else(|| BenchError::Plan(format!("{} has no pool here", case.name())))?;
-            rig.with_pool(pool, msg, case)
-        }
-    }
+    let done = match case {
+        Case::Memcpy => msg.memcpy().map(|ns| (ns, Moved::default())),
+        _ => match pools.get(case) {
+            Some(pool) => rig.with_pool(pool, msg, case),
+            None => Err(BenchError::Plan(format!(
+                "{} has no pool here",
+                case.name()
+            ))),
+        },
+    };
+    done.map_err(|e| match e {
+        e @ BenchError::Corrupt { .. } => e,
+        e => e.at(|| case.name().to_string()),
+    })
 }
 
 /// Evicts the caches by reading a buffer twice the size of the last-level cache.
@@ -1002,74 +1095,111 @@ pub fn sweep(
     let evictor = (caches == Caches::Cold).then(Evictor::new);
     let mut rng = SplitMix64::new(plan.seed ^ granule.bytes() as u64 ^ layout as u64);
     let capacity = plan.capacity(granule);
+    let faults = Rc::new(Cell::new(plan.inject_faults));
     let mut rig = Rig::new(granule, capacity, &mut rng)?;
     rig.spoil = plan.spoil;
+    rig.faults = faults.clone();
     let mut out = Vec::new();
     for &n in sizes {
-        let mut msg = Msg::new(granule, n, layout, &mut rng)?;
-        msg.spoil = plan.spoil == Some(Case::Memcpy);
-        let mut pools = CasePools::new(capacity, n)?;
-        let cases: Vec<Case> = cases.iter().copied().filter(|c| c.applies(n)).collect();
-        let mut samples: Vec<Samples> = cases
-            .iter()
-            .map(|&case| Samples {
-                case,
-                ns: Vec::with_capacity(iterations),
-            })
-            .collect();
-        let mut moved = Moved::default();
-        // One untimed round (checked all the same): first touches of the destination, the
-        // pools' memory and the page tables.
-        for &case in &cases {
-            time_case(&mut rig, &mut pools, &mut msg, case)?;
-        }
-        // Every case once per iteration, the order rotating. A copy's footprint (the whole
-        // message, more than the L2 cache from a few hundred pages on) would leave the case
-        // after it colder than the others, so with warm caches an untimed move (in and out)
-        // follows each copy: every moving case comes after another's move-out.
-        for it in 0..iterations {
-            for k in 0..cases.len() {
-                let case = cases[(k + it) % cases.len()];
-                if let Some(e) = &evictor {
-                    e.evict();
-                }
-                let (ns, m) = time_case(&mut rig, &mut pools, &mut msg, case)?;
-                samples[(k + it) % cases.len()].ns.push(ns);
-                match case {
-                    Case::MinimalSearch => moved = m,
-                    Case::Memcpy if evictor.is_none() => {
-                        time_case(&mut rig, &mut pools, &mut msg, Case::NoSearch)?;
+        let measure = |rig: &mut Rig, rng: &mut SplitMix64| -> Result<Point, BenchError> {
+            let mut msg = Msg::new(granule, n, layout, rng)?;
+            msg.spoil = plan.spoil == Some(Case::Memcpy);
+            let mut pools = CasePools::new(capacity, n)?;
+            let cases: Vec<Case> = cases.iter().copied().filter(|c| c.applies(n)).collect();
+            let mut samples: Vec<Samples> = cases
+                .iter()
+                .map(|&case| Samples {
+                    case,
+                    ns: Vec::with_capacity(iterations),
+                })
+                .collect();
+            let mut moved = Moved::default();
+            let mut copied = 0;
+            // One untimed round (checked all the same): first touches of the destination, the
+            // pools' memory and the page tables.
+            for &case in &cases {
+                copied += time_case(rig, &mut pools, &mut msg, case)?.1.copied;
+            }
+            // Every case once per iteration, the order rotating. A copy's footprint (the whole
+            // message, more than the L2 cache from a few hundred pages on) would leave the case
+            // after it colder than the others, so with warm caches an untimed move (in and out)
+            // follows each copy: every moving case comes after another's move-out.
+            for it in 0..iterations {
+                for k in 0..cases.len() {
+                    let case = cases[(k + it) % cases.len()];
+                    if let Some(e) = &evictor {
+                        e.evict();
                     }
-                    _ => {}
+                    let (ns, m) = time_case(rig, &mut pools, &mut msg, case)?;
+                    samples[(k + it) % cases.len()].ns.push(ns);
+                    copied += m.copied;
+                    match case {
+                        Case::MinimalSearch => moved = m,
+                        Case::Memcpy if evictor.is_none() => {
+                            copied += time_case(rig, &mut pools, &mut msg, Case::NoSearch)?
+                                .1
+                                .copied;
+                        }
+                        _ => {}
+                    }
                 }
             }
-        }
-        let mut pool = Vec::new();
-        if caches == Caches::Warm {
-            for &case in cases.iter().filter(|c| **c != Case::Memcpy) {
-                let p = pools.get(case).expect("every moving case has a pool");
-                let ns = (0..iterations)
-                    .map(|_| time_alloc(p, n))
-                    .collect::<Result<_, _>>()?;
-                pool.push(Samples { case, ns });
+            let mut pool = Vec::new();
+            if caches == Caches::Warm {
+                for &case in cases.iter().filter(|c| **c != Case::Memcpy) {
+                    let p = pools.get(case).expect("every moving case has a pool");
+                    let ns = (0..iterations)
+                        .map(|_| time_alloc(p, n))
+                        .collect::<Result<_, _>>()?;
+                    pool.push(Samples { case, ns });
+                }
             }
-        }
+            Ok(Point {
+                granule,
+                layout,
+                caches,
+                granules: n,
+                cases: samples,
+                pool,
+                moved,
+                copied,
+                rebuilds: 0,
+                rebuild_reason: None,
+                huge_pages: msg.huge_pages,
+            })
+        };
+        let at = || {
+            format!(
+                "{} granules, {}, {} caches, {n} granules",
+                granule.name(),
+                layout.name(),
+                caches.name()
+            )
+        };
+        let mut reason: Option<String> = None;
+        let mut rebuilds = 0;
+        let mut point = loop {
+            match measure(&mut rig, &mut rng) {
+                Ok(p) => break p,
+                Err(e) if e.is_vm_fault() && rebuilds < MAX_REBUILDS => {
+                    reason.get_or_insert_with(|| e.to_string());
+                    rebuilds += 1;
+                    rig = Rig::new(granule, capacity, &mut rng).map_err(|e| e.at(at))?;
+                    rig.spoil = plan.spoil;
+                    rig.faults = faults.clone();
+                }
+                Err(e) => return Err(e.at(at)),
+            }
+        };
+        point.rebuilds = rebuilds;
+        point.rebuild_reason = reason;
         progress(format!(
             "vmmr {} {} {} {n} granules",
             granule.name(),
             layout.name(),
             caches.name()
         ));
-        out.push(Point {
-            granule,
-            layout,
-            caches,
-            granules: n,
-            cases: samples,
-            pool,
-            moved,
-            huge_pages: msg.huge_pages,
-        });
+        out.push(point);
     }
     Ok(out)
 }
@@ -1093,8 +1223,10 @@ pub fn random(
     let granule = Granule::Page;
     let cap = plan.capacity_4k;
     let mut rng = SplitMix64::new(plan.seed ^ 0xF167 ^ pool as u64);
+    let faults = Rc::new(Cell::new(plan.inject_faults));
     let mut rig = Rig::new(granule, cap, &mut rng)?;
     rig.spoil = plan.spoil;
+    rig.faults = faults.clone();
     let mut out = Vec::new();
     for &n in &plan.random_sizes {
         let Some(block) = pool.block(n, cap) else {
@@ -1108,11 +1240,39 @@ pub fn random(
             for j in 0..regime.maps {
                 series.next(&mut rng)?;
                 let (mut installed, level, transitions) = series.current(&mut rng);
-                let mut ns = Vec::with_capacity(iterations);
-                for _ in 0..iterations {
-                    let (t, _) = rig.with_pool(&mut installed, &mut msg, Case::MinimalSearch)?;
-                    ns.push(t);
-                }
+                let at = || {
+                    format!(
+                        "random maps, {} pool, {n} pages, regime {ri} map {j}",
+                        pool.name()
+                    )
+                };
+                let mut reason: Option<String> = None;
+                let mut rebuilds = 0;
+                let (ns, copied) = loop {
+                    let mut ns = Vec::with_capacity(iterations);
+                    let mut copied = 0;
+                    let done = (0..iterations).try_for_each(|_| {
+                        let (t, m) =
+                            rig.with_pool(&mut installed, &mut msg, Case::MinimalSearch)?;
+                        ns.push(t);
+                        copied += m.copied;
+                        Ok::<(), BenchError>(())
+                    });
+                    match done {
+                        Ok(()) => break (ns, copied),
+                        Err(e) if e.is_vm_fault() && rebuilds < MAX_REBUILDS => {
+                            reason.get_or_insert_with(|| e.to_string());
+                            rebuilds += 1;
+                            rig = Rig::new(granule, cap, &mut rng).map_err(|e| e.at(at))?;
+                            rig.spoil = plan.spoil;
+                            rig.faults = faults.clone();
+                            msg = Msg::new(granule, n, Layout::Scattered, &mut rng)
+                                .map_err(|e| e.at(at))?;
+                            installed = series.current(&mut rng).0;
+                        }
+                        Err(e) => return Err(e.at(at)),
+                    }
+                };
                 let pool_ns = (0..RANDOM_POOL_REPS)
                     .map(|_| time_alloc(&mut installed, n))
                     .collect::<Result<_, _>>()?;
@@ -1122,6 +1282,9 @@ pub fn random(
                     allocation_level: level,
                     transitions,
                     ns,
+                    copied,
+                    rebuilds,
+                    rebuild_reason: reason,
                     pool_ns,
                 });
                 progress(format!("vmmr random {} {n} pages", pool.name()));
@@ -1288,6 +1451,9 @@ mod tests {
         assert_eq!(RandomPool::SizeClasses.block(257, 65536), None);
         assert_eq!(RandomPool::Buddy.block(100, 65536), Some(128));
         assert_eq!(RandomPool::Buddy.block(100, 200), None);
+        assert_eq!(RandomPool::Buddy.block(1024, 65536), Some(1024));
+        assert_eq!(RandomPool::Buddy.block(2048, 65536), None);
+        assert_eq!(RandomPool::Bitmap.block(6144, 65536), Some(6144));
     }
 
     #[test]
@@ -1341,6 +1507,9 @@ mod tests {
                 assert_eq!(p.pool.len(), Case::ALL.len() - 1);
                 assert!(p.pool.iter().all(|s| s.ns.len() == 2));
                 assert_eq!(p.moved.moved + p.moved.copied, p.granules * 4096);
+                if zcio_vm::VmRuntime::get().capabilities().swap {
+                    assert_eq!(p.copied, 0);
+                }
                 let calls = if layout == Layout::Scattered {
                     p.granules
                 } else {
@@ -1378,7 +1547,11 @@ mod tests {
                 &mut |_| {},
             )
             .unwrap_err();
-            match e {
+            let BenchError::At { at, error } = e else {
+                panic!("{case:?}: {e}")
+            };
+            assert!(at.contains("2 granules"), "{at}");
+            match *error {
                 BenchError::Corrupt {
                     case: c, offset, ..
                 } => assert_eq!((c, offset), (case.name(), 4096)),
@@ -1388,9 +1561,61 @@ mod tests {
     }
 
     #[test]
+    fn a_page_the_kernel_would_not_move_rebuilds_the_rig_a_few_times_then_fails() {
+        let plan = Plan {
+            sizes_4k: vec![2, 3],
+            capacity_4k: 256,
+            inject_faults: 2,
+            ..Plan::smoke()
+        };
+        let pts = sweep(
+            &plan,
+            Granule::Page,
+            Layout::Scattered,
+            Caches::Warm,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!((pts[0].rebuilds, pts[1].rebuilds), (2, 0));
+        assert!(
+            pts[0]
+                .rebuild_reason
+                .as_deref()
+                .unwrap()
+                .contains("would not move")
+        );
+        let plan = Plan {
+            inject_faults: MAX_REBUILDS + 1,
+            ..plan
+        };
+        let e = sweep(
+            &plan,
+            Granule::Page,
+            Layout::Scattered,
+            Caches::Warm,
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("would not move"), "{e}");
+        let plan = Plan {
+            capacity_4k: 1024,
+            random_sizes: vec![4],
+            regimes: vec![Regime {
+                frees_per_map: 100,
+                maps: 3,
+            }],
+            inject_faults: 1,
+            ..Plan::smoke()
+        };
+        let s = random(&plan, RandomPool::Bitmap, &mut |_| {}).unwrap();
+        let r: Vec<usize> = s[0].maps.iter().map(|m| m.rebuilds).collect();
+        assert_eq!(r, [1, 0, 0]);
+    }
+
+    #[test]
     fn random_maps_cover_levels_and_time_every_map() {
         let plan = Plan {
-            capacity_4k: 4096,
+            capacity_4k: 65536,
             random_sizes: vec![4, 300],
             regimes: vec![Regime {
                 frees_per_map: 600,

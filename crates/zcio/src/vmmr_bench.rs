@@ -145,10 +145,17 @@ pub struct Row {
     pub speedup: f64,
     /// Move calls per reassembly.
     pub move_calls: usize,
-    /// Bytes copied instead of moved per reassembly (pinned pages, or no `UFFDIO_MOVE`).
+    /// Bytes copied instead of moved, over every reassembly of the row (pages the kernel would
+    /// not move at that moment, or no `UFFDIO_MOVE` here).
     pub copied_bytes: usize,
     /// 2 MiB granules: whether they were transparent huge pages when written.
     pub huge_pages: Option<bool>,
+    /// Times the remap space and the message were rebuilt and the row measured again, after the
+    /// VM layer failed or copied pages the kernel would not move (the copied pages' sources
+    /// stay in place, so the space cannot be reused).
+    pub rebuilds: usize,
+    /// The first such failure.
+    pub rebuild_reason: Option<String>,
 }
 
 impl Row {
@@ -200,6 +207,12 @@ pub struct RandomMapRow {
     pub max_ns: f64,
     /// The pool's part alone, median (ns): `alloc` timed without the moves.
     pub pool_ns: f64,
+    /// Bytes copied instead of moved over the map's reassemblies.
+    pub copied_bytes: usize,
+    /// Times the map was measured again on a rebuilt remap space (see [`Row::rebuilds`]).
+    pub rebuilds: usize,
+    /// The first failure that made it so.
+    pub rebuild_reason: Option<String>,
 }
 
 /// The random test of one pool at one size, with the paper's §4.3 extracts.
@@ -549,8 +562,10 @@ fn row(p: &Point) -> Row {
         vmmr_spread_ns,
         pool_ns,
         move_calls: p.moved.calls,
-        copied_bytes: p.moved.copied,
+        copied_bytes: p.copied,
         huge_pages: p.huge_pages,
+        rebuilds: p.rebuilds,
+        rebuild_reason: p.rebuild_reason.clone(),
     }
 }
 
@@ -575,6 +590,9 @@ fn random_row(s: &RandomSeries) -> RandomRow {
                 min_ns: lo,
                 max_ns: hi,
                 pool_ns: stats(&m.pool_ns).0,
+                copied_bytes: m.copied,
+                rebuilds: m.rebuilds,
+                rebuild_reason: m.rebuild_reason.clone(),
             }
         })
         .collect();

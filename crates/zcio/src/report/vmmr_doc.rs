@@ -301,6 +301,9 @@ pub fn blocks(r: &Results) -> Vec<Block> {
         ),
         p(method(v)),
     ];
+    if let Some(t) = rebuilds_text(v) {
+        b.push(p(t));
+    }
     b.extend(figure4(v));
     b.extend(figure5(v));
     b.extend(huge(v));
@@ -334,6 +337,43 @@ fn method(v: &VmmrSection) -> String {
             " — but not on this kernel: without UFFDIO_MOVE every \"move\" here is a copy"
         }
     )
+}
+
+/// What the rebuilds were, if any: points and maps measured again because the VM layer copied
+/// pages the kernel would not move.
+fn rebuilds_text(v: &VmmrSection) -> Option<String> {
+    let rows: usize = v.rows.iter().map(|r| r.rebuilds).sum();
+    let maps: usize = v
+        .random
+        .iter()
+        .flat_map(|r| &r.maps)
+        .map(|m| m.rebuilds)
+        .sum();
+    if rows + maps == 0 {
+        return None;
+    }
+    let first = v
+        .rows
+        .iter()
+        .filter_map(|r| r.rebuild_reason.as_deref())
+        .chain(
+            v.random
+                .iter()
+                .flat_map(|r| &r.maps)
+                .filter_map(|m| m.rebuild_reason.as_deref()),
+        )
+        .next()
+        .unwrap_or("-");
+    let why = if first.contains("would not move") {
+        "the kernel would not move a page at that moment, the VM layer copied it and left its source in place, so the space could not be reused there"
+    } else if first.contains("File exists") {
+        "a move found its destination already populated (EEXIST), which is what an earlier move leaves behind when the kernel would not move one of its pages and the VM layer copied it instead, leaving the source in place (the reassembler's free does not report such copies)"
+    } else {
+        "the VM layer failed"
+    };
+    Some(format!(
+        "The remap space and the message were rebuilt and the measurement taken again {rows} times in the sweeps and {maps} times in the random maps: {why}. The first: {first}."
+    ))
 }
 
 fn time_chart(title: String, x_label: &str, series: Vec<Series>) -> Chart {
