@@ -805,11 +805,12 @@ fn print(s: &VmmrSection) {
     }
     for x in &s.derived.speedups {
         println!(
-            "speed-up {} {} {} at {} pages: memcpy {} µs, VMMR {} µs: {:.2}× ({:.1} Gbit/s)",
+            "speed-up {} {} {} at {} page{}: memcpy {} µs, VMMR {} µs: {:.2}× ({:.1} Gbit/s)",
             x.granule,
             x.layout,
             x.caches,
             x.pages,
+            if x.pages == 1 { "" } else { "s" },
             us(x.memcpy_ns),
             us(x.vmmr_ns),
             x.speedup,
