@@ -287,6 +287,16 @@ impl RemapSpace {
             // caller hands the destination over empty (the contract of move_in/move_out), and
             // the source is left empty, which is what these calls promise.
             let copied = unsafe { rt.move_range(to, from)? };
+            if copied > 0 {
+                // The pages the kernel would not move were copied and are still at the source:
+                // drop them, so that the source is left empty as promised (a later move into
+                // it would otherwise fail with EEXIST).
+                if inward {
+                    store.map.discard(from)?;
+                } else {
+                    self.map.discard(from)?;
+                }
+            }
             done.calls += 1;
             done.copied += copied;
             done.moved += src.len - copied;

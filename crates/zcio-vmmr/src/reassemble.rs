@@ -232,6 +232,7 @@ pub struct Reassembler<P: PagePool> {
     copies: Option<(RemapSpace, BitmapPool)>,
     id: u64,
     live: usize,
+    copied_back: usize,
 }
 
 impl<P: PagePool> Reassembler<P> {
@@ -250,6 +251,7 @@ impl<P: PagePool> Reassembler<P> {
             copies: None,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             live: 0,
+            copied_back: 0,
         })
     }
 
@@ -281,6 +283,12 @@ impl<P: PagePool> Reassembler<P> {
     /// The page pool, to shape it (the benchmarks' fragmented maps).
     pub fn pool_mut(&mut self) -> &mut P {
         &mut self.pool
+    }
+
+    /// Bytes copied rather than moved when messages' pages went back to their slots (pages
+    /// the kernel would not move), over this reassembler's life.
+    pub fn copied_back(&self) -> usize {
+        self.copied_back
     }
 
     /// Messages reassembled and not yet freed.
@@ -428,8 +436,9 @@ impl<P: PagePool> Reassembler<P> {
         }
         let freed = match m.path {
             Path::Remapped => {
-                if let Err(e) = self.space.move_out(store, m.first, &m.slots) {
-                    return Err(refuse(e, m));
+                match self.space.move_out(store, m.first, &m.slots) {
+                    Ok(back) => self.copied_back += back.copied,
+                    Err(e) => return Err(refuse(e, m)),
                 }
                 self.pool.free(m.first, m.slots.len())
             }
