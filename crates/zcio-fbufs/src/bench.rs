@@ -150,7 +150,6 @@ pub fn run(
     let mut child = spawn_sink(&sock_path)?;
     let (mut sock, _) = listener.accept()?;
     let _ = std::fs::remove_dir_all(&dir);
-    let mut page = vec![0u8; bytes];
     let t0;
     match c {
         Contender::Fbufs(_) | Contender::Forwarded => {
@@ -245,6 +244,8 @@ pub fn run(
             } else {
                 None
             };
+            // The sender's buffer, written and copied out once per message.
+            let mut page = vec![0u8; bytes];
             t0 = Instant::now();
             for i in 0..count {
                 match touch {

@@ -44,7 +44,7 @@ const SECURED: u64 = 4;
 const MSG: u64 = 5;
 /// A wake-up for an end asleep on the socket (something is on its ring).
 const WAKE: u64 = 6;
-const FRAME: usize = 24;
+pub(crate) const FRAME: usize = 24;
 
 /// What went wrong on a link.
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +77,7 @@ pub(crate) fn frame(kind: u64, r: FbufRef) -> [u8; FRAME] {
     b
 }
 
-fn parse(b: &[u8; FRAME]) -> (u64, FbufRef) {
+pub(crate) fn parse(b: &[u8; FRAME]) -> (u64, FbufRef) {
     let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     (
         w(0),

@@ -21,7 +21,8 @@
 //! own path's memfd, up to its quota; the kernel charges those pages to it.
 
 use crate::link::{
-    Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path, peer_pidfd, poll_ends,
+    FRAME, Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path, parse,
+    peer_pidfd, poll_ends,
 };
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, PathMemory, Variant};
 use std::collections::HashMap;
@@ -296,16 +297,16 @@ impl OwnerClient {
                 during: "asking the fbuf owner",
             })?;
         // Exactly one frame: a path offer (with its descriptor) may follow it.
-        let mut f = [0u8; 24];
+        let mut f = [0u8; FRAME];
         self.sock
             .read_exact(&mut f)
             .map_err(|_| LinkError::PeerGone {
                 during: "waiting for the fbuf owner",
             })?;
-        let w = |k: usize| u64::from_le_bytes(f[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
-        match w(0) {
-            OK => Ok((w(1), w(2))),
-            REFUSED => Err(FbufError::Refused(match (w(1), w(2)) {
+        let (kind, FbufRef { addr: a, len: b }) = parse(&f);
+        match kind {
+            OK => Ok((a, b)),
+            REFUSED => Err(FbufError::Refused(match (a, b) {
                 (NO_PATH, x) => format!("there is no path at {x:#x}"),
                 (OVER_QUOTA, q) => format!("the grant would pass the path's quota of {q} chunks"),
                 (OVER_BUDGET, left) => format!(

@@ -914,7 +914,7 @@ impl Rig {
         };
         let moved = m.moved();
         if moved.copied > 0 && self.moves {
-            // The copied pages' sources are still in place: moving them back would fail.
+            // The timing includes a copy, not only moves: measure this size again.
             return Err(BenchError::Fallback {
                 copied: moved.copied,
             });
