@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
+use zcio_vm::remap::{Calibration, Granule};
 use zcio_vm::staging::Staging;
 use zcio_vm::{MapOptions, Mapping, VmRuntime, page_size};
 
@@ -83,9 +84,12 @@ pub struct Profile {
     pub tcow_fault_ns: f64,
     /// Derived thresholds.
     pub thresholds: Thresholds,
+    /// Moving and copying whole granules (4 KiB, and 2 MiB where it could be measured), for
+    /// reassemblers choosing between remapping and copying (paper 002).
+    pub remap: Vec<Calibration>,
 }
 
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// Environment variable naming the profile file.
 pub const PROFILE_ENV: &str = "ZCIO_PROFILE";
@@ -243,6 +247,11 @@ impl Profile {
                 spread: 0.0,
             }
         };
+        progress("remap", 0.9);
+        let remap = [Granule::Page, Granule::Huge]
+            .into_iter()
+            .filter_map(|g| Calibration::measure(g).ok())
+            .collect();
         progress("done", 1.0);
 
         let thresholds = Self::derive(ps, &copy_by_size, &protect, &swap);
@@ -260,28 +269,14 @@ impl Profile {
             swap,
             tcow_fault_ns,
             thresholds,
+            remap,
         })
     }
 
     /// Predicted cost of copying `bytes`, from the per-size measurements (per-byte cost
     /// interpolated linearly in the logarithm of the length, held at the ends).
     pub fn copy_ns(table: &[(usize, f64)], bytes: usize) -> f64 {
-        let per_byte = match table {
-            [] => 0.0,
-            [(n, c), ..] if bytes <= *n => *c,
-            [.., (n, c)] if bytes >= *n => *c,
-            _ => {
-                let i = table
-                    .windows(2)
-                    .position(|w| bytes >= w[0].0 && bytes <= w[1].0)
-                    .expect("bytes lies between the ends");
-                let ((n0, c0), (n1, c1)) = (table[i], table[i + 1]);
-                let x = ((bytes as f64).ln() - (n0 as f64).ln())
-                    / ((n1 as f64).ln() - (n0 as f64).ln());
-                c0 + x * (c1 - c0)
-            }
-        };
-        per_byte * bytes as f64
+        zcio_vm::remap::copy_ns_by_size(table, bytes)
     }
 
     /// Thresholds from costs: the smallest size at which the VM path is cheaper than copying,
@@ -309,6 +304,11 @@ impl Profile {
             swap_min_pages,
             reverse_copyout_bytes,
         }
+    }
+
+    /// The remapping costs measured for `granule`, if they could be.
+    pub fn remap_for(&self, granule: Granule) -> Option<&Calibration> {
+        self.remap.iter().find(|c| c.granule == granule.bytes())
     }
 
     /// Where the profile is read from and written to by default: `$ZCIO_PROFILE`, else
@@ -442,10 +442,23 @@ mod tests {
             p.copy
         );
         assert!(p.tcow_fault_ns > 0.0);
+        // Remapping costs for 4 KiB granules always (anonymous memory; moves are copies
+        // where the kernel cannot move pages, and are costed as such).
+        let c = p.remap_for(Granule::Page).expect("4 KiB remap costs");
+        assert_eq!(c.granule, page_size());
+        assert!(c.move_call_ns + c.move_granule_ns > 0.0, "{c:?}");
+        assert!(c.copy_by_size.iter().all(|(_, x)| *x > 0.0), "{c:?}");
+        assert!(p.remap.iter().all(|c| c.granule == page_size() || c.granule == 2 << 20));
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("p.json");
         p.save(&f).unwrap();
         assert_eq!(Profile::load(&f).unwrap(), p);
+        // A profile of the previous version (no remapping costs) is refused, not half-read.
+        let mut old = serde_json::to_value(&p).unwrap();
+        old["version"] = 2.into();
+        old.as_object_mut().unwrap().remove("remap");
+        std::fs::write(&f, old.to_string()).unwrap();
+        assert!(Profile::load(&f).is_err());
         std::fs::write(&f, "{}").unwrap();
         assert!(
             Profile::load(&f)

@@ -320,6 +320,155 @@ impl RemapSpace {
     }
 }
 
+/// What moving and copying granules cost on this machine, for one granule size: the
+/// measurements a reassembler chooses between remapping and copying by (paper 002's
+/// conclusion: remapping pays only from some size on). Part of the calibration profile.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Calibration {
+    /// Granule size (bytes).
+    pub granule: usize,
+    /// A move call, beyond its pages (ns).
+    pub move_call_ns: f64,
+    /// Each granule moved within a call (ns).
+    pub move_granule_ns: f64,
+    /// Copying granules out of a page store into a contiguous range: `(bytes, ns per byte)`
+    /// by length, so that copies beyond the caches are paid at memory speed.
+    pub copy_by_size: Vec<(usize, f64)>,
+}
+
+impl Calibration {
+    /// Measure on this machine: single-granule moves and a run of adjacent granules moved in
+    /// one call, and copies of 1 to 4 096 pages or 1 to 16 huge pages, the
+    /// sizes doubling (the cost per byte jumps where a cache level ends).
+    pub fn measure(granule: Granule) -> Result<Calibration> {
+        let g = granule.bytes();
+        let (run, copies): (usize, &[usize]) = match granule {
+            Granule::Huge => (4, &[1, 2, 4, 8, 16]),
+            Granule::Page => (
+                64,
+                &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
+            ),
+        };
+        let most = copies.iter().copied().max().unwrap_or(1).max(run);
+        let mut store = PageStore::new(most, granule)?;
+        let mut space = RemapSpace::new(most, granule)?;
+        let slots: Vec<Slot> = (0..most).filter_map(|i| store.take_index(i)).collect();
+        for s in &slots {
+            store.bytes_mut(s)?.fill(1);
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let mut dst = Mapping::anonymous(
+            most * g,
+            MapOptions {
+                populate: true,
+                huge: true,
+                ..Default::default()
+            },
+        )?;
+        // Each timed operation comes after the granules it works on were moved in and back
+        // out (untimed), as a reassembler's next message would find them, and each size is
+        // measured in rounds of its own so that a larger copy does not leave a smaller one
+        // cold. Three passes, each giving a median; the lowest is kept, since a disturbance
+        // lasting a whole pass (this may be a virtual machine) only ever adds time.
+        let rounds = 15;
+        let cycle = |space: &mut RemapSpace, store: &mut PageStore, n: usize| -> Result<()> {
+            space.move_in(store, 0, &slots[..n])?;
+            space.move_out(store, 0, &slots[..n])?;
+            Ok(())
+        };
+        let (mut one, mut many) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..3 {
+            for (n, best) in [(1, &mut one), (run, &mut many)] {
+                let mut times = Vec::with_capacity(rounds);
+                for _ in 0..rounds {
+                    cycle(&mut space, &mut store, n)?;
+                    let t = std::time::Instant::now();
+                    space.move_in(&mut store, 0, &slots[..n])?;
+                    times.push(t.elapsed().as_nanos() as f64);
+                    space.move_out(&mut store, 0, &slots[..n])?;
+                }
+                *best = best.min(median(times));
+            }
+        }
+        // Copies likewise.
+        let mut copy = vec![f64::INFINITY; copies.len()];
+        for _ in 0..3 {
+            for (i, &n) in copies.iter().enumerate() {
+                let mut times = Vec::with_capacity(rounds);
+                for _ in 0..rounds {
+                    cycle(&mut space, &mut store, n)?;
+                    let d = &mut dst.as_mut_slice()[..n * g];
+                    let t = std::time::Instant::now();
+                    for (k, s) in slots[..n].iter().enumerate() {
+                        d[k * g..(k + 1) * g].copy_from_slice(store.bytes(s)?);
+                    }
+                    times.push(t.elapsed().as_nanos() as f64);
+                }
+                copy[i] = copy[i].min(median(times));
+            }
+        }
+        let per_granule = ((many - one) / (run - 1) as f64).max(0.0);
+        let mut copy_by_size: Vec<(usize, f64)> = copies
+            .iter()
+            .zip(copy)
+            .map(|(&n, ns)| (n * g, ns / (n * g) as f64))
+            .collect();
+        despike(&mut copy_by_size);
+        Ok(Calibration {
+            granule: g,
+            move_call_ns: (one - per_granule).max(0.0),
+            move_granule_ns: per_granule,
+            copy_by_size,
+        })
+    }
+
+    /// Predicted time to move `granules` granules in `calls` calls (ns).
+    pub fn remap_ns(&self, granules: usize, calls: usize) -> f64 {
+        calls as f64 * self.move_call_ns + granules as f64 * self.move_granule_ns
+    }
+
+    /// Predicted time to copy `bytes` (ns).
+    pub fn copy_ns(&self, bytes: usize) -> f64 {
+        copy_ns_by_size(&self.copy_by_size, bytes)
+    }
+}
+
+/// A per-byte cost above both its neighbours' is a disturbance of the moment, not a cache
+/// level (those raise the cost for every larger size too): it is taken down to the larger
+/// neighbour.
+fn despike(table: &mut [(usize, f64)]) {
+    for i in 1..table.len().saturating_sub(1) {
+        let next = table[i - 1].1.max(table[i + 1].1);
+        if table[i].1 > next {
+            table[i].1 = next;
+        }
+    }
+}
+
+/// Predicted cost of copying `bytes` from a table of `(bytes, ns per byte)` measurements: the
+/// per-byte cost interpolated linearly in the logarithm of the length, held at the ends.
+pub fn copy_ns_by_size(table: &[(usize, f64)], bytes: usize) -> f64 {
+    let per_byte = match table {
+        [] => 0.0,
+        [(n, c), ..] if bytes <= *n => *c,
+        [.., (n, c)] if bytes >= *n => *c,
+        _ => {
+            let i = table
+                .windows(2)
+                .position(|w| bytes >= w[0].0 && bytes <= w[1].0)
+                .expect("bytes lies between the ends");
+            let ((n0, c0), (n1, c1)) = (table[i], table[i + 1]);
+            let x =
+                ((bytes as f64).ln() - (n0 as f64).ln()) / ((n1 as f64).ln() - (n0 as f64).ln());
+            c0 + x * (c1 - c0)
+        }
+    };
+    per_byte * bytes as f64
+}
+
 fn checked_len(granules: usize, granule: Granule, what: &'static str) -> Result<usize> {
     if granules == 0 {
         return Err(VmError::Empty { what });
@@ -337,6 +486,23 @@ fn checked_len(granules: usize, granule: Granule, what: &'static str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spike_in_the_copy_costs_is_taken_down_and_cache_levels_stay() {
+        let mut t = vec![
+            (1, 0.02),
+            (2, 0.01),
+            (4, 0.04),
+            (8, 0.02),
+            (16, 0.03),
+            (32, 0.05),
+        ];
+        despike(&mut t);
+        let costs: Vec<f64> = t.iter().map(|x| x.1).collect();
+        assert_eq!(costs, [0.02, 0.01, 0.02, 0.02, 0.03, 0.05]);
+        assert_eq!(copy_ns_by_size(&t, 1), 0.02);
+        assert_eq!(copy_ns_by_size(&t, 64), 0.05 * 64.0);
+    }
 
     #[test]
     fn scattered_slots_come_out_contiguous_and_go_back() {

@@ -15,9 +15,10 @@
 
 use crate::pool::{BitmapPool, PagePool, PoolError};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 use zcio_vm::VmError;
+pub use zcio_vm::remap::Calibration;
 use zcio_vm::remap::{Granule, Moved, PageStore, RemapSpace, Slot};
+use zcio_vm::{MapOptions, Mapping};
 
 /// What went wrong in a reassembly.
 #[derive(Debug, thiserror::Error)]
@@ -95,81 +96,14 @@ impl Path {
 }
 
 /// Which path a reassembler takes.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Policy {
     /// Always move pages.
     Remap,
     /// Always copy.
     Copy,
     /// Per message, whichever the calibration predicts faster (copy on a tie).
-    Adaptive(Calibration),
-}
-
-/// What moving and copying cost on this machine, for one granule size.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Calibration {
-    /// Granule size (bytes).
-    pub granule: usize,
-    /// A move call, beyond its pages (ns).
-    pub move_call_ns: f64,
-    /// Each granule moved within a call (ns).
-    pub move_granule_ns: f64,
-    /// Each byte copied (ns).
-    pub copy_byte_ns: f64,
-}
-
-impl Calibration {
-    /// Measure on this machine: single-granule moves, a run of adjacent granules moved in one
-    /// call, and copies of the same bytes; medians of a few repetitions.
-    pub fn measure(granule: Granule) -> Result<Calibration, VmmrError> {
-        let g = granule.bytes();
-        let run = if granule == Granule::Huge { 4 } else { 64 };
-        let mut store = PageStore::new(run, granule)?;
-        let mut space = RemapSpace::new(run, granule)?;
-        let mut dst = RemapSpace::new(run, granule)?;
-        let slots: Vec<Slot> = (0..run).filter_map(|i| store.take_index(i)).collect();
-        for s in &slots {
-            store.bytes_mut(s)?.fill(1);
-        }
-        dst.bytes_mut(0, run)?.fill(0);
-        let reps = 7;
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let (mut one, mut many, mut copy) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..reps {
-            let t = Instant::now();
-            space.move_in(&mut store, 0, &slots[..1])?;
-            one.push(t.elapsed().as_nanos() as f64);
-            space.move_out(&mut store, 0, &slots[..1])?;
-            let t = Instant::now();
-            space.move_in(&mut store, 0, &slots)?;
-            many.push(t.elapsed().as_nanos() as f64);
-            space.move_out(&mut store, 0, &slots)?;
-            let t = Instant::now();
-            copy_slots(&store, &slots, dst.bytes_mut(0, run)?, run * g)?;
-            copy.push(t.elapsed().as_nanos() as f64);
-        }
-        let (one, many) = (median(one), median(many));
-        let per_granule = ((many - one) / (run - 1) as f64).max(0.0);
-        Ok(Calibration {
-            granule: g,
-            move_call_ns: (one - per_granule).max(0.0),
-            move_granule_ns: per_granule,
-            copy_byte_ns: median(copy) / (run * g) as f64,
-        })
-    }
-
-    /// Predicted time to move `granules` granules in `calls` calls (ns).
-    pub fn remap_ns(&self, granules: usize, calls: usize) -> f64 {
-        calls as f64 * self.move_call_ns + granules as f64 * self.move_granule_ns
-    }
-
-    /// Predicted time to copy `bytes` (ns).
-    pub fn copy_ns(&self, bytes: usize) -> f64 {
-        bytes as f64 * self.copy_byte_ns
-    }
+    Adaptive(Box<Calibration>),
 }
 
 /// Copy the first `len` bytes held in `slots`, in order, into `dst`.
@@ -227,13 +161,21 @@ pub struct Reassembler<P: PagePool> {
     space: RemapSpace,
     pool: P,
     policy: Policy,
-    /// Where copied messages go: a space of its own whose pages stay from one message to the
-    /// next (made on the first copy), and its pool.
-    copies: Option<(RemapSpace, BitmapPool)>,
+    /// Where copied messages go: an ordinary mapping (in transparent huge pages where the
+    /// kernel gives them, as a copy's destination would be) whose pages stay from one message
+    /// to the next (made on the first copy), and the pool of its granules.
+    copies: Option<(Mapping, BitmapPool)>,
+    /// With [`Policy::Adaptive`], the predicted cost per byte of copying a message of `n`
+    /// granules, by `n` (up to [`DECISION_TABLE`]): read per message instead of evaluating
+    /// the calibration's curve (logarithms), so that deciding costs next to nothing.
+    copy_per_byte: Vec<f64>,
     id: u64,
     live: usize,
     copied_back: usize,
 }
+
+/// Message sizes (granules) whose copy cost an adaptive reassembler tabulates.
+const DECISION_TABLE: usize = 8192;
 
 impl<P: PagePool> Reassembler<P> {
     /// A reassembler over a fresh remap space of `pool.capacity()` granules, always moving
@@ -244,11 +186,19 @@ impl<P: PagePool> Reassembler<P> {
 
     /// A reassembler with a policy for choosing between moving and copying.
     pub fn with_policy(pool: P, granule: Granule, policy: Policy) -> Result<Self, VmmrError> {
+        let g = granule.bytes();
+        let copy_per_byte = match &policy {
+            Policy::Adaptive(c) => (0..=DECISION_TABLE.min(pool.capacity()))
+                .map(|n| c.copy_ns(n.max(1) * g) / (n.max(1) * g) as f64)
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(Reassembler {
             space: RemapSpace::new(pool.capacity(), granule)?,
             pool,
             policy,
             copies: None,
+            copy_per_byte,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             live: 0,
             copied_back: 0,
@@ -256,20 +206,27 @@ impl<P: PagePool> Reassembler<P> {
     }
 
     /// The policy.
-    pub fn policy(&self) -> Policy {
-        self.policy
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Which path a message of `slots` would take.
     pub fn choose(&self, slots: &[Slot], len: usize) -> Path {
-        match self.policy {
+        match &self.policy {
             Policy::Remap => Path::Remapped,
             Policy::Copy => Path::Copied,
             Policy::Adaptive(c) => {
-                if c.remap_ns(slots.len(), runs(slots)) < c.copy_ns(len) {
-                    Path::Remapped
-                } else {
+                let n = slots.len();
+                let copy = match self.copy_per_byte.get(n) {
+                    Some(per_byte) => per_byte * len as f64,
+                    None => c.copy_ns(len),
+                };
+                // Moving in one call is the best a layout can do: below that, copy without
+                // counting the runs.
+                if c.remap_ns(n, 1) >= copy || c.remap_ns(n, runs(slots)) >= copy {
                     Path::Copied
+                } else {
+                    Path::Remapped
                 }
             }
         }
@@ -354,22 +311,25 @@ impl<P: PagePool> Reassembler<P> {
         len: usize,
     ) -> Result<Message, Box<Refused<Vec<Slot>>>> {
         let n = slots.len();
+        let g = self.space.granule().bytes();
         if self.copies.is_none() {
             let cap = self.space.capacity();
-            match RemapSpace::new(cap, self.space.granule()) {
-                Ok(sp) => self.copies = Some((sp, BitmapPool::new(cap))),
+            let options = MapOptions {
+                huge: true,
+                ..Default::default()
+            };
+            match Mapping::anonymous(cap * g, options) {
+                Ok(map) => self.copies = Some((map, BitmapPool::new(cap))),
                 Err(e) => return Err(refuse(e, slots)),
             }
         }
-        let (space, pool) = self.copies.as_mut().expect("made above");
+        let (map, pool) = self.copies.as_mut().expect("made above");
         let first = match pool.alloc(n) {
             Ok(f) => f,
             Err(e) => return Err(refuse(e, slots)),
         };
-        let done = space
-            .bytes_mut(first, n)
-            .map_err(VmmrError::from)
-            .and_then(|dst| copy_slots(store, &slots, dst, len).map_err(VmmrError::from));
+        let dst = &mut map.as_mut_slice()[first * g..(first + n) * g];
+        let done = copy_slots(store, &slots, dst, len);
         if let Err(e) = done {
             let _ = pool.free(first, n);
             return Err(refuse(e, slots));
@@ -389,17 +349,6 @@ impl<P: PagePool> Reassembler<P> {
         })
     }
 
-    fn space_of(&self, m: &Message) -> Result<&RemapSpace, VmmrError> {
-        match m.path {
-            Path::Remapped => Ok(&self.space),
-            Path::Copied => self
-                .copies
-                .as_ref()
-                .map(|(s, _)| s)
-                .ok_or(VmmrError::Foreign),
-        }
-    }
-
     fn check(&self, m: &Message) -> Result<(), VmmrError> {
         if m.owner != self.id {
             return Err(VmmrError::Foreign);
@@ -410,17 +359,27 @@ impl<P: PagePool> Reassembler<P> {
     /// The message's bytes, contiguous.
     pub fn bytes(&self, m: &Message) -> Result<&[u8], VmmrError> {
         self.check(m)?;
-        Ok(&self.space_of(m)?.bytes(m.first, m.slots.len())?[..m.len])
+        match m.path {
+            Path::Remapped => Ok(&self.space.bytes(m.first, m.slots.len())?[..m.len]),
+            Path::Copied => {
+                let (map, _) = self.copies.as_ref().ok_or(VmmrError::Foreign)?;
+                let at = m.first * self.space.granule().bytes();
+                Ok(&map.as_slice()[at..at + m.len])
+            }
+        }
     }
 
     /// The message's bytes, to change them in place.
     pub fn bytes_mut(&mut self, m: &Message) -> Result<&mut [u8], VmmrError> {
         self.check(m)?;
-        let space = match m.path {
-            Path::Remapped => &mut self.space,
-            Path::Copied => &mut self.copies.as_mut().ok_or(VmmrError::Foreign)?.0,
-        };
-        Ok(&mut space.bytes_mut(m.first, m.slots.len())?[..m.len])
+        match m.path {
+            Path::Remapped => Ok(&mut self.space.bytes_mut(m.first, m.slots.len())?[..m.len]),
+            Path::Copied => {
+                let at = m.first * self.space.granule().bytes();
+                let (map, _) = self.copies.as_mut().ok_or(VmmrError::Foreign)?;
+                Ok(&mut map.as_mut_slice()[at..at + m.len])
+            }
+        }
     }
 
     /// Free a message: its pages go back into its slots (returned, full of its bytes, for the

@@ -135,12 +135,15 @@ fn the_adaptive_path_copies_what_would_not_pay_and_moves_what_would() {
         granule: g,
         move_call_ns: 800.0,
         move_granule_ns: 90.0,
-        copy_byte_ns: 0.05,
+        copy_by_size: vec![(g, 0.05), (1 << 30, 0.05)],
     };
     let mut store = PageStore::new(128, Granule::Page).unwrap();
-    let mut r =
-        Reassembler::with_policy(BitmapPool::new(256), Granule::Page, Policy::Adaptive(cal))
-            .unwrap();
+    let mut r = Reassembler::with_policy(
+        BitmapPool::new(256),
+        Granule::Page,
+        Policy::Adaptive(Box::new(cal)),
+    )
+    .unwrap();
     for (n, adjacent, want_path) in [
         (1, false, Path::Copied),
         (8, false, Path::Copied),
@@ -194,9 +197,21 @@ fn a_copying_reassembler_keeps_the_slots_pages_and_a_measured_calibration_is_san
     }
     for granule in [Granule::Page, Granule::Huge] {
         let c = Calibration::measure(granule).unwrap();
-        for v in [c.move_call_ns, c.move_granule_ns, c.copy_byte_ns] {
+        for v in [c.move_call_ns, c.move_granule_ns] {
             assert!(v.is_finite() && v >= 0.0, "{c:?}");
         }
-        assert!(c.copy_byte_ns > 0.0, "{c:?}");
+        assert_eq!(c.granule, granule.bytes());
+        assert!(c.copy_by_size.len() >= 3, "{c:?}");
+        assert!(
+            c.copy_by_size
+                .iter()
+                .all(|(n, ns)| *n >= granule.bytes() && ns.is_finite() && *ns > 0.0),
+            "{c:?}"
+        );
+        // Copying more costs more, whatever the caches do to the per-byte cost.
+        assert!(
+            c.copy_ns(64 * granule.bytes()) > c.copy_ns(granule.bytes()),
+            "{c:?}"
+        );
     }
 }
