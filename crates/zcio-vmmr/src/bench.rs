@@ -39,7 +39,7 @@ use crate::pool::{
     BitmapPool, BuddyPool, PagePool, PoolError, Regime, Rng, SIZE_CLASSES, SearchStart,
     SizeClassPool, SizeClassSplit, SplitMix64, worst_case,
 };
-use crate::reassemble::{Reassembler, VmmrError};
+use crate::reassemble::{Calibration, Path, Policy, Reassembler, VmmrError};
 use std::cell::Cell;
 use std::hint::black_box;
 use std::rc::Rc;
@@ -180,17 +180,27 @@ pub enum Case {
     /// An empty buddy pool (the block split down from the top and merged back on free), plus
     /// the moves.
     Buddy,
+    /// The reassembler copying every message ([`Policy::Copy`]) into a range of its own whose
+    /// pages stay: memcpy with an owned buffer's bookkeeping (a run found, and given back on
+    /// free). What the adaptive case does when it copies.
+    Copy,
+    /// The adaptive reassembler ([`Policy::Adaptive`] with the plan's calibration): per
+    /// message, moves (an empty bitmap searched) or a copy into its own warm range, whichever
+    /// the calibration predicts faster. Warm caches, where the plan has a calibration.
+    Adaptive,
 }
 
 impl Case {
     /// Every case, in the order of the tables.
-    pub const ALL: [Case; 6] = [
+    pub const ALL: [Case; 8] = [
         Case::Memcpy,
         Case::NoSearch,
         Case::MinimalSearch,
         Case::WorstCaseSearch,
         Case::SizeClassWorstCase,
         Case::Buddy,
+        Case::Copy,
+        Case::Adaptive,
     ];
 
     /// The cases of the paper's Figures 4 and 5.
@@ -210,6 +220,8 @@ impl Case {
             Case::WorstCaseSearch => "worst_case_search",
             Case::SizeClassWorstCase => "size_class_worst_case",
             Case::Buddy => "buddy",
+            Case::Copy => "copy",
+            Case::Adaptive => "adaptive",
         }
     }
 
@@ -302,6 +314,9 @@ pub struct Plan {
     /// Testing: the first this many moving reassemblies fail as though the kernel had copied
     /// pages it would not move ([`BenchError::Fallback`]), so that the rig is rebuilt.
     pub inject_faults: usize,
+    /// What moving and copying cost here, per granule size (from the calibration profile):
+    /// the adaptive case runs for the granules that have one.
+    pub calibration: Vec<Calibration>,
 }
 
 /// The 4 KiB sizes of `--full`: every size to 16 pages, then about 11 % apart to 6 144, with
@@ -361,6 +376,7 @@ impl Plan {
             seed: 0x5EED_0002,
             spoil: None,
             inject_faults: 0,
+            calibration: Vec::new(),
         }
     }
 
@@ -493,6 +509,9 @@ pub struct Point {
     pub pool: Vec<Samples>,
     /// What one reassembly with the minimal search did: bytes moved and copied, move calls.
     pub moved: Moved,
+    /// The path the adaptive reassembler took (the same for every reassembly of the message),
+    /// if the case ran.
+    pub adaptive: Option<Path>,
     /// Bytes copied instead of moved over every reassembly of the point (without
     /// `UFFDIO_MOVE`; with it, a copy makes the point be measured again, see `rebuilds`).
     pub copied: usize,
@@ -834,6 +853,10 @@ impl Msg {
 struct Rig {
     granule: Granule,
     r: Reassembler<BenchPool>,
+    /// The copy case's reassembler.
+    copier: Reassembler<BenchPool>,
+    /// The adaptive case's reassembler (an empty bitmap), where the plan has a calibration.
+    adaptive: Option<Reassembler<BenchPool>>,
     /// Testing: the case whose messages are spoiled (see [`Plan::spoil`]).
     spoil: Option<Case>,
     /// Whether the kernel moves pages (without `UFFDIO_MOVE` every move is a copy, by design).
@@ -845,8 +868,14 @@ struct Rig {
 
 impl Rig {
     /// A reassembler over `capacity` granules, its page tables made (one granule moved into
-    /// every 512th granule and back), so that no case pays for them.
-    fn new(granule: Granule, capacity: usize, rng: &mut SplitMix64) -> Result<Rig, BenchError> {
+    /// every 512th granule and back), so that no case pays for them; and an adaptive one where
+    /// the plan has a calibration for the granule.
+    fn new(
+        plan: &Plan,
+        granule: Granule,
+        capacity: usize,
+        rng: &mut SplitMix64,
+    ) -> Result<Rig, BenchError> {
         let known = |first| {
             BenchPool::Known(KnownRun {
                 first,
@@ -854,9 +883,27 @@ impl Rig {
                 live: None,
             })
         };
+        let adaptive = match plan
+            .calibration
+            .iter()
+            .find(|c| c.granule == granule.bytes())
+        {
+            Some(c) => Some(Reassembler::with_policy(
+                BenchPool::Bitmap(BitmapPool::new(capacity)),
+                granule,
+                Policy::Adaptive(Box::new(c.clone())),
+            )?),
+            None => None,
+        };
         let mut rig = Rig {
             granule,
             r: Reassembler::new(known(0), granule)?,
+            copier: Reassembler::with_policy(
+                BenchPool::Bitmap(BitmapPool::new(capacity)),
+                granule,
+                Policy::Copy,
+            )?,
+            adaptive,
             spoil: None,
             moves: zcio_vm::VmRuntime::get().capabilities().swap,
             faults: Rc::new(Cell::new(0)),
@@ -876,23 +923,33 @@ impl Rig {
         pool: &mut BenchPool,
         msg: &mut Msg,
         case: Case,
-    ) -> Result<(f64, Moved), BenchError> {
+    ) -> Result<(f64, Moved, Path), BenchError> {
         std::mem::swap(self.r.pool_mut(), pool);
         let out = self.reassemble(msg, case);
         std::mem::swap(self.r.pool_mut(), pool);
         out
     }
 
-    /// Reassemble `msg` with the installed pool (see [`Rig::with_pool`]).
-    fn reassemble(&mut self, msg: &mut Msg, case: Case) -> Result<(f64, Moved), BenchError> {
+    /// Reassemble `msg` with the installed pool (see [`Rig::with_pool`]), or with the
+    /// adaptive reassembler for [`Case::Adaptive`]: the time (ns), what moved, and the path.
+    fn reassemble(&mut self, msg: &mut Msg, case: Case) -> Result<(f64, Moved, Path), BenchError> {
         if self.faults.get() > 0 {
             self.faults.set(self.faults.get() - 1);
             return Err(BenchError::Fallback { copied: 0 });
         }
+        let spoil = self.spoil == Some(case);
+        let r = match case {
+            Case::Adaptive => self
+                .adaptive
+                .as_mut()
+                .ok_or_else(|| BenchError::Plan("the adaptive case needs a calibration".into()))?,
+            Case::Copy => &mut self.copier,
+            _ => &mut self.r,
+        };
         let slots = std::mem::take(&mut msg.slots);
         let len = slots.len() * self.granule.bytes();
         let t = Instant::now();
-        let done = self.r.reassemble(&mut msg.store, slots, len);
+        let done = r.reassemble(&mut msg.store, slots, len);
         let ns = t.elapsed().as_nanos() as f64;
         let m = match done {
             Ok(m) => m,
@@ -902,29 +959,29 @@ impl Rig {
                 return Err(refused.error.into());
             }
         };
-        if self.spoil == Some(case) {
-            if let Ok(b) = self.r.bytes_mut(&m) {
+        if spoil {
+            if let Ok(b) = r.bytes_mut(&m) {
                 let half = b.len() / 2;
                 b[half] ^= 1;
             }
         }
-        let verdict = match self.r.bytes(&m) {
+        let verdict = match r.bytes(&m) {
             Ok(b) => check(b, msg.salt).map_err(|e| (case, e)),
             Err(e) => return Err(e.into()),
         };
-        let moved = m.moved();
-        if moved.copied > 0 && self.moves {
+        let (moved, path) = (m.moved(), m.path());
+        if moved.copied > 0 && self.moves && path == Path::Remapped {
             // The timing includes a copy, not only moves: measure this size again.
             return Err(BenchError::Fallback {
                 copied: moved.copied,
             });
         }
-        match self.r.free(&mut msg.store, m) {
+        match r.free(&mut msg.store, m) {
             Ok(slots) => msg.slots = slots,
             Err(refused) => return Err(refused.error.into()),
         }
         verdict.map_err(|(c, e)| msg.corrupt(c, e))?;
-        Ok((ns, moved))
+        Ok((ns, moved, path))
     }
 }
 
@@ -968,19 +1025,21 @@ impl CasePools {
             Case::WorstCaseSearch => Some(&mut self.worst),
             Case::SizeClassWorstCase => self.classes.as_mut(),
             Case::Buddy => Some(&mut self.buddy),
+            Case::Copy | Case::Adaptive => None,
         }
     }
 }
 
-/// Time one case once (ns) and say what moved (nothing for a copy).
+/// Time one case once (ns) and say what moved (nothing for memcpy) and which path it took.
 fn time_case(
     rig: &mut Rig,
     pools: &mut CasePools,
     msg: &mut Msg,
     case: Case,
-) -> Result<(f64, Moved), BenchError> {
+) -> Result<(f64, Moved, Path), BenchError> {
     let done = match case {
-        Case::Memcpy => msg.memcpy().map(|ns| (ns, Moved::default())),
+        Case::Memcpy => msg.memcpy().map(|ns| (ns, Moved::default(), Path::Copied)),
+        Case::Copy | Case::Adaptive => rig.reassemble(msg, case),
         _ => match pools.get(case) {
             Some(pool) => rig.with_pool(pool, msg, case),
             None => Err(BenchError::Plan(format!(
@@ -1096,7 +1155,7 @@ pub fn sweep(
     let mut rng = SplitMix64::new(plan.seed ^ granule.bytes() as u64 ^ layout as u64);
     let capacity = plan.capacity(granule);
     let faults = Rc::new(Cell::new(plan.inject_faults));
-    let mut rig = Rig::new(granule, capacity, &mut rng)?;
+    let mut rig = Rig::new(plan, granule, capacity, &mut rng)?;
     rig.spoil = plan.spoil;
     rig.faults = faults.clone();
     let mut out = Vec::new();
@@ -1105,7 +1164,11 @@ pub fn sweep(
             let mut msg = Msg::new(granule, n, layout, rng)?;
             msg.spoil = plan.spoil == Some(Case::Memcpy);
             let mut pools = CasePools::new(capacity, n)?;
-            let cases: Vec<Case> = cases.iter().copied().filter(|c| c.applies(n)).collect();
+            let cases: Vec<Case> = cases
+                .iter()
+                .copied()
+                .filter(|c| c.applies(n) && (*c != Case::Adaptive || rig.adaptive.is_some()))
+                .collect();
             let mut samples: Vec<Samples> = cases
                 .iter()
                 .map(|&case| Samples {
@@ -1115,38 +1178,49 @@ pub fn sweep(
                 .collect();
             let mut moved = Moved::default();
             let mut copied = 0;
+            let mut adaptive = None;
+            // Bytes copied where pages were to move (the adaptive case's chosen copies are
+            // not counted).
+            let fallback = |(_, m, path): (f64, Moved, Path)| match path {
+                Path::Remapped => m.copied,
+                Path::Copied => 0,
+            };
             // One untimed round (checked all the same): first touches of the destination, the
             // pools' memory and the page tables.
             for &case in &cases {
-                copied += time_case(rig, &mut pools, &mut msg, case)?.1.copied;
+                copied += fallback(time_case(rig, &mut pools, &mut msg, case)?);
             }
-            // Every case once per iteration, the order rotating. A copy's footprint (the whole
-            // message, more than the L2 cache from a few hundred pages on) would leave the case
-            // after it colder than the others, so with warm caches an untimed move (in and out)
-            // follows each copy: every moving case comes after another's move-out.
+            // Every case once per iteration, the order rotating. What runs just before a case
+            // decides how warm it finds the caches and TLB (a copy's footprint, the whole
+            // message, passes the L2 cache from a few hundred pages on, and the case order is
+            // cyclic), so with warm caches every timed case comes after the same untimed
+            // reassembly: the pages moved in and back out.
             for it in 0..iterations {
                 for k in 0..cases.len() {
                     let case = cases[(k + it) % cases.len()];
-                    if let Some(e) = &evictor {
-                        e.evict();
-                    }
-                    let (ns, m) = time_case(rig, &mut pools, &mut msg, case)?;
-                    samples[(k + it) % cases.len()].ns.push(ns);
-                    copied += m.copied;
-                    match case {
-                        Case::MinimalSearch => moved = m,
-                        Case::Memcpy if evictor.is_none() => {
-                            copied += time_case(rig, &mut pools, &mut msg, Case::NoSearch)?
-                                .1
-                                .copied;
+                    match &evictor {
+                        Some(e) => e.evict(),
+                        None => {
+                            copied +=
+                                fallback(time_case(rig, &mut pools, &mut msg, Case::NoSearch)?);
                         }
+                    }
+                    let done = time_case(rig, &mut pools, &mut msg, case)?;
+                    samples[(k + it) % cases.len()].ns.push(done.0);
+                    copied += fallback(done);
+                    match case {
+                        Case::MinimalSearch => moved = done.1,
+                        Case::Adaptive => adaptive = Some(done.2),
                         _ => {}
                     }
                 }
             }
             let mut pool = Vec::new();
             if caches == Caches::Warm {
-                for &case in cases.iter().filter(|c| **c != Case::Memcpy) {
+                for &case in cases
+                    .iter()
+                    .filter(|c| !matches!(c, Case::Memcpy | Case::Copy | Case::Adaptive))
+                {
                     let p = pools.get(case).expect("every moving case has a pool");
                     let ns = (0..iterations)
                         .map(|_| time_alloc(p, n))
@@ -1162,6 +1236,7 @@ pub fn sweep(
                 cases: samples,
                 pool,
                 moved,
+                adaptive,
                 copied,
                 rebuilds: 0,
                 rebuild_reason: None,
@@ -1184,7 +1259,7 @@ pub fn sweep(
                 Err(e) if e.is_vm_fault() && rebuilds < MAX_REBUILDS => {
                     reason.get_or_insert_with(|| e.to_string());
                     rebuilds += 1;
-                    rig = Rig::new(granule, capacity, &mut rng).map_err(|e| e.at(at))?;
+                    rig = Rig::new(plan, granule, capacity, &mut rng).map_err(|e| e.at(at))?;
                     rig.spoil = plan.spoil;
                     rig.faults = faults.clone();
                 }
@@ -1224,7 +1299,7 @@ pub fn random(
     let cap = plan.capacity_4k;
     let mut rng = SplitMix64::new(plan.seed ^ 0xF167 ^ pool as u64);
     let faults = Rc::new(Cell::new(plan.inject_faults));
-    let mut rig = Rig::new(granule, cap, &mut rng)?;
+    let mut rig = Rig::new(plan, granule, cap, &mut rng)?;
     rig.spoil = plan.spoil;
     rig.faults = faults.clone();
     let mut out = Vec::new();
@@ -1252,7 +1327,7 @@ pub fn random(
                     let mut ns = Vec::with_capacity(iterations);
                     let mut copied = 0;
                     let done = (0..iterations).try_for_each(|_| {
-                        let (t, m) =
+                        let (t, m, _) =
                             rig.with_pool(&mut installed, &mut msg, Case::MinimalSearch)?;
                         ns.push(t);
                         copied += m.copied;
@@ -1263,7 +1338,7 @@ pub fn random(
                         Err(e) if e.is_vm_fault() && rebuilds < MAX_REBUILDS => {
                             reason.get_or_insert_with(|| e.to_string());
                             rebuilds += 1;
-                            rig = Rig::new(granule, cap, &mut rng).map_err(|e| e.at(at))?;
+                            rig = Rig::new(plan, granule, cap, &mut rng).map_err(|e| e.at(at))?;
                             rig.spoil = plan.spoil;
                             rig.faults = faults.clone();
                             msg = Msg::new(granule, n, Layout::Scattered, &mut rng)
@@ -1481,6 +1556,17 @@ mod tests {
         assert!(a < 0.8 && a > 0.4, "{a}");
     }
 
+    /// A machine where a move call costs 2 µs and each granule in it 500 ns, and copying a
+    /// byte 0.05 ns: 4 KiB pages copy (205 ns a page), 2 MiB granules move (105 µs to copy).
+    fn made_up(granule: Granule) -> Calibration {
+        Calibration {
+            granule: granule.bytes(),
+            move_call_ns: 2000.0,
+            move_granule_ns: 500.0,
+            copy_by_size: vec![(4096, 0.05), (1 << 30, 0.05)],
+        }
+    }
+
     #[test]
     fn a_small_sweep_measures_every_case_and_checks_every_message() {
         let plan = Plan {
@@ -1489,6 +1575,7 @@ mod tests {
             iterations: 2,
             capacity_4k: 1024,
             capacity_2m: 4,
+            calibration: vec![made_up(Granule::Page), made_up(Granule::Huge)],
             ..Plan::smoke()
         };
         let mut calls = 0;
@@ -1504,8 +1591,10 @@ mod tests {
                     assert_eq!(s.ns.len(), 2);
                     assert!(s.ns.iter().all(|x| x.is_finite() && *x > 0.0), "{s:?}");
                 }
-                assert_eq!(p.pool.len(), Case::ALL.len() - 1);
+                // Every case but the copies and the adaptive one has a pool of its own.
+                assert_eq!(p.pool.len(), Case::ALL.len() - 3);
                 assert!(p.pool.iter().all(|s| s.ns.len() == 2));
+                assert_eq!(p.adaptive, Some(Path::Copied), "{} pages", p.granules);
                 assert_eq!(p.moved.moved + p.moved.copied, p.granules * 4096);
                 if zcio_vm::VmRuntime::get().capabilities().swap {
                     assert_eq!(p.copied, 0);
@@ -1528,15 +1617,40 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pts[0].moved.moved + pts[0].moved.copied, 2 << 20);
+        assert_eq!(pts[0].adaptive, Some(Path::Remapped));
+        // Without a calibration there is no adaptive case, and the rest still runs.
+        let plan = Plan {
+            calibration: vec![],
+            ..plan
+        };
+        let pts = sweep(
+            &plan,
+            Granule::Page,
+            Layout::Adjacent,
+            Caches::Warm,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(
+            (pts[0].cases.len(), pts[0].adaptive),
+            (Case::ALL.len() - 1, None)
+        );
     }
 
     #[test]
     fn a_spoiled_message_fails_the_run() {
-        for case in [Case::Memcpy, Case::MinimalSearch, Case::Buddy] {
+        for case in [
+            Case::Memcpy,
+            Case::MinimalSearch,
+            Case::Buddy,
+            Case::Copy,
+            Case::Adaptive,
+        ] {
             let plan = Plan {
                 sizes_4k: vec![2],
                 capacity_4k: 256,
                 spoil: Some(case),
+                calibration: vec![made_up(Granule::Page)],
                 ..Plan::smoke()
             };
             let e = sweep(
