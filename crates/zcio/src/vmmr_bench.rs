@@ -12,7 +12,7 @@ use crate::transfer::Res;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use zcio_vm::remap::Granule;
+use zcio_vm::remap::{Calibration, Granule};
 use zcio_vmmr::bench::{self, Caches, Case, Plan, Point, RandomSeries, eviction_bytes};
 use zcio_vmmr::pool::Regime;
 
@@ -99,6 +99,24 @@ pub struct PlanRecord {
     pub move_available: bool,
     /// What reading the clock costs (ns): part of every timing.
     pub timer_overhead_ns: f64,
+    /// The costs the adaptive case chose by, per granule.
+    pub calibration: Vec<CalibrationRecord>,
+}
+
+/// What moving and copying cost, as the adaptive reassembler was told.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CalibrationRecord {
+    /// Granule: `4k` or `2m`.
+    pub granule: String,
+    /// A move call, beyond its granules (ns).
+    pub move_call_ns: f64,
+    /// Each granule moved within a call (ns).
+    pub move_granule_ns: f64,
+    /// Copying granules into a contiguous range: `[bytes, ns per byte]` by length.
+    pub copy_by_size: Vec<(usize, f64)>,
+    /// Where it came from: `profile` (the calibration profile in force) or `measured` (now,
+    /// the profile having none for this granule).
+    pub source: String,
 }
 
 /// One regime of random maps.
@@ -134,7 +152,9 @@ pub struct Row {
     /// Reassembly by moving pages, median (ns), by case: `no_search` (the run known, moves
     /// only), `minimal_search` (empty bitmap), `worst_case_search` (the paper's worst-case
     /// bitmap), `size_class_worst_case` (a one-class bitmap full but its last block, messages
-    /// of at most 256 granules), `buddy` (an empty buddy pool).
+    /// of at most 256 granules), `buddy` (an empty buddy pool); and, not moving, `copy` (a
+    /// reassembler copying every message into an owned buffer) and `adaptive` (choosing per
+    /// message from the calibration; warm caches).
     pub vmmr_ns: BTreeMap<String, f64>,
     /// Fastest and slowest reassembly (ns), by case.
     pub vmmr_spread_ns: BTreeMap<String, [f64; 2]>,
@@ -156,6 +176,9 @@ pub struct Row {
     pub rebuilds: usize,
     /// The first such failure.
     pub rebuild_reason: Option<String>,
+    /// The path the adaptive reassembler took for this message (`remap` or `copy`), if it ran
+    /// (warm caches).
+    pub adaptive_path: Option<String>,
 }
 
 impl Row {
@@ -307,9 +330,48 @@ pub struct CostFit {
     pub r2: Option<f64>,
 }
 
+/// The adaptive reassembler against memcpy over one series.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AdaptiveVerdict {
+    /// Granule.
+    pub granule: String,
+    /// Layout.
+    pub layout: String,
+    /// Caches.
+    pub caches: String,
+    /// Sizes measured.
+    pub sizes: usize,
+    /// Sizes at which it moved pages.
+    pub remapped: usize,
+    /// The smallest size at which it moved pages (4 KiB pages), if any.
+    pub remap_from_pages: Option<usize>,
+    /// The largest adaptive / memcpy ratio of medians over the sizes.
+    pub worst_ratio: f64,
+    /// The size it was at (4 KiB pages).
+    pub worst_at_pages: usize,
+    /// Sizes at which the adaptive median was more than 5 % above memcpy's.
+    pub over_5_percent: Vec<usize>,
+    /// Whether it was within 5 % of memcpy (or faster) at every size.
+    pub within_5_percent: bool,
+    /// The largest adaptive / copy ratio of medians over the sizes (the copy case: the same
+    /// copy with the same bookkeeping of an owned buffer, so what remains is the decision and
+    /// its mistakes).
+    pub worst_ratio_to_copy: Option<f64>,
+    /// The size it was at (4 KiB pages).
+    pub worst_to_copy_at_pages: Option<usize>,
+    /// Sizes at which the adaptive median was more than 5 % above the copy case's.
+    pub over_5_percent_of_copy: Vec<usize>,
+    /// The smallest size from which the adaptive case is within 5 % of memcpy at every larger
+    /// size (4 KiB pages), if it is at the largest.
+    pub within_5_percent_from_pages: Option<usize>,
+}
+
 /// What is derived from the rows.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Derived {
+    /// Per series where the adaptive case ran, how it did against memcpy.
+    #[serde(default)]
+    pub adaptive: Vec<AdaptiveVerdict>,
     /// Per series, where VMMR overtakes memcpy.
     pub crossovers: Vec<Crossover>,
     /// Per series, at the smallest size, the paper's largest (6 144 pages; 24 MiB with 2 MiB
@@ -448,9 +510,51 @@ fn stats(ns: &[f64]) -> (f64, [f64; 2]) {
     )
 }
 
+/// The adaptive case's costs: the plan's own if it has them, else the calibration profile's,
+/// else (a granule the profile lacks) measured now.
+fn calibrate(plan: &mut Plan) -> Vec<CalibrationRecord> {
+    let mut source = vec!["plan"; plan.calibration.len()];
+    if plan.calibration.is_empty() {
+        let profile = zcio_genie::profile::Profile::current();
+        for granule in [Granule::Page, Granule::Huge] {
+            match profile.remap_for(granule) {
+                Some(c) => {
+                    plan.calibration.push(c.clone());
+                    source.push("profile");
+                }
+                None => {
+                    // Where it cannot be measured either, the adaptive case does not run.
+                    if let Ok(c) = Calibration::measure(granule) {
+                        plan.calibration.push(c);
+                        source.push("measured");
+                    }
+                }
+            }
+        }
+    }
+    plan.calibration
+        .iter()
+        .zip(source)
+        .map(|(c, source)| CalibrationRecord {
+            granule: if c.granule == Granule::Huge.bytes() {
+                "2m".into()
+            } else {
+                "4k".into()
+            },
+            move_call_ns: c.move_call_ns,
+            move_granule_ns: c.move_granule_ns,
+            copy_by_size: c.copy_by_size.clone(),
+            source: source.into(),
+        })
+        .collect()
+}
+
 /// Run `plan` with `bar` for progress (its length is grown here): the section.
 pub fn measure(plan: &Plan, bar: &indicatif::ProgressBar) -> Res<VmmrSection> {
     plan.check()?;
+    let mut plan = plan.clone();
+    let calibration = calibrate(&mut plan);
+    let plan = &plan;
     bar.inc_length(plan.units());
     let mut progress = |m: String| {
         bar.set_message(m);
@@ -515,6 +619,7 @@ pub fn measure(plan: &Plan, bar: &indicatif::ProgressBar) -> Res<VmmrSection> {
             seed: plan.seed,
             move_available: zcio_vm::VmRuntime::get().capabilities().swap,
             timer_overhead_ns: bench::timer_overhead_ns(),
+            calibration,
         },
         rows,
         random,
@@ -566,6 +671,7 @@ fn row(p: &Point) -> Row {
         huge_pages: p.huge_pages,
         rebuilds: p.rebuilds,
         rebuild_reason: p.rebuild_reason.clone(),
+        adaptive_path: p.adaptive.map(|x| x.name().to_string()),
     }
 }
 
@@ -653,6 +759,54 @@ pub fn derive(rows: &[Row]) -> Derived {
             })
             .collect();
         let from = (0..rs.len()).rev().take_while(|i| faster[*i]).last();
+        let adaptive: Vec<(&Row, f64)> = rs
+            .iter()
+            .filter_map(|r| Some((*r, r.vmmr_ns.get("adaptive")? / r.memcpy_ns)))
+            .collect();
+        if let Some(&(worst, ratio)) = adaptive.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+            let remapped: Vec<&Row> = adaptive
+                .iter()
+                .map(|(r, _)| *r)
+                .filter(|r| r.adaptive_path.as_deref() == Some("remap"))
+                .collect();
+            let over: Vec<usize> = adaptive
+                .iter()
+                .filter(|(_, x)| *x > 1.05)
+                .map(|(r, _)| r.pages)
+                .collect();
+            let to_copy: Vec<(&Row, f64)> = adaptive
+                .iter()
+                .filter_map(|(r, _)| {
+                    Some((*r, r.vmmr_ns.get("adaptive")? / r.vmmr_ns.get("copy")?))
+                })
+                .collect();
+            let worst_to_copy = to_copy.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+            let from = (0..adaptive.len())
+                .rev()
+                .take_while(|i| adaptive[*i].1 <= 1.05)
+                .last()
+                .map(|i| adaptive[i].0.pages);
+            d.adaptive.push(AdaptiveVerdict {
+                worst_ratio_to_copy: worst_to_copy.map(|x| x.1),
+                worst_to_copy_at_pages: worst_to_copy.map(|x| x.0.pages),
+                over_5_percent_of_copy: to_copy
+                    .iter()
+                    .filter(|(_, x)| *x > 1.05)
+                    .map(|(r, _)| r.pages)
+                    .collect(),
+                within_5_percent_from_pages: from,
+                granule: g.clone(),
+                layout: l.clone(),
+                caches: c.clone(),
+                sizes: adaptive.len(),
+                remapped: remapped.len(),
+                remap_from_pages: remapped.first().map(|r| r.pages),
+                worst_ratio: ratio,
+                worst_at_pages: worst.pages,
+                within_5_percent: over.is_empty(),
+                over_5_percent: over,
+            });
+        }
         d.crossovers.push(Crossover {
             granule: g.clone(),
             layout: l.clone(),
@@ -741,6 +895,8 @@ fn print(s: &VmmrSection) {
         "worst_case_search",
         "size_class_worst_case",
         "buddy",
+        "copy",
+        "adaptive",
     ];
     for (g, l, c) in series_of(&s.rows) {
         println!("granule {g}, {l}, {c} caches: µs per reassembly (median)");
@@ -748,7 +904,7 @@ fn print(s: &VmmrSection) {
         for k in cases {
             print!(" {:>13}", k.replace("_search", "").replace("_case", ""));
         }
-        println!(" {:>8}", "speedup");
+        println!(" {:>6} {:>8}", "chose", "speedup");
         for r in s.rows.iter().filter(|r| r.is(&g, &l, &c)) {
             print!(
                 "{:>8} {:>10} {:>10}",
@@ -762,7 +918,11 @@ fn print(s: &VmmrSection) {
                     r.vmmr_ns.get(k).map_or("-".to_string(), |v| us(*v))
                 );
             }
-            println!(" {:>7.2}×", r.speedup);
+            println!(
+                " {:>6} {:>7.2}×",
+                r.adaptive_path.as_deref().unwrap_or("-"),
+                r.speedup
+            );
         }
         println!();
     }
@@ -802,6 +962,55 @@ fn print(s: &VmmrSection) {
                 None => "VMMR slower at the largest size".into(),
             }
         );
+    }
+    for c in &s.plan.calibration {
+        let g = if c.granule == "2m" { 2 << 20 } else { 4096 };
+        println!(
+            "adaptive {} chose by ({}): move {:.0} ns per call + {:.0} ns per granule; copy per granule {}",
+            c.granule,
+            c.source,
+            c.move_call_ns,
+            c.move_granule_ns,
+            c.copy_by_size
+                .iter()
+                .map(|(n, x)| format!("{:.0} ns at {}", x * g as f64, n / g))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for a in &s.derived.adaptive {
+        println!(
+            "adaptive {} {} {}: moved pages at {} of {} sizes{}; at worst {:.3}× memcpy ({} page{}){}",
+            a.granule,
+            a.layout,
+            a.caches,
+            a.remapped,
+            a.sizes,
+            a.remap_from_pages
+                .map_or(String::new(), |p| format!(" (from {p} pages)")),
+            a.worst_ratio,
+            a.worst_at_pages,
+            if a.worst_at_pages == 1 { "" } else { "s" },
+            if a.within_5_percent {
+                ": within 5 % everywhere".to_string()
+            } else {
+                format!(": more than 5 % slower at {:?} pages", a.over_5_percent)
+            }
+        );
+        if let (Some(x), Some(p)) = (a.worst_ratio_to_copy, a.worst_to_copy_at_pages) {
+            println!(
+                "    against the copying reassembler: at worst {x:.3}× ({p} page{}){}",
+                if p == 1 { "" } else { "s" },
+                if a.over_5_percent_of_copy.is_empty() {
+                    ", within 5 % everywhere".to_string()
+                } else {
+                    format!(
+                        ", more than 5 % slower at {:?} pages",
+                        a.over_5_percent_of_copy
+                    )
+                }
+            );
+        }
     }
     for x in &s.derived.speedups {
         println!(

@@ -176,6 +176,7 @@ fn smoke_report_writes_every_output_and_validates() {
         "vmmr-fig8",
         "vmmr-fig9",
         "vmmr-fig10",
+        "vmmr-adaptive",
     ] {
         assert!(
             md.contains(&format!("plots/{stem}.svg")),

@@ -80,12 +80,22 @@ fn bench_vmmr_json_has_every_row_with_positive_finite_times() {
             assert!(lo <= hi, "{r}");
         }
         if r["caches"] == "warm" {
-            for case in ["size_class_worst_case", "buddy"] {
+            for case in ["size_class_worst_case", "buddy", "copy", "adaptive"] {
                 positive(&r["vmmr_ns"][case], case);
             }
+            // The pool's part is timed for the cases that move pages.
             for (case, _) in cases {
-                positive(&r["pool_ns"][case], "pool_ns");
+                if !["copy", "adaptive"].contains(&case.as_str()) {
+                    positive(&r["pool_ns"][case], "pool_ns");
+                }
             }
+            assert!(
+                ["remap", "copy"].contains(&r["adaptive_path"].as_str().unwrap()),
+                "{r}"
+            );
+        } else {
+            assert!(r["adaptive_path"].is_null(), "{r}");
+            assert!(r["vmmr_ns"].get("adaptive").is_none(), "{r}");
         }
         positive(&r["speedup"], "speedup");
         // One move call per granule scattered, one per message adjacent.
@@ -119,6 +129,26 @@ fn bench_vmmr_json_has_every_row_with_positive_finite_times() {
         positive(&x["vmmr_gbits"], "vmmr_gbits");
     }
     assert!(!d["costs"].as_array().unwrap().is_empty());
+    // The adaptive case chose by the calibration it names, and is judged per warm series.
+    let cal = v["plan"]["calibration"].as_array().unwrap();
+    assert!(cal.iter().any(|c| c["granule"] == "4k"), "{cal:?}");
+    for c in cal {
+        assert!(["profile", "measured"].contains(&c["source"].as_str().unwrap()));
+        assert!(!c["copy_by_size"].as_array().unwrap().is_empty(), "{c}");
+    }
+    let verdicts = d["adaptive"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2 * cal.len(), "{verdicts:?}");
+    for a in verdicts {
+        assert_eq!(a["caches"], "warm");
+        positive(&a["worst_ratio"], "worst_ratio");
+        let sizes = if a["granule"] == "2m" { 1 } else { 2 };
+        assert_eq!(a["sizes"], sizes, "{a}");
+        assert_eq!(
+            a["within_5_percent"],
+            a["over_5_percent"].as_array().unwrap().is_empty(),
+            "{a}"
+        );
+    }
 }
 
 #[test]
