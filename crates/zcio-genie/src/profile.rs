@@ -448,7 +448,11 @@ mod tests {
         assert_eq!(c.granule, page_size());
         assert!(c.move_call_ns + c.move_granule_ns > 0.0, "{c:?}");
         assert!(c.copy_by_size.iter().all(|(_, x)| *x > 0.0), "{c:?}");
-        assert!(p.remap.iter().all(|c| c.granule == page_size() || c.granule == 2 << 20));
+        assert!(
+            p.remap
+                .iter()
+                .all(|c| c.granule == page_size() || c.granule == 2 << 20)
+        );
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("p.json");
         p.save(&f).unwrap();

@@ -509,9 +509,10 @@ pub struct Point {
     pub pool: Vec<Samples>,
     /// What one reassembly with the minimal search did: bytes moved and copied, move calls.
     pub moved: Moved,
-    /// The path the adaptive reassembler took (the same for every reassembly of the message),
-    /// if the case ran.
+    /// The path the adaptive reassembler took most often, if the case ran.
     pub adaptive: Option<Path>,
+    /// Timed adaptive reassemblies that moved pages and that copied.
+    pub adaptive_paths: (usize, usize),
     /// Bytes copied instead of moved over every reassembly of the point (without
     /// `UFFDIO_MOVE`; with it, a copy makes the point be measured again, see `rebuilds`).
     pub copied: usize,
@@ -1178,7 +1179,7 @@ pub fn sweep(
                 .collect();
             let mut moved = Moved::default();
             let mut copied = 0;
-            let mut adaptive = None;
+            let mut adaptive_paths = (0, 0);
             // Bytes copied where pages were to move (the adaptive case's chosen copies are
             // not counted).
             let fallback = |(_, m, path): (f64, Moved, Path)| match path {
@@ -1190,14 +1191,17 @@ pub fn sweep(
             for &case in &cases {
                 copied += fallback(time_case(rig, &mut pools, &mut msg, case)?);
             }
-            // Every case once per iteration, the order rotating. What runs just before a case
-            // decides how warm it finds the caches and TLB (a copy's footprint, the whole
-            // message, passes the L2 cache from a few hundred pages on, and the case order is
-            // cyclic), so with warm caches every timed case comes after the same untimed
-            // reassembly: the pages moved in and back out.
-            for it in 0..iterations {
-                for k in 0..cases.len() {
-                    let case = cases[(k + it) % cases.len()];
+            // Each case's iterations back to back, as an application doing one thing would
+            // run (a copy's destination stays as warm as its working set allows; interleaved,
+            // the other cases' footprints would evict it from a few hundred pages on, and the
+            // copies would pay what the mix costs, not what copying costs). Every timed
+            // reassembly comes after the same untimed one, the pages moved in and back out, as
+            // pages just delivered would be: their translations not yet cached. The cases
+            // take turns going first from one size to the next.
+            for k in 0..cases.len() {
+                let at = (k + n) % cases.len();
+                let case = cases[at];
+                for _ in 0..iterations {
                     match &evictor {
                         Some(e) => e.evict(),
                         None => {
@@ -1206,11 +1210,14 @@ pub fn sweep(
                         }
                     }
                     let done = time_case(rig, &mut pools, &mut msg, case)?;
-                    samples[(k + it) % cases.len()].ns.push(done.0);
+                    samples[at].ns.push(done.0);
                     copied += fallback(done);
                     match case {
                         Case::MinimalSearch => moved = done.1,
-                        Case::Adaptive => adaptive = Some(done.2),
+                        Case::Adaptive => match done.2 {
+                            Path::Remapped => adaptive_paths.0 += 1,
+                            Path::Copied => adaptive_paths.1 += 1,
+                        },
                         _ => {}
                     }
                 }
@@ -1236,7 +1243,14 @@ pub fn sweep(
                 cases: samples,
                 pool,
                 moved,
-                adaptive,
+                adaptive: (adaptive_paths != (0, 0)).then_some(
+                    if adaptive_paths.0 > adaptive_paths.1 {
+                        Path::Remapped
+                    } else {
+                        Path::Copied
+                    },
+                ),
+                adaptive_paths,
                 copied,
                 rebuilds: 0,
                 rebuild_reason: None,

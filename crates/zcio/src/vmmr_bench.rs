@@ -176,12 +176,24 @@ pub struct Row {
     pub rebuilds: usize,
     /// The first such failure.
     pub rebuild_reason: Option<String>,
-    /// The path the adaptive reassembler took for this message (`remap` or `copy`), if it ran
-    /// (warm caches).
+    /// The path the adaptive reassembler took most often for this message (`remap` or
+    /// `copy`), if it ran (warm caches).
     pub adaptive_path: Option<String>,
+    /// Timed adaptive reassemblies that moved pages (the rest copied).
+    pub adaptive_remapped: usize,
 }
 
 impl Row {
+    /// The adaptive case's paths: `remap`, `copy`, or `remap 28 of 32` where it took both.
+    pub fn adaptive_chose(&self) -> String {
+        match self.adaptive_path.as_deref() {
+            None => "-".into(),
+            Some(_) if self.adaptive_remapped == 0 => "copy".into(),
+            Some(_) if self.adaptive_remapped == self.iterations => "remap".into(),
+            Some(_) => format!("remap {} of {}", self.adaptive_remapped, self.iterations),
+        }
+    }
+
     /// The median of a case (memcpy included).
     pub fn case_ns(&self, case: &str) -> Option<f64> {
         if case == "memcpy" {
@@ -672,6 +684,7 @@ fn row(p: &Point) -> Row {
         rebuilds: p.rebuilds,
         rebuild_reason: p.rebuild_reason.clone(),
         adaptive_path: p.adaptive.map(|x| x.name().to_string()),
+        adaptive_remapped: p.adaptive_paths.0,
     }
 }
 
@@ -918,11 +931,7 @@ fn print(s: &VmmrSection) {
                     r.vmmr_ns.get(k).map_or("-".to_string(), |v| us(*v))
                 );
             }
-            println!(
-                " {:>6} {:>7.2}×",
-                r.adaptive_path.as_deref().unwrap_or("-"),
-                r.speedup
-            );
+            println!(" {:>6} {:>7.2}×", r.adaptive_chose(), r.speedup);
         }
         println!();
     }
