@@ -10,12 +10,13 @@
 //! to their slots) is not timed either.
 //!
 //! - [`sweep`]: Figures 4 and 5 (and their 2 MiB analogue). Per message size, every [`Case`]
-//!   in turn, [`Plan::iterations`] times, the order rotating from one iteration to the next:
-//!   memcpy, no search (the run is known: moves only, the paper's lower bound), minimal search
-//!   (an empty bitmap searched from word 0), worst-case search ([`worst_case`], §4.1), the
-//!   optimized worst case of §4.3 (a size-class bitmap of pre-concatenated blocks, all taken
-//!   but the last) and a buddy pool; an untimed move follows each copy (whose footprint would
-//!   cool the caches for whatever came next). The message lies in the store either
+//!   [`Plan::iterations`] times back to back, the cases taking turns going first: memcpy, no
+//!   search (the run is known: moves only, the paper's lower bound), minimal search (an empty
+//!   bitmap searched from word 0), worst-case search ([`worst_case`], §4.1), the optimized worst
+//!   case of §4.3 (a size-class bitmap of pre-concatenated blocks, all taken but the last), a
+//!   buddy pool, a reassembler that always copies, and the adaptive one; every timed
+//!   reassembly comes after the same untimed one (the pages moved in and out). The message
+//!   lies in the store either
 //!   [`Layout::Scattered`] (no two of its granules adjacent: one move call per granule, the
 //!   paper's DMA'd pages) or [`Layout::Adjacent`] (consecutive: one call for the whole
 //!   message). [`Caches::Cold`] reads a buffer twice the size of the last-level cache before
@@ -1129,8 +1130,8 @@ pub fn timer_overhead_ns() -> f64 {
 }
 
 /// Figures 4 and 5 (and the 2 MiB analogue): every size of `plan` with `granule`, laid out as
-/// `layout`, caches as `caches` says: per size an untimed round of every case, then every case
-/// once per iteration in rotating order. Cold caches run the paper's four cases,
+/// `layout`, caches as `caches` says: per size an untimed round of every case, then each case's
+/// iterations back to back. Cold caches run the paper's four cases,
 /// [`Plan::cold_iterations`] times; warm caches every case, [`Plan::iterations`] times.
 /// `progress` is called once per size, with what was measured.
 pub fn sweep(
