@@ -15,6 +15,10 @@
 //! | region check | [`runtime::VmRuntime::watch`], [`runtime::VmRuntime::watch_gone`] |
 //! | the memory network's shared memory | [`arena::SharedArena`], [`arena::SharedRing`] |
 //!
+//! and, for VMMR (paper 002), page stores and the range messages are reassembled in by moving
+//! pages ([`remap`]), with the costs a reassembler chooses by ([`remap::Calibration`]), and a
+//! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]).
+//!
 //! Kernel features are probed at run time ([`VmRuntime::capabilities`]); a missing one selects a fallback and
 //! is reported, never a crash.
 #![cfg_attr(not(target_os = "linux"), allow(unused))]
@@ -23,6 +27,7 @@
 compile_error!("zcio runs on Linux only: it is built on userfaultfd, memfd, vmsplice and O_DIRECT");
 
 pub mod arena;
+pub mod bufring;
 pub mod error;
 pub mod fallback;
 pub mod mapping;

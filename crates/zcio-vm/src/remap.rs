@@ -68,6 +68,11 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// The store it belongs to.
+    pub(crate) fn store(&self) -> u64 {
+        self.store
+    }
+
     /// Its index in the store.
     pub fn index(&self) -> usize {
         self.index
@@ -144,6 +149,17 @@ impl PageStore {
             });
         }
         Ok(())
+    }
+
+    /// The store's identity (slots carry it).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Where a slot's granule lies, checked to be this store's.
+    pub(crate) fn slot_range(&self, s: &Slot) -> Result<RawRange> {
+        self.check(s)?;
+        Ok(self.range(s.index))
     }
 
     fn range(&self, index: usize) -> RawRange {

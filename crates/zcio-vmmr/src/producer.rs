@@ -1,13 +1,19 @@
-//! A real producer (paper 002, §1: a device that DMAs a message into discontiguous pages): a
-//! file read with `O_DIRECT`, granule by granule, straight into slots of a [`PageStore`],
-//! wherever the store hands them out. The device writes the pages; no byte passes through the
-//! CPU on the way in, and [`crate::reassemble`] then makes them contiguous without a copy.
+//! Real producers (paper 002, §1: a device that DMAs a message into discontiguous pages):
 //!
-//! Where the file system refuses `O_DIRECT` (tmpfs, some overlays), the file is read through
-//! the page cache instead, and [`FileProducer::direct`] says so with the reason.
+//! - [`FileProducer`]: a file read with `O_DIRECT`, granule by granule, straight into slots of
+//!   a [`PageStore`], wherever the store hands them out. The device writes the pages; no byte
+//!   passes through the CPU on the way in, and [`crate::reassemble`] then makes them
+//!   contiguous without a copy. Where the file system refuses `O_DIRECT` (tmpfs, some
+//!   overlays), the file is read through the page cache instead, and
+//!   [`FileProducer::direct`] says so with the reason.
+//! - [`SocketProducer`]: sockets received through an io_uring provided-buffer ring whose
+//!   buffers are store slots ([`zcio_vm::bufring`]): the kernel picks the next free slot for
+//!   each receive, so messages arriving on several connections at once end up interleaved
+//!   over the store, granule by granule, as pooled receive buffers are.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
+use zcio_vm::bufring::{ProvidedRing, Received};
 use zcio_vm::remap::{PageStore, Slot};
 
 /// What went wrong reading a message.
@@ -51,7 +57,18 @@ pub enum ProducerError {
         /// The granule.
         granule: usize,
     },
-    /// The store refused (a slot of another store).
+    /// A connection closed before its message was whole.
+    #[error("connection {connection} closed after {received} of the message's {len} bytes")]
+    ShortMessage {
+        /// Which connection (index into the request).
+        connection: usize,
+        /// Bytes that came.
+        received: usize,
+        /// The message's length.
+        len: usize,
+    },
+    /// The store or the ring refused (a slot of another store, no provided-buffer rings here,
+    /// a receive that failed).
     #[error(transparent)]
     Vm(#[from] zcio_vm::VmError),
 }
@@ -168,6 +185,121 @@ impl FileProducer {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+/// Sockets received into store slots through an io_uring provided-buffer ring.
+#[derive(Debug)]
+pub struct SocketProducer {
+    ring: ProvidedRing,
+}
+
+impl SocketProducer {
+    /// A ring holding `buffers` slots taken from `store` (all of them if it has fewer free).
+    /// Where the kernel has no provided-buffer rings, the error says so.
+    pub fn new(store: &mut PageStore, buffers: usize) -> Result<SocketProducer, ProducerError> {
+        let mut ring = ProvidedRing::new(store, buffers)?;
+        for _ in 0..buffers.min(ring.capacity()) {
+            let Some(s) = store.take() else { break };
+            if let Err((e, s)) = ring.provide(store, s) {
+                store.put(s)?;
+                return Err(e.into());
+            }
+        }
+        Ok(SocketProducer { ring })
+    }
+
+    /// Slots the ring holds, ready for the kernel.
+    pub fn buffers(&self) -> usize {
+        self.ring.held()
+    }
+
+    /// Receive one message of `lens[i]` bytes from each connection `fds[i]`, a granule from
+    /// each in turn (a server with several connections, its receive buffers from one pool):
+    /// the slots of each message, in order. If a connection closes early or a receive fails,
+    /// every slot received so far goes back to the ring and the error names the connection.
+    pub fn receive(
+        &mut self,
+        store: &mut PageStore,
+        fds: &[BorrowedFd<'_>],
+        lens: &[usize],
+    ) -> Result<Vec<Vec<Slot>>, ProducerError> {
+        let g = store.granule().bytes();
+        let needed: usize = lens.iter().map(|l| l.div_ceil(g)).sum();
+        if fds.len() != lens.len() || needed > self.ring.held() {
+            return Err(ProducerError::NoSlots {
+                len: lens.iter().sum(),
+                needed,
+                free: self.ring.held(),
+            });
+        }
+        let mut got: Vec<Vec<Slot>> = lens.iter().map(|_| Vec::new()).collect();
+        let mut bytes = vec![0usize; lens.len()];
+        let mut failure = None;
+        'rounds: loop {
+            let mut more = false;
+            for (i, fd) in fds.iter().enumerate() {
+                let want = g.min(lens[i] - bytes[i]);
+                if want == 0 {
+                    continue;
+                }
+                more = true;
+                match self.ring.recv(store, *fd, want) {
+                    Ok(Received::Data { slot, bytes: n }) => {
+                        got[i].push(slot);
+                        bytes[i] += n;
+                        if n < want {
+                            failure = Some(ProducerError::ShortMessage {
+                                connection: i,
+                                received: bytes[i],
+                                len: lens[i],
+                            });
+                            break 'rounds;
+                        }
+                    }
+                    Ok(Received::End) => {
+                        failure = Some(ProducerError::ShortMessage {
+                            connection: i,
+                            received: bytes[i],
+                            len: lens[i],
+                        });
+                        break 'rounds;
+                    }
+                    Err(e) => {
+                        failure = Some(e.into());
+                        break 'rounds;
+                    }
+                }
+            }
+            if !more {
+                break;
+            }
+        }
+        match failure {
+            None => Ok(got),
+            Some(e) => {
+                for s in got.into_iter().flatten() {
+                    self.give_back(store, vec![s])?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Hand slots back to the ring (a message's, once it is freed), for the next receives.
+    pub fn give_back(&mut self, store: &PageStore, slots: Vec<Slot>) -> Result<(), ProducerError> {
+        for s in slots {
+            self.ring.provide(store, s).map_err(|(e, _)| e)?;
+        }
+        Ok(())
+    }
+
+    /// Take every slot back from the ring into the store.
+    pub fn close(mut self, store: &mut PageStore) -> Result<(), ProducerError> {
+        for s in self.ring.take_back() {
+            store.put(s)?;
         }
         Ok(())
     }
