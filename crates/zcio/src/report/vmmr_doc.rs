@@ -699,6 +699,14 @@ fn huge(v: &VmmrSection) -> Vec<Block> {
     b
 }
 
+/// "1, 2, 4".
+fn list(v: &[usize]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The adaptive reassembler (the third deliverable; not in the paper, whose
 /// conclusion it acts on: remap only where it pays).
 fn adaptive(v: &VmmrSection) -> Vec<Block> {
@@ -776,13 +784,8 @@ fn adaptive(v: &VmmrSection) -> Vec<Block> {
             "never more than 5 % above it".to_string()
         } else {
             format!(
-                "more than 5 % above it at {}{}",
-                a.over_5_percent
-                    .iter()
-                    .map(|x| x.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + " pages",
+                "more than 5 % above it at {} pages{}",
+                list(&a.over_5_percent),
                 a.within_5_percent_from_pages
                     .map_or(String::new(), |p| format!(
                         " (within 5 % from {} on)",
@@ -800,11 +803,7 @@ fn adaptive(v: &VmmrSection) -> Vec<Block> {
                 } else {
                     format!(
                         ", more than 5 % above it at {} pages",
-                        a.over_5_percent_of_copy
-                            .iter()
-                            .map(|x| x.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        list(&a.over_5_percent_of_copy)
                     )
                 }
             ));
