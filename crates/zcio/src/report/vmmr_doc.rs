@@ -812,8 +812,8 @@ fn adaptive(v: &VmmrSection) -> Vec<Block> {
         }
         // What owning the buffer costs: the copying reassembler over memcpy at the smallest
         // size.
-        if let Some(r) = rs.first() {
-            if let Some(c) = r.case_ns("copy") {
+        if let Some(r) = rs.first().filter(|_| a.granule == "4k") {
+            if let Some(c) = r.case_ns("copy").filter(|c| *c > r.memcpy_ns) {
                 t.push_str(&format!(
                     " At {} the copying reassembler takes {} µs against memcpy's {} µs: {:.0} ns for finding and marking a run and keeping the message's slots.",
                     pg(r.pages),
