@@ -790,9 +790,9 @@ impl Msg {
             _ => None,
         };
         // The best case for copies: contiguous, faulted in, in huge pages where the kernel
-        // gives them.
+        // gives them (at least one whole huge page, so that small messages get one too).
         let dest = Mapping::anonymous(
-            n * g,
+            (n * g).max(2 << 20),
             MapOptions {
                 populate: true,
                 huge: true,
