@@ -10,7 +10,7 @@
 //! to their slots) is not timed either.
 //!
 //! - [`sweep`]: Figures 4 and 5 (and their 2 MiB analogue). Per message size, every [`Case`]
-//!   [`Plan::iterations`] times back to back, the cases taking turns going first: memcpy, no
+//!   [`Plan::iterations`] times in four runs back to back, the cases taking turns: memcpy, no
 //!   search (the run is known: moves only, the paper's lower bound), minimal search (an empty
 //!   bitmap searched from word 0), worst-case search ([`worst_case`], §4.1), the optimized worst
 //!   case of §4.3 (a size-class bitmap of pre-concatenated blocks, all taken but the last), a
@@ -1131,7 +1131,7 @@ pub fn timer_overhead_ns() -> f64 {
 
 /// Figures 4 and 5 (and the 2 MiB analogue): every size of `plan` with `granule`, laid out as
 /// `layout`, caches as `caches` says: per size an untimed round of every case, then each case's
-/// iterations back to back. Cold caches run the paper's four cases,
+/// iterations in four runs back to back, the cases taking turns. Cold caches run the paper's four cases,
 /// [`Plan::cold_iterations`] times; warm caches every case, [`Plan::iterations`] times.
 /// `progress` is called once per size, with what was measured.
 pub fn sweep(
@@ -1192,34 +1192,40 @@ pub fn sweep(
             for &case in &cases {
                 copied += fallback(time_case(rig, &mut pools, &mut msg, case)?);
             }
-            // Each case's iterations back to back, as an application doing one thing would
-            // run (a copy's destination stays as warm as its working set allows; interleaved,
-            // the other cases' footprints would evict it from a few hundred pages on, and the
-            // copies would pay what the mix costs, not what copying costs). Every timed
+            // Each case's iterations in runs back to back, as an application doing one thing
+            // would run (a copy's destination stays as warm as its working set allows;
+            // interleaved one by one, the other cases' footprints would evict it from a few
+            // hundred pages on, and the copies would pay what the mix costs, not what copying
+            // costs). Four rounds of such runs, so that a slow spell of the machine (this may
+            // be a virtual machine) falls on several cases rather than all of one. Every timed
             // reassembly comes after the same untimed one, the pages moved in and back out, as
-            // pages just delivered would be: their translations not yet cached. The cases
-            // take turns going first from one size to the next.
-            for k in 0..cases.len() {
-                let at = (k + n) % cases.len();
-                let case = cases[at];
-                for _ in 0..iterations {
-                    match &evictor {
-                        Some(e) => e.evict(),
-                        None => {
-                            copied +=
-                                fallback(time_case(rig, &mut pools, &mut msg, Case::NoSearch)?);
+            // pages just delivered would be: their translations not yet cached. The cases take
+            // turns going first from one size to the next.
+            let rounds = ROUNDS.min(iterations);
+            for round in 0..rounds {
+                let per = iterations / rounds + usize::from(round < iterations % rounds);
+                for k in 0..cases.len() {
+                    let at = (k + n) % cases.len();
+                    let case = cases[at];
+                    for _ in 0..per {
+                        match &evictor {
+                            Some(e) => e.evict(),
+                            None => {
+                                copied +=
+                                    fallback(time_case(rig, &mut pools, &mut msg, Case::NoSearch)?);
+                            }
                         }
-                    }
-                    let done = time_case(rig, &mut pools, &mut msg, case)?;
-                    samples[at].ns.push(done.0);
-                    copied += fallback(done);
-                    match case {
-                        Case::MinimalSearch => moved = done.1,
-                        Case::Adaptive => match done.2 {
-                            Path::Remapped => adaptive_paths.0 += 1,
-                            Path::Copied => adaptive_paths.1 += 1,
-                        },
-                        _ => {}
+                        let done = time_case(rig, &mut pools, &mut msg, case)?;
+                        samples[at].ns.push(done.0);
+                        copied += fallback(done);
+                        match case {
+                            Case::MinimalSearch => moved = done.1,
+                            Case::Adaptive => match done.2 {
+                                Path::Remapped => adaptive_paths.0 += 1,
+                                Path::Copied => adaptive_paths.1 += 1,
+                            },
+                            _ => {}
+                        }
                     }
                 }
             }
@@ -1293,6 +1299,9 @@ pub fn sweep(
     }
     Ok(out)
 }
+
+/// Rounds of back-to-back runs a sweep divides each case's iterations into.
+const ROUNDS: usize = 4;
 
 /// A map of blocks (true = allocated): its transitions between neighbours.
 fn block_transitions(allocated: &[bool]) -> usize {
