@@ -8,7 +8,8 @@
 //!   bitmap's minimal and worst-case searches, random maps, size classes and a buddy pool.
 //! - [`pool`]: virtual page pools behind one trait: the paper's free-page bitmap with its
 //!   word-at-a-time first-fit search, the size-class bitmaps of §4.3, and a buddy allocator.
-//! - [`producer`]: a real producer: a file read with `O_DIRECT` into scattered store slots.
+//! - [`producer`]: real producers: a file read with `O_DIRECT` into scattered store slots, and
+//!   sockets received through an io_uring provided-buffer ring of store slots.
 //! - [`reassemble`]: the reassembler: a pool's free run of a remap space filled by moving the
 //!   message's pages there (`zcio_vm::remap`), and moved back when the message is freed.
 #![forbid(unsafe_code)]
