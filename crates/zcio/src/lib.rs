@@ -2,6 +2,7 @@
 //! reproduction report (`zcio report`) with its experiments, fitted models, plots and documents.
 
 pub mod bench;
+pub mod checksum_bench;
 pub mod fbufs_bench;
 pub mod iceoryx;
 pub mod report;

@@ -105,6 +105,9 @@ enum BenchCmd {
     /// made contiguous by moving its pages (bitmap searches, size classes, buddy) against
     /// copying it, and the bitmap search on random maps.
     Vmmr(zcio::vmmr_bench::VmmrArgs),
+    /// Paper 003's checksum: every kernel, the fused copy, the fastest crates.io peers and the
+    /// memory read bandwidth, in Gbit/s per buffer size.
+    Checksum(zcio::checksum_bench::ChecksumArgs),
 }
 
 fn main() -> ExitCode {
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Genie(b)) => bench::run_genie(b),
         Cmd::Bench(BenchCmd::Fbufs(b)) => zcio::fbufs_bench::run(b),
         Cmd::Bench(BenchCmd::Vmmr(b)) => zcio::vmmr_bench::run(b),
+        Cmd::Bench(BenchCmd::Checksum(b)) => zcio::checksum_bench::run(b),
         Cmd::FbufSink {
             connect,
             contender,

@@ -96,22 +96,31 @@ impl Machine {
         }
     }
 
-    /// The size of the last cache level in bytes, if known (e.g. "32768K").
+    /// The size of cache level `level` in bytes, if known (from entries like "32768K").
     pub fn cache_bytes(&self, level: u32) -> Option<usize> {
-        let l = format!("L{level} ");
-        self.caches
-            .iter()
-            .filter(|c| c.starts_with(&l) && !c.contains("instruction"))
-            .filter_map(|c| c.rsplit(": ").next())
-            .filter_map(|s| {
-                let s = s.trim();
-                let (num, mul) = match s.chars().last()? {
-                    'K' => (&s[..s.len() - 1], 1024),
-                    'M' => (&s[..s.len() - 1], 1024 * 1024),
-                    _ => (s, 1),
-                };
-                num.parse::<usize>().ok().map(|n| n * mul)
-            })
-            .max()
+        cache_bytes(&self.caches, level)
     }
+}
+
+/// The size of this CPU's cache level `level` in bytes, if the kernel says.
+pub fn this_cache_bytes(level: u32) -> Option<usize> {
+    cache_bytes(&caches(), level)
+}
+
+fn cache_bytes(caches: &[String], level: u32) -> Option<usize> {
+    let l = format!("L{level} ");
+    caches
+        .iter()
+        .filter(|c| c.starts_with(&l) && !c.contains("instruction"))
+        .filter_map(|c| c.rsplit(": ").next())
+        .filter_map(|s| {
+            let s = s.trim();
+            let (num, mul) = match s.chars().last()? {
+                'K' => (&s[..s.len() - 1], 1024),
+                'M' => (&s[..s.len() - 1], 1024 * 1024),
+                _ => (s, 1),
+            };
+            num.parse::<usize>().ok().map(|n| n * mul)
+        })
+        .max()
 }

@@ -1,0 +1,68 @@
+//! `zcio bench checksum` end to end, at tiny sizes: every contender at every size with a
+//! positive throughput (each was checked against RFC 1071's loop before it was timed), and
+//! bad arguments named. Throughputs are never compared: the machine decides them.
+
+use std::process::Command;
+
+fn zcio() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zcio"))
+}
+
+#[test]
+fn bench_checksum_json_has_every_contender_at_every_size() {
+    let out = zcio()
+        .args([
+            "bench",
+            "checksum",
+            "--json",
+            "--sizes",
+            "64,4097,100000",
+            "--rounds",
+            "2",
+            "--millis",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["bench"], "checksum");
+    let kernels: Vec<&str> = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(kernels.contains(&"reference") && kernels.contains(&"unrolled"));
+    let rows = v["rows"].as_array().unwrap();
+    let contenders = kernels.len() + 4; // fused copy, two peers, read
+    assert_eq!(rows.len(), 3 * contenders);
+    for r in rows {
+        let g = r["gbps"].as_f64().unwrap();
+        assert!(g.is_finite() && g > 0.0, "{r}");
+        let [lo, hi] = [0, 1].map(|i| r["gbps_spread"][i].as_f64().unwrap());
+        assert!(lo <= g && g <= hi, "{r}");
+        assert!(
+            ["kernel", "fused", "peer", "limit"].contains(&r["kind"].as_str().unwrap()),
+            "{r}"
+        );
+    }
+    for peer in ["internet-checksum", "ip4sum", "fused_copy", "read"] {
+        assert!(rows.iter().any(|r| r["contender"] == peer), "{peer}");
+    }
+}
+
+#[test]
+fn a_bad_size_is_named() {
+    let out = zcio()
+        .args(["bench", "checksum", "--sizes", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sizes 0"), "{err}");
+}
