@@ -26,6 +26,10 @@ pub struct ChecksumArgs {
     /// Time per contender per round at least (ms; default 20).
     #[arg(long)]
     pub millis: Option<u64>,
+    /// Datagram sizes of the end-to-end experiment, bytes, comma-separated (default 1472, 8192,
+    /// 65536); `--datagram-sizes 0` skips it.
+    #[arg(long, value_delimiter = ',')]
+    pub datagram_sizes: Vec<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -94,6 +98,26 @@ pub struct ChecksumSection {
     pub rows: Vec<Row>,
     /// The large-buffer verdict, if a size beyond the cache was measured.
     pub verdict: Option<Verdict>,
+    /// The end-to-end datagram experiment (the paper's Figure 7 analogue), per variant and size.
+    pub datagram: Vec<DatagramRow>,
+}
+
+/// One variant of the datagram experiment at one size.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct DatagramRow {
+    /// `naive` (RFC 1071's loop at both ends), `optimized` (the best kernel at both ends) or
+    /// `elided` (no software checksum: the policy's same-host path).
+    pub variant: String,
+    /// Payload bytes per datagram.
+    pub size: usize,
+    /// Payload delivered and checked, median over rounds (Gbit/s).
+    pub gbps: f64,
+    /// Lowest and highest round (Gbit/s).
+    pub gbps_spread: [f64; 2],
+    /// Datagrams delivered over all rounds.
+    pub datagrams: u64,
+    /// Median throughput over the naive variant's at this size.
+    pub over_naive: f64,
 }
 
 /// A way of checksumming a buffer (the second is a destination, for the fused copy).
@@ -235,6 +259,26 @@ pub fn measure(a: &ChecksumArgs, progress: &mut dyn FnMut(String)) -> Res<Checks
         progress(format!("checksum {size} bytes"));
     }
     let verdict = verdict(&rows, llc);
+    let sizes = if a.datagram_sizes.is_empty() {
+        vec![1472, 8192, 65536]
+    } else {
+        a.datagram_sizes
+            .iter()
+            .copied()
+            .filter(|s| *s > 0)
+            .collect()
+    };
+    if let Some(s) = sizes.iter().find(|s| **s < 8 || **s > 200_000) {
+        return Err(format!(
+            "invalid argument `--datagram-sizes {s}`: from 8 bytes (the header) to 200 000"
+        )
+        .into());
+    }
+    let mut datagram = Vec::new();
+    for size in sizes {
+        datagram.extend(datagrams(size, rounds.min(5), millis * 5)?);
+        progress(format!("datagrams of {size} bytes"));
+    }
     Ok(ChecksumSection {
         kernels: Kernel::available_all()
             .iter()
@@ -244,7 +288,98 @@ pub fn measure(a: &ChecksumArgs, progress: &mut dyn FnMut(String)) -> Res<Checks
         millis,
         rows,
         verdict,
+        datagram,
     })
+}
+
+/// The variants of the datagram experiment.
+const VARIANTS: [&str; 3] = ["naive", "optimized", "elided"];
+
+/// Paper 003's Figure 7 on this host: a sender puts a 16-bit checksum of each datagram's
+/// payload (or none: elided) in an 8-byte header and sends it over a datagram socket; a
+/// receiver checks every datagram as it arrives. A Unix datagram socket stands in for the LAN
+/// (loopback UDP would drop datagrams when the receiver falls behind; this one blocks the
+/// sender instead, so every datagram sent is checked). Returns a row per variant.
+fn datagrams(size: usize, rounds: usize, millis: u64) -> Res<Vec<DatagramRow>> {
+    use std::os::unix::net::UnixDatagram;
+    let payload = data(size - 8);
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+    let mut counts = vec![0u64; VARIANTS.len()];
+    for r in 0..rounds {
+        for k in 0..VARIANTS.len() {
+            let v = (k + r) % VARIANTS.len();
+            let kernel = match VARIANTS[v] {
+                "naive" => Some(Kernel::Reference),
+                "optimized" => Some(Kernel::best()),
+                _ => None,
+            };
+            let (tx, rx) = UnixDatagram::pair()?;
+            let budget = Duration::from_millis(millis);
+            let receiver = std::thread::spawn(move || -> Result<(u64, f64), String> {
+                let mut buf = vec![0u8; size + 1];
+                let mut n = 0u64;
+                let mut first: Option<Instant> = None;
+                loop {
+                    let got = rx.recv(&mut buf).map_err(|e| e.to_string())?;
+                    if got == 0 {
+                        break;
+                    }
+                    first.get_or_insert_with(Instant::now);
+                    if got != size {
+                        return Err(format!("a datagram of {got} bytes, {size} sent"));
+                    }
+                    let sent = u16::from_be_bytes([buf[4], buf[5]]);
+                    if let Some(k) = kernel {
+                        let c = !k.sum(&buf[8..got]);
+                        if c != sent {
+                            return Err(format!(
+                                "datagram {n}: checksum {c:#06x}, the header says {sent:#06x}"
+                            ));
+                        }
+                    }
+                    n += 1;
+                }
+                let ns = first.map_or(1.0, |t| t.elapsed().as_nanos() as f64);
+                Ok((n, ns))
+            });
+            let mut dgram = vec![0u8; size];
+            dgram[8..].copy_from_slice(&payload);
+            let t = Instant::now();
+            let mut seq = 0u32;
+            while t.elapsed() < budget {
+                dgram[..4].copy_from_slice(&seq.to_be_bytes());
+                let c = kernel.map_or(0, |k| !k.sum(&dgram[8..]));
+                dgram[4..6].copy_from_slice(&c.to_be_bytes());
+                tx.send(&dgram)?;
+                seq = seq.wrapping_add(1);
+            }
+            tx.send(&[])?;
+            let (n, ns) = receiver
+                .join()
+                .map_err(|_| "the datagram receiver panicked".to_string())??;
+            counts[v] += n;
+            samples[v].push(8.0 * (n as f64 * (size - 8) as f64) / ns);
+        }
+    }
+    let medians: Vec<f64> = samples
+        .iter()
+        .map(|v| fit::median(v).unwrap_or(f64::NAN))
+        .collect();
+    Ok(VARIANTS
+        .iter()
+        .enumerate()
+        .map(|(v, name)| DatagramRow {
+            variant: name.to_string(),
+            size,
+            gbps: medians[v],
+            gbps_spread: [
+                samples[v].iter().copied().fold(f64::INFINITY, f64::min),
+                samples[v].iter().copied().fold(0.0, f64::max),
+            ],
+            datagrams: counts[v],
+            over_naive: medians[v] / medians[0],
+        })
+        .collect())
 }
 
 /// The verdict at the largest size, if it passes the last-level cache.
@@ -348,6 +483,18 @@ pub fn run(a: ChecksumArgs) -> Res<()> {
             print!(" {g:>17.1}");
         }
         println!();
+    }
+    if !s.datagram.is_empty() {
+        println!("datagrams checked end to end, Gbit/s of payload (over naive)");
+        for r in &s.datagram {
+            println!(
+                "{:>8} bytes {:>10}: {:>7.2} Gbit/s ({:+.0} %)",
+                r.size,
+                r.variant,
+                r.gbps,
+                100.0 * (r.over_naive - 1.0)
+            );
+        }
     }
     if let Some(v) = &s.verdict {
         if let (Some(size), Some(x)) = (v.cached_size, v.over_peer_cached) {

@@ -54,6 +54,32 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
     for peer in ["internet-checksum", "ip4sum", "fused_copy", "read"] {
         assert!(rows.iter().any(|r| r["contender"] == peer), "{peer}");
     }
+    // Every datagram was checked at the receiver (a wrong checksum fails the run).
+    let d = v["datagram"].as_array().unwrap();
+    assert_eq!(d.len(), 2 * 3);
+    for r in d {
+        assert!(["naive", "optimized", "elided"].contains(&r["variant"].as_str().unwrap()));
+        assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["datagrams"].as_u64().unwrap() > 0, "{r}");
+    }
+}
+
+#[test]
+fn a_datagram_smaller_than_its_header_is_refused() {
+    let out = zcio()
+        .args([
+            "bench",
+            "checksum",
+            "--sizes",
+            "64",
+            "--datagram-sizes",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--datagram-sizes 4"), "{err}");
 }
 
 #[test]
