@@ -21,6 +21,8 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
             "2",
             "--millis",
             "1",
+            "--datagram-sizes",
+            "64,1000",
         ])
         .output()
         .unwrap();
