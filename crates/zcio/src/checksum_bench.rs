@@ -430,6 +430,17 @@ pub fn verdict(rows: &[Row], llc: Option<usize>) -> Option<Verdict> {
     })
 }
 
+/// Progress units of a run: one per buffer size and one per datagram size.
+pub fn units(a: &ChecksumArgs) -> usize {
+    let sizes = if a.sizes.is_empty() { 6 } else { a.sizes.len() };
+    let datagrams = if a.datagram_sizes.is_empty() {
+        3
+    } else {
+        a.datagram_sizes.iter().filter(|s| **s > 0).count()
+    };
+    sizes + datagrams
+}
+
 /// Run the benchmark and print it.
 pub fn run(a: ChecksumArgs) -> Res<()> {
     let bar = indicatif::ProgressBar::new(0);
@@ -437,8 +448,7 @@ pub fn run(a: ChecksumArgs) -> Res<()> {
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
             .expect("template"),
     );
-    let n = if a.sizes.is_empty() { 6 } else { a.sizes.len() };
-    bar.set_length(n as u64);
+    bar.set_length(units(&a) as u64);
     let s = measure(&a, &mut |m| {
         bar.set_message(m);
         bar.inc(1);

@@ -177,6 +177,7 @@ fn smoke_report_writes_every_output_and_validates() {
         "vmmr-fig9",
         "vmmr-fig10",
         "vmmr-adaptive",
+        "checksum-kernels",
     ] {
         assert!(
             md.contains(&format!("plots/{stem}.svg")),

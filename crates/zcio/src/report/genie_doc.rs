@@ -213,6 +213,7 @@ pub fn document(r: &Results) -> Doc {
     let Some(g) = &r.genie else {
         let mut items = crate::report::fbufs_doc::findings(r);
         items.extend(crate::report::vmmr_doc::findings(r));
+        items.extend(crate::report::checksum_doc::findings(r));
         if !items.is_empty() {
             b.push(h(2, "Summary of findings"));
             b.push(Block::List(items));
@@ -288,6 +289,7 @@ pub fn document(r: &Results) -> Doc {
     }
     items.extend(crate::report::fbufs_doc::findings(r));
     items.extend(crate::report::vmmr_doc::findings(r));
+    items.extend(crate::report::checksum_doc::findings(r));
     b.push(Block::List(items));
 
     b.push(h(2, "Machine"));
@@ -634,6 +636,7 @@ pub fn document(r: &Results) -> Doc {
 fn tail(b: &mut Vec<Block>, r: &Results) {
     b.extend(crate::report::fbufs_doc::blocks(r));
     b.extend(crate::report::vmmr_doc::blocks(r));
+    b.extend(crate::report::checksum_doc::blocks(r));
     b.push(h(2, "Experiments run"));
     b.push(table(
         "Each experiment's id (for `zcio report --only`) and wall time",

@@ -6,6 +6,7 @@
 //! of one run are one [`Results`] value, written as `results.json` under the JSON schema
 //! `schema/results.schema.json` (generated from these types: `zcio report --schema`).
 
+pub mod checksum_doc;
 pub mod doc;
 pub mod fbufs_doc;
 pub mod fit;
@@ -101,6 +102,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         id: "vmmr",
         paper: "002",
         title: "Figures 4-10: reassembly by moving pages against memcpy, bitmap searches, random maps, size classes and buddy, 4 KiB and 2 MiB",
+        needs: &[],
+    },
+    Experiment {
+        id: "checksum",
+        paper: "003",
+        title: "Figures 6-7: Internet checksum kernels against memory bandwidth and crates.io peers; naive, optimized and elided checksums end to end",
         needs: &[],
     },
 ];
@@ -215,6 +222,9 @@ pub struct Results {
     /// Paper 002 (VMMR), when its experiment ran.
     #[serde(default)]
     pub vmmr: Option<VmmrSection>,
+    /// Paper 003's checksum, when its experiment ran: what `zcio bench checksum --json` prints.
+    #[serde(default)]
+    pub checksum: Option<crate::checksum_bench::ChecksumSection>,
 }
 
 /// The VMMR section of the results: what `zcio bench vmmr --json` prints.
@@ -236,6 +246,42 @@ pub fn run_vmmr(
     };
     let t0 = Instant::now();
     let section = crate::vmmr_bench::measure(&plan, bar)?;
+    Ok((Some(section), vec![finished(e, t0, bar)]))
+}
+
+/// Run paper 003's checksum experiment if selected.
+pub fn run_checksum(
+    preset: Preset,
+    selected: &[Experiment],
+    bar: &indicatif::ProgressBar,
+) -> Res<(
+    Option<crate::checksum_bench::ChecksumSection>,
+    Vec<ExperimentRecord>,
+)> {
+    let Some(e) = selected.iter().find(|e| e.id == "checksum") else {
+        return Ok((None, Vec::new()));
+    };
+    let args = match preset {
+        Preset::Smoke => crate::checksum_bench::ChecksumArgs {
+            sizes: vec![64, 4096, 1 << 20],
+            rounds: Some(2),
+            millis: Some(2),
+            datagram_sizes: vec![1472],
+            json: false,
+        },
+        Preset::Quick => crate::checksum_bench::ChecksumArgs::default(),
+        Preset::Full => crate::checksum_bench::ChecksumArgs {
+            rounds: Some(15),
+            millis: Some(50),
+            ..Default::default()
+        },
+    };
+    let t0 = Instant::now();
+    bar.inc_length(crate::checksum_bench::units(&args) as u64);
+    let section = crate::checksum_bench::measure(&args, &mut |m| {
+        bar.set_message(m);
+        bar.inc(1);
+    })?;
     Ok((Some(section), vec![finished(e, t0, bar)]))
 }
 
@@ -494,6 +540,8 @@ pub fn run(a: ReportArgs) -> Res<()> {
     records.extend(more);
     let (vmmr, more) = run_vmmr(a.preset(), &selected, &bar)?;
     records.extend(more);
+    let (checksum, more) = run_checksum(a.preset(), &selected, &bar)?;
+    records.extend(more);
     if let Some(g) = &mut genie {
         g.profile = Some(ProfileUsed {
             path: profile.display().to_string(),
@@ -511,6 +559,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
         genie,
         fbufs,
         vmmr,
+        checksum,
     };
     write(&results, &a.out)?;
     eprintln!(
