@@ -1,0 +1,10 @@
+//! # zcio-sequoia: Sequoia 2000's I/O remedies (paper 003)
+//!
+//! - [`ppio`]: peer-to-peer I/O: a [`ppio::Splice`] between a source and a sink descriptor
+//!   moves data inside the kernel, in increments the application chooses, without the data
+//!   ever passing through the application.
+//!
+//! The Internet checksum of the same paper is its own crate, `zcio-checksum`.
+#![forbid(unsafe_code)]
+
+pub mod ppio;
