@@ -6,5 +6,6 @@ pub mod checksum_bench;
 pub mod fbufs_bench;
 pub mod iceoryx;
 pub mod report;
+pub mod splice_bench;
 pub mod transfer;
 pub mod vmmr_bench;

@@ -108,6 +108,9 @@ enum BenchCmd {
     /// Paper 003's checksum: every kernel, the fused copy, the fastest crates.io peers and the
     /// memory read bandwidth, in Gbit/s per buffer size.
     Checksum(zcio::checksum_bench::ChecksumArgs),
+    /// Paper 003's peer-to-peer I/O: splice against a read/write loop for file→socket,
+    /// file→file and socket→file: throughput, increment latency, CPU left to a task.
+    Splice(zcio::splice_bench::SpliceArgs),
 }
 
 fn main() -> ExitCode {
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Fbufs(b)) => zcio::fbufs_bench::run(b),
         Cmd::Bench(BenchCmd::Vmmr(b)) => zcio::vmmr_bench::run(b),
         Cmd::Bench(BenchCmd::Checksum(b)) => zcio::checksum_bench::run(b),
+        Cmd::Bench(BenchCmd::Splice(b)) => zcio::splice_bench::run(b),
         Cmd::FbufSink {
             connect,
             contender,
