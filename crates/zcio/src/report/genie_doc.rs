@@ -214,6 +214,7 @@ pub fn document(r: &Results) -> Doc {
         let mut items = crate::report::fbufs_doc::findings(r);
         items.extend(crate::report::vmmr_doc::findings(r));
         items.extend(crate::report::checksum_doc::findings(r));
+        items.extend(crate::report::splice_doc::findings(r));
         if !items.is_empty() {
             b.push(h(2, "Summary of findings"));
             b.push(Block::List(items));
@@ -290,6 +291,7 @@ pub fn document(r: &Results) -> Doc {
     items.extend(crate::report::fbufs_doc::findings(r));
     items.extend(crate::report::vmmr_doc::findings(r));
     items.extend(crate::report::checksum_doc::findings(r));
+    items.extend(crate::report::splice_doc::findings(r));
     b.push(Block::List(items));
 
     b.push(h(2, "Machine"));
@@ -637,6 +639,7 @@ fn tail(b: &mut Vec<Block>, r: &Results) {
     b.extend(crate::report::fbufs_doc::blocks(r));
     b.extend(crate::report::vmmr_doc::blocks(r));
     b.extend(crate::report::checksum_doc::blocks(r));
+    b.extend(crate::report::splice_doc::blocks(r));
     b.push(h(2, "Experiments run"));
     b.push(table(
         "Each experiment's id (for `zcio report --only`) and wall time",

@@ -15,6 +15,7 @@ pub mod genie_doc;
 pub mod machine;
 pub mod model;
 pub mod plot;
+pub mod splice_doc;
 pub mod vmmr_doc;
 
 use crate::report::genie::Progress;
@@ -108,6 +109,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         id: "checksum",
         paper: "003",
         title: "Figures 6-7: Internet checksum kernels against memory bandwidth and crates.io peers; naive, optimized and elided checksums end to end",
+        needs: &[],
+    },
+    Experiment {
+        id: "splice",
+        paper: "003",
+        title: "Peer-to-peer I/O: splice against a read/write loop, file to socket, file to file, socket to file: throughput, latency, CPU availability",
         needs: &[],
     },
 ];
@@ -225,6 +232,10 @@ pub struct Results {
     /// Paper 003's checksum, when its experiment ran: what `zcio bench checksum --json` prints.
     #[serde(default)]
     pub checksum: Option<crate::checksum_bench::ChecksumSection>,
+    /// Paper 003's peer-to-peer I/O, when its experiment ran: what `zcio bench splice --json`
+    /// prints.
+    #[serde(default)]
+    pub splice: Option<crate::splice_bench::SpliceSection>,
 }
 
 /// The VMMR section of the results: what `zcio bench vmmr --json` prints.
@@ -279,6 +290,42 @@ pub fn run_checksum(
     let t0 = Instant::now();
     bar.inc_length(crate::checksum_bench::units(&args) as u64);
     let section = crate::checksum_bench::measure(&args, &mut |m| {
+        bar.set_message(m);
+        bar.inc(1);
+    })?;
+    Ok((Some(section), vec![finished(e, t0, bar)]))
+}
+
+/// Run paper 003's splice experiment if selected.
+pub fn run_splice(
+    preset: Preset,
+    selected: &[Experiment],
+    bar: &indicatif::ProgressBar,
+) -> Res<(
+    Option<crate::splice_bench::SpliceSection>,
+    Vec<ExperimentRecord>,
+)> {
+    let Some(e) = selected.iter().find(|e| e.id == "splice") else {
+        return Ok((None, Vec::new()));
+    };
+    let args = match preset {
+        Preset::Smoke => crate::splice_bench::SpliceArgs {
+            mib: Some(2),
+            rounds: Some(1),
+            seconds: Some(0.05),
+            ..Default::default()
+        },
+        Preset::Quick => crate::splice_bench::SpliceArgs::default(),
+        Preset::Full => crate::splice_bench::SpliceArgs {
+            mib: Some(256),
+            rounds: Some(9),
+            seconds: Some(2.0),
+            ..Default::default()
+        },
+    };
+    let t0 = Instant::now();
+    bar.inc_length(3);
+    let section = crate::splice_bench::measure(&args, &mut |m| {
         bar.set_message(m);
         bar.inc(1);
     })?;
@@ -542,6 +589,8 @@ pub fn run(a: ReportArgs) -> Res<()> {
     records.extend(more);
     let (checksum, more) = run_checksum(a.preset(), &selected, &bar)?;
     records.extend(more);
+    let (splice, more) = run_splice(a.preset(), &selected, &bar)?;
+    records.extend(more);
     if let Some(g) = &mut genie {
         g.profile = Some(ProfileUsed {
             path: profile.display().to_string(),
@@ -560,6 +609,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
         fbufs,
         vmmr,
         checksum,
+        splice,
     };
     write(&results, &a.out)?;
     eprintln!(
