@@ -239,11 +239,7 @@ pub fn run_genie(b: GenieArgs) -> Res<()> {
     };
     let plan = genie::Plan::of(preset);
     crate::report::ensure_profile(&std::env::temp_dir())?;
-    let bar = indicatif::ProgressBar::new(plan.units()[0]);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
-            .expect("template"),
-    );
+    let bar = crate::bench_bar(plan.units()[0]);
     let points = genie::latency(&plan, &bar)?;
     bar.finish_and_clear();
     let fits = genie::fits(&points, &[]);

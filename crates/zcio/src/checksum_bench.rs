@@ -443,24 +443,14 @@ pub fn units(a: &ChecksumArgs) -> usize {
 
 /// Run the benchmark and print it.
 pub fn run(a: ChecksumArgs) -> Res<()> {
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
-            .expect("template"),
-    );
-    bar.set_length(units(&a) as u64);
+    let bar = crate::bench_bar(units(&a) as u64);
     let s = measure(&a, &mut |m| {
         bar.set_message(m);
         bar.inc(1);
     })?;
     bar.finish_and_clear();
     if a.json {
-        let mut v = serde_json::to_value(&s)?;
-        v.as_object_mut()
-            .expect("an object")
-            .insert("bench".into(), "checksum".into());
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return crate::print_bench_json("checksum", &s);
     }
     let names: Vec<String> = {
         let mut n: Vec<String> = Vec::new();

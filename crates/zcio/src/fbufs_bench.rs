@@ -136,11 +136,7 @@ fn parse_contenders(names: &[String]) -> Res<Vec<Entrant>> {
 /// Run the benchmark and print it.
 pub fn run(a: FbufsArgs) -> Res<()> {
     let total = a.sizes.len() as u64 * a.rounds as u64 * 16;
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
-            .expect("template"),
-    );
+    let bar = crate::bench_bar(total);
     let (rows, fits) = measure(&a, &bar)?;
     bar.finish_and_clear();
     print(&a, &rows, &fits)

@@ -9,3 +9,26 @@ pub mod report;
 pub mod splice_bench;
 pub mod transfer;
 pub mod vmmr_bench;
+
+/// A progress bar for a `zcio bench` run of `len` steps: elapsed time, the bar, steps done,
+/// what is being measured.
+pub fn bench_bar(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} (eta {eta}) {msg}",
+        )
+        .expect("template"),
+    );
+    bar
+}
+
+/// Print a bench's results as JSON, with `"bench": name` added.
+pub fn print_bench_json(name: &str, section: &impl serde::Serialize) -> transfer::Res<()> {
+    let mut v = serde_json::to_value(section)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("bench".into(), name.into());
+    }
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}

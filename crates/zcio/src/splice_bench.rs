@@ -525,23 +525,14 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
 
 /// Run the benchmark and print it.
 pub fn run(a: SpliceArgs) -> Res<()> {
-    let bar = indicatif::ProgressBar::new(PAIRS.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
-            .expect("template"),
-    );
+    let bar = crate::bench_bar(PAIRS.len() as u64);
     let s = measure(&a, &mut |m| {
         bar.set_message(m);
         bar.inc(1);
     })?;
     bar.finish_and_clear();
     if a.json {
-        let mut v = serde_json::to_value(&s)?;
-        v.as_object_mut()
-            .expect("an object")
-            .insert("bench".into(), "splice".into());
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return crate::print_bench_json("splice", &s);
     }
     println!(
         "{:<15} {:<11} {:<16} {:>9} {:>11} {:>10} {:>10} {:>10}",

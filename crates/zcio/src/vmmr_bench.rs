@@ -491,22 +491,11 @@ pub fn plan_of(a: &VmmrArgs) -> Res<(Plan, Vec<String>)> {
 /// Run the benchmark and print it.
 pub fn run(a: VmmrArgs) -> Res<()> {
     let (plan, _) = plan_of(&a)?;
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} (eta {eta}) {msg}",
-        )
-        .expect("template"),
-    );
+    let bar = crate::bench_bar(0);
     let section = measure(&plan, &bar)?;
     bar.finish_and_clear();
     if a.json {
-        let mut v = serde_json::to_value(&section)?;
-        v.as_object_mut()
-            .expect("an object")
-            .insert("bench".into(), "vmmr".into());
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return crate::print_bench_json("vmmr", &section);
     }
     print(&section);
     Ok(())
