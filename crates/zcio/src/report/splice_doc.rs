@@ -16,9 +16,10 @@ pub fn findings(r: &Results) -> Vec<String> {
         .iter()
         .map(|v| {
             format!(
-                "{}: {:.2}× the loop's throughput, {:.2}× the CPU it leaves",
+                "{}: {:.2}× the loop's throughput, {:.2}× less CPU per byte, {:.2}× the CPU it leaves a task sharing its core",
                 v.pair.replace('_', " "),
                 v.throughput_ratio,
+                v.cpu_ratio,
                 v.availability_ratio
             )
         })
@@ -48,7 +49,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     let mut b = vec![
         h(2, "Paper 003 — peer-to-peer I/O: splice against read/write"),
         p(format!(
-            "Each pair of descriptors moves the same data by a splice (zcio-sequoia's `Splice::start_flow`, on whichever of copy_file_range, sendfile or splice the pair allows) and by a read/write loop through a 64 KiB buffer, both in 64 KiB increments, alternating over {} rounds; every run's data is checked at its end. Throughput is the median over rounds; latency is the median time of one increment. CPU availability: the transfer runs at a fixed pace ({:.0} % of the slower variant's throughput, for {} s) while a CPU-bound task shares its core{}; the task's progress over its progress alone is the CPU the transfer left it. Files live in a temporary directory (often tmpfs, where copy_file_range copies in the kernel rather than sharing blocks); sockets are Unix stream sockets whose other end runs on the second CPU.",
+            "Each pair of descriptors moves the same data by a splice (zcio-sequoia's `Splice::start_flow`, on whichever of copy_file_range, sendfile or splice the pair allows) and by a read/write loop through a 64 KiB buffer, both in 64 KiB increments, alternating over {} rounds; every run's data is checked at its end. Throughput is the median over rounds; latency is the median time of one increment; CPU per MiB is the transfer thread's own CPU time (user and system) in the throughput runs, so the kernel's work for its calls is in it and the socket's other end is not. CPU availability: the transfer runs at a fixed pace ({:.0} % of the slower variant's throughput, for {} s) while a CPU-bound task shares its core{}; the task's progress over its progress alone is the CPU the transfer left it. Files live in a temporary directory (often tmpfs, where copy_file_range copies in the kernel rather than sharing blocks); sockets are Unix stream sockets whose other end runs on the second CPU.",
             s.rounds,
             100.0 * s.pace_fraction,
             s.seconds,
@@ -68,6 +69,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             "Gbit/s",
             "lowest–highest",
             "64 KiB increment µs",
+            "CPU µs per MiB",
             "pace Gbit/s",
             "kept Gbit/s",
             "CPU left to the task",
@@ -82,6 +84,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                     format!("{:.2}", r.gbps),
                     format!("{:.2}–{:.2}", r.gbps_spread[0], r.gbps_spread[1]),
                     format!("{:.1}", r.latency_us),
+                    format!("{:.0}", r.cpu_us_per_mib),
                     format!("{:.2}", r.pace_gbps),
                     format!("{:.2}", r.paced_gbps),
                     format!("{:.0} %", 100.0 * r.cpu_availability),
@@ -91,7 +94,13 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     ));
     b.push(table(
         "Splice over the loop, per pair (the paper: throughput and latency 2-3×, CPU availability +30 % or more)",
-        &["pair", "throughput", "latency (loop / splice)", "CPU left"],
+        &[
+            "pair",
+            "throughput",
+            "latency (loop / splice)",
+            "CPU per byte (loop / splice)",
+            "CPU left",
+        ],
         s.verdicts
             .iter()
             .map(|v| {
@@ -99,11 +108,12 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                     v.pair.replace('_', " "),
                     format!("{:.2}×", v.throughput_ratio),
                     format!("{:.2}×", v.latency_ratio),
+                    format!("{:.2}×", v.cpu_ratio),
                     format!("{:.2}×", v.availability_ratio),
                 ]
             })
             .collect(),
     ));
-    b.push(p("A task that shares the transfer's core gets the core whenever the transfer waits for its next increment, and half of it while both run; so the CPU a transfer leaves grows only slowly with its efficiency, and a splice that needs a fifth of the loop's time per increment leaves the task a few percent more, not a multiple. Where the sink or source is a file on tmpfs, every mechanism copies through the page cache, and splice and the loop do nearly the same work."));
+    b.push(p("A task that shares the transfer's core gets the core whenever the transfer waits for its next increment, and half of it while both run; so the CPU a transfer leaves grows only slowly with its efficiency, and a splice that needs half the loop's CPU per byte leaves the task a few percent more, not a multiple: the CPU per byte says more plainly what each mechanism costs. Where the sink or source is a file on tmpfs, every mechanism copies through the page cache, and splice and the loop do nearly the same work."));
     b
 }
