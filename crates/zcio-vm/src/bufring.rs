@@ -34,6 +34,8 @@ pub struct ProvidedRing {
     store: u64,
     /// Held slots by buffer id.
     held: Vec<Option<Slot>>,
+    /// Why the ring takes no more receives (a submission the kernel refused).
+    broken: Option<String>,
 }
 
 impl std::fmt::Debug for ProvidedRing {
@@ -104,6 +106,7 @@ impl ProvidedRing {
             tail: 0,
             store: store.id(),
             held: (0..capacity).map(|_| None).collect(),
+            broken: None,
         })
     }
 
@@ -197,6 +200,12 @@ impl ProvidedRing {
                 what: "a receive with no slot provided to the ring",
             });
         }
+        if let Some(why) = &self.broken {
+            return Err(VmError::Unsupported {
+                feature: "receives on this ring",
+                reason: format!("an earlier submission failed: {why}"),
+            });
+        }
         let sqe = opcode::Recv::new(types::Fd(fd.as_raw_fd()), std::ptr::null_mut(), len as u32)
             .buf_group(GROUP)
             .flags(libc::MSG_WAITALL)
@@ -214,10 +223,18 @@ impl ProvidedRing {
             match self.uring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                // The request may still be in flight: wait it out (a system call that fails
-                // otherwise here would mean the ring is unusable, and the kernel may still
-                // write; never return before the completion).
-                Err(_) => std::thread::yield_now(),
+                // Not taken by the kernel (still in the submission queue): nothing is in
+                // flight, so the error can be returned. Taken: the request may still be in
+                // flight; wait it out, never returning before its completion.
+                Err(e) => {
+                    if !self.uring.submission().is_empty() {
+                        // The entry stays queued, and a later submission would carry it: the
+                        // ring takes no more receives.
+                        self.broken = Some(e.to_string());
+                        return Err(VmError::sys("io_uring submit", e));
+                    }
+                    std::thread::yield_now();
+                }
             }
             if let Some(c) = self.uring.completion().next() {
                 break c;

@@ -190,7 +190,9 @@ impl FileProducer {
     }
 }
 
-/// Sockets received into store slots through an io_uring provided-buffer ring.
+/// Sockets received into store slots through an io_uring provided-buffer ring. The slots it
+/// holds go back to the store with [`SocketProducer::close`]; dropped without it, they stay out
+/// of the store's free list (their memory goes with the store).
 #[derive(Debug)]
 pub struct SocketProducer {
     ring: ProvidedRing,
