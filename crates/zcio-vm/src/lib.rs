@@ -35,6 +35,7 @@ pub mod page;
 pub mod protect;
 pub mod remap;
 pub mod runtime;
+pub mod sealed;
 pub mod shared;
 pub mod sockzc;
 pub mod staging;
