@@ -17,7 +17,8 @@
 //!
 //! and, for VMMR (paper 002), page stores and the range messages are reassembled in by moving
 //! pages ([`remap`]), with the costs a reassembler chooses by ([`remap::Calibration`]), and a
-//! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]).
+//! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]); and,
+//! for paper 003's containers, memory files sealed against change ([`sealed`]).
 //!
 //! Kernel features are probed at run time ([`VmRuntime::capabilities`]); a missing one selects a fallback and
 //! is reported, never a crash.
