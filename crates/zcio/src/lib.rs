@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod checksum_bench;
 pub mod fbufs_bench;
+pub mod frames_bench;
 pub mod iceoryx;
 pub mod report;
 pub mod splice_bench;

@@ -62,6 +62,22 @@ enum Cmd {
         #[arg(long)]
         touch: String,
     },
+    /// Internal: a relay or the display of `zcio bench containers`.
+    #[command(hide = true)]
+    FrameStage {
+        /// `read_write`, `containers` or `containers_unmapped`.
+        #[arg(long)]
+        variant: String,
+        /// The relay: the socket path to take frames from.
+        #[arg(long)]
+        connect: Option<PathBuf>,
+        /// The relay: the display's socket path.
+        #[arg(long)]
+        to: Option<PathBuf>,
+        /// The display: the socket path to listen on.
+        #[arg(long)]
+        listen: Option<PathBuf>,
+    },
     /// Internal: the receiving process of `zcio bench fbufs`'s iceoryx2 contender.
     #[command(hide = true)]
     Iceoryx2Sink {
@@ -111,6 +127,9 @@ enum BenchCmd {
     /// Paper 003's peer-to-peer I/O: splice against a read/write loop for file→socket,
     /// file→file and socket→file: throughput, increment latency, CPU left to a task.
     Splice(zcio::splice_bench::SpliceArgs),
+    /// Paper 003's frame experiment: 640×480 frames from a sender through a relay to a
+    /// display process, by containers or by read/write: frames per second.
+    Containers(zcio::frames_bench::FramesArgs),
 }
 
 fn main() -> ExitCode {
@@ -124,6 +143,18 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Vmmr(b)) => zcio::vmmr_bench::run(b),
         Cmd::Bench(BenchCmd::Checksum(b)) => zcio::checksum_bench::run(b),
         Cmd::Bench(BenchCmd::Splice(b)) => zcio::splice_bench::run(b),
+        Cmd::Bench(BenchCmd::Containers(b)) => zcio::frames_bench::run(b),
+        Cmd::FrameStage {
+            variant,
+            connect,
+            to,
+            listen,
+        } => zcio::frames_bench::stage(
+            &variant,
+            connect.as_deref(),
+            to.as_deref(),
+            listen.as_deref(),
+        ),
         Cmd::FbufSink {
             connect,
             contender,

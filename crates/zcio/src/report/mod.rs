@@ -112,6 +112,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         needs: &[],
     },
     Experiment {
+        id: "containers",
+        paper: "003",
+        title: "Figure 4: 640x480 frames through a relay to a display process, by containers and by read/write",
+        needs: &[],
+    },
+    Experiment {
         id: "splice",
         paper: "003",
         title: "Peer-to-peer I/O: splice against a read/write loop, file to socket, file to file, socket to file: throughput, latency, CPU availability",
@@ -232,6 +238,9 @@ pub struct Results {
     /// Paper 003's checksum, when its experiment ran: what `zcio bench checksum --json` prints.
     #[serde(default)]
     pub checksum: Option<crate::checksum_bench::ChecksumSection>,
+    /// Paper 003's frame experiment, when it ran: what `zcio bench containers --json` prints.
+    #[serde(default)]
+    pub frames: Option<crate::frames_bench::FramesSection>,
     /// Paper 003's peer-to-peer I/O, when its experiment ran: what `zcio bench splice --json`
     /// prints.
     #[serde(default)]
@@ -290,6 +299,40 @@ pub fn run_checksum(
     let t0 = Instant::now();
     bar.inc_length(crate::checksum_bench::units(&args) as u64);
     let section = crate::checksum_bench::measure(&args, &mut |m| {
+        bar.set_message(m);
+        bar.inc(1);
+    })?;
+    Ok((Some(section), vec![finished(e, t0, bar)]))
+}
+
+/// Run paper 003's frame experiment if selected.
+pub fn run_frames(
+    preset: Preset,
+    selected: &[Experiment],
+    bar: &indicatif::ProgressBar,
+) -> Res<(
+    Option<crate::frames_bench::FramesSection>,
+    Vec<ExperimentRecord>,
+)> {
+    let Some(e) = selected.iter().find(|e| e.id == "containers") else {
+        return Ok((None, Vec::new()));
+    };
+    let args = match preset {
+        Preset::Smoke => crate::frames_bench::FramesArgs {
+            frames: Some(20),
+            rounds: Some(1),
+            json: false,
+        },
+        Preset::Quick => crate::frames_bench::FramesArgs::default(),
+        Preset::Full => crate::frames_bench::FramesArgs {
+            frames: Some(3000),
+            rounds: Some(7),
+            json: false,
+        },
+    };
+    let t0 = Instant::now();
+    bar.inc_length(3 * args.rounds.unwrap_or(3) as u64);
+    let section = crate::frames_bench::measure(&args, &mut |m| {
         bar.set_message(m);
         bar.inc(1);
     })?;
@@ -589,6 +632,8 @@ pub fn run(a: ReportArgs) -> Res<()> {
     records.extend(more);
     let (checksum, more) = run_checksum(a.preset(), &selected, &bar)?;
     records.extend(more);
+    let (frames, more) = run_frames(a.preset(), &selected, &bar)?;
+    records.extend(more);
     let (splice, more) = run_splice(a.preset(), &selected, &bar)?;
     records.extend(more);
     if let Some(g) = &mut genie {
@@ -609,6 +654,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
         fbufs,
         vmmr,
         checksum,
+        frames,
         splice,
     };
     write(&results, &a.out)?;
