@@ -17,11 +17,22 @@
 //! opened with `O_DIRECT`, else copied from the page cache by the kernel (as `read` would).
 //! Memory that is not a container (the stack, the heap) cannot be written
 //! ([`Domain::write_bytes`]).
+//!
+//! **Volatile containers** ([`Domain::alloc_volatile`]) trade that integrity for reuse, the way
+//! a compositor's clients reuse the buffers it releases: the memfd is sealed against size
+//! changes only, every domain that holds it maps the same pages shared, and a container can
+//! travel back to where it came from to be filled again. A domain that gives one up hides its
+//! mapping (`PROT_NONE`) and keeps it: when the container comes back, the mapping is shown
+//! again, with no new mapping and no page faults (Genie's region hiding and caching). A
+//! process that once held a volatile container can still write its pages, so their bytes are
+//! reached only word by word ([`Domain::map_words`]), and a domain takes volatile containers
+//! only if it says so ([`Domain::accepting_volatile`]).
 
-use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
 use zcio_vm::VmError;
-use zcio_vm::sealed::{ExclusiveFile, PrivateView, SealedFile};
+use zcio_vm::sealed::{ExclusiveFile, PrivateView, SealedFile, VolatileFile};
 
 /// A container's name in its domain (the paper's container identifiers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,6 +68,19 @@ pub enum ContainerError {
     /// The peer sent something that is not a container.
     #[error("the peer sent a malformed container: {0}")]
     Malformed(String),
+    /// The call does not fit the container's kind.
+    #[error("container {id:?}: {why}")]
+    Kind {
+        /// The container.
+        id: Cid,
+        /// Why.
+        why: &'static str,
+    },
+    /// A volatile container came to a domain that does not take them.
+    #[error(
+        "the peer sent a volatile container (its pages stay writable by every process that held it); this domain takes only sealed ones (see Domain::accepting_volatile)"
+    )]
+    VolatileRefused,
     /// The VM layer refused (a container still mapped for writing by its sender, ...).
     #[error(transparent)]
     Vm(#[from] VmError),
@@ -80,6 +104,8 @@ enum Pages {
         /// Whether the view was handed out for writing (its pages may differ from the file's).
         changed: bool,
     },
+    /// Volatile: shared in place, mapped (shown or hidden) or not.
+    Volatile(VolatileFile),
 }
 
 struct Container {
@@ -88,11 +114,22 @@ struct Container {
     len: usize,
 }
 
+/// A memory file's identity while a descriptor of it is held: (device, inode).
+type FileKey = (u64, u64);
+
+/// Hidden mappings of volatile containers given up, kept for their return.
+const REGION_CACHE: usize = 64;
+
 /// A protection domain's containers: what this process owns.
 #[derive(Default)]
 pub struct Domain {
     next: u64,
     owned: HashMap<Cid, Container>,
+    accept_volatile: bool,
+    /// Volatile containers this domain gave up, their mappings hidden, by file; oldest first
+    /// in `cache_order`.
+    cache: HashMap<FileKey, VolatileFile>,
+    cache_order: VecDeque<FileKey>,
 }
 
 impl std::fmt::Debug for Domain {
@@ -103,8 +140,18 @@ impl std::fmt::Debug for Domain {
     }
 }
 
-/// The header shipped with a container: its data length.
-const HEADER: usize = 8;
+/// The header shipped with a container: its data length, and its kind.
+const HEADER: usize = 16;
+const KIND_SEALED: u64 = 0;
+const KIND_VOLATILE: u64 = 1;
+
+fn file_key(fd: BorrowedFd<'_>) -> Result<FileKey, ContainerError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| ContainerError::Io {
+        op: "fstat(container)",
+        source: e.into(),
+    })?;
+    Ok((st.st_dev as u64, st.st_ino as u64))
+}
 
 impl Domain {
     /// A domain owning nothing.
@@ -112,9 +159,40 @@ impl Domain {
         Domain::default()
     }
 
+    /// A domain that also takes volatile containers ([`Domain::alloc_volatile`]), trusting
+    /// the domains it shares them with not to change them while it owns them (nothing stops
+    /// them: the bytes are reached word by word, so a change is seen, never undefined).
+    pub fn accepting_volatile() -> Domain {
+        Domain {
+            accept_volatile: true,
+            ..Domain::default()
+        }
+    }
+
     /// Containers owned.
     pub fn owned(&self) -> usize {
         self.owned.len()
+    }
+
+    /// Hidden mappings of volatile containers given up, kept for their return.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    fn cache_put(&mut self, key: FileKey, f: VolatileFile) {
+        if self.cache.insert(key, f).is_none() {
+            self.cache_order.push_back(key);
+        }
+        while self.cache.len() > REGION_CACHE {
+            let old = self.cache_order.pop_front().expect("ordered as cached");
+            self.cache.remove(&old);
+        }
+    }
+
+    fn cache_take(&mut self, key: FileKey) -> Option<VolatileFile> {
+        let f = self.cache.remove(&key)?;
+        self.cache_order.retain(|k| *k != key);
+        Some(f)
     }
 
     fn insert(&mut self, c: Container) -> Cid {
@@ -141,6 +219,42 @@ impl Domain {
             pages: Pages::Filling(f),
             len,
         }))
+    }
+
+    /// A volatile container of `len` bytes (its pages zeroed), mapped: see the module's
+    /// documentation. Its bytes are reached with [`Domain::map_words`].
+    pub fn alloc_volatile(&mut self, len: usize) -> Result<Cid, ContainerError> {
+        if len == 0 {
+            return Err(ContainerError::BadLength {
+                len,
+                why: "a container holds at least one byte",
+            });
+        }
+        let f = VolatileFile::new("zcio-container", len)?;
+        Ok(self.insert(Container {
+            pages: Pages::Volatile(f),
+            len,
+        }))
+    }
+
+    /// Whether the container is volatile.
+    pub fn is_volatile(&self, id: Cid) -> Result<bool, ContainerError> {
+        let c = self.owned.get(&id).ok_or(ContainerError::NotOwned(id))?;
+        Ok(matches!(c.pages, Pages::Volatile(_)))
+    }
+
+    /// `cs_map` of a volatile container: its pages' words (the data is the first
+    /// [`Domain::len`] bytes; the words run on to the end of the last page). Mapped here,
+    /// or shown again if this domain had it before.
+    pub fn map_words(&mut self, id: Cid) -> Result<&[AtomicU64], ContainerError> {
+        let c = self.get(id)?;
+        match &mut c.pages {
+            Pages::Volatile(f) => Ok(f.map()?),
+            _ => Err(ContainerError::Kind {
+                id,
+                why: "a sealed container is reached as bytes (map, map_read), not words",
+            }),
+        }
     }
 
     /// `cs_free`: give the container's pages back.
@@ -181,6 +295,10 @@ impl Domain {
                 *changed = true;
                 Ok(&mut view.as_mut().expect("made above").bytes_mut()[..len])
             }
+            Pages::Volatile(_) => Err(ContainerError::Kind {
+                id,
+                why: VOLATILE_BYTES,
+            }),
         }
     }
 
@@ -197,12 +315,21 @@ impl Domain {
                 }
                 Ok(&view.as_ref().expect("made above").bytes()[..len])
             }
+            Pages::Volatile(_) => Err(ContainerError::Kind {
+                id,
+                why: VOLATILE_BYTES,
+            }),
         }
     }
 
-    /// `cs_unmap`: stop reaching the data (a changed container keeps its changes).
+    /// `cs_unmap`: stop reaching the data (a changed container keeps its changes; a volatile
+    /// one's mapping is hidden, to be shown again by the next map).
     pub fn unmap(&mut self, id: Cid) -> Result<(), ContainerError> {
         let c = self.get(id)?;
+        if let Pages::Volatile(f) = &mut c.pages {
+            f.hide()?;
+            return Ok(());
+        }
         if let Pages::Sealed {
             view: Some(_),
             changed: false,
@@ -222,6 +349,7 @@ impl Domain {
         Ok(match &c.pages {
             Pages::Filling(_) => true,
             Pages::Sealed { view, .. } => view.is_some(),
+            Pages::Volatile(f) => f.words().is_some(),
         })
     }
 
@@ -246,33 +374,72 @@ impl Domain {
                 (f.seal()?, len)
             }
             Pages::Sealed { file, .. } => (file, len),
+            Pages::Volatile(_) => unreachable!("volatile containers are written as they are"),
         })
     }
 
     /// `cs_write`: give the container to the I/O path `path`. To a Unix socket, its pages move
     /// to the domain at the other end; to a file, its bytes go there inside the kernel. Either
     /// way this domain loses it: a second write, or a map, is refused.
+    ///
+    /// A volatile container's mapping is hidden before it goes, and kept (up to 64 of them) for
+    /// the container's return.
     pub fn write(&mut self, path: BorrowedFd<'_>, id: Cid) -> Result<(), ContainerError> {
         let c = self.owned.remove(&id).ok_or(ContainerError::NotOwned(id))?;
-        let (file, len) = Self::sealed(c)?;
         let io = |op, e: rustix::io::Errno| ContainerError::Io {
             op,
             source: e.into(),
         };
         let st = rustix::fs::fstat(path).map_err(|e| io("fstat(path)", e))?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket {
-            zcio_vm::wire::send_with_fds(path, &(len as u64).to_le_bytes(), &[file.fd()])?;
+        let socket =
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket;
+        let len = c.len;
+        if let Pages::Volatile(mut f) = c.pages {
+            f.hide()?;
+            let sent = if socket {
+                zcio_vm::wire::send_with_fds(path, &header(len, KIND_VOLATILE), &[f.fd()])
+                    .map_err(ContainerError::from)
+            } else {
+                send_file(path, f.fd(), len)
+            };
+            if let Err(e) = sent {
+                // Not given up: it stays this domain's, under its name.
+                self.owned.insert(
+                    id,
+                    Container {
+                        pages: Pages::Volatile(f),
+                        len,
+                    },
+                );
+                return Err(e);
+            }
+            if socket && f.is_mapped() {
+                let key = file_key(f.fd())?;
+                self.cache_put(key, f);
+            }
             return Ok(());
         }
-        let mut off = 0u64;
-        while (off as usize) < len {
-            let want = len - off as usize;
-            match rustix::fs::sendfile(path, file.fd(), Some(&mut off), want) {
-                Ok(0) => return Err(io("sendfile(container → path)", rustix::io::Errno::IO)),
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(io("sendfile(container → path)", e)),
-            }
+        let (file, len) = Self::sealed(c)?;
+        let sent = if socket {
+            zcio_vm::wire::send_with_fds(path, &header(len, KIND_SEALED), &[file.fd()])
+                .map_err(ContainerError::from)
+        } else {
+            send_file(path, file.fd(), len)
+        };
+        if let Err(e) = sent {
+            // Not given up: it stays this domain's, sealed now, under its name.
+            self.owned.insert(
+                id,
+                Container {
+                    pages: Pages::Sealed {
+                        file,
+                        view: None,
+                        changed: false,
+                    },
+                    len,
+                },
+            );
+            return Err(e);
         }
         Ok(())
     }
@@ -289,7 +456,7 @@ impl Domain {
             let start = match &c.pages {
                 Pages::Filling(f) => f.bytes().as_ptr() as usize,
                 Pages::Sealed { view: Some(v), .. } => v.bytes().as_ptr() as usize,
-                Pages::Sealed { view: None, .. } => return None,
+                Pages::Sealed { view: None, .. } | Pages::Volatile(_) => return None,
             };
             (start == addr && c.len == len).then_some(*id)
         });
@@ -325,8 +492,18 @@ impl Domain {
                         fds.len()
                     )));
                 }
-                let file = SealedFile::adopt(fds.pop().expect("one")).map_err(|(e, _)| e)?;
-                let len = u64::from_le_bytes(head) as usize;
+                let fd = fds.pop().expect("one");
+                let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+                match u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) {
+                    KIND_SEALED => {}
+                    KIND_VOLATILE => return self.read_volatile(fd, len, map),
+                    k => {
+                        return Err(ContainerError::Malformed(format!(
+                            "a container of kind {k} (0, sealed, or 1, volatile, expected)"
+                        )));
+                    }
+                }
+                let file = SealedFile::adopt(fd).map_err(|(e, _)| e)?;
                 if len == 0 || len > file.len() {
                     return Err(ContainerError::Malformed(format!(
                         "{len} bytes of data in {} bytes of pages",
@@ -350,6 +527,31 @@ impl Domain {
                 view,
                 changed: false,
             },
+            len,
+        }))
+    }
+
+    fn read_volatile(&mut self, fd: OwnedFd, len: usize, map: bool) -> Result<Cid, ContainerError> {
+        // A container this domain held before comes back to its hidden mapping (even to a
+        // domain that takes no volatile container from others: this one it shared itself); the
+        // new descriptor is for the same file, and goes.
+        let key = file_key(fd.as_fd())?;
+        let mut f = match self.cache_take(key) {
+            Some(f) => f,
+            None if !self.accept_volatile => return Err(ContainerError::VolatileRefused),
+            None => VolatileFile::adopt(fd).map_err(|(e, _)| e)?,
+        };
+        if len == 0 || len > f.len() {
+            return Err(ContainerError::Malformed(format!(
+                "{len} bytes of data in {} bytes of pages",
+                f.len()
+            )));
+        }
+        if map {
+            f.map()?;
+        }
+        Ok(self.insert(Container {
+            pages: Pages::Volatile(f),
             len,
         }))
     }
@@ -399,6 +601,40 @@ impl Domain {
         }
         Ok(id)
     }
+}
+
+const VOLATILE_BYTES: &str = "a volatile container's pages may be written by the other processes that held it: reach them word by word (map_words)";
+
+fn header(len: usize, kind: u64) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..8].copy_from_slice(&(len as u64).to_le_bytes());
+    h[8..].copy_from_slice(&kind.to_le_bytes());
+    h
+}
+
+/// The first `len` bytes of the memory file `from` to the file `path`, inside the kernel.
+fn send_file(path: BorrowedFd<'_>, from: BorrowedFd<'_>, len: usize) -> Result<(), ContainerError> {
+    let mut off = 0u64;
+    while (off as usize) < len {
+        let want = len - off as usize;
+        match rustix::fs::sendfile(path, from, Some(&mut off), want) {
+            Ok(0) => {
+                return Err(ContainerError::Io {
+                    op: "sendfile(container → path)",
+                    source: rustix::io::Errno::IO.into(),
+                });
+            }
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                return Err(ContainerError::Io {
+                    op: "sendfile(container → path)",
+                    source: e.into(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Anything with a descriptor is an I/O path.

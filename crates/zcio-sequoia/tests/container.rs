@@ -1,7 +1,9 @@
 //! Container shipping: ownership moves with the pages (the sender can reach them no more, a
 //! second write fails), containers forwarded without mapping arrive byte-exact, a receiver's
 //! changes travel on, a sender that keeps a writable mapping is refused, the stack and the heap
-//! cannot be written, and files are paths too. (A domain that goes leaking nothing is in
+//! cannot be written, and files are paths too. Volatile containers are shared in place, come
+//! back to their hidden mappings, and are refused by domains that do not take them; a write
+//! that fails keeps the container. (A domain that goes leaking nothing is in
 //! `container_leak.rs`, a process of its own so that no other test's descriptors count.)
 
 use std::io::{Seek, SeekFrom, Write};
@@ -77,7 +79,9 @@ fn a_sender_that_keeps_the_pages_writable_is_refused() {
     let ps = zcio_vm::page_size();
     let raw = zcio_vm::mapping::memfd("evil", ps).unwrap();
     let keep = zcio_vm::Mapping::shared_fd(raw.as_fd(), 0, ps, None).unwrap();
-    zcio_vm::wire::send_with_fds(tx.as_fd(), &(ps as u64).to_le_bytes(), &[raw.as_fd()]).unwrap();
+    let mut head = [0u8; 16];
+    head[..8].copy_from_slice(&(ps as u64).to_le_bytes());
+    zcio_vm::wire::send_with_fds(tx.as_fd(), &head, &[raw.as_fd()]).unwrap();
     let mut b = Domain::new();
     let e = b.read(rx.as_fd(), 0, true).unwrap_err();
     assert!(
@@ -156,4 +160,120 @@ fn files_are_paths_too() {
         .unwrap(),
         &data[..4096]
     );
+}
+
+fn load_bytes(words: &[std::sync::atomic::AtomicU64], len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = words
+        .iter()
+        .flat_map(|w| w.load(std::sync::atomic::Ordering::Relaxed).to_le_bytes())
+        .collect();
+    v.truncate(len);
+    v
+}
+
+fn store_bytes(words: &[std::sync::atomic::AtomicU64], data: &[u8]) {
+    for (w, chunk) in words.iter().zip(data.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        w.store(u64::from_le_bytes(b), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn volatile_containers_travel_in_place_and_come_back_to_their_hidden_mapping() {
+    let (a_end, b_in) = UnixStream::pair().unwrap();
+    let (b_out, c_in) = UnixStream::pair().unwrap();
+    let (c_back, a_back) = UnixStream::pair().unwrap();
+    let mut a = Domain::new();
+    let mut b = Domain::accepting_volatile();
+    let mut c = Domain::accepting_volatile();
+    let len = 640 * 480;
+    let id = a.alloc_volatile(len).unwrap();
+    assert!(a.is_volatile(id).unwrap());
+    let first = a.map_words(id).unwrap().as_ptr();
+    for round in 0..3u8 {
+        let id = if round == 0 {
+            id
+        } else {
+            // Back from C: the same mapping, shown again, with C's change.
+            let id = a.read(a_back.as_fd(), 0, true).unwrap();
+            assert_eq!(a.cached(), 0, "taken out of the region cache");
+            let w = a.map_words(id).unwrap();
+            assert_eq!(w.as_ptr(), first, "the hidden mapping is reused");
+            assert_eq!(load_bytes(w, 1), [(round - 1) ^ 0xFF]);
+            id
+        };
+        let data = pattern(len, round);
+        store_bytes(a.map_words(id).unwrap(), &data);
+        a.write(a_end.as_fd(), id).unwrap();
+        assert!(matches!(a.map_words(id), Err(ContainerError::NotOwned(_))));
+        assert_eq!(a.cached(), 1, "its mapping hidden and kept");
+        // B forwards it unmapped.
+        let id = b.read(b_in.as_fd(), 0, false).unwrap();
+        assert!(!b.is_mapped(id).unwrap());
+        b.write(b_out.as_fd(), id).unwrap();
+        assert_eq!(
+            (b.owned(), b.cached()),
+            (0, 0),
+            "nothing mapped, nothing kept"
+        );
+        // C sees the bytes in place, changes the first, and gives it back.
+        let id = c.read(c_in.as_fd(), 0, true).unwrap();
+        assert_eq!(c.len(id).unwrap(), len);
+        assert!(
+            load_bytes(c.map_words(id).unwrap(), len) == data,
+            "round {round} at C"
+        );
+        let e = c.map_read(id).unwrap_err();
+        assert!(e.to_string().contains("word by word"), "{e}");
+        let mut first_byte = data[..8].to_vec();
+        first_byte[0] = round ^ 0xFF;
+        store_bytes(&c.map_words(id).unwrap()[..1], &first_byte);
+        c.write(c_back.as_fd(), id).unwrap();
+    }
+    assert_eq!((a.owned(), b.owned(), c.owned()), (0, 0, 0));
+}
+
+#[test]
+fn a_domain_that_takes_no_volatile_container_refuses_one_and_kinds_do_not_mix() {
+    let (tx, rx) = UnixStream::pair().unwrap();
+    let mut a = Domain::new();
+    let mut b = Domain::new();
+    let id = a.alloc_volatile(100).unwrap();
+    a.write(tx.as_fd(), id).unwrap();
+    let e = b.read(rx.as_fd(), 0, true).unwrap_err();
+    assert!(matches!(e, ContainerError::VolatileRefused), "{e}");
+    assert!(e.to_string().contains("takes only sealed ones"), "{e}");
+    assert_eq!(b.owned(), 0);
+    let s = a.alloc(100).unwrap();
+    let e = a.map_words(s).unwrap_err();
+    assert!(e.to_string().contains("reached as bytes"), "{e}");
+    assert!(!a.is_volatile(s).unwrap());
+    // An unknown kind is malformed.
+    let mut head = [0u8; 16];
+    head[..8].copy_from_slice(&1u64.to_le_bytes());
+    head[8..].copy_from_slice(&7u64.to_le_bytes());
+    let f = zcio_vm::mapping::memfd("k", 4096).unwrap();
+    zcio_vm::wire::send_with_fds(tx.as_fd(), &head, &[f.as_fd()]).unwrap();
+    let e = b.read(rx.as_fd(), 0, true).unwrap_err();
+    assert!(e.to_string().contains("kind 7"), "{e}");
+}
+
+#[test]
+fn a_write_to_a_path_that_is_gone_keeps_the_container() {
+    let (tx, rx) = UnixStream::pair().unwrap();
+    drop(rx);
+    let mut a = Domain::new();
+    let data = pattern(5000, 9);
+    let s = a.alloc(5000).unwrap();
+    a.map(s).unwrap().copy_from_slice(&data);
+    let v = a.alloc_volatile(5000).unwrap();
+    store_bytes(a.map_words(v).unwrap(), &data);
+    for id in [s, v] {
+        let e = a.write(tx.as_fd(), id).unwrap_err();
+        assert!(e.to_string().to_lowercase().contains("pipe"), "{e}");
+    }
+    assert_eq!(a.owned(), 2);
+    assert!(a.map_read(s).unwrap() == data.as_slice());
+    assert!(load_bytes(a.map_words(v).unwrap(), 5000) == data);
 }

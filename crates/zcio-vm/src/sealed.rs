@@ -10,6 +10,11 @@
 //!   still has mapped for writing.
 //! - [`PrivateView`]: a sealed file mapped privately: readable and writable by this process,
 //!   each page written becoming a private copy (the file never changes).
+//! - [`VolatileFile`]: a memfd sealed against size changes only, mapped shared: the pages of a
+//!   volatile container, which the processes that hold it in turn reach in place (and may
+//!   reuse). Its bytes are reached only word by word (`AtomicU64`), because any process that
+//!   once had it may still write it; its mapping can be hidden (`PROT_NONE`) while another
+//!   process owns it, and shown again when it comes back.
 
 use crate::error::{Result, VmError};
 use crate::mapping::Mapping;
@@ -223,6 +228,179 @@ impl Drop for PrivateView {
     }
 }
 
+/// The seals that keep a file's size (its mappings can never fault for want of pages).
+fn size_seals() -> SealFlags {
+    SealFlags::SHRINK | SealFlags::GROW
+}
+
+/// A memory file shared in place by the processes that hold it in turn: sealed against size
+/// changes, not against writes. Mapped or not; a mapping can be hidden and shown again.
+#[derive(Debug)]
+pub struct VolatileFile {
+    fd: OwnedFd,
+    len: usize,
+    map: Option<Mapping>,
+    hidden: bool,
+}
+
+impl VolatileFile {
+    /// A zeroed file of `len` bytes (rounded up to pages), sealed against size changes and
+    /// mapped.
+    pub fn new(name: &str, len: usize) -> Result<VolatileFile> {
+        if len == 0 {
+            return Err(VmError::Empty {
+                what: "a container",
+            });
+        }
+        let pages = align_up(len, page_size()).ok_or(VmError::TooLarge {
+            what: "a container",
+            value: len,
+            limit: crate::mapping::MAX_MAPPING,
+        })?;
+        let fd = crate::mapping::memfd(name, pages)?;
+        rustix::fs::fcntl_add_seals(&fd, size_seals())
+            .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS)", e.into()))?;
+        let mut f = VolatileFile {
+            fd,
+            len: pages,
+            map: None,
+            hidden: false,
+        };
+        f.map()?;
+        Ok(f)
+    }
+
+    /// Take a descriptor received from elsewhere, unmapped: it must be a memory file of whole
+    /// pages that can be written (one sealed against writes is not volatile) and whose size
+    /// is, or can now be, sealed. Refused descriptors are handed back.
+    pub fn adopt(fd: OwnedFd) -> std::result::Result<VolatileFile, (VmError, OwnedFd)> {
+        let refuse = |what| VmError::Misuse { what };
+        let seals = match rustix::fs::fcntl_get_seals(&fd) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::INVAL) => {
+                return Err((
+                    refuse("a descriptor that is not a sealable memory file"),
+                    fd,
+                ));
+            }
+            Err(e) => return Err((VmError::sys("fcntl(F_GET_SEALS)", e.into()), fd)),
+        };
+        if seals.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE) {
+            return Err((
+                refuse(
+                    "a memory file sealed against writes (a sealed container, not a volatile one)",
+                ),
+                fd,
+            ));
+        }
+        if !seals.contains(size_seals()) && rustix::fs::fcntl_add_seals(&fd, size_seals()).is_err()
+        {
+            return Err((refuse("a memory file whose size cannot be sealed"), fd));
+        }
+        let st = match rustix::fs::fstat(&fd) {
+            Ok(st) => st,
+            Err(e) => return Err((VmError::sys("fstat", e.into()), fd)),
+        };
+        let len = st.st_size as usize;
+        if len == 0 || len % page_size() != 0 {
+            return Err((
+                refuse("a memory file that is not a whole number of pages"),
+                fd,
+            ));
+        }
+        match rustix::fs::fcntl_getfl(&fd) {
+            Ok(fl) if fl & rustix::fs::OFlags::ACCMODE == rustix::fs::OFlags::RDWR => {}
+            Ok(_) => {
+                return Err((
+                    refuse("a memory file not opened for reading and writing"),
+                    fd,
+                ));
+            }
+            Err(e) => return Err((VmError::sys("fcntl(F_GETFL)", e.into()), fd)),
+        }
+        Ok(VolatileFile {
+            fd,
+            len,
+            map: None,
+            hidden: false,
+        })
+    }
+
+    /// Its length (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its descriptor (to send it, or to write it to a file).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Map it (or show a hidden mapping again): its words.
+    pub fn map(&mut self) -> Result<&[std::sync::atomic::AtomicU64]> {
+        match &self.map {
+            None => {
+                self.map = Some(Mapping::shared_fd(self.fd.as_fd(), 0, self.len, None)?);
+            }
+            Some(m) if self.hidden => {
+                // SAFETY: this file's own mapping; while hidden no reference into it existed
+                // (`words` hands none out), and read-write is what it was made with.
+                unsafe {
+                    crate::protect::set_access(m.range(), crate::protect::Access::ReadWrite)?
+                };
+                self.hidden = false;
+            }
+            Some(_) => {}
+        }
+        Ok(self.words().expect("mapped and shown above"))
+    }
+
+    /// Its words, if mapped and shown.
+    pub fn words(&self) -> Option<&[std::sync::atomic::AtomicU64]> {
+        let m = self.map.as_ref().filter(|_| !self.hidden)?;
+        // SAFETY: the mapping is `len` bytes (whole pages, so 8-aligned), readable and
+        // writable while shown, alive as long as `self` (the slice borrows it, so hiding or
+        // unmapping, which take `&mut self`, cannot happen while it lives). AtomicU64 has no
+        // invalid bit patterns and is made for concurrent modification, which other processes
+        // holding the file may do at any time.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                m.as_ptr() as *const std::sync::atomic::AtomicU64,
+                self.len / 8,
+            )
+        })
+    }
+
+    /// Hide the mapping (`PROT_NONE`): any touch faults until [`VolatileFile::map`] shows it
+    /// again. The pages stay mapped, so showing them costs no faults (region hiding).
+    pub fn hide(&mut self) -> Result<()> {
+        if let Some(m) = &self.map
+            && !self.hidden
+        {
+            // SAFETY: this file's own mapping; `&mut self` means no slice of its words lives.
+            unsafe { crate::protect::set_access(m.range(), crate::protect::Access::None)? };
+            self.hidden = true;
+        }
+        Ok(())
+    }
+
+    /// Unmap it.
+    pub fn unmap(&mut self) {
+        self.map = None;
+        self.hidden = false;
+    }
+
+    /// Whether it is mapped (shown or hidden).
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +435,52 @@ mod tests {
         let (e, _) =
             SealedFile::adopt(std::fs::File::open("/dev/null").unwrap().into()).unwrap_err();
         assert!(e.to_string().contains("not a sealable memory file"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod volatile_tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_volatile_file_is_shared_in_place_hidden_and_shown() {
+        let mut a = VolatileFile::new("v", 5000).unwrap();
+        assert_eq!(a.len(), 2 * page_size());
+        a.map().unwrap()[0].store(0x1234, Ordering::Relaxed);
+        // Another holder (a second descriptor, as a receiver would have) sees it in place.
+        let dup = a.fd().try_clone_to_owned().unwrap();
+        let mut b = VolatileFile::adopt(dup).unwrap();
+        assert!(!b.is_mapped());
+        assert_eq!(b.map().unwrap()[0].load(Ordering::Relaxed), 0x1234);
+        b.words().unwrap()[1].store(7, Ordering::Relaxed);
+        a.hide().unwrap();
+        assert!(a.words().is_none(), "hidden");
+        assert_eq!(
+            a.map().unwrap()[1].load(Ordering::Relaxed),
+            7,
+            "shown again"
+        );
+        // Its size is sealed.
+        assert!(rustix::fs::ftruncate(a.fd(), 0).is_err());
+        // A sealed container's file is refused, and so is a read-only descriptor.
+        let mut e = ExclusiveFile::new("s", 100).unwrap();
+        e.bytes_mut()[0] = 1;
+        let s = e.seal().unwrap();
+        let (err, _) = VolatileFile::adopt(s.fd().try_clone_to_owned().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("sealed against writes"), "{err}");
+        let ro = crate::mapping::reopen_read_only(a.fd()).unwrap();
+        let (err, _) = VolatileFile::adopt(ro).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("not opened for reading and writing"),
+            "{err}"
+        );
+        let (err, _) =
+            VolatileFile::adopt(std::fs::File::open("/dev/null").unwrap().into()).unwrap_err();
+        assert!(
+            err.to_string().contains("not a sealable memory file"),
+            "{err}"
+        );
     }
 }
