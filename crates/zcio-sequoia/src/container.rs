@@ -117,7 +117,7 @@ struct Container {
 /// A memory file's identity while a descriptor of it is held: (device, inode).
 type FileKey = (u64, u64);
 
-/// Hidden mappings of volatile containers given up, kept for their return.
+/// Volatile containers given up (their mappings hidden), kept for their return.
 const REGION_CACHE: usize = 64;
 
 /// A protection domain's containers: what this process owns.
@@ -126,8 +126,9 @@ pub struct Domain {
     next: u64,
     owned: HashMap<Cid, Container>,
     accept_volatile: bool,
-    /// Volatile containers this domain gave up, their mappings hidden, by file; oldest first
-    /// in `cache_order`.
+    /// Volatile containers this domain gave up, their mappings hidden (or never made), by
+    /// file; oldest first in `cache_order`. One that comes back needs no checking again: its
+    /// size seals cannot be taken off, and the descriptor kept is this domain's own.
     cache: HashMap<FileKey, VolatileFile>,
     cache_order: VecDeque<FileKey>,
 }
@@ -174,7 +175,8 @@ impl Domain {
         self.owned.len()
     }
 
-    /// Hidden mappings of volatile containers given up, kept for their return.
+    /// Volatile containers given up over a socket, their mappings hidden (or never made),
+    /// kept for their return.
     pub fn cached(&self) -> usize {
         self.cache.len()
     }
@@ -382,8 +384,8 @@ impl Domain {
     /// to the domain at the other end; to a file, its bytes go there inside the kernel. Either
     /// way this domain loses it: a second write, or a map, is refused.
     ///
-    /// A volatile container's mapping is hidden before it goes, and kept (up to 64 of them) for
-    /// the container's return.
+    /// A volatile container's mapping is hidden before it goes, and kept with its descriptor
+    /// (up to 64 of them) for the container's return.
     pub fn write(&mut self, path: BorrowedFd<'_>, id: Cid) -> Result<(), ContainerError> {
         let c = self.owned.remove(&id).ok_or(ContainerError::NotOwned(id))?;
         let io = |op, e: rustix::io::Errno| ContainerError::Io {
@@ -413,7 +415,7 @@ impl Domain {
                 );
                 return Err(e);
             }
-            if socket && f.is_mapped() {
+            if socket {
                 let key = file_key(f.fd())?;
                 self.cache_put(key, f);
             }

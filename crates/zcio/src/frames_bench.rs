@@ -1,11 +1,13 @@
 //! `zcio bench containers`: paper 003's frame experiment (Figure 4). A sender process makes
-//! 640×480 one-byte-per-pixel frames and sends them over socket IPC to a relay process, which
-//! outputs them to a display process owning the frame buffer, the way a compositor receives
-//! its clients' buffers. By containers (`zcio_sequoia::container`: the pages move, the relay
-//! maps them or not) or by read/write (each hop copies the frame into and out of the kernel,
-//! and the display copies it into its frame buffer). Frames per second at the display, and
-//! how many 30 fps animations that sustains. Every frame's number is checked at the display,
-//! and the last frame's bytes whole.
+//! 640×480 one-byte-per-pixel frames and sends them over socket IPC through a pipeline of
+//! relay processes to a display process owning the frame buffer, the way a compositor receives
+//! its clients' buffers. By containers (`zcio_sequoia::container`: the pages move, each relay
+//! maps them or not), sealed (a fresh memory file per frame) or volatile (a few memory files
+//! going round: the display gives each back to the sender when the next frame is shown, as a
+//! compositor releases a client's buffer), or by read/write (each hop copies the frame into
+//! and out of the kernel, and the display copies it into its frame buffer). Frames per second
+//! at the display, and how many 30 fps animations that sustains. Every frame's number is
+//! checked at every relay that maps it and at the display, and the last frame's bytes whole.
 
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
@@ -15,32 +17,61 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zcio_sequoia::container::{ContainerError, Domain};
+use zcio_sequoia::container::{Cid, ContainerError, Domain};
 
 /// Bytes of a frame: 640 × 480, one byte per pixel.
 pub const FRAME: usize = 640 * 480;
 
+/// Volatile containers going round between the sender and the display.
+pub const IN_FLIGHT: usize = 8;
+
 /// Arguments of `zcio bench containers`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct FramesArgs {
-    /// Frames per run (default 600: 20 s of a 30 fps animation).
+    /// Frames per run (default 3000: 100 s of a 30 fps animation).
     #[arg(long)]
     pub frames: Option<u64>,
-    /// Rounds: every variant once per round, alternating (default 3).
+    /// Rounds: every variant once per round, alternating (default 5).
     #[arg(long)]
     pub rounds: Option<usize>,
+    /// Pipelines to run, as numbers of relay processes between the sender and the display
+    /// (default 1,3).
+    #[arg(long, value_delimiter = ',')]
+    pub relays: Option<Vec<usize>>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
-/// One variant.
+impl FramesArgs {
+    fn pipelines(&self) -> Vec<usize> {
+        let mut v = self.relays.clone().unwrap_or_else(|| vec![1, 3]);
+        v.retain(|&r| (1..=8).contains(&r));
+        v.sort_unstable();
+        v.dedup();
+        if v.is_empty() {
+            v.push(1);
+        }
+        v
+    }
+
+    /// Runs `measure` makes (for progress bars).
+    pub fn runs(&self) -> usize {
+        self.rounds.unwrap_or(5).max(1) * VARIANTS.len() * self.pipelines().len()
+    }
+}
+
+/// One variant on one pipeline.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
-    /// `read_write`, `containers` (the relay maps each frame and reads its header) or
-    /// `containers_unmapped` (the relay forwards without mapping).
+    /// `read_write`; `containers` (sealed, every relay maps each frame and checks its number);
+    /// `containers_unmapped` (sealed, the relays forward without mapping); `volatile` and
+    /// `volatile_unmapped` (the same with volatile containers going round).
     pub variant: String,
+    /// Relay processes between the sender and the display.
+    pub relays: usize,
     /// Frames per run.
     pub frames: u64,
     /// Frames per second at the display, median over rounds.
@@ -49,8 +80,13 @@ pub struct Row {
     pub fps_spread: [f64; 2],
     /// 30 fps animations sustained (fps / 30).
     pub animations: f64,
-    /// Over read/write's frames per second.
+    /// Over read/write's frames per second on the same pipeline.
     pub over_read_write: f64,
+    /// CPU time of every process of the pipeline (the sender, the relays and the display:
+    /// user and system) per frame, in µs: median over rounds.
+    pub cpu_us_per_frame: f64,
+    /// Lowest and highest round.
+    pub cpu_spread: [f64; 2],
 }
 
 /// Everything `zcio bench containers` measured.
@@ -58,110 +94,162 @@ pub struct Row {
 pub struct FramesSection {
     /// Rounds.
     pub rounds: usize,
-    /// Per variant.
+    /// Volatile containers going round between the sender and the display.
+    pub in_flight: usize,
+    /// Per pipeline, then variant.
     pub rows: Vec<Row>,
 }
 
-const VARIANTS: [&str; 3] = ["read_write", "containers", "containers_unmapped"];
+/// The variants, in the order of the rows.
+pub const VARIANTS: [&str; 5] = [
+    "read_write",
+    "containers",
+    "containers_unmapped",
+    "volatile",
+    "volatile_unmapped",
+];
 
-/// The frame `n`: its number in the first 8 bytes, then a pattern of it.
-fn draw(n: u64, frame: &mut [u8]) {
-    frame[..8].copy_from_slice(&n.to_le_bytes());
-    let salt = n as u8;
-    for (i, b) in frame[8..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_add(salt);
+fn is_volatile(variant: &str) -> bool {
+    variant.starts_with("volatile")
+}
+
+/// The pattern of frame `n` after its number: byte `8 + i` is `i + n` (mod 256). It repeats
+/// every 256 bytes, so it is kept as one period of bytes and one of words.
+struct Pattern {
+    bytes: [u8; 256],
+    words: [u64; 32],
+}
+
+impl Pattern {
+    fn of(n: u64) -> Pattern {
+        let salt = n as u8;
+        let bytes: [u8; 256] = std::array::from_fn(|i| (i as u8).wrapping_add(salt));
+        // Word w (from 1) holds bytes 8w..8w+8 of the frame, pattern bytes 8(w-1)..: its
+        // phase is w mod 32.
+        let words = std::array::from_fn(|t| {
+            let b: [u8; 8] =
+                std::array::from_fn(|j| ((8 * t + j) as u8).wrapping_sub(8).wrapping_add(salt));
+            u64::from_le_bytes(b)
+        });
+        Pattern { bytes, words }
     }
 }
 
-fn check(n: u64, frame: &[u8], whole: bool) -> Res<()> {
-    let got = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
+/// Draw frame `n` into bytes: its number in the first 8, then the pattern.
+fn draw(n: u64, frame: &mut [u8]) {
+    frame[..8].copy_from_slice(&n.to_le_bytes());
+    let p = Pattern::of(n);
+    let body = &mut frame[8..];
+    let first = body.len().min(256);
+    body[..first].copy_from_slice(&p.bytes[..first]);
+    // Doubling copies of whole periods: memcpy's speed.
+    let mut done = first;
+    while done < body.len() {
+        let k = done.min(body.len() - done);
+        body.copy_within(..k, done);
+        done += k;
+    }
+}
+
+/// Draw frame `n` into a volatile container's words.
+fn draw_words(n: u64, words: &[AtomicU64]) {
+    let p = Pattern::of(n);
+    // Whole periods of 32 words from word 0 (whose phase is 0), then the number over word 0.
+    for period in words[..FRAME / 8].chunks(32) {
+        for (word, v) in period.iter().zip(&p.words) {
+            word.store(*v, Ordering::Relaxed);
+        }
+    }
+    words[0].store(n, Ordering::Relaxed);
+}
+
+fn check_number(n: u64, got: u64) -> Res<()> {
     if got != n {
         return Err(format!("frame {n} arrived as frame {got}").into());
     }
+    Ok(())
+}
+
+fn check(n: u64, frame: &[u8], whole: bool) -> Res<()> {
+    check_number(
+        n,
+        u64::from_le_bytes(frame[..8].try_into().expect("8 bytes")),
+    )?;
     if whole {
-        let salt = n as u8;
-        if let Some(i) = frame[8..]
-            .iter()
-            .enumerate()
-            .position(|(i, b)| *b != (i as u8).wrapping_add(salt))
-        {
-            return Err(format!("frame {n}: byte {} differs", i + 8).into());
+        let p = Pattern::of(n);
+        for (k, c) in frame[8..].chunks(256).enumerate() {
+            if let Some(i) = c.iter().zip(&p.bytes).position(|(a, b)| a != b) {
+                return Err(format!("frame {n}: byte {} differs", 8 + 256 * k + i).into());
+            }
         }
     }
     Ok(())
 }
 
-/// `zcio frame-stage`: the relay (`--to` given: from `--connect` to `--to`) or the display
-/// (`--listen`: accept one connection, take frames until it ends, print
-/// `{"frames":N,"seconds":S}`).
-pub fn stage(
-    variant: &str,
-    connect: Option<&Path>,
-    to: Option<&Path>,
-    listen: Option<&Path>,
-) -> Res<()> {
-    let containers = variant != "read_write";
-    if let Some(l) = listen {
-        let listener = UnixListener::bind(l)?;
-        let (sock, _) = listener.accept()?;
-        let mut d = Domain::new();
-        let mut surface = vec![0u8; FRAME];
-        let mut shown: Option<zcio_sequoia::container::Cid> = None;
-        let mut n = 0u64;
-        let mut first: Option<Instant> = None;
-        loop {
-            if containers {
-                match d.read(sock.as_fd(), 0, true) {
-                    Ok(id) => {
-                        check(n, d.map_read(id)?, false)?;
-                        // The new frame is shown; the one before goes back.
-                        if let Some(old) = shown.replace(id) {
-                            d.free(old)?;
-                        }
-                    }
-                    Err(ContainerError::End) => break,
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                match (&sock).read_exact(&mut surface) {
-                    Ok(()) => check(n, &surface, false)?,
-                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            first.get_or_insert_with(Instant::now);
-            n += 1;
-        }
-        // The last frame shown, whole.
-        if n > 0 {
-            match shown {
-                Some(id) => check(n - 1, d.map_read(id)?, true)?,
-                None => check(n - 1, &surface, true)?,
+fn check_words(n: u64, words: &[AtomicU64], whole: bool) -> Res<()> {
+    check_number(n, words[0].load(Ordering::Relaxed))?;
+    if whole {
+        let p = Pattern::of(n);
+        for (w, word) in words[1..FRAME / 8].iter().enumerate() {
+            if word.load(Ordering::Relaxed) != p.words[(w + 1) % 32] {
+                return Err(format!("frame {n}: word {} differs", w + 1).into());
             }
         }
-        let seconds = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-        println!("{{\"frames\":{n},\"seconds\":{seconds}}}");
-        return Ok(());
     }
-    let (Some(from), Some(to)) = (connect, to) else {
-        return Err("frame-stage: --listen, or --connect and --to".into());
-    };
-    let input = UnixStream::connect(from)?;
-    let output = loop {
-        match UnixStream::connect(to) {
-            Ok(s) => break s,
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+    Ok(())
+}
+
+fn cpu_ns(clock: rustix::time::ClockId) -> u64 {
+    let t = rustix::time::clock_gettime(clock);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Connect to a stage's socket, waiting for it to listen (at most 20 s).
+fn connect(path: &Path) -> Res<UnixStream> {
+    let t0 = Instant::now();
+    loop {
+        match UnixStream::connect(path) {
+            Ok(s) => return Ok(s),
+            Err(e) if t0.elapsed() > Duration::from_secs(20) => {
+                return Err(format!("connect to {}: {e}", path.display()).into());
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
         }
+    }
+}
+
+/// `zcio frame-stage`: a stage listening on `listen` for one connection. With `to`, a relay
+/// forwarding every frame there; without, the display: it takes frames until the stream
+/// ends, gives volatile containers back to the sender at `release`, and prints
+/// `{"frames":N,"seconds":S}`.
+pub fn stage(variant: &str, listen: &Path, to: Option<&Path>, release: Option<&Path>) -> Res<()> {
+    if !VARIANTS.contains(&variant) {
+        return Err(format!("frame-stage: unknown variant {variant}").into());
+    }
+    let containers = variant != "read_write";
+    let volatile = is_volatile(variant);
+    let listener = UnixListener::bind(listen)?;
+    let output = to.map(connect).transpose()?;
+    let (input, _) = listener.accept()?;
+    let cpu0 = cpu_ns(rustix::time::ClockId::ProcessCPUTime);
+    let mut d = if volatile {
+        Domain::accepting_volatile()
+    } else {
+        Domain::new()
     };
-    let map = variant == "containers";
-    let mut d = Domain::new();
-    let mut buf = vec![0u8; FRAME];
     let mut n = 0u64;
+    let Some(output) = output else {
+        return display(variant, &input, release, d, cpu0);
+    };
+    let map = variant == "containers" || variant == "volatile";
+    let mut buf = vec![0u8; FRAME];
     loop {
         if containers {
             match d.read(input.as_fd(), 0, map) {
                 Ok(id) => {
-                    if map {
+                    if map && volatile {
+                        check_words(n, d.map_words(id)?, false)?;
+                    } else if map {
                         check(n, d.map_read(id)?, false)?;
                     }
                     d.write(output.as_fd(), id)?;
@@ -178,90 +266,231 @@ pub fn stage(
         }
         n += 1;
     }
+    let cpu = cpu_ns(rustix::time::ClockId::ProcessCPUTime) - cpu0;
+    println!("{{\"cpu_ns\":{cpu}}}");
     Ok(())
 }
 
-/// One run of `variant`: frames per second at the display.
-fn run_once(variant: &str, frames: u64) -> Res<f64> {
-    let dir = tempfile::tempdir()?;
-    let src = dir.path().join("frames");
-    let disp = dir.path().join("display");
-    let listener = UnixListener::bind(&src)?;
-    let display = zcio_command()?
-        .args(["frame-stage", "--variant", variant, "--listen"])
-        .arg(&disp)
-        .stdout(std::process::Stdio::piped())
-        .spawn()?;
-    let mut relay = zcio_command()?
-        .args(["frame-stage", "--variant", variant, "--connect"])
-        .arg(&src)
-        .arg("--to")
-        .arg(&disp)
-        .spawn()?;
-    let (sock, _) = listener.accept()?;
-    let mut d = Domain::new();
-    let mut frame = vec![0u8; FRAME];
-    for n in 0..frames {
-        if variant == "read_write" {
-            draw(n, &mut frame);
-            (&sock).write_all(&frame)?;
+fn display(
+    variant: &str,
+    input: &UnixStream,
+    release: Option<&Path>,
+    mut d: Domain,
+    cpu0: u64,
+) -> Res<()> {
+    let containers = variant != "read_write";
+    let volatile = is_volatile(variant);
+    let release = match (volatile, release) {
+        (true, Some(p)) => Some(connect(p)?),
+        (true, None) => return Err("frame-stage: a volatile display needs --release".into()),
+        (false, _) => None,
+    };
+    let mut surface = vec![0u8; FRAME];
+    let mut shown: Option<Cid> = None;
+    let mut n = 0u64;
+    let mut first: Option<Instant> = None;
+    loop {
+        if containers {
+            match d.read(input.as_fd(), 0, true) {
+                Ok(id) => {
+                    if volatile {
+                        check_words(n, d.map_words(id)?, false)?;
+                    } else {
+                        check(n, d.map_read(id)?, false)?;
+                    }
+                    // The new frame is shown; the one before goes back (to the sender, if
+                    // volatile, to be filled again).
+                    if let Some(old) = shown.replace(id) {
+                        match &release {
+                            Some(r) => d.write(r.as_fd(), old)?,
+                            None => d.free(old)?,
+                        }
+                    }
+                }
+                Err(ContainerError::End) => break,
+                Err(e) => return Err(e.into()),
+            }
         } else {
-            let id = d.alloc(FRAME)?;
-            draw(n, d.map(id)?);
-            d.write(sock.as_fd(), id)?;
+            match (&*input).read_exact(&mut surface) {
+                Ok(()) => check(n, &surface, false)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        first.get_or_insert_with(Instant::now);
+        n += 1;
+    }
+    // The last frame shown, whole.
+    if n > 0 {
+        match shown {
+            Some(id) if volatile => check_words(n - 1, d.map_words(id)?, true)?,
+            Some(id) => check(n - 1, d.map_read(id)?, true)?,
+            None => check(n - 1, &surface, true)?,
         }
     }
-    drop(sock);
-    let r = relay.wait()?;
+    let seconds = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let cpu = cpu_ns(rustix::time::ClockId::ProcessCPUTime) - cpu0;
+    println!("{{\"frames\":{n},\"seconds\":{seconds},\"cpu_ns\":{cpu}}}");
+    Ok(())
+}
+
+/// One run of `variant` through `relays` relays: frames per second at the display, and the
+/// pipeline's CPU time per frame (µs).
+fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let sock = |k: usize| dir.path().join(format!("stage{k}"));
+    let release_path = dir.path().join("release");
+    let release_listener = UnixListener::bind(&release_path)?;
+    let mut relay_procs = Vec::new();
+    for k in 0..relays {
+        relay_procs.push(
+            zcio_command()?
+                .args(["frame-stage", "--variant", variant, "--listen"])
+                .arg(sock(k))
+                .arg("--to")
+                .arg(sock(k + 1))
+                .stdout(std::process::Stdio::piped())
+                .spawn()?,
+        );
+    }
+    let display = zcio_command()?
+        .args(["frame-stage", "--variant", variant, "--listen"])
+        .arg(sock(relays))
+        .arg("--release")
+        .arg(&release_path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let thread = rustix::time::ClockId::ThreadCPUTime;
+    let cpu0 = cpu_ns(thread);
+    let sent = send(variant, frames, &sock(0), &release_listener);
+    let mut cpu = cpu_ns(thread) - cpu0;
+    let mut ended = Vec::new();
+    for r in relay_procs {
+        ended.push(r.wait_with_output()?);
+    }
     let out = display.wait_with_output()?;
-    if !r.success() || !out.status.success() {
-        return Err(format!("{variant}: the relay ended {r}, the display {}", out.status).into());
+    // The release connection stays open until the display is done giving frames back.
+    drop(sent?);
+    for r in &ended {
+        if !r.status.success() {
+            return Err(format!("{variant}: a relay ended {}", r.status).into());
+        }
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout)?;
+        cpu += v["cpu_ns"]
+            .as_u64()
+            .ok_or("a relay did not say its CPU time")?;
+    }
+    if !out.status.success() {
+        return Err(format!("{variant}: the display ended {}", out.status).into());
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     let got = v["frames"].as_u64().unwrap_or(0);
     if got != frames {
         return Err(format!("{variant}: the display showed {got} frames of {frames}").into());
     }
-    Ok(frames as f64 / v["seconds"].as_f64().unwrap_or(f64::NAN))
+    cpu += v["cpu_ns"]
+        .as_u64()
+        .ok_or("the display did not say its CPU time")?;
+    Ok((
+        frames as f64 / v["seconds"].as_f64().unwrap_or(f64::NAN),
+        cpu as f64 / 1e3 / frames as f64,
+    ))
 }
 
-/// Run every variant; `progress` is told each run.
-pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSection> {
-    let frames = a.frames.unwrap_or(600).max(2);
-    let rounds = a.rounds.unwrap_or(3).max(1);
-    let mut fps: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
-    for r in 0..rounds {
-        for k in 0..VARIANTS.len() {
-            let v = (k + r) % VARIANTS.len();
-            fps[v].push(run_once(VARIANTS[v], frames)?);
-            progress(format!("frames {}", VARIANTS[v]));
+/// The sender: `frames` frames to the first stage at `first`. Volatile containers come back
+/// on the display's release connection, returned to be kept open until the display is done.
+fn send(
+    variant: &str,
+    frames: u64,
+    first: &Path,
+    release: &UnixListener,
+) -> Res<Option<UnixStream>> {
+    let sock = connect(first)?;
+    let mut d = Domain::new();
+    // Volatile containers come back on the display's release connection.
+    let back = if is_volatile(variant) {
+        Some(release.accept()?.0)
+    } else {
+        None
+    };
+    let mut made = 0;
+    let mut frame = vec![0u8; FRAME];
+    for n in 0..frames {
+        match (variant, &back) {
+            ("read_write", _) => {
+                draw(n, &mut frame);
+                (&sock).write_all(&frame)?;
+            }
+            (_, Some(back)) => {
+                let id = if made < IN_FLIGHT {
+                    made += 1;
+                    d.alloc_volatile(FRAME)?
+                } else {
+                    d.read(back.as_fd(), 0, true)?
+                };
+                draw_words(n, d.map_words(id)?);
+                d.write(sock.as_fd(), id)?;
+            }
+            _ => {
+                let id = d.alloc(FRAME)?;
+                draw(n, d.map(id)?);
+                d.write(sock.as_fd(), id)?;
+            }
         }
     }
-    let med: Vec<f64> = fps
-        .iter()
-        .map(|v| fit::median(v).unwrap_or(f64::NAN))
-        .collect();
-    let rows = VARIANTS
-        .iter()
-        .enumerate()
-        .map(|(v, name)| Row {
+    Ok(back)
+}
+
+/// Run every variant on every pipeline; `progress` is told each run.
+pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSection> {
+    let frames = a.frames.unwrap_or(3000).max(2);
+    let rounds = a.rounds.unwrap_or(5).max(1);
+    let mut rows = Vec::new();
+    for relays in a.pipelines() {
+        let mut fps: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+        for r in 0..rounds {
+            for k in 0..VARIANTS.len() {
+                let v = (k + r) % VARIANTS.len();
+                let (f, c) = run_once(VARIANTS[v], frames, relays)?;
+                fps[v].push(f);
+                cpu[v].push(c);
+                progress(format!("frames {} ({relays} relays)", VARIANTS[v]));
+            }
+        }
+        let med: Vec<f64> = fps
+            .iter()
+            .map(|v| fit::median(v).unwrap_or(f64::NAN))
+            .collect();
+        rows.extend(VARIANTS.iter().enumerate().map(|(v, name)| Row {
             variant: name.to_string(),
+            relays,
             frames,
             fps: med[v],
-            fps_spread: [
-                fps[v].iter().copied().fold(f64::INFINITY, f64::min),
-                fps[v].iter().copied().fold(0.0, f64::max),
-            ],
+            fps_spread: spread(&fps[v]),
             animations: med[v] / 30.0,
             over_read_write: med[v] / med[0],
-        })
-        .collect();
-    Ok(FramesSection { rounds, rows })
+            cpu_us_per_frame: fit::median(&cpu[v]).unwrap_or(f64::NAN),
+            cpu_spread: spread(&cpu[v]),
+        }));
+    }
+    Ok(FramesSection {
+        rounds,
+        in_flight: IN_FLIGHT,
+        rows,
+    })
+}
+
+fn spread(v: &[f64]) -> [f64; 2] {
+    [
+        v.iter().copied().fold(f64::INFINITY, f64::min),
+        v.iter().copied().fold(0.0, f64::max),
+    ]
 }
 
 /// Run the benchmark and print it.
 pub fn run(a: FramesArgs) -> Res<()> {
-    let bar = crate::bench_bar((a.rounds.unwrap_or(3).max(1) * VARIANTS.len()) as u64);
+    let bar = crate::bench_bar(a.runs() as u64);
     let s = measure(&a, &mut |m| {
         bar.set_message(m);
         bar.inc(1);
@@ -271,13 +500,20 @@ pub fn run(a: FramesArgs) -> Res<()> {
         return crate::print_bench_json("containers", &s);
     }
     println!(
-        "640×480 frames, sender → relay → display (median of {} rounds)",
-        s.rounds
+        "640×480 frames, sender → relays → display (median of {} rounds; {} volatile containers going round)",
+        s.rounds, s.in_flight
     );
     for r in &s.rows {
         println!(
-            "{:<20} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write",
-            r.variant, r.fps, r.fps_spread[0], r.fps_spread[1], r.animations, r.over_read_write
+            "{} relays  {:<20} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame",
+            r.relays,
+            r.variant,
+            r.fps,
+            r.fps_spread[0],
+            r.fps_spread[1],
+            r.animations,
+            r.over_read_write,
+            r.cpu_us_per_frame
         );
     }
     Ok(())

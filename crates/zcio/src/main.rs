@@ -65,18 +65,18 @@ enum Cmd {
     /// Internal: a relay or the display of `zcio bench containers`.
     #[command(hide = true)]
     FrameStage {
-        /// `read_write`, `containers` or `containers_unmapped`.
+        /// One of `zcio::frames_bench::VARIANTS`.
         #[arg(long)]
         variant: String,
-        /// The relay: the socket path to take frames from.
+        /// The socket path to take frames from (listened on).
         #[arg(long)]
-        connect: Option<PathBuf>,
-        /// The relay: the display's socket path.
+        listen: PathBuf,
+        /// A relay: the next stage's socket path.
         #[arg(long)]
         to: Option<PathBuf>,
-        /// The display: the socket path to listen on.
+        /// The display: the sender's socket path for volatile containers given back.
         #[arg(long)]
-        listen: Option<PathBuf>,
+        release: Option<PathBuf>,
     },
     /// Internal: the receiving process of `zcio bench fbufs`'s iceoryx2 contender.
     #[command(hide = true)]
@@ -146,15 +146,10 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Containers(b)) => zcio::frames_bench::run(b),
         Cmd::FrameStage {
             variant,
-            connect,
-            to,
             listen,
-        } => zcio::frames_bench::stage(
-            &variant,
-            connect.as_deref(),
-            to.as_deref(),
-            listen.as_deref(),
-        ),
+            to,
+            release,
+        } => zcio::frames_bench::stage(&variant, &listen, to.as_deref(), release.as_deref()),
         Cmd::FbufSink {
             connect,
             contender,

@@ -1,6 +1,7 @@
 //! `zcio bench containers` end to end, tiny: every variant ran through real relay and display
-//! processes, every frame's number was checked at the display and the last frame whole.
-//! Speeds are never compared: the machine decides them.
+//! processes, on pipelines of one and two relays, every frame's number was checked at the
+//! display and the last frame whole, and every process said its CPU time. Speeds are never
+//! compared: the machine decides them.
 
 use std::process::Command;
 
@@ -15,6 +16,8 @@ fn bench_containers_json_has_every_variant() {
             "20",
             "--rounds",
             "1",
+            "--relays",
+            "1,2",
         ])
         .output()
         .unwrap();
@@ -30,9 +33,20 @@ fn bench_containers_json_has_every_variant() {
         .iter()
         .map(|r| r["variant"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["read_write", "containers", "containers_unmapped"]);
-    for r in rows {
+    let variants = [
+        "read_write",
+        "containers",
+        "containers_unmapped",
+        "volatile",
+        "volatile_unmapped",
+    ];
+    assert_eq!(names, [variants, variants].concat());
+    assert_eq!(v["in_flight"], 8);
+    for (k, r) in rows.iter().enumerate() {
         assert_eq!(r["frames"], 20);
+        assert_eq!(r["relays"], 1 + k / variants.len());
+        let cpu = r["cpu_us_per_frame"].as_f64().unwrap();
+        assert!(cpu.is_finite() && cpu > 0.0, "{r}");
         let fps = r["fps"].as_f64().unwrap();
         assert!(fps.is_finite() && fps > 0.0, "{r}");
         assert!((r["animations"].as_f64().unwrap() - fps / 30.0).abs() < 1e-9);

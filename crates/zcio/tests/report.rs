@@ -178,6 +178,7 @@ fn smoke_report_writes_every_output_and_validates() {
         "vmmr-fig10",
         "vmmr-adaptive",
         "checksum-kernels",
+        "frames",
     ] {
         assert!(
             md.contains(&format!("plots/{stem}.svg")),

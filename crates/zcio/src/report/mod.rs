@@ -321,17 +321,19 @@ pub fn run_frames(
         Preset::Smoke => crate::frames_bench::FramesArgs {
             frames: Some(20),
             rounds: Some(1),
+            relays: Some(vec![1, 2]),
             json: false,
         },
         Preset::Quick => crate::frames_bench::FramesArgs::default(),
         Preset::Full => crate::frames_bench::FramesArgs {
             frames: Some(3000),
             rounds: Some(7),
+            relays: Some(vec![1, 2, 3]),
             json: false,
         },
     };
     let t0 = Instant::now();
-    bar.inc_length(3 * args.rounds.unwrap_or(3) as u64);
+    bar.inc_length(args.runs() as u64);
     let section = crate::frames_bench::measure(&args, &mut |m| {
         bar.set_message(m);
         bar.inc(1);
