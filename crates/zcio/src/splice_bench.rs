@@ -103,6 +103,9 @@ pub struct SpliceSection {
     /// Whether the transfer and the task could be pinned to one CPU (else the scheduler put
     /// them where it liked, and availability says less).
     pub pinned: bool,
+    /// The file system the files lived on (`ext4`, `tmpfs`, `xfs`, `btrfs`, ...: whether
+    /// copy_file_range can share blocks or copies in the kernel depends on it).
+    pub files_fs: String,
     /// Per pair and variant.
     pub rows: Vec<Row>,
     /// Per pair.
@@ -111,6 +114,25 @@ pub struct SpliceSection {
 
 const PAIRS: [&str; 3] = ["file_to_socket", "file_to_file", "socket_to_file"];
 const VARIANTS: [&str; 2] = ["splice", "read_write"];
+
+/// The name of the file system holding `path`, from its magic number.
+pub fn fs_name(path: &std::path::Path) -> String {
+    let Ok(st) = rustix::fs::statfs(path) else {
+        return "unknown".into();
+    };
+    match st.f_type as u64 {
+        0xEF53 => "ext4".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x794C_7630 => "overlayfs".into(),
+        0x2FC1_2FC1 => "zfs".into(),
+        0x6573_5546 => "fuse".into(),
+        0x6969 => "nfs".into(),
+        0xF2F5_2010 => "f2fs".into(),
+        other => format!("unknown (magic {other:#x})"),
+    }
+}
 
 /// Pin the calling thread to `cpu` (where there are at least two CPUs); whether it took.
 fn pin(cpu: usize) -> bool {
@@ -536,6 +558,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
             seconds,
             pace_fraction,
             pinned,
+            files_fs: fs_name(dir.path()),
             rows,
             verdicts,
         })

@@ -49,4 +49,6 @@ fn bench_splice_json_has_both_variants_on_every_pair() {
         assert!(want.contains(&r["mechanism"].as_str().unwrap()), "{r}");
     }
     assert_eq!(v["verdicts"].as_array().unwrap().len(), 3);
+    // The file system the files lived on is named.
+    assert!(!v["files_fs"].as_str().unwrap().is_empty(), "{v}");
 }

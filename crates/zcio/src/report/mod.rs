@@ -114,7 +114,7 @@ pub const EXPERIMENTS: &[Experiment] = &[
     Experiment {
         id: "containers",
         paper: "003",
-        title: "Figure 4: 640x480 frames through a relay to a display process, by containers and by read/write",
+        title: "Figure 4: 640x480 frames through pipelines of relay processes to a display process, by sealed and volatile containers and by read/write",
         needs: &[],
     },
     Experiment {

@@ -41,7 +41,12 @@ fn frames_findings(r: &Results) -> Vec<String> {
         .map(|x| format!("{} {:.2}×", x.variant.replace('_', " "), x.over_read_write))
         .collect();
     vec![format!(
-        "Container shipping (paper 003, Figure 4): 640×480 frames from a sender through {first} relay process(es) to a display run at {:.0} frames/s by read/write ({:.0} µs of CPU a frame). Sealed containers, a fresh memory file a frame, run at {:.0} ({:.0} with the relay not mapping them): {:.2}×, at {:.0} µs of CPU a frame. Volatile containers, going back to the sender to be filled again as a compositor releases its clients' buffers, run at {:.0} with the relay mapping them and {:.0} without: {:.2}× and {:.2}×, at {:.0} and {:.0} µs a frame. The paper: almost 400 % more, six 30 fps animations against one; the issue asks at least 4×: {} (sealed: not met). Through {longest} relays, volatile containers make {}.",
+        "Container shipping (paper 003, Figure 4): 640×480 frames from a sender through {first} {} to a display run at {:.0} frames/s by read/write ({:.0} µs of CPU a frame). Sealed containers, a fresh memory file a frame, run at {:.0} ({:.0} with the relay not mapping them): {:.2}×, at {:.0} µs of CPU a frame. Volatile containers, going back to the sender to be filled again as a compositor releases its clients' buffers, run at {:.0} with the relay mapping them and {:.0} without: {:.2}× and {:.2}×, at {:.0} and {:.0} µs a frame. The paper: almost 400 % more, six 30 fps animations against one; the issue asks at least 4×: {} (sealed: not met). Through {longest} relays, over read/write's frames/s: {}.",
+        if first == 1 {
+            "relay process"
+        } else {
+            "relay processes"
+        },
         rw.fps,
         rw.cpu_us_per_frame,
         c.fps,
@@ -192,7 +197,7 @@ fn splice_blocks(r: &Results) -> Vec<Block> {
     let mut b = vec![
         h(2, "Paper 003 — peer-to-peer I/O: splice against read/write"),
         p(format!(
-            "Each pair of descriptors moves the same data by a splice (zcio-sequoia's `Splice::start_flow`, on whichever of copy_file_range, sendfile or splice the pair allows) and by a read/write loop through a 64 KiB buffer, both in 64 KiB increments, alternating over {} rounds; every run's data is checked at its end. Throughput is the median over rounds; latency is the median time of one increment; CPU per MiB is the transfer thread's own CPU time (user and system) in the throughput runs, so the kernel's work for its calls is in it and the socket's other end is not. CPU availability: the transfer runs at a fixed pace ({:.0} % of the slower variant's throughput, for {} s) while a CPU-bound task shares its core{}; the task's progress over its progress alone is the CPU the transfer left it. Files live in a temporary directory (often tmpfs, where copy_file_range copies in the kernel rather than sharing blocks); sockets are Unix stream sockets whose other end runs on the second CPU.",
+            "Each pair of descriptors moves the same data by a splice (zcio-sequoia's `Splice::start_flow`, on whichever of copy_file_range, sendfile or splice the pair allows) and by a read/write loop through a 64 KiB buffer, both in 64 KiB increments, alternating over {} rounds; every run's data is checked at its end. Throughput is the median over rounds; latency is the median time of one increment; CPU per MiB is the transfer thread's own CPU time (user and system) in the throughput runs, so the kernel's work for its calls is in it and the socket's other end is not. CPU availability: the transfer runs at a fixed pace ({:.0} % of the slower variant's throughput, for {} s) while a CPU-bound task shares its core{}; the task's progress over its progress alone is the CPU the transfer left it. Files live in a temporary directory, here on {} (copy_file_range shares blocks only on file systems that can, such as btrfs or xfs with reflinks; elsewhere it copies in the kernel, as read/write copies through the application); sockets are Unix stream sockets whose other end runs on the second CPU.",
             s.rounds,
             100.0 * s.pace_fraction,
             s.seconds,
@@ -200,7 +205,8 @@ fn splice_blocks(r: &Results) -> Vec<Block> {
                 " (both pinned to CPU 0)"
             } else {
                 " (not pinned: one CPU)"
-            }
+            },
+            s.files_fs
         )),
     ];
     b.push(table(
