@@ -191,7 +191,7 @@ impl std::fmt::Display for PushError {
             PushError::Full => write!(f, "the ring is full"),
             PushError::NoFile(i) => write!(f, "no file in slot {i} of the ring's table"),
             PushError::BadLength(n) => {
-                write!(f, "a transfer of {n} bytes (at least 1, at most the buffer)")
+                write!(f, "a transfer of {n} bytes (at least 1, within the buffer)")
             }
             PushError::ForeignBuffer => {
                 write!(f, "a buffer outside the region registered with the ring")
@@ -346,22 +346,25 @@ impl DirectRing {
         self.stats
     }
 
-    /// Queue `op` of `len` bytes at `offset` of the file in `slot`, on `buf` (the ring holds it
-    /// until the request completes); `tag` comes back with the completion. Not yet submitted:
-    /// see [`DirectRing::submit`].
+    /// Queue `op` of `len` bytes at `offset` of the file in `slot`, on the bytes of `buf` from
+    /// `at` (the ring holds the buffer until the request completes); `tag` comes back with the
+    /// completion. Not yet submitted: see [`DirectRing::submit`].
+    #[allow(clippy::too_many_arguments)]
     pub fn try_push(
         &mut self,
         op: Op,
         slot: u32,
         offset: u64,
         buf: IoBuf,
+        at: usize,
         len: usize,
         tag: u64,
     ) -> std::result::Result<(), (PushError, IoBuf)> {
         if self.files.get(slot as usize).is_none_or(Option::is_none) {
             return Err((PushError::NoFile(slot), buf));
         }
-        if len == 0 || len > buf.len() || len > u32::MAX as usize {
+        if len == 0 || at.checked_add(len).is_none_or(|e| e > buf.len()) || len > u32::MAX as usize
+        {
             return Err((PushError::BadLength(len), buf));
         }
         if let Some(r) = &self.fixed
@@ -379,7 +382,7 @@ impl DirectRing {
                 self.in_flight.len() - 1
             }
         };
-        let ptr = buf.addr() as *mut u8;
+        let ptr = (buf.addr() + at) as *mut u8;
         let file = types::Fixed(slot);
         let entry = match (op, self.fixed.is_some()) {
             (Op::Read, true) => opcode::ReadFixed::new(file, ptr, len as u32, 0)
@@ -397,7 +400,8 @@ impl DirectRing {
         }
         .user_data(index as u64);
         let entry: squeue::Entry = entry;
-        // SAFETY: the entry names `len` bytes of `buf`, which the ring now holds in
+        // SAFETY: the entry names `len` bytes of `buf` from `at` (inside it: checked above),
+        // and the ring now holds the buffer in
         // `in_flight[index]` until the completion for `index` is reaped (or, on drop, waited
         // for); the file is a slot of the registered table, which the kernel keeps open for
         // the request. With fixed transfers the buffer lies in the registered region (checked
@@ -461,6 +465,16 @@ impl DirectRing {
         n
     }
 
+    /// A handle that waits for completions in the kernel without holding the ring, so that
+    /// other threads can submit meanwhile (a dup of the ring's descriptor).
+    pub fn waiter(&self) -> Result<RingWaiter> {
+        // SAFETY: the ring's descriptor is open while `self` lives, and is only duplicated here.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.uring.as_raw_fd()) };
+        let fd = rustix::io::fcntl_dupfd_cloexec(fd, 0)
+            .map_err(|e| VmError::sys("dup(io_uring)", e.into()))?;
+        Ok(RingWaiter { fd })
+    }
+
     /// Wait in the kernel until at least one request completes (or none is in flight).
     pub fn wait(&mut self) -> Result<()> {
         if self.in_flight() == 0 {
@@ -469,6 +483,44 @@ impl DirectRing {
         self.stats.wait_enters += 1;
         self.enter(1)
     }
+}
+
+/// Waits in the kernel for a ring's completions ([`DirectRing::waiter`]).
+#[derive(Debug)]
+pub struct RingWaiter {
+    fd: OwnedFd,
+}
+
+impl RingWaiter {
+    /// Block until the ring's completion queue holds at least one completion (returning at
+    /// once if it does; a signal also ends the wait early).
+    pub fn wait(&self) -> Result<()> {
+        // SAFETY: io_uring_enter with nothing to submit and no argument pointer: it only
+        // waits for a completion on the ring behind this descriptor, which is open.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_enter,
+                self.fd.as_raw_fd(),
+                0u32,
+                1u32,
+                io_uring_getevents(),
+                std::ptr::null::<libc::c_void>(),
+                0usize,
+            )
+        };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(VmError::sys("io_uring_enter(wait)", e));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `IORING_ENTER_GETEVENTS`.
+fn io_uring_getevents() -> u32 {
+    1
 }
 
 impl Drop for DirectRing {
@@ -508,7 +560,12 @@ mod tests {
     fn reads_land_in_owned_buffers_for_every_initiation_and_translation() {
         let ps = page_size();
         let data: Vec<u8> = (0..8 * ps).map(|i| (i * 7 + i / 4096) as u8).collect();
-        for (sqpoll, fixed) in [(None, false), (None, true), (Some(50), false), (Some(50), true)] {
+        for (sqpoll, fixed) in [
+            (None, false),
+            (None, true),
+            (Some(50), false),
+            (Some(50), true),
+        ] {
             let region = BufferRegion::new(4, 2 * ps).unwrap();
             let mut ring = match DirectRing::new(8, sqpoll, fixed.then_some(&region)) {
                 Ok(r) => r,
@@ -521,8 +578,16 @@ mod tests {
             let slot = ring.register_file(fd).unwrap();
             for k in 0..4 {
                 let buf = region.take().unwrap();
-                ring.try_push(Op::Read, slot, (k * 2 * ps) as u64, buf, 2 * ps, k as u64)
-                    .unwrap();
+                ring.try_push(
+                    Op::Read,
+                    slot,
+                    (k * 2 * ps) as u64,
+                    buf,
+                    0,
+                    2 * ps,
+                    k as u64,
+                )
+                .unwrap();
             }
             assert_eq!(region.available(), 0, "the ring holds them");
             let entered = ring.submit().unwrap();
@@ -536,7 +601,10 @@ mod tests {
             for d in &done {
                 let k = d.tag as usize;
                 assert_eq!(d.result, (2 * ps) as i32);
-                assert!(d.buf.bytes() == &data[k * 2 * ps..(k + 1) * 2 * ps], "request {k}");
+                assert!(
+                    d.buf.bytes() == &data[k * 2 * ps..(k + 1) * 2 * ps],
+                    "request {k}"
+                );
             }
             drop(done);
             assert_eq!(region.available(), 4, "every buffer back");
@@ -553,20 +621,20 @@ mod tests {
         let (_keep, fd) = file(&vec![1u8; 8 * ps]);
         let slot = ring.register_file(fd).unwrap();
         let (e, _) = ring
-            .try_push(Op::Read, slot + 1, 0, region.take().unwrap(), ps, 0)
+            .try_push(Op::Read, slot + 1, 0, region.take().unwrap(), 0, ps, 0)
             .unwrap_err();
         assert_eq!(e, PushError::NoFile(slot + 1));
         let (e, _) = ring
-            .try_push(Op::Read, slot, 0, region.take().unwrap(), ps + 1, 0)
+            .try_push(Op::Read, slot, 0, region.take().unwrap(), 0, ps + 1, 0)
             .unwrap_err();
         assert_eq!(e, PushError::BadLength(ps + 1));
         let (e, _) = ring
-            .try_push(Op::Read, slot, 0, other.take().unwrap(), ps, 0)
+            .try_push(Op::Read, slot, 0, other.take().unwrap(), 0, ps, 0)
             .unwrap_err();
         assert_eq!(e, PushError::ForeignBuffer);
         let mut full = None;
         for k in 0..8 {
-            match ring.try_push(Op::Read, slot, 0, region.take().unwrap(), ps, k) {
+            match ring.try_push(Op::Read, slot, 0, region.take().unwrap(), 0, ps, k) {
                 Ok(()) => {}
                 Err((e, _)) => {
                     full = Some((k, e));
