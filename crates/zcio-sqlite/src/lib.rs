@@ -1,0 +1,14 @@
+//! # zcio-sqlite: a real database engine over user-level I/O (paper 004's benchmark)
+//!
+//! - [`vfs`]: a SQLite VFS whose main-database reads go through a [`zcio_uio::Uio`] layer
+//!   (the ABI edge with SQLite; this crate's only `unsafe`).
+//! - [`readahead`]: the sequential read-ahead those reads use: large `O_DIRECT` requests in
+//!   flight into the layer's buffers, pages copied out to the engine.
+//! - [`tables`]: the Wisconsin `tenk1` tables and the paper's scan query.
+
+pub mod readahead;
+pub mod tables;
+pub mod vfs;
+
+pub use readahead::ReadStats;
+pub use vfs::UioVfs;

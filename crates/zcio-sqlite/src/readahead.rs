@@ -1,0 +1,335 @@
+//! Sequential read-ahead through the layer: the file is read in chunks of `chunk` bytes,
+//! `depth` of them in flight, each into a buffer of the layer (by `O_DIRECT` where the file
+//! system allows); a read is copied out of the chunk that holds it. A read outside the window
+//! starts it again there (what was in flight completes and is dropped). The file's first chunk
+//! is kept, for the header reads SQLite makes again and again.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use zcio_uio::{Completion, HandlerId, NotQueued, Opcode, Request, Target, Uio, UioError};
+
+/// What reads through the layer did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Files read through the layer.
+    pub files: u64,
+    /// Main databases the layer could not open (read by SQLite's own VFS instead).
+    pub fallback_files: u64,
+    /// Reads the engine made.
+    pub reads: u64,
+    /// Requests sent to the layer.
+    pub requests: u64,
+    /// Bytes those requests transferred.
+    pub bytes_transferred: u64,
+    /// Bytes copied from the layer's buffers into the engine's.
+    pub bytes_copied: u64,
+    /// Times the window started again elsewhere.
+    pub restarts: u64,
+    /// Reads behind the window, made on their own (the window stays).
+    pub side_reads: u64,
+}
+
+impl ReadStats {
+    /// Add another's counts.
+    pub fn add(&mut self, o: &ReadStats) {
+        self.files += o.files;
+        self.fallback_files += o.fallback_files;
+        self.reads += o.reads;
+        self.requests += o.requests;
+        self.bytes_transferred += o.bytes_transferred;
+        self.bytes_copied += o.bytes_copied;
+        self.restarts += o.restarts;
+        self.side_reads += o.side_reads;
+    }
+}
+
+thread_local! {
+    /// Completions of this thread's read-ahead requests, by token (the handler runs on the
+    /// issuing thread, so each thread sees its own).
+    static DONE: RefCell<HashMap<u64, Completion>> = RefCell::new(HashMap::new());
+}
+
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// Register the read-ahead handler with a layer.
+pub fn handler(uio: &Uio) -> HandlerId {
+    uio.handler(|c| {
+        DONE.with(|d| d.borrow_mut().insert(c.record.argument, c));
+    })
+}
+
+fn take_done(token: u64) -> Option<Completion> {
+    DONE.with(|d| d.borrow_mut().remove(&token))
+}
+
+enum State {
+    InFlight(u64),
+    Ready(Completion),
+}
+
+struct Chunk {
+    off: u64,
+    len: usize,
+    state: State,
+}
+
+/// A file read sequentially through a layer.
+pub struct ReadAhead {
+    uio: Arc<Uio>,
+    target: Target,
+    handler: HandlerId,
+    size: u64,
+    chunk: usize,
+    depth: usize,
+    window: VecDeque<Chunk>,
+    head: Option<Chunk>,
+    next: u64,
+    abandoned: Vec<u64>,
+    stats: ReadStats,
+}
+
+impl ReadAhead {
+    /// Open `path` through `uio`, reading `chunk` bytes a request (rounded to 4 KiB), `depth`
+    /// requests ahead, completing to `handler` (see [`handler`]).
+    pub fn open(
+        uio: Arc<Uio>,
+        handler: HandlerId,
+        path: &Path,
+        chunk: usize,
+        depth: usize,
+    ) -> Result<ReadAhead, UioError> {
+        let target = uio.open(path, false)?;
+        let size = uio.size(target)?;
+        let chunk = chunk
+            .next_multiple_of(4096)
+            .clamp(4096, uio.config().buf_size);
+        Ok(ReadAhead {
+            uio,
+            target,
+            handler,
+            size,
+            chunk,
+            depth: depth.max(1),
+            window: VecDeque::new(),
+            head: None,
+            next: 0,
+            abandoned: Vec::new(),
+            stats: ReadStats {
+                files: 1,
+                ..ReadStats::default()
+            },
+        })
+    }
+
+    /// What it did so far (its file counted once).
+    pub fn stats(&self) -> ReadStats {
+        self.stats
+    }
+
+    /// The file's size.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn find(&self, pos: u64) -> Option<Option<usize>> {
+        let inside = |c: &Chunk| c.off <= pos && pos < c.off + c.len as u64;
+        if self.head.as_ref().is_some_and(inside) {
+            return Some(None);
+        }
+        self.window.iter().position(inside).map(Some)
+    }
+
+    /// Read into `dst` from `off`: the bytes read (fewer at the end of the file).
+    pub fn read(&mut self, dst: &mut [u8], off: u64) -> Result<usize, UioError> {
+        self.stats.reads += 1;
+        let end = off.saturating_add(dst.len() as u64).min(self.size);
+        let mut pos = off;
+        while pos < end {
+            let at = match self.find(pos) {
+                Some(at) => at,
+                None if self.window.front().is_some_and(|c| pos < c.off) => {
+                    // Behind the window (an interior page of the tree, say): read it on its
+                    // own and keep the window.
+                    pos += self.side_read(dst, off, pos, end)? as u64;
+                    continue;
+                }
+                None => {
+                    self.restart(pos)?;
+                    self.find(pos).expect("the window starts at pos")
+                }
+            };
+            let c = match at {
+                None => self.head.as_mut().expect("found"),
+                Some(i) => {
+                    self.ready(i)?;
+                    &mut self.window[i]
+                }
+            };
+            let State::Ready(done) = &c.state else {
+                unreachable!("made ready above")
+            };
+            let from = (pos - c.off) as usize;
+            let n = (c.len - from).min((end - pos) as usize);
+            let into = (pos - off) as usize;
+            dst[into..into + n].copy_from_slice(&done.data()[from..from + n]);
+            self.stats.bytes_copied += n as u64;
+            pos += n as u64;
+        }
+        // Chunks wholly behind the reader are done with (the first is kept for the header).
+        while self
+            .window
+            .front()
+            .is_some_and(|c| c.off + c.len as u64 <= pos && matches!(c.state, State::Ready(_)))
+        {
+            let c = self.window.pop_front().expect("checked");
+            if c.off == 0 {
+                self.head = Some(c);
+            }
+        }
+        self.fill()?;
+        Ok((pos - off) as usize)
+    }
+
+    /// Read the pages holding `[pos, end)` (at most a chunk) with one blocking request and
+    /// copy them out: the bytes copied.
+    fn side_read(
+        &mut self,
+        dst: &mut [u8],
+        off: u64,
+        pos: u64,
+        end: u64,
+    ) -> Result<usize, UioError> {
+        let start = pos - pos % 4096;
+        let stop = end
+            .min(start + self.chunk as u64)
+            .next_multiple_of(4096)
+            .min(self.size);
+        let buf = loop {
+            match self.uio.buffer() {
+                Some(b) => break b,
+                None => {
+                    if self.uio.wait().is_err() {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        };
+        let len = (stop - start) as u32;
+        let mut c = self.uio.read_blocking(self.target, start, buf, 0, len)?;
+        if let Some(e) = c.error.take() {
+            return Err(e);
+        }
+        self.stats.side_reads += 1;
+        self.stats.requests += 1;
+        self.stats.bytes_transferred += len as u64;
+        let from = (pos - start) as usize;
+        let n = (c.data().len().saturating_sub(from)).min((end - pos) as usize);
+        if n == 0 {
+            return Err(UioError::PastEnd {
+                offset: pos,
+                length: (end - pos) as u32,
+                size: self.size,
+            });
+        }
+        let into = (pos - off) as usize;
+        dst[into..into + n].copy_from_slice(&c.data()[from..from + n]);
+        self.stats.bytes_copied += n as u64;
+        Ok(n)
+    }
+
+    fn restart(&mut self, pos: u64) -> Result<(), UioError> {
+        for c in self.window.drain(..) {
+            if let State::InFlight(t) = c.state {
+                self.abandoned.push(t);
+            }
+        }
+        self.stats.restarts += 1;
+        self.next = pos - pos % self.chunk as u64;
+        self.fill()?;
+        if self.window.is_empty() {
+            // No buffer free at all: wait for one and try once more.
+            self.uio.poll();
+            self.fill()?;
+        }
+        if self.window.is_empty() {
+            return Err(UioError::Ring(zcio_vm::direct::PushError::Full));
+        }
+        Ok(())
+    }
+
+    fn fill(&mut self) -> Result<(), UioError> {
+        while self.window.len() < self.depth && self.next < self.size {
+            let Some(buf) = self.uio.buffer() else { break };
+            let len = (self.chunk as u64).min(self.size - self.next) as usize;
+            let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+            let rec = Request::new(
+                Opcode::Read,
+                self.target,
+                self.next,
+                buf.addr(),
+                len as u32,
+                self.handler,
+                token,
+            );
+            match self.uio.submit(rec, buf) {
+                Ok(()) => {}
+                Err(NotQueued::Full { .. }) => break,
+                Err(NotQueued::NoHandler { record, .. }) => {
+                    return Err(UioError::NoHandler(record.handler));
+                }
+            }
+            self.window.push_back(Chunk {
+                off: self.next,
+                len,
+                state: State::InFlight(token),
+            });
+            self.stats.requests += 1;
+            self.stats.bytes_transferred += len as u64;
+            self.next += len as u64;
+        }
+        Ok(())
+    }
+
+    fn ready(&mut self, i: usize) -> Result<(), UioError> {
+        loop {
+            self.drop_abandoned();
+            let State::InFlight(token) = self.window[i].state else {
+                return Ok(());
+            };
+            if let Some(mut c) = take_done(token) {
+                if let Some(e) = c.error.take() {
+                    self.window.remove(i);
+                    return Err(e);
+                }
+                self.window[i].state = State::Ready(c);
+                return Ok(());
+            }
+            self.uio.wait()?;
+        }
+    }
+
+    fn drop_abandoned(&mut self) {
+        self.abandoned.retain(|t| take_done(*t).is_none());
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        // Every request of this file completes before it goes (their buffers return).
+        for c in self.window.drain(..) {
+            if let State::InFlight(t) = c.state {
+                self.abandoned.push(t);
+            }
+        }
+        while !self.abandoned.is_empty() {
+            self.drop_abandoned();
+            if self.abandoned.is_empty() || self.uio.wait().is_err() {
+                break;
+            }
+        }
+        let _ = self.uio.close(self.target);
+    }
+}
