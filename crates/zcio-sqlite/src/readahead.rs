@@ -193,6 +193,33 @@ impl ReadAhead {
         Ok((pos - off) as usize)
     }
 
+    /// Visit the whole file in order, chunk by chunk, in the buffers the transfers filled (no
+    /// copy): the bytes visited.
+    pub fn scan(&mut self, mut visit: impl FnMut(&[u8])) -> Result<u64, UioError> {
+        self.restart(0)?;
+        let mut pos = 0;
+        while pos < self.size {
+            let i = self
+                .window
+                .iter()
+                .position(|c| c.off == pos)
+                .ok_or(UioError::Ring(zcio_vm::direct::PushError::Full))?;
+            self.ready(i)?;
+            let c = self.window.remove(i).expect("found");
+            if let State::Ready(done) = &c.state {
+                visit(done.data());
+            }
+            pos += c.len as u64;
+            drop(c);
+            self.fill()?;
+            if self.window.is_empty() && pos < self.size {
+                self.uio.poll();
+                self.fill()?;
+            }
+        }
+        Ok(pos)
+    }
+
     /// Read the pages holding `[pos, end)` (at most a chunk) with one blocking request and
     /// copy them out: the bytes copied.
     fn side_read(

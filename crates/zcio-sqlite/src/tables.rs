@@ -132,3 +132,9 @@ pub fn scan(c: &Connection) -> rusqlite::Result<QueryResult> {
     r.rows = count;
     Ok(r)
 }
+
+/// Let SQLite read the database through a memory mapping of up to `bytes` (its pages then
+/// come straight from the page cache, with neither a copy nor a system call per page).
+pub fn use_mmap(c: &Connection, bytes: u64) -> rusqlite::Result<()> {
+    c.execute_batch(&format!("pragma mmap_size = {bytes}"))
+}

@@ -9,6 +9,7 @@ pub mod iceoryx;
 pub mod report;
 pub mod splice_bench;
 pub mod transfer;
+pub mod uio_bench;
 pub mod vmmr_bench;
 
 /// A progress bar for a `zcio bench` run of `len` steps: elapsed time, the bar, steps done,

@@ -127,9 +127,13 @@ enum BenchCmd {
     /// Paper 003's peer-to-peer I/O: splice against a read/write loop for file→socket,
     /// file→file and socket→file: throughput, increment latency, CPU left to a task.
     Splice(zcio::splice_bench::SpliceArgs),
-    /// Paper 003's frame experiment: 640×480 frames from a sender through a relay to a
-    /// display process, by containers or by read/write: frames per second.
+    /// Paper 003's frame experiment: 640×480 frames from a sender through relays to a
+    /// display process, by sealed or volatile containers or by read/write: frames per second.
     Containers(zcio::frames_bench::FramesArgs),
+    /// Paper 004's experiment: N concurrent SQLite scan queries on Wisconsin tables, by the
+    /// kernel's buffered reads and by the user-level I/O layer (ring or system-call initiation,
+    /// registered or per-request buffers), warm and cold; fio beside the layer alone.
+    Uio(zcio::uio_bench::UioArgs),
 }
 
 fn main() -> ExitCode {
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Checksum(b)) => zcio::checksum_bench::run(b),
         Cmd::Bench(BenchCmd::Splice(b)) => zcio::splice_bench::run(b),
         Cmd::Bench(BenchCmd::Containers(b)) => zcio::frames_bench::run(b),
+        Cmd::Bench(BenchCmd::Uio(b)) => zcio::uio_bench::run(b),
         Cmd::FrameStage {
             variant,
             listen,

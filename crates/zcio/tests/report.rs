@@ -179,6 +179,7 @@ fn smoke_report_writes_every_output_and_validates() {
         "vmmr-adaptive",
         "checksum-kernels",
         "frames",
+        "uio-scaling-warm",
     ] {
         assert!(
             md.contains(&format!("plots/{stem}.svg")),

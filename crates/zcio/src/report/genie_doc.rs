@@ -215,6 +215,7 @@ pub fn document(r: &Results) -> Doc {
         items.extend(crate::report::vmmr_doc::findings(r));
         items.extend(crate::report::checksum_doc::findings(r));
         items.extend(crate::report::splice_doc::findings(r));
+        items.extend(crate::report::uio_doc::findings(r));
         if !items.is_empty() {
             b.push(h(2, "Summary of findings"));
             b.push(Block::List(items));
@@ -292,6 +293,7 @@ pub fn document(r: &Results) -> Doc {
     items.extend(crate::report::vmmr_doc::findings(r));
     items.extend(crate::report::checksum_doc::findings(r));
     items.extend(crate::report::splice_doc::findings(r));
+    items.extend(crate::report::uio_doc::findings(r));
     b.push(Block::List(items));
 
     b.push(h(2, "Machine"));
@@ -640,6 +642,7 @@ fn tail(b: &mut Vec<Block>, r: &Results) {
     b.extend(crate::report::vmmr_doc::blocks(r));
     b.extend(crate::report::checksum_doc::blocks(r));
     b.extend(crate::report::splice_doc::blocks(r));
+    b.extend(crate::report::uio_doc::blocks(r));
     b.push(h(2, "Experiments run"));
     b.push(table(
         "Each experiment's id (for `zcio report --only`) and wall time",

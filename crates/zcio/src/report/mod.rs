@@ -16,6 +16,7 @@ pub mod machine;
 pub mod model;
 pub mod plot;
 pub mod splice_doc;
+pub mod uio_doc;
 pub mod vmmr_doc;
 
 use crate::report::genie::Progress;
@@ -121,6 +122,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         id: "splice",
         paper: "003",
         title: "Peer-to-peer I/O: splice against a read/write loop, file to socket, file to file, socket to file: throughput, latency, CPU availability",
+        needs: &[],
+    },
+    Experiment {
+        id: "uio",
+        paper: "004",
+        title: "Figures 5-9: N concurrent SQLite scans of Wisconsin tables by kernel I/O and by user-level I/O (ring or system-call initiation, registered or per-request buffers), warm and cold; the kernel's CPU split; fio beside the layer",
         needs: &[],
     },
 ];
@@ -245,6 +252,9 @@ pub struct Results {
     /// prints.
     #[serde(default)]
     pub splice: Option<crate::splice_bench::SpliceSection>,
+    /// Paper 004's experiment, when it ran: what `zcio bench uio --json` prints.
+    #[serde(default)]
+    pub uio: Option<crate::uio_bench::UioSection>,
 }
 
 /// The VMMR section of the results: what `zcio bench vmmr --json` prints.
@@ -335,6 +345,39 @@ pub fn run_frames(
     let t0 = Instant::now();
     bar.inc_length(args.runs() as u64);
     let section = crate::frames_bench::measure(&args, &mut |m| {
+        bar.set_message(m);
+        bar.inc(1);
+    })?;
+    Ok((Some(section), vec![finished(e, t0, bar)]))
+}
+
+/// Run paper 004's experiment if selected.
+pub fn run_uio(
+    preset: Preset,
+    selected: &[Experiment],
+    bar: &indicatif::ProgressBar,
+) -> Res<(Option<crate::uio_bench::UioSection>, Vec<ExperimentRecord>)> {
+    let Some(e) = selected.iter().find(|e| e.id == "uio") else {
+        return Ok((None, Vec::new()));
+    };
+    let args = match preset {
+        Preset::Smoke => crate::uio_bench::UioArgs {
+            rows: Some(10_001),
+            queries: Some(vec![1, 2]),
+            rounds: Some(1),
+            cache: Some(vec!["warm".into()]),
+            ..Default::default()
+        },
+        Preset::Quick => crate::uio_bench::UioArgs::default(),
+        Preset::Full => crate::uio_bench::UioArgs {
+            rows: Some(500_000),
+            rounds: Some(5),
+            ..Default::default()
+        },
+    };
+    let t0 = Instant::now();
+    bar.inc_length(args.steps() as u64 + 16);
+    let section = crate::uio_bench::measure(&args, &mut |m| {
         bar.set_message(m);
         bar.inc(1);
     })?;
@@ -638,6 +681,8 @@ pub fn run(a: ReportArgs) -> Res<()> {
     records.extend(more);
     let (splice, more) = run_splice(a.preset(), &selected, &bar)?;
     records.extend(more);
+    let (uio, more) = run_uio(a.preset(), &selected, &bar)?;
+    records.extend(more);
     if let Some(g) = &mut genie {
         g.profile = Some(ProfileUsed {
             path: profile.display().to_string(),
@@ -658,6 +703,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
         checksum,
         frames,
         splice,
+        uio,
     };
     write(&results, &a.out)?;
     eprintln!(

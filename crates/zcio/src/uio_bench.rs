@@ -1,0 +1,672 @@
+//! `zcio bench uio`: paper 004's experiment (§III, Figures 5-9). N concurrent scan queries
+//! (`select t.*, t.unique1 from tenk1 t where t.tenthous = 1000`), each on its own Wisconsin
+//! table in its own database file, run by SQLite on N threads, through:
+//! - `kernel`: SQLite's own VFS (buffered `pread` of each page: the kernel copies it from the
+//!   page cache);
+//! - `uio`: the user-level layer (`zcio-uio` through `zcio-sqlite`'s VFS) with ring initiation
+//!   (a polling kernel thread) and registered buffers;
+//! - `uio_syscall`: one system call per request instead;
+//! - `uio_per_request`: buffers translated by the kernel per request instead;
+//! - `uio_syscall_per_request`: both;
+//! - `kernel_mmap`: SQLite's own VFS with its memory-mapped I/O (`pragma mmap_size`): pages
+//!   read in place from the page cache, with no copy and no system call per page (not the
+//!   paper's; what copy-free reading of cached data costs on Linux).
+//!
+//! With the tables in the page cache (`warm`) and out of it (`cold`, dropped with
+//! `POSIX_FADV_DONTNEED` before every run). Every query's rows are checked against the kernel
+//! VFS's. Also: the kernel variant's CPU split into copy, system calls and the rest (Figure
+//! 6, estimated from primitives measured in the same run), and fio on the same files and
+//! pattern beside the layer alone (no engine).
+
+use crate::report::fit;
+use crate::transfer::Res;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use zcio_sqlite::UioVfs;
+use zcio_sqlite::readahead::ReadAhead;
+use zcio_sqlite::tables::{self, QueryResult};
+use zcio_uio::{Config, Initiation, Translation, Uio};
+
+/// Bytes a read-ahead request asks for.
+pub const CHUNK: usize = 128 << 10;
+/// Read-ahead requests in flight per table.
+pub const DEPTH: usize = 4;
+
+/// Arguments of `zcio bench uio`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct UioArgs {
+    /// Rows per table (default 60 000, the paper's: six rows match).
+    #[arg(long)]
+    pub rows: Option<u64>,
+    /// Numbers of concurrent queries (default 1,2,4,8,16).
+    #[arg(long, value_delimiter = ',')]
+    pub queries: Option<Vec<usize>>,
+    /// Rounds: every variant once per round, alternating (default 3).
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Cache states to run: warm, cold (default both).
+    #[arg(long, value_delimiter = ',')]
+    pub cache: Option<Vec<String>>,
+    /// Leave fio out.
+    #[arg(long)]
+    pub no_fio: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl UioArgs {
+    fn queries(&self) -> Vec<usize> {
+        let mut v = self.queries.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
+        v.retain(|n| (1..=32).contains(n));
+        v.sort_unstable();
+        v.dedup();
+        if v.is_empty() {
+            v.push(1);
+        }
+        v
+    }
+
+    fn caches(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .cache
+            .clone()
+            .unwrap_or_else(|| vec!["warm".into(), "cold".into()]);
+        v.retain(|c| c == "warm" || c == "cold");
+        if v.is_empty() {
+            v.push("warm".into());
+        }
+        v
+    }
+
+    fn rounds(&self) -> usize {
+        self.rounds.unwrap_or(3).max(1)
+    }
+
+    /// Steps `measure` reports (for progress bars).
+    pub fn steps(&self) -> usize {
+        self.caches().len() * self.queries().len() * self.rounds() * VARIANTS.len()
+            + if self.no_fio {
+                0
+            } else {
+                FIO_ENGINES.len() * 2
+            }
+            + RAW_VARIANTS.len() * 2
+    }
+}
+
+/// The variants, in the order of the rows.
+pub const VARIANTS: [&str; 6] = [
+    "kernel",
+    "uio",
+    "uio_syscall",
+    "uio_per_request",
+    "uio_syscall_per_request",
+    "kernel_mmap",
+];
+
+const RAW_VARIANTS: [&str; 4] = [
+    "uio",
+    "uio_syscall",
+    "uio_per_request",
+    "uio_syscall_per_request",
+];
+
+const FIO_ENGINES: [&str; 5] = [
+    "psync",
+    "io_uring",
+    "io_uring_sqpoll",
+    "io_uring_fixedbufs",
+    "io_uring_sqpoll_fixedbufs",
+];
+
+fn layer_config(variant: &str, queries: usize) -> Option<Config> {
+    let (initiation, translation) = match variant {
+        "uio" => (Initiation::Polled, Translation::Registered),
+        "uio_syscall" => (Initiation::Syscall, Translation::Registered),
+        "uio_per_request" => (Initiation::Polled, Translation::PerRequest),
+        "uio_syscall_per_request" => (Initiation::Syscall, Translation::PerRequest),
+        _ => return None,
+    };
+    Some(Config {
+        initiation,
+        translation,
+        entries: 256,
+        buffers: queries * (DEPTH + 1) + 8,
+        buf_size: CHUNK,
+        sqpoll_idle_ms: 10,
+    })
+}
+
+/// One variant, cache state and number of queries.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Row {
+    /// One of [`VARIANTS`].
+    pub variant: String,
+    /// `warm` (tables in the page cache) or `cold`.
+    pub cache: String,
+    /// Concurrent queries (N).
+    pub queries: usize,
+    /// Seconds until all N finished: median over rounds.
+    pub seconds: f64,
+    /// Lowest and highest round.
+    pub seconds_spread: [f64; 2],
+    /// N / seconds.
+    pub queries_per_s: f64,
+    /// Table bytes scanned per second.
+    pub bytes_per_s: f64,
+    /// User CPU seconds of the process (every thread, the polling kernel thread included).
+    pub cpu_user_s: f64,
+    /// System CPU seconds of the process.
+    pub cpu_sys_s: f64,
+    /// Seconds for N over seconds for one, same variant and cache (the paper's scalability).
+    pub over_one: f64,
+    /// Queries per second over the kernel variant's, same N and cache.
+    pub over_kernel: f64,
+    /// Requests the layer made (0 for `kernel`).
+    pub requests: u64,
+    /// Bytes copied from the layer's buffers into the engine's (0 for `kernel`).
+    pub bytes_copied: u64,
+}
+
+/// The kernel variant's CPU time split (Figure 6), estimated from primitives measured in the
+/// same run: copy = bytes read × the copy cost per byte; system calls = reads × the cost of
+/// a one-byte `pread`; the rest is the engine.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Breakdown {
+    /// Cache state.
+    pub cache: String,
+    /// N.
+    pub queries: usize,
+    /// CPU seconds (user and system).
+    pub cpu_s: f64,
+    /// Of which copying (estimated).
+    pub copy_s: f64,
+    /// Of which system calls (estimated).
+    pub syscalls_s: f64,
+    /// The rest.
+    pub rest_s: f64,
+}
+
+/// Primitives measured for the breakdown.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Primitives {
+    /// Nanoseconds to copy a KiB from a buffer larger than the cache.
+    pub copy_ns_per_kib: f64,
+    /// Nanoseconds of a one-byte `pread` of a cached file.
+    pub pread_ns: f64,
+}
+
+/// A sequential-read rate on the tables, without the engine.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Raw {
+    /// A fio engine (`fio_psync`, `fio_io_uring`, `fio_io_uring_sqpoll`, ...) or a layer
+    /// variant (`uio`, ...).
+    pub contender: String,
+    /// Files read at once (one job or thread each).
+    pub jobs: usize,
+    /// Bytes per second, all files together.
+    pub bytes_per_s: f64,
+}
+
+/// Everything `zcio bench uio` measured.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct UioSection {
+    /// Rows per table.
+    pub rows_per_table: u64,
+    /// Bytes of one table's file.
+    pub table_bytes: u64,
+    /// Rounds.
+    pub rounds: usize,
+    /// Read-ahead request size, bytes.
+    pub chunk: usize,
+    /// Read-ahead requests in flight per table.
+    pub depth: usize,
+    /// Whether the tables' file system took `O_DIRECT` (else the layer read through the page
+    /// cache, and says why).
+    pub direct: bool,
+    /// Why not, if not.
+    pub direct_refused: Option<String>,
+    /// Rows a query returned (the same for every variant: checked).
+    pub result_rows: u64,
+    /// Per variant, cache and N.
+    pub rows: Vec<Row>,
+    /// The kernel variant's CPU split.
+    pub breakdown: Vec<Breakdown>,
+    /// What the split was estimated from.
+    pub primitives: Primitives,
+    /// fio and the layer alone, reading the tables sequentially in the layer's requests
+    /// (warm: the layer and fio's direct reads bypass the page cache anyway).
+    pub raw: Vec<Raw>,
+    /// Why fio is missing, if it is.
+    pub fio_skipped: Option<String>,
+}
+
+/// CPU seconds (user, system) of this process so far, from `/proc/self/stat`.
+fn process_cpu() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / hz;
+    // After the command's ')': state is field 3, utime 14 and stime 15 (1-based in proc(5)).
+    (tick(11), tick(12))
+}
+
+fn drop_cache(paths: &[PathBuf]) -> Res<()> {
+    for p in paths {
+        let f = std::fs::File::open(p)?;
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)?;
+    }
+    Ok(())
+}
+
+fn warm_cache(paths: &[PathBuf]) -> Res<()> {
+    for p in paths {
+        std::hint::black_box(std::fs::read(p)?);
+    }
+    Ok(())
+}
+
+struct Run {
+    seconds: f64,
+    cpu: (f64, f64),
+    requests: u64,
+    bytes_copied: u64,
+}
+
+/// Run `n` queries at once by `variant`, each checked against `want`.
+fn run_queries(
+    variant: &str,
+    paths: &[PathBuf],
+    want: &[QueryResult],
+    n: usize,
+    serial: u64,
+) -> Res<Run> {
+    let layer = match layer_config(variant, n) {
+        Some(c) => {
+            let uio = Arc::new(Uio::new(c)?);
+            Some(UioVfs::register(
+                &format!("zcio-bench-{serial}"),
+                uio,
+                CHUNK,
+                DEPTH,
+            )?)
+        }
+        None => None,
+    };
+    let name = layer.as_ref().map(|v| v.name().to_string());
+    let cpu0 = process_cpu();
+    let t0 = Instant::now();
+    let got: Vec<rusqlite_result::R> = std::thread::scope(|s| {
+        let hs: Vec<_> = paths[..n]
+            .iter()
+            .map(|p| {
+                let name = name.clone();
+                s.spawn(move || -> rusqlite_result::R {
+                    let c = tables::open(p, name.as_deref()).map_err(|e| e.to_string())?;
+                    if variant == "kernel_mmap" {
+                        tables::use_mmap(&c, 1 << 30).map_err(|e| e.to_string())?;
+                    }
+                    let r = tables::scan(&c).map_err(|e| e.to_string());
+                    drop(c);
+                    r
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a query thread panicked".into()))
+            })
+            .collect()
+    });
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu1 = process_cpu();
+    for (k, g) in got.into_iter().enumerate() {
+        let g = g.map_err(|e| format!("{variant}: query {k}: {e}"))?;
+        if g != want[k] {
+            return Err(format!(
+                "{variant}: query {k} returned {} rows (digest {:#x}), the kernel VFS {} ({:#x})",
+                g.rows, g.digest, want[k].rows, want[k].digest
+            )
+            .into());
+        }
+    }
+    let st = layer.as_ref().map(|v| v.stats()).unwrap_or_default();
+    if st.fallback_files > 0 {
+        return Err(format!(
+            "{variant}: {} tables not read through the layer",
+            st.fallback_files
+        )
+        .into());
+    }
+    Ok(Run {
+        seconds,
+        cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+        requests: st.requests,
+        bytes_copied: st.bytes_copied,
+    })
+}
+
+mod rusqlite_result {
+    /// A query's result or its error's text.
+    pub type R = Result<zcio_sqlite::tables::QueryResult, String>;
+}
+
+/// The layer alone: `jobs` threads each scan a table through read-ahead, visiting the
+/// buffers in place. Bytes per second.
+fn raw_layer(variant: &str, paths: &[PathBuf], jobs: usize) -> Res<f64> {
+    let uio = Arc::new(Uio::new(
+        layer_config(variant, jobs).expect("a layer variant"),
+    )?);
+    let handler = zcio_sqlite::readahead::handler(&uio);
+    let t0 = Instant::now();
+    let total: Result<u64, String> = std::thread::scope(|s| {
+        let hs: Vec<_> = paths[..jobs]
+            .iter()
+            .map(|p| {
+                let uio = uio.clone();
+                s.spawn(move || -> Result<u64, String> {
+                    let mut ra = ReadAhead::open(uio, handler, p, CHUNK, DEPTH)
+                        .map_err(|e| e.to_string())?;
+                    let mut sum = 0u64;
+                    let n = ra
+                        .scan(|b| sum = sum.wrapping_add(b[0] as u64))
+                        .map_err(|e| e.to_string())?;
+                    std::hint::black_box(sum);
+                    Ok(n)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a scan thread panicked".into()))
+            })
+            .sum()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(total? as f64 / secs)
+}
+
+/// fio on `jobs` of the tables with `engine`: bytes per second.
+fn fio(engine: &str, paths: &[PathBuf], jobs: usize) -> Res<f64> {
+    let mut cmd = std::process::Command::new("fio");
+    cmd.args([
+        "--output-format=json",
+        "--group_reporting",
+        "--thread",
+        "--readonly",
+        "--rw=read",
+        "--direct=1",
+        "--invalidate=0",
+    ])
+    .arg(format!("--bs={CHUNK}"))
+    .arg(format!("--iodepth={DEPTH}"));
+    let (eng, opts): (&str, &[&str]) = match engine {
+        "psync" => ("psync", &[]),
+        "io_uring" => ("io_uring", &[]),
+        "io_uring_sqpoll" => ("io_uring", &["--sqthread_poll=1"]),
+        "io_uring_fixedbufs" => ("io_uring", &["--fixedbufs=1"]),
+        "io_uring_sqpoll_fixedbufs" => ("io_uring", &["--sqthread_poll=1", "--fixedbufs=1"]),
+        other => return Err(format!("unknown fio engine {other}").into()),
+    };
+    cmd.arg(format!("--ioengine={eng}")).args(opts);
+    for (k, p) in paths[..jobs].iter().enumerate() {
+        cmd.arg(format!("--name=t{k}"))
+            .arg(format!("--filename={}", p.display()));
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "fio ({engine}) failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    // fio may print notes before its JSON.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text.find('{').map_or("", |i| &text[i..]);
+    let v: serde_json::Value = serde_json::from_str(json)?;
+    let bw = v["jobs"][0]["read"]["bw_bytes"]
+        .as_f64()
+        .ok_or("fio printed no read bandwidth")?;
+    Ok(bw)
+}
+
+fn fio_available() -> Option<String> {
+    match std::process::Command::new("fio").arg("--version").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some("fio is not installed (apt-get install fio)".into()),
+    }
+}
+
+/// Copy and system-call costs, measured here.
+fn primitives(path: &Path) -> Res<Primitives> {
+    let src = vec![1u8; 64 << 20];
+    let mut dst = vec![0u8; 4096];
+    let t0 = Instant::now();
+    for c in src.chunks(4096) {
+        dst.copy_from_slice(c);
+        std::hint::black_box(&dst);
+    }
+    let copy_ns_per_kib = t0.elapsed().as_nanos() as f64 / (src.len() / 1024) as f64;
+    let f = std::fs::File::open(path)?;
+    let mut one = [0u8; 1];
+    let n = 20_000;
+    let t0 = Instant::now();
+    for k in 0..n {
+        rustix::io::pread(&f, &mut one, (k % 4096) as u64)?;
+    }
+    let pread_ns = t0.elapsed().as_nanos() as f64 / n as f64;
+    Ok(Primitives {
+        copy_ns_per_kib,
+        pread_ns,
+    })
+}
+
+/// Run the experiment; `progress` is told each step.
+pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection> {
+    let rows_per_table = a.rows.unwrap_or(60_000).max(10_001);
+    let queries = a.queries();
+    let max_n = *queries.last().expect("at least one");
+    let rounds = a.rounds();
+    let dir = tempfile::tempdir()?;
+    let paths: Vec<PathBuf> = (0..max_n)
+        .map(|k| dir.path().join(format!("tenk1-{k}.db")))
+        .collect();
+    for (k, p) in paths.iter().enumerate() {
+        tables::create_tenk1(p, rows_per_table, k as u64 + 1)?;
+        progress(format!("uio: table {} of {max_n}", k + 1));
+    }
+    let table_bytes = std::fs::metadata(&paths[0])?.len();
+    let want: Vec<QueryResult> = paths
+        .iter()
+        .map(|p| tables::scan(&tables::open(p, None)?))
+        .collect::<Result<_, _>>()?;
+    // Whether the layer goes direct here.
+    let probe = Uio::new(layer_config("uio_syscall", 1).expect("a layer variant"))?;
+    let t = probe.open(&paths[0], false)?;
+    let direct_refused = probe.buffered_because(t);
+    drop(probe);
+    let primitives = primitives(&paths[0])?;
+    let mut rows = Vec::new();
+    let mut breakdown = Vec::new();
+    let mut serial = 0u64;
+    for cache in a.caches() {
+        if cache == "warm" {
+            warm_cache(&paths)?;
+        }
+        let mut one: Vec<f64> = vec![f64::NAN; VARIANTS.len()];
+        for &n in &queries {
+            let mut secs: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+            let mut cpus: Vec<Vec<(f64, f64)>> = vec![Vec::new(); VARIANTS.len()];
+            let mut last: Vec<(u64, u64)> = vec![(0, 0); VARIANTS.len()];
+            for r in 0..rounds {
+                for k in 0..VARIANTS.len() {
+                    let v = (k + r) % VARIANTS.len();
+                    if cache == "cold" {
+                        drop_cache(&paths[..n])?;
+                    }
+                    serial += 1;
+                    let run = run_queries(VARIANTS[v], &paths, &want, n, serial)?;
+                    secs[v].push(run.seconds);
+                    cpus[v].push(run.cpu);
+                    last[v] = (run.requests, run.bytes_copied);
+                    progress(format!("uio: {} {cache} N={n}", VARIANTS[v]));
+                }
+            }
+            let med: Vec<f64> = secs
+                .iter()
+                .map(|s| fit::median(s).unwrap_or(f64::NAN))
+                .collect();
+            if n == queries[0] {
+                one.clone_from(&med);
+            }
+            for (v, name) in VARIANTS.iter().enumerate() {
+                let cu = fit::median(&cpus[v].iter().map(|c| c.0).collect::<Vec<_>>())
+                    .unwrap_or(f64::NAN);
+                let cs = fit::median(&cpus[v].iter().map(|c| c.1).collect::<Vec<_>>())
+                    .unwrap_or(f64::NAN);
+                rows.push(Row {
+                    variant: name.to_string(),
+                    cache: cache.clone(),
+                    queries: n,
+                    seconds: med[v],
+                    seconds_spread: [
+                        secs[v].iter().copied().fold(f64::INFINITY, f64::min),
+                        secs[v].iter().copied().fold(0.0, f64::max),
+                    ],
+                    queries_per_s: n as f64 / med[v],
+                    bytes_per_s: (n as u64 * table_bytes) as f64 / med[v],
+                    cpu_user_s: cu,
+                    cpu_sys_s: cs,
+                    over_one: med[v] / one[v],
+                    over_kernel: med[0] / med[v],
+                    requests: last[v].0,
+                    bytes_copied: last[v].1,
+                });
+                if *name == "kernel" {
+                    let bytes = (n as u64 * table_bytes) as f64;
+                    let copy_s = bytes / 1024.0 * primitives.copy_ns_per_kib / 1e9;
+                    let syscalls_s = bytes / 4096.0 * primitives.pread_ns / 1e9;
+                    let cpu_s = cu + cs;
+                    breakdown.push(Breakdown {
+                        cache: cache.clone(),
+                        queries: n,
+                        cpu_s,
+                        copy_s,
+                        syscalls_s,
+                        rest_s: (cpu_s - copy_s - syscalls_s).max(0.0),
+                    });
+                }
+            }
+        }
+    }
+    // The layer alone and fio, on the same files and pattern.
+    let mut raw = Vec::new();
+    let jobs = [1, max_n];
+    for &j in &jobs {
+        for v in RAW_VARIANTS {
+            raw.push(Raw {
+                contender: v.to_string(),
+                jobs: j,
+                bytes_per_s: raw_layer(v, &paths, j)?,
+            });
+            progress(format!("uio: the layer alone, {v}, {j} files"));
+        }
+    }
+    let fio_skipped = if a.no_fio {
+        Some("left out (--no-fio)".to_string())
+    } else {
+        fio_available()
+    };
+    if fio_skipped.is_none() {
+        for &j in &jobs {
+            for e in FIO_ENGINES {
+                raw.push(Raw {
+                    contender: format!("fio_{e}"),
+                    jobs: j,
+                    bytes_per_s: fio(e, &paths, j)?,
+                });
+                progress(format!("uio: fio {e}, {j} files"));
+            }
+        }
+    }
+    Ok(UioSection {
+        rows_per_table,
+        table_bytes,
+        rounds,
+        chunk: CHUNK,
+        depth: DEPTH,
+        direct: direct_refused.is_none(),
+        direct_refused,
+        result_rows: want[0].rows,
+        rows,
+        breakdown,
+        primitives,
+        raw,
+        fio_skipped,
+    })
+}
+
+/// Run the benchmark and print it.
+pub fn run(a: UioArgs) -> Res<()> {
+    let bar = crate::bench_bar((a.steps() + a.queries().last().copied().unwrap_or(1)) as u64);
+    let s = measure(&a, &mut |m| {
+        bar.set_message(m);
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if a.json {
+        return crate::print_bench_json("uio", &s);
+    }
+    println!(
+        "{} tables of {} rows ({:.1} MiB each), {} rows a query; median of {} rounds; O_DIRECT: {}",
+        s.rows.iter().map(|r| r.queries).max().unwrap_or(0),
+        s.rows_per_table,
+        s.table_bytes as f64 / (1u64 << 20) as f64,
+        s.result_rows,
+        s.rounds,
+        s.direct_refused.as_deref().unwrap_or("yes")
+    );
+    for r in &s.rows {
+        println!(
+            "{:<5} N={:<3} {:<24} {:>8.3} s ({:.3}–{:.3}) {:>8.1} q/s {:>7.1} MB/s  cpu {:.2} user {:.2} sys  {:>5.2}× one  {:>5.2}× kernel",
+            r.cache,
+            r.queries,
+            r.variant,
+            r.seconds,
+            r.seconds_spread[0],
+            r.seconds_spread[1],
+            r.queries_per_s,
+            r.bytes_per_s / 1e6,
+            r.cpu_user_s,
+            r.cpu_sys_s,
+            r.over_one,
+            r.over_kernel
+        );
+    }
+    for b in &s.breakdown {
+        println!(
+            "kernel CPU {} N={}: {:.3} s = copy {:.3} + system calls {:.3} + the rest {:.3}",
+            b.cache, b.queries, b.cpu_s, b.copy_s, b.syscalls_s, b.rest_s
+        );
+    }
+    for r in &s.raw {
+        println!(
+            "alone: {:<30} {:>2} files {:>8.1} MB/s",
+            r.contender,
+            r.jobs,
+            r.bytes_per_s / 1e6
+        );
+    }
+    if let Some(w) = &s.fio_skipped {
+        println!("fio: {w}");
+    }
+    Ok(())
+}

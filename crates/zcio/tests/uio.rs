@@ -1,0 +1,75 @@
+//! `zcio bench uio` end to end, tiny: every variant ran its queries (checked against the
+//! kernel VFS's rows inside the bench) at every N, with the fields the issue names, the
+//! kernel's CPU split, and the layer alone beside fio (or fio's absence said). Speeds are
+//! never compared: the machine decides them.
+
+use std::process::Command;
+
+#[test]
+fn bench_uio_json_has_every_variant_and_n() {
+    let out = Command::new(env!("CARGO_BIN_EXE_zcio"))
+        .args([
+            "bench",
+            "uio",
+            "--json",
+            "--rows",
+            "10001",
+            "--queries",
+            "1,3",
+            "--rounds",
+            "1",
+            "--cache",
+            "warm,cold",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["bench"], "uio");
+    assert_eq!(
+        v["result_rows"], 1,
+        "tenthous = 1000 matches one of 10 001 rows"
+    );
+    let variants = [
+        "kernel",
+        "uio",
+        "uio_syscall",
+        "uio_per_request",
+        "uio_syscall_per_request",
+        "kernel_mmap",
+    ];
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 2 * variants.len());
+    for cache in ["warm", "cold"] {
+        for n in [1, 3] {
+            for var in variants {
+                let r = rows
+                    .iter()
+                    .find(|r| r["cache"] == cache && r["queries"] == n && r["variant"] == var)
+                    .unwrap_or_else(|| panic!("{cache} {n} {var}"));
+                for k in ["seconds", "queries_per_s", "bytes_per_s"] {
+                    let x = r[k].as_f64().unwrap();
+                    assert!(x.is_finite() && x > 0.0, "{k} in {r}");
+                }
+                for k in ["cpu_user_s", "cpu_sys_s"] {
+                    assert!(r[k].as_f64().unwrap() >= 0.0, "{k} in {r}");
+                }
+                // The layer's variants made requests; SQLite's own VFS none through it.
+                let req = r["requests"].as_u64().unwrap();
+                assert_eq!(req > 0, var.starts_with("uio"), "{r}");
+            }
+        }
+    }
+    assert_eq!(v["breakdown"].as_array().unwrap().len(), 4);
+    let raw = v["raw"].as_array().unwrap();
+    assert!(raw.iter().any(|r| r["contender"] == "uio"));
+    if v["fio_skipped"].is_null() {
+        assert!(raw.iter().any(|r| r["contender"] == "fio_io_uring_sqpoll"));
+    } else {
+        eprintln!("fio skipped: {}", v["fio_skipped"]);
+    }
+}
