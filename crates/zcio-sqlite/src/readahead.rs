@@ -1,8 +1,10 @@
 //! Sequential read-ahead through the layer: the file is read in chunks of `chunk` bytes,
 //! `depth` of them in flight, each into a buffer of the layer (by `O_DIRECT` where the file
 //! system allows); a read is copied out of the chunk that holds it. A read outside the window
-//! starts it again there (what was in flight completes and is dropped). The file's first chunk
-//! is kept, for the header reads SQLite makes again and again.
+//! that continues the last read starts the window again there (what was in flight completes
+//! and is dropped); one elsewhere (an interior page of a tree) is read on its own, and the
+//! window stays. The file's first chunk is kept, for the header reads SQLite makes again and
+//! again.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -87,6 +89,8 @@ pub struct ReadAhead {
     window: VecDeque<Chunk>,
     head: Option<Chunk>,
     next: u64,
+    /// Where the last read ended: a miss there means the reader streams on from it.
+    last_end: u64,
     abandoned: Vec<u64>,
     stats: ReadStats,
 }
@@ -116,6 +120,7 @@ impl ReadAhead {
             window: VecDeque::new(),
             head: None,
             next: 0,
+            last_end: u64::MAX,
             abandoned: Vec::new(),
             stats: ReadStats {
                 files: 1,
@@ -150,9 +155,9 @@ impl ReadAhead {
         while pos < end {
             let at = match self.find(pos) {
                 Some(at) => at,
-                None if self.window.front().is_some_and(|c| pos < c.off) => {
-                    // Behind the window (an interior page of the tree, say): read it on its
-                    // own and keep the window.
+                None if !self.window.is_empty() && pos != self.last_end => {
+                    // Not where the reader was streaming (an interior page of the tree, say):
+                    // read it on its own and keep the window.
                     pos += self.side_read(dst, off, pos, end)? as u64;
                     continue;
                 }
@@ -178,6 +183,7 @@ impl ReadAhead {
             self.stats.bytes_copied += n as u64;
             pos += n as u64;
         }
+        self.last_end = pos;
         // Chunks wholly behind the reader are done with (the first is kept for the header).
         while self
             .window
@@ -212,8 +218,8 @@ impl ReadAhead {
             pos += c.len as u64;
             drop(c);
             self.fill()?;
-            if self.window.is_empty() && pos < self.size {
-                self.uio.poll();
+            while self.window.is_empty() && pos < self.size {
+                self.await_buffer()?;
                 self.fill()?;
             }
         }
@@ -237,11 +243,7 @@ impl ReadAhead {
         let buf = loop {
             match self.uio.buffer() {
                 Some(b) => break b,
-                None => {
-                    if self.uio.wait().is_err() {
-                        std::thread::yield_now();
-                    }
-                }
+                None => self.await_buffer()?,
             }
         };
         let len = (stop - start) as u32;
@@ -275,15 +277,28 @@ impl ReadAhead {
         }
         self.stats.restarts += 1;
         self.next = pos - pos % self.chunk as u64;
-        self.fill()?;
-        if self.window.is_empty() {
-            // No buffer free at all: wait for one and try once more.
-            self.uio.poll();
+        loop {
             self.fill()?;
+            if !self.window.is_empty() {
+                return Ok(());
+            }
+            self.await_buffer()?;
         }
-        if self.window.is_empty() {
-            return Err(UioError::Ring(zcio_vm::direct::PushError::Full));
+    }
+
+    /// No buffer is free: wait for this thread's dropped requests to come back, or, if it has
+    /// none in flight, for other threads to give theirs back.
+    fn await_buffer(&mut self) -> Result<(), UioError> {
+        self.drop_abandoned();
+        match self.uio.wait() {
+            Ok(_) => {}
+            Err(UioError::NothingInFlight) => {
+                std::thread::yield_now();
+                self.uio.poll();
+            }
+            Err(e) => return Err(e),
         }
+        self.drop_abandoned();
         Ok(())
     }
 

@@ -81,3 +81,31 @@ fn every_variant_returns_the_kernels_rows() {
         assert_eq!(uio.buffers_free(), 32, "every buffer back");
     }
 }
+
+#[test]
+#[ignore = "prints what one scan's reads did; no assertion"]
+fn print_one_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.db");
+    tables::create_tenk1(&p, 60_000, 1).unwrap();
+    let uio = Arc::new(
+        Uio::new(Config {
+            entries: 32,
+            buffers: 16,
+            buf_size: 128 << 10,
+            ..Config::default()
+        })
+        .unwrap(),
+    );
+    let vfs = UioVfs::register("zcio-print", uio.clone(), 128 << 10, 4).unwrap();
+    let t0 = std::time::Instant::now();
+    let c = tables::open(&p, Some(vfs.name())).unwrap();
+    let r = tables::scan(&c).unwrap();
+    drop(c);
+    eprintln!(
+        "{r:?} in {:?}: {:?} (file {} bytes)",
+        t0.elapsed(),
+        vfs.stats(),
+        std::fs::metadata(&p).unwrap().len()
+    );
+}

@@ -135,7 +135,8 @@ fn layer_config(variant: &str, queries: usize) -> Option<Config> {
         initiation,
         translation,
         entries: 256,
-        buffers: queries * (DEPTH + 1) + 8,
+        // A window, one side read, and a window's worth dropped on a restart, per query.
+        buffers: queries * (2 * DEPTH + 1) + 8,
         buf_size: CHUNK,
         sqpoll_idle_ms: 10,
     })
