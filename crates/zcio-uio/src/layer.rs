@@ -179,6 +179,9 @@ pub struct Completion {
     pub buf: IoBuf,
     /// Why it failed, if it did.
     pub error: Option<UioError>,
+    /// Its place in the order the layer took completions in (reaped from the ring, or
+    /// refused): a thread's handlers run in this order.
+    pub sequence: u64,
 }
 
 impl Completion {
@@ -285,6 +288,7 @@ pub struct Uio {
     refused: AtomicU64,
     delivered: AtomicU64,
     wait_enters: AtomicU64,
+    sequence: AtomicU64,
 }
 
 impl std::fmt::Debug for Uio {
@@ -324,6 +328,7 @@ impl Uio {
             refused: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             wait_enters: AtomicU64::new(0),
+            sequence: AtomicU64::new(0),
         })
     }
 
@@ -571,6 +576,7 @@ impl Uio {
         rec.status = e.status();
         self.refused.fetch_add(1, Ordering::Relaxed);
         let mut n = self.notify.lock().expect("notify");
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
         n.queues
             .entry(rec.context)
             .or_default()
@@ -578,6 +584,7 @@ impl Uio {
                 record: rec,
                 buf,
                 error: Some(e),
+                sequence,
             });
     }
 
@@ -602,13 +609,15 @@ impl Uio {
                     record: rec,
                     buf: d.buf,
                     error,
+                    sequence: 0,
                 });
             }
         }
         let n = out.len();
         if n > 0 {
             let mut q = self.notify.lock().expect("notify");
-            for c in out {
+            for mut c in out {
+                c.sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
                 let ctx = c.record.context;
                 if let Some(o) = q.outstanding.get_mut(&ctx) {
                     *o = o.saturating_sub(1);

@@ -388,3 +388,53 @@ fn a_buffer_is_held_until_its_request_completes_even_when_the_layer_goes() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert!(fresh.iter().all(|b| *b == 0), "no late transfer landed");
 }
+
+#[test]
+fn completions_wait_for_their_thread_and_come_in_the_order_they_were_taken() {
+    let (_d, path, _data) = data_file(1 << 20);
+    let uio = layer(Initiation::Syscall, Translation::Registered, 32).unwrap();
+    let target = uio.open(&path, false).unwrap();
+    let order: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let o2 = order.clone();
+    let h = uio.handler(move |c| o2.lock().unwrap().push((c.sequence, c.record.argument)));
+    // Requests of one at a time, each waited for in the kernel by another thread's reaping:
+    // this thread is "busy" (it neither polls nor waits) until all have completed.
+    for k in 0..8u64 {
+        let buf = uio.buffer().unwrap();
+        let rec = Request::new(Opcode::Read, target, k * 65536, buf.addr(), 65536, h, k);
+        uio.submit(rec, buf).unwrap();
+    }
+    let uio = Arc::new(uio);
+    let reaper = {
+        let uio = uio.clone();
+        std::thread::spawn(move || {
+            // Another thread polls: it reaps and routes, but runs none of these handlers.
+            let t0 = std::time::Instant::now();
+            while uio.stats().delivered == 0 && t0.elapsed() < std::time::Duration::from_secs(2) {
+                assert_eq!(uio.poll(), 0, "no completion of this thread");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                if t0.elapsed() > std::time::Duration::from_millis(200) {
+                    break;
+                }
+            }
+        })
+    };
+    reaper.join().unwrap();
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "nothing delivered to a busy thread"
+    );
+    let mut ran = 0;
+    while ran < 8 {
+        ran += uio.wait().unwrap();
+    }
+    let got = order.lock().unwrap().clone();
+    assert!(
+        got.windows(2).all(|w| w[0].0 < w[1].0),
+        "handlers ran in the order the completions were taken: {got:?}"
+    );
+    let mut args: Vec<u64> = got.iter().map(|x| x.1).collect();
+    args.sort();
+    assert_eq!(args, (0..8).collect::<Vec<_>>(), "each once");
+    assert_eq!(uio.stats().delivered, 8);
+}
