@@ -1,6 +1,8 @@
 //! Sequential read-ahead through the layer: the file is read in chunks of `chunk` bytes,
 //! `depth` of them in flight, each into a buffer of the layer (by `O_DIRECT` where the file
-//! system allows); a read is copied out of the chunk that holds it. A read outside the window
+//! system allows); a read is copied out of the chunk that holds it, or, where the engine reads
+//! pages in place ([`ReadAhead::fetch`]), handed out as the address in the buffer the device
+//! filled, the chunk pinned until released. A read outside the window
 //! that continues the last read starts the window again there (what was in flight completes
 //! and is dropped); one elsewhere (an interior page of a tree) is read on its own, and the
 //! window stays. The file's first chunk is kept, for the header reads SQLite makes again and
@@ -30,6 +32,8 @@ pub struct ReadStats {
     pub bytes_copied: u64,
     /// Times the window started again elsewhere.
     pub restarts: u64,
+    /// Bytes the engine read in place in the layer's buffers (no copy).
+    pub bytes_fetched: u64,
     /// Reads behind the window, made on their own (the window stays).
     pub side_reads: u64,
 }
@@ -44,6 +48,7 @@ impl ReadStats {
         self.bytes_transferred += o.bytes_transferred;
         self.bytes_copied += o.bytes_copied;
         self.restarts += o.restarts;
+        self.bytes_fetched += o.bytes_fetched;
         self.side_reads += o.side_reads;
     }
 }
@@ -76,6 +81,8 @@ struct Chunk {
     off: u64,
     len: usize,
     state: State,
+    /// Pages of it the engine reads in place ([`ReadAhead::fetch`]): it stays while any is.
+    pins: usize,
 }
 
 /// A file read sequentially through a layer.
@@ -88,6 +95,8 @@ pub struct ReadAhead {
     depth: usize,
     window: VecDeque<Chunk>,
     head: Option<Chunk>,
+    /// Chunks left behind (by the reader moving on, or a restart) with pages still fetched.
+    pinned: Vec<Chunk>,
     next: u64,
     /// Where the last read ended: a miss there means the reader streams on from it.
     last_end: u64,
@@ -119,6 +128,7 @@ impl ReadAhead {
             depth: depth.max(1),
             window: VecDeque::new(),
             head: None,
+            pinned: Vec::new(),
             next: 0,
             last_end: u64::MAX,
             abandoned: Vec::new(),
@@ -184,19 +194,88 @@ impl ReadAhead {
             pos += n as u64;
         }
         self.last_end = pos;
-        // Chunks wholly behind the reader are done with (the first is kept for the header).
+        self.slide(pos)?;
+        Ok((pos - off) as usize)
+    }
+
+    /// Chunks wholly behind the reader at `pos` are done with (the first is kept for the
+    /// header; one with fetched pages waits for them); then refill.
+    fn slide(&mut self, pos: u64) -> Result<(), UioError> {
         while self
             .window
             .front()
             .is_some_and(|c| c.off + c.len as u64 <= pos && matches!(c.state, State::Ready(_)))
         {
             let c = self.window.pop_front().expect("checked");
-            if c.off == 0 {
+            if c.off == 0 && self.head.is_none() {
                 self.head = Some(c);
+            } else if c.pins > 0 {
+                self.pinned.push(c);
             }
         }
-        self.fill()?;
-        Ok((pos - off) as usize)
+        self.fill()
+    }
+
+    /// The address of `len` bytes at `off` in a buffer a transfer filled, for the engine to
+    /// read in place (no copy), pinned until [`ReadAhead::unfetch`]; `None` where they are not
+    /// within one chunk of the window at the reader's position (the engine then reads them
+    /// with a copy). The memory stays valid and unchanged while pinned: the chunk is neither
+    /// dropped nor refilled.
+    pub fn fetch(&mut self, off: u64, len: usize) -> Result<Option<usize>, UioError> {
+        let end = off.saturating_add(len as u64);
+        if len == 0 || end > self.size {
+            return Ok(None);
+        }
+        let inside = |c: &Chunk| c.off <= off && end <= c.off + c.len as u64;
+        let at = match self.find(off) {
+            Some(None) if self.head.as_ref().is_some_and(inside) => None,
+            Some(Some(i)) if inside(&self.window[i]) && (i == 0 || off == self.last_end) => Some(i),
+            None if self.window.is_empty() || off == self.last_end => {
+                self.restart(off)?;
+                match self.find(off) {
+                    Some(Some(i)) if inside(&self.window[i]) => Some(i),
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        let c = match at {
+            None => self.head.as_mut().expect("found"),
+            Some(i) => {
+                self.ready(i)?;
+                &mut self.window[i]
+            }
+        };
+        let State::Ready(done) = &c.state else {
+            unreachable!("made ready above")
+        };
+        let from = (off - c.off) as usize;
+        if done.data().len() < from + len {
+            return Ok(None);
+        }
+        let addr = done.data().as_ptr() as usize + from;
+        c.pins += 1;
+        self.stats.bytes_fetched += len as u64;
+        if at.is_some() {
+            self.last_end = end;
+            self.slide(end)?;
+        }
+        Ok(Some(addr))
+    }
+
+    /// Release a page fetched at `off`.
+    pub fn unfetch(&mut self, off: u64) {
+        let holds = |c: &Chunk| c.pins > 0 && c.off <= off && off < c.off + c.len as u64;
+        if let Some(c) = self.head.as_mut().filter(|c| holds(c)) {
+            c.pins -= 1;
+        } else if let Some(c) = self.window.iter_mut().find(|c| holds(c)) {
+            c.pins -= 1;
+        } else if let Some(i) = self.pinned.iter().position(holds) {
+            self.pinned[i].pins -= 1;
+            if self.pinned[i].pins == 0 {
+                self.pinned.swap_remove(i);
+            }
+        }
     }
 
     /// Visit the whole file in order, chunk by chunk, in the buffers the transfers filled (no
@@ -271,8 +350,10 @@ impl ReadAhead {
 
     fn restart(&mut self, pos: u64) -> Result<(), UioError> {
         for c in self.window.drain(..) {
-            if let State::InFlight(t) = c.state {
-                self.abandoned.push(t);
+            match c.state {
+                State::InFlight(t) => self.abandoned.push(t),
+                State::Ready(_) if c.pins > 0 => self.pinned.push(c),
+                State::Ready(_) => {}
             }
         }
         self.stats.restarts += 1;
@@ -327,6 +408,7 @@ impl ReadAhead {
                 off: self.next,
                 len,
                 state: State::InFlight(token),
+                pins: 0,
             });
             self.stats.requests += 1;
             self.stats.bytes_transferred += len as u64;

@@ -8,8 +8,10 @@
 //! given our file, see exactly their own structure.
 //!
 //! Reads are served by [`crate::readahead::ReadAhead`]: sequential scans keep several large
-//! `O_DIRECT` requests in flight, and each page SQLite asks for is copied from the buffer the
-//! device filled.
+//! `O_DIRECT` requests in flight. With SQLite's memory-mapped reads on (`pragma mmap_size`),
+//! `xFetch` hands SQLite the page where the device put it, in the layer's buffer, pinned until
+//! `xUnfetch` (the direct transfer into the application's buffer); otherwise, and for pages
+//! outside the window, `xRead` copies the page into SQLite's.
 
 use crate::readahead::{ReadAhead, ReadStats};
 use rusqlite::ffi;
@@ -205,11 +207,16 @@ unsafe extern "C" fn x_open(
     };
     let mut methods = ctx.methods.lock().expect("methods");
     let ours = methods.entry(real as usize).or_insert_with(|| {
-        Box::new(ffi::sqlite3_io_methods {
+        let mut m = ffi::sqlite3_io_methods {
             xClose: Some(x_close),
             xRead: Some(x_read),
             ..*real_methods
-        })
+        };
+        if m.iVersion >= 3 {
+            m.xFetch = Some(x_fetch);
+            m.xUnfetch = Some(x_unfetch);
+        }
+        Box::new(m)
     });
     let state = Box::into_raw(Box::new(FileState {
         ra,
@@ -253,6 +260,48 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
     drop(state);
     // SAFETY: unix's close, on the file unix opened.
     unsafe { close(file) }
+}
+
+unsafe extern "C" fn x_fetch(
+    file: *mut ffi::sqlite3_file,
+    offset: ffi::sqlite3_int64,
+    amount: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: SQLite hands a place for the pointer.
+    unsafe { *out = std::ptr::null_mut() };
+    // SAFETY: as in `x_read`: a file we took over, used by one thread at a time.
+    let Some(state) = (unsafe { (*slot(file)).as_mut() }) else {
+        return ffi::SQLITE_OK;
+    };
+    if amount <= 0 || offset < 0 {
+        return ffi::SQLITE_OK;
+    }
+    match state.ra.fetch(offset as u64, amount as usize) {
+        // SAFETY: the address of `amount` bytes in a buffer the read-ahead keeps, unchanged,
+        // until SQLite releases the page with xUnfetch; SQLite only reads through it.
+        Ok(Some(addr)) => unsafe { *out = addr as *mut c_void },
+        // Not in place: SQLite reads the page with xRead.
+        Ok(None) => {}
+        Err(_) => return ffi::SQLITE_IOERR_READ,
+    }
+    ffi::SQLITE_OK
+}
+
+unsafe extern "C" fn x_unfetch(
+    file: *mut ffi::sqlite3_file,
+    offset: ffi::sqlite3_int64,
+    page: *mut c_void,
+) -> c_int {
+    // SAFETY: as in `x_read`.
+    let Some(state) = (unsafe { (*slot(file)).as_mut() }) else {
+        return ffi::SQLITE_OK;
+    };
+    // A null page asks to drop every mapping: nothing of ours is a mapping.
+    if !page.is_null() && offset >= 0 {
+        state.ra.unfetch(offset as u64);
+    }
+    ffi::SQLITE_OK
 }
 
 unsafe extern "C" fn x_read(

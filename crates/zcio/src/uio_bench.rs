@@ -4,7 +4,9 @@
 //! - `kernel`: SQLite's own VFS (buffered `pread` of each page: the kernel copies it from the
 //!   page cache);
 //! - `uio`: the user-level layer (`zcio-uio` through `zcio-sqlite`'s VFS) with ring initiation
-//!   (a polling kernel thread) and registered buffers;
+//!   (a polling kernel thread) and registered buffers, SQLite reading each page in place in
+//!   the buffer the device filled (`xFetch`);
+//! - `uio_copy`: the same, each page copied into SQLite's buffer (`xRead`) instead;
 //! - `uio_syscall`: one system call per request instead;
 //! - `uio_per_request`: buffers translated by the kernel per request instead;
 //! - `uio_syscall_per_request`: both;
@@ -99,9 +101,10 @@ impl UioArgs {
 }
 
 /// The variants, in the order of the rows.
-pub const VARIANTS: [&str; 6] = [
+pub const VARIANTS: [&str; 7] = [
     "kernel",
     "uio",
+    "uio_copy",
     "uio_syscall",
     "uio_per_request",
     "uio_syscall_per_request",
@@ -125,7 +128,7 @@ const FIO_ENGINES: [&str; 5] = [
 
 fn layer_config(variant: &str, queries: usize) -> Option<Config> {
     let (initiation, translation) = match variant {
-        "uio" => (Initiation::Polled, Translation::Registered),
+        "uio" | "uio_copy" => (Initiation::Polled, Translation::Registered),
         "uio_syscall" => (Initiation::Syscall, Translation::Registered),
         "uio_per_request" => (Initiation::Polled, Translation::PerRequest),
         "uio_syscall_per_request" => (Initiation::Syscall, Translation::PerRequest),
@@ -171,6 +174,8 @@ pub struct Row {
     pub requests: u64,
     /// Bytes copied from the layer's buffers into the engine's (0 for `kernel`).
     pub bytes_copied: u64,
+    /// Bytes the engine read in place in the layer's buffers (0 for `kernel`).
+    pub bytes_fetched: u64,
 }
 
 /// The kernel variant's CPU time split (Figure 6), estimated from primitives measured in the
@@ -277,6 +282,7 @@ struct Run {
     cpu: (f64, f64),
     requests: u64,
     bytes_copied: u64,
+    bytes_fetched: u64,
 }
 
 /// Run `n` queries at once by `variant`, each checked against `want`.
@@ -309,7 +315,7 @@ fn run_queries(
                 let name = name.clone();
                 s.spawn(move || -> rusqlite_result::R {
                     let c = tables::open(p, name.as_deref()).map_err(|e| e.to_string())?;
-                    if variant == "kernel_mmap" {
+                    if variant != "kernel" && variant != "uio_copy" {
                         tables::use_mmap(&c, 1 << 30).map_err(|e| e.to_string())?;
                     }
                     let r = tables::scan(&c).map_err(|e| e.to_string());
@@ -350,6 +356,7 @@ fn run_queries(
         cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
         requests: st.requests,
         bytes_copied: st.bytes_copied,
+        bytes_fetched: st.bytes_fetched,
     })
 }
 
@@ -506,7 +513,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         for &n in &queries {
             let mut secs: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
             let mut cpus: Vec<Vec<(f64, f64)>> = vec![Vec::new(); VARIANTS.len()];
-            let mut last: Vec<(u64, u64)> = vec![(0, 0); VARIANTS.len()];
+            let mut last: Vec<(u64, u64, u64)> = vec![(0, 0, 0); VARIANTS.len()];
             for r in 0..rounds {
                 for k in 0..VARIANTS.len() {
                     let v = (k + r) % VARIANTS.len();
@@ -517,7 +524,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
                     let run = run_queries(VARIANTS[v], &paths, &want, n, serial)?;
                     secs[v].push(run.seconds);
                     cpus[v].push(run.cpu);
-                    last[v] = (run.requests, run.bytes_copied);
+                    last[v] = (run.requests, run.bytes_copied, run.bytes_fetched);
                     progress(format!("uio: {} {cache} N={n}", VARIANTS[v]));
                 }
             }
@@ -550,6 +557,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
                     over_kernel: med[0] / med[v],
                     requests: last[v].0,
                     bytes_copied: last[v].1,
+                    bytes_fetched: last[v].2,
                 });
                 if *name == "kernel" {
                     let bytes = (n as u64 * table_bytes) as f64;

@@ -37,6 +37,7 @@ fn bench_uio_json_has_every_variant_and_n() {
     let variants = [
         "kernel",
         "uio",
+        "uio_copy",
         "uio_syscall",
         "uio_per_request",
         "uio_syscall_per_request",
@@ -61,6 +62,13 @@ fn bench_uio_json_has_every_variant_and_n() {
                 // The layer's variants made requests; SQLite's own VFS none through it.
                 let req = r["requests"].as_u64().unwrap();
                 assert_eq!(req > 0, var.starts_with("uio"), "{r}");
+                // The in-place variants read pages where the transfers put them.
+                let fetched = r["bytes_fetched"].as_u64().unwrap();
+                assert_eq!(
+                    fetched > 0,
+                    var.starts_with("uio") && var != "uio_copy",
+                    "{r}"
+                );
             }
         }
     }
