@@ -263,9 +263,22 @@ impl ReadAhead {
         Ok(Some(addr))
     }
 
-    /// Release a page fetched at `off`.
-    pub fn unfetch(&mut self, off: u64) {
-        let holds = |c: &Chunk| c.pins > 0 && c.off <= off && off < c.off + c.len as u64;
+    /// Release the page fetched at `off` whose address was `addr`. The address decides which
+    /// chunk held it: after a restart two chunks may cover the same offsets, and releasing
+    /// the other one's pin would let a page still in use be refilled.
+    pub fn unfetch(&mut self, off: u64, addr: usize) {
+        let holds = |c: &Chunk| {
+            c.pins > 0
+                && c.off <= off
+                && off < c.off + c.len as u64
+                && match &c.state {
+                    State::Ready(d) => {
+                        let base = d.data().as_ptr() as usize;
+                        base <= addr && addr < base + d.data().len()
+                    }
+                    State::InFlight(_) => false,
+                }
+        };
         if let Some(c) = self.head.as_mut().filter(|c| holds(c)) {
             c.pins -= 1;
         } else if let Some(c) = self.window.iter_mut().find(|c| holds(c)) {
@@ -455,5 +468,44 @@ impl Drop for ReadAhead {
             }
         }
         let _ = self.uio.close(self.target);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcio_uio::Config;
+
+    #[test]
+    fn a_release_goes_to_the_chunk_that_held_the_page_not_one_covering_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i / 4096) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let uio = Arc::new(
+            Uio::new(Config {
+                buffers: 8,
+                buf_size: 16 << 10,
+                ..Config::default()
+            })
+            .unwrap(),
+        );
+        let h = handler(&uio);
+        let mut ra = ReadAhead::open(uio, h, &path, 16 << 10, 2).unwrap();
+        let a = ra.fetch(4096, 4096).unwrap().expect("in place");
+        // The window starts again at the same place: the old chunk, still pinned, is kept
+        // beside a new one covering the same bytes.
+        ra.restart(0).unwrap();
+        assert_eq!(ra.pinned.len(), 1);
+        let b = ra.fetch(8192, 4096).unwrap().expect("in place");
+        assert_ne!(a - 4096, b - 8192, "two buffers");
+        ra.unfetch(4096, a);
+        assert!(ra.pinned.is_empty(), "the old chunk released");
+        assert_eq!(
+            ra.window[0].pins, 1,
+            "the page still in use keeps its chunk"
+        );
+        ra.unfetch(8192, b);
+        assert_eq!(ra.window[0].pins, 0);
     }
 }

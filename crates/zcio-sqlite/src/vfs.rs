@@ -299,7 +299,7 @@ unsafe extern "C" fn x_unfetch(
     };
     // A null page asks to drop every mapping: nothing of ours is a mapping.
     if !page.is_null() && offset >= 0 {
-        state.ra.unfetch(offset as u64);
+        state.ra.unfetch(offset as u64, page as usize);
     }
     ffi::SQLITE_OK
 }
