@@ -119,7 +119,7 @@ fn every_variant_returns_the_kernels_rows() {
 }
 
 #[test]
-#[ignore = "prints what one scan's reads did; no assertion"]
+#[ignore = "prints what one scan's reads did, copying and in place; no assertion"]
 fn print_one_scan() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("t.db");
@@ -133,24 +133,20 @@ fn print_one_scan() {
         })
         .unwrap(),
     );
-    let vfs = UioVfs::register("zcio-print", uio.clone(), 128 << 10, 4).unwrap();
-    let t0 = std::time::Instant::now();
-    // SAFETY-free debugging aid: the traced fetches compare with this file.
-    unsafe_env_hint(&p);
-    let c = tables::open(&p, Some(vfs.name())).unwrap();
-    if std::env::var_os("ZCIO_MMAP").is_some() {
-        tables::use_mmap(&c, 1 << 30).unwrap();
+    for in_place in [false, true] {
+        let vfs = UioVfs::register("zcio-print", uio.clone(), 128 << 10, 4).unwrap();
+        let t0 = std::time::Instant::now();
+        let c = tables::open(&p, Some(vfs.name())).unwrap();
+        if in_place {
+            tables::use_mmap(&c, 1 << 30).unwrap();
+        }
+        let r = tables::scan(&c);
+        drop(c);
+        eprintln!(
+            "in place {in_place}: {r:?} in {:?}: {:?} (file {} bytes)",
+            t0.elapsed(),
+            vfs.stats(),
+            std::fs::metadata(&p).unwrap().len()
+        );
     }
-    let r = tables::scan(&c);
-    drop(c);
-    eprintln!(
-        "{r:?} in {:?}: {:?} (file {} bytes)",
-        t0.elapsed(),
-        vfs.stats(),
-        std::fs::metadata(&p).unwrap().len()
-    );
-}
-
-fn unsafe_env_hint(p: &std::path::Path) {
-    let _ = std::fs::write("/tmp/zcio-trace-file", p.display().to_string());
 }
