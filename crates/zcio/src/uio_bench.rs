@@ -236,6 +236,9 @@ pub struct UioSection {
     pub direct: bool,
     /// Why not, if not.
     pub direct_refused: Option<String>,
+    /// Why the layer's variants did not run, if they did not (no io_uring here, say).
+    #[serde(default)]
+    pub layer_unavailable: Option<String>,
     /// Rows a query returned (the same for every variant: checked).
     pub result_rows: u64,
     /// Per variant, cache and N.
@@ -249,6 +252,9 @@ pub struct UioSection {
     pub raw: Vec<Raw>,
     /// Why fio is missing, if it is.
     pub fio_skipped: Option<String>,
+    /// fio runs that failed, and why (the others stand).
+    #[serde(default)]
+    pub fio_failed: Vec<String>,
 }
 
 /// CPU seconds (user, system) of this process so far, from `/proc/self/stat`.
@@ -497,10 +503,24 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         .map(|p| tables::scan(&tables::open(p, None)?))
         .collect::<Result<_, _>>()?;
     // Whether the layer goes direct here.
-    let probe = Uio::new(layer_config("uio_syscall", 1).expect("a layer variant"))?;
-    let t = probe.open(&paths[0], false)?;
-    let direct_refused = probe.buffered_because(t);
-    drop(probe);
+    // Whether the layer works here at all (io_uring may be missing or disabled): if not,
+    // only SQLite's own variants run, and the section says why.
+    let (direct_refused, layer_unavailable) =
+        match Uio::new(layer_config("uio_syscall", 1).expect("a layer variant")) {
+            Ok(probe) => {
+                let t = probe.open(&paths[0], false)?;
+                (probe.buffered_because(t), None)
+            }
+            Err(e) => (
+                None,
+                Some(format!("the user-level layer cannot run here: {e}")),
+            ),
+        };
+    let variants: Vec<&str> = VARIANTS
+        .iter()
+        .copied()
+        .filter(|v| layer_unavailable.is_none() || layer_config(v, 1).is_none())
+        .collect();
     let primitives = primitives(&paths[0])?;
     let mut rows = Vec::new();
     let mut breakdown = Vec::new();
@@ -509,23 +529,23 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         if cache == "warm" {
             warm_cache(&paths)?;
         }
-        let mut one: Vec<f64> = vec![f64::NAN; VARIANTS.len()];
+        let mut one: Vec<f64> = vec![f64::NAN; variants.len()];
         for &n in &queries {
-            let mut secs: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
-            let mut cpus: Vec<Vec<(f64, f64)>> = vec![Vec::new(); VARIANTS.len()];
-            let mut last: Vec<(u64, u64, u64)> = vec![(0, 0, 0); VARIANTS.len()];
+            let mut secs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+            let mut cpus: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];
+            let mut last: Vec<(u64, u64, u64)> = vec![(0, 0, 0); variants.len()];
             for r in 0..rounds {
-                for k in 0..VARIANTS.len() {
-                    let v = (k + r) % VARIANTS.len();
+                for k in 0..variants.len() {
+                    let v = (k + r) % variants.len();
                     if cache == "cold" {
                         drop_cache(&paths[..n])?;
                     }
                     serial += 1;
-                    let run = run_queries(VARIANTS[v], &paths, &want, n, serial)?;
+                    let run = run_queries(variants[v], &paths, &want, n, serial)?;
                     secs[v].push(run.seconds);
                     cpus[v].push(run.cpu);
                     last[v] = (run.requests, run.bytes_copied, run.bytes_fetched);
-                    progress(format!("uio: {} {cache} N={n}", VARIANTS[v]));
+                    progress(format!("uio: {} {cache} N={n}", variants[v]));
                 }
             }
             let med: Vec<f64> = secs
@@ -535,7 +555,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
             if n == queries[0] {
                 one.clone_from(&med);
             }
-            for (v, name) in VARIANTS.iter().enumerate() {
+            for (v, name) in variants.iter().enumerate() {
                 let cu = fit::median(&cpus[v].iter().map(|c| c.0).collect::<Vec<_>>())
                     .unwrap_or(f64::NAN);
                 let cs = fit::median(&cpus[v].iter().map(|c| c.1).collect::<Vec<_>>())
@@ -580,7 +600,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
     let mut raw = Vec::new();
     let jobs = [1, max_n];
     for &j in &jobs {
-        for v in RAW_VARIANTS {
+        for v in RAW_VARIANTS.iter().filter(|_| layer_unavailable.is_none()) {
             raw.push(Raw {
                 contender: v.to_string(),
                 jobs: j,
@@ -594,14 +614,19 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
     } else {
         fio_available()
     };
+    let mut fio_failed = Vec::new();
     if fio_skipped.is_none() {
         for &j in &jobs {
             for e in FIO_ENGINES {
-                raw.push(Raw {
-                    contender: format!("fio_{e}"),
-                    jobs: j,
-                    bytes_per_s: fio(e, &paths, j)?,
-                });
+                // An engine this kernel or fio lacks is noted, not fatal.
+                match fio(e, &paths, j) {
+                    Ok(bytes_per_s) => raw.push(Raw {
+                        contender: format!("fio_{e}"),
+                        jobs: j,
+                        bytes_per_s,
+                    }),
+                    Err(err) => fio_failed.push(format!("{e} with {j} files: {err}")),
+                }
                 progress(format!("uio: fio {e}, {j} files"));
             }
         }
@@ -612,14 +637,16 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         rounds,
         chunk: CHUNK,
         depth: DEPTH,
-        direct: direct_refused.is_none(),
+        direct: direct_refused.is_none() && layer_unavailable.is_none(),
         direct_refused,
+        layer_unavailable,
         result_rows: want[0].rows,
         rows,
         breakdown,
         primitives,
         raw,
         fio_skipped,
+        fio_failed,
     })
 }
 
@@ -674,8 +701,14 @@ pub fn run(a: UioArgs) -> Res<()> {
             r.bytes_per_s / 1e6
         );
     }
+    if let Some(w) = &s.layer_unavailable {
+        println!("{w}");
+    }
     if let Some(w) = &s.fio_skipped {
         println!("fio: {w}");
+    }
+    for f in &s.fio_failed {
+        println!("fio failed: {f}");
     }
     Ok(())
 }

@@ -44,6 +44,16 @@ fn bench_uio_json_has_every_variant_and_n() {
         "kernel_mmap",
     ];
     let rows = v["rows"].as_array().unwrap();
+    if let Some(why) = v["layer_unavailable"].as_str() {
+        // No io_uring here: SQLite's own variants only, and the reason said.
+        eprintln!("the layer's variants skipped: {why}");
+        assert_eq!(rows.len(), 2 * 2 * 2);
+        assert!(
+            rows.iter()
+                .all(|r| r["variant"] == "kernel" || r["variant"] == "kernel_mmap")
+        );
+        return;
+    }
     assert_eq!(rows.len(), 2 * 2 * variants.len());
     for cache in ["warm", "cold"] {
         for n in [1, 3] {

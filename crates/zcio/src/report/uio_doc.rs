@@ -25,6 +25,11 @@ pub fn findings(r: &Results) -> Vec<String> {
     };
     let n = max_n(u);
     let mut out = Vec::new();
+    if let Some(w) = &u.layer_unavailable {
+        out.push(format!(
+            "User-level I/O (paper 004): only SQLite's own reads ran; {w}."
+        ));
+    }
     for cache in ["warm", "cold"] {
         let get = |v: &str| row(u, v, cache, n);
         let (Some(k), Some(best)) = (get("kernel"), get("uio")) else {
@@ -190,9 +195,10 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             u.rounds,
             u.chunk >> 10,
             u.depth,
-            match &u.direct_refused {
-                None => String::new(),
-                Some(w) => format!(" (here they could not: {w})"),
+            match (&u.layer_unavailable, &u.direct_refused) {
+                (Some(w), _) => format!(" ({w}: only SQLite's own variants ran)"),
+                (None, None) => String::new(),
+                (None, Some(w)) => format!(" (here they could not: {w})"),
             }
         )),
     ];
@@ -279,6 +285,10 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             u.fio_skipped
                 .as_ref()
                 .map(|w| format!(" (fio: {w})"))
+                .or_else(|| {
+                    (!u.fio_failed.is_empty())
+                        .then(|| format!(" (fio failed: {})", u.fio_failed.join("; ")))
+                })
                 .unwrap_or_default()
         ),
         &["contender", "files", "MB/s"],
