@@ -84,12 +84,30 @@ impl ExclusiveFile {
     }
 
     /// Unmap it and seal it: from now on nobody can change its bytes.
+    ///
+    /// The kernel refuses the write seal (`EBUSY`) while any of the file's pages holds a
+    /// reference it cannot account for, and waits only about 150 ms for them to go. This file
+    /// was never mapped anywhere else, so such a reference is transient (a page on its way
+    /// through reclaim, migration or a per-CPU batch): the seal is tried again, with growing
+    /// pauses, for about two seconds before the refusal is given up on.
     pub fn seal(self) -> Result<SealedFile> {
         let ExclusiveFile { map, fd, len } = self;
         drop(map);
-        rustix::fs::fcntl_add_seals(&fd, final_seals())
-            .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS)", e.into()))?;
-        Ok(SealedFile { fd, len })
+        let mut pause = std::time::Duration::from_millis(1);
+        for _ in 0..10 {
+            match rustix::fs::fcntl_add_seals(&fd, final_seals()) {
+                Ok(()) => return Ok(SealedFile { fd, len }),
+                Err(rustix::io::Errno::BUSY) => {
+                    std::thread::sleep(pause);
+                    pause *= 2;
+                }
+                Err(e) => return Err(VmError::sys("fcntl(F_ADD_SEALS)", e.into())),
+            }
+        }
+        Err(VmError::sys(
+            "fcntl(F_ADD_SEALS): the kernel kept pages of a fresh container in use (EBUSY) through 10 tries",
+            rustix::io::Errno::BUSY.into(),
+        ))
     }
 }
 

@@ -653,8 +653,14 @@ fn tail(b: &mut Vec<Block>, r: &Results) {
                 vec![
                     e.id.clone(),
                     e.paper.clone(),
-                    e.title.clone(),
-                    format!("{:.1}", e.duration_s),
+                    match &e.error {
+                        None => e.title.clone(),
+                        Some(w) => format!("{} — FAILED: {w}", e.title),
+                    },
+                    match &e.error {
+                        None => format!("{:.1}", e.duration_s),
+                        Some(_) => "failed".into(),
+                    },
                 ]
             })
             .collect(),

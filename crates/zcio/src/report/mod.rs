@@ -189,6 +189,9 @@ pub struct ExperimentRecord {
     pub title: String,
     /// Wall time (s).
     pub duration_s: f64,
+    /// Why it failed, if it did (the rest of the report stands).
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 /// The Genie section of the results.
@@ -489,6 +492,38 @@ fn finished(e: &Experiment, t0: Instant, bar: &indicatif::ProgressBar) -> Experi
         paper: e.paper.into(),
         title: e.title.into(),
         duration_s: d,
+        error: None,
+    }
+}
+
+/// An experiment's outcome, or, if it failed, no section and a record naming the failure: one
+/// failing experiment does not take the others' results with it.
+fn survive<T>(
+    id: &str,
+    outcome: Res<(Option<T>, Vec<ExperimentRecord>)>,
+    bar: &indicatif::ProgressBar,
+) -> (Option<T>, Vec<ExperimentRecord>) {
+    match outcome {
+        Ok(x) => x,
+        Err(e) => {
+            let line = format!("{id} failed: {e}");
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
+            let ex = EXPERIMENTS.iter().find(|x| x.id == id);
+            (
+                None,
+                vec![ExperimentRecord {
+                    id: id.into(),
+                    paper: ex.map_or("", |x| x.paper).into(),
+                    title: ex.map_or("", |x| x.title).into(),
+                    duration_s: 0.0,
+                    error: Some(e.to_string()),
+                }],
+            )
+        }
     }
 }
 
@@ -671,17 +706,17 @@ pub fn run(a: ReportArgs) -> Res<()> {
         .expect("template"),
     );
     let (mut genie, mut records) = run_genie(a.preset(), &selected, &dir, &machine, &bar)?;
-    let (fbufs, more) = run_fbufs(a.preset(), &selected, &bar)?;
+    let (fbufs, more) = survive("fbufs-table1", run_fbufs(a.preset(), &selected, &bar), &bar);
     records.extend(more);
-    let (vmmr, more) = run_vmmr(a.preset(), &selected, &bar)?;
+    let (vmmr, more) = survive("vmmr", run_vmmr(a.preset(), &selected, &bar), &bar);
     records.extend(more);
-    let (checksum, more) = run_checksum(a.preset(), &selected, &bar)?;
+    let (checksum, more) = survive("checksum", run_checksum(a.preset(), &selected, &bar), &bar);
     records.extend(more);
-    let (frames, more) = run_frames(a.preset(), &selected, &bar)?;
+    let (frames, more) = survive("containers", run_frames(a.preset(), &selected, &bar), &bar);
     records.extend(more);
-    let (splice, more) = run_splice(a.preset(), &selected, &bar)?;
+    let (splice, more) = survive("splice", run_splice(a.preset(), &selected, &bar), &bar);
     records.extend(more);
-    let (uio, more) = run_uio(a.preset(), &selected, &bar)?;
+    let (uio, more) = survive("uio", run_uio(a.preset(), &selected, &bar), &bar);
     records.extend(more);
     if let Some(g) = &mut genie {
         g.profile = Some(ProfileUsed {
@@ -711,6 +746,18 @@ pub fn run(a: ReportArgs) -> Res<()> {
         a.out.display(),
         results.duration_s
     );
+    let failed: Vec<String> = results
+        .experiments
+        .iter()
+        .filter_map(|e| e.error.as_ref().map(|w| format!("{}: {w}", e.id)))
+        .collect();
+    if !failed.is_empty() {
+        return Err(format!(
+            "the report was written, but these experiments failed (their sections are missing): {}",
+            failed.join("; ")
+        )
+        .into());
+    }
     Ok(())
 }
 
@@ -758,4 +805,26 @@ pub fn ensure_profile(out: &std::path::Path) -> Res<PathBuf> {
     };
     Profile::install(p);
     Ok(saved)
+}
+
+#[cfg(test)]
+mod survive_tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_experiment_leaves_a_record_naming_the_failure() {
+        let bar = indicatif::ProgressBar::hidden();
+        let (section, records): (Option<u32>, _) =
+            survive("containers", Err("fcntl(F_ADD_SEALS) failed".into()), &bar);
+        assert!(section.is_none());
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].id, "containers");
+        assert_eq!(records[0].paper, "003");
+        assert_eq!(
+            records[0].error.as_deref(),
+            Some("fcntl(F_ADD_SEALS) failed")
+        );
+        let (section, records) = survive("uio", Ok((Some(7u32), Vec::new())), &bar);
+        assert_eq!((section, records.len()), (Some(7), 0));
+    }
 }
