@@ -104,8 +104,9 @@ enum Pages {
         /// Whether the view was handed out for writing (its pages may differ from the file's).
         changed: bool,
     },
-    /// Volatile: shared in place, mapped (shown or hidden) or not.
-    Volatile(VolatileFile),
+    /// Volatile: shared in place, mapped (shown or hidden) or not; with the file's identity,
+    /// its key in the region cache.
+    Volatile(VolatileFile, FileKey),
 }
 
 struct Container {
@@ -145,6 +146,16 @@ impl std::fmt::Debug for Domain {
 const HEADER: usize = 16;
 const KIND_SEALED: u64 = 0;
 const KIND_VOLATILE: u64 = 1;
+
+fn not_empty(len: usize) -> Result<(), ContainerError> {
+    if len == 0 {
+        return Err(ContainerError::BadLength {
+            len,
+            why: "a container holds at least one byte",
+        });
+    }
+    Ok(())
+}
 
 fn file_key(fd: BorrowedFd<'_>) -> Result<FileKey, ContainerError> {
     let st = rustix::fs::fstat(fd).map_err(|e| ContainerError::Io {
@@ -210,12 +221,7 @@ impl Domain {
 
     /// `cs_alloc`: a container of `len` bytes (its pages zeroed), mapped for filling.
     pub fn alloc(&mut self, len: usize) -> Result<Cid, ContainerError> {
-        if len == 0 {
-            return Err(ContainerError::BadLength {
-                len,
-                why: "a container holds at least one byte",
-            });
-        }
+        not_empty(len)?;
         let f = ExclusiveFile::new("zcio-container", len)?;
         Ok(self.insert(Container {
             pages: Pages::Filling(f),
@@ -226,15 +232,11 @@ impl Domain {
     /// A volatile container of `len` bytes (its pages zeroed), mapped: see the module's
     /// documentation. Its bytes are reached with [`Domain::map_words`].
     pub fn alloc_volatile(&mut self, len: usize) -> Result<Cid, ContainerError> {
-        if len == 0 {
-            return Err(ContainerError::BadLength {
-                len,
-                why: "a container holds at least one byte",
-            });
-        }
+        not_empty(len)?;
         let f = VolatileFile::new("zcio-container", len)?;
+        let key = file_key(f.fd())?;
         Ok(self.insert(Container {
-            pages: Pages::Volatile(f),
+            pages: Pages::Volatile(f, key),
             len,
         }))
     }
@@ -242,7 +244,7 @@ impl Domain {
     /// Whether the container is volatile.
     pub fn is_volatile(&self, id: Cid) -> Result<bool, ContainerError> {
         let c = self.owned.get(&id).ok_or(ContainerError::NotOwned(id))?;
-        Ok(matches!(c.pages, Pages::Volatile(_)))
+        Ok(matches!(c.pages, Pages::Volatile(..)))
     }
 
     /// `cs_map` of a volatile container: its pages' words (the data is the first
@@ -251,7 +253,7 @@ impl Domain {
     pub fn map_words(&mut self, id: Cid) -> Result<&[AtomicU64], ContainerError> {
         let c = self.get(id)?;
         match &mut c.pages {
-            Pages::Volatile(f) => Ok(f.map()?),
+            Pages::Volatile(f, _) => Ok(f.map()?),
             _ => Err(ContainerError::Kind {
                 id,
                 why: "a sealed container is reached as bytes (map, map_read), not words",
@@ -297,7 +299,7 @@ impl Domain {
                 *changed = true;
                 Ok(&mut view.as_mut().expect("made above").bytes_mut()[..len])
             }
-            Pages::Volatile(_) => Err(ContainerError::Kind {
+            Pages::Volatile(..) => Err(ContainerError::Kind {
                 id,
                 why: VOLATILE_BYTES,
             }),
@@ -317,7 +319,7 @@ impl Domain {
                 }
                 Ok(&view.as_ref().expect("made above").bytes()[..len])
             }
-            Pages::Volatile(_) => Err(ContainerError::Kind {
+            Pages::Volatile(..) => Err(ContainerError::Kind {
                 id,
                 why: VOLATILE_BYTES,
             }),
@@ -328,7 +330,7 @@ impl Domain {
     /// one's mapping is hidden, to be shown again by the next map).
     pub fn unmap(&mut self, id: Cid) -> Result<(), ContainerError> {
         let c = self.get(id)?;
-        if let Pages::Volatile(f) = &mut c.pages {
+        if let Pages::Volatile(f, _) = &mut c.pages {
             f.hide()?;
             return Ok(());
         }
@@ -351,7 +353,7 @@ impl Domain {
         Ok(match &c.pages {
             Pages::Filling(_) => true,
             Pages::Sealed { view, .. } => view.is_some(),
-            Pages::Volatile(f) => f.words().is_some(),
+            Pages::Volatile(f, _) => f.words().is_some(),
         })
     }
 
@@ -376,7 +378,7 @@ impl Domain {
                 (f.seal()?, len)
             }
             Pages::Sealed { file, .. } => (file, len),
-            Pages::Volatile(_) => unreachable!("volatile containers are written as they are"),
+            Pages::Volatile(..) => unreachable!("volatile containers are written as they are"),
         })
     }
 
@@ -396,7 +398,7 @@ impl Domain {
         let socket =
             rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket;
         let len = c.len;
-        if let Pages::Volatile(mut f) = c.pages {
+        if let Pages::Volatile(mut f, key) = c.pages {
             f.hide()?;
             let sent = if socket {
                 zcio_vm::wire::send_with_fds(path, &header(len, KIND_VOLATILE), &[f.fd()])
@@ -409,14 +411,13 @@ impl Domain {
                 self.owned.insert(
                     id,
                     Container {
-                        pages: Pages::Volatile(f),
+                        pages: Pages::Volatile(f, key),
                         len,
                     },
                 );
                 return Err(e);
             }
             if socket {
-                let key = file_key(f.fd())?;
                 self.cache_put(key, f);
             }
             return Ok(());
@@ -458,7 +459,7 @@ impl Domain {
             let start = match &c.pages {
                 Pages::Filling(f) => f.bytes().as_ptr() as usize,
                 Pages::Sealed { view: Some(v), .. } => v.bytes().as_ptr() as usize,
-                Pages::Sealed { view: None, .. } | Pages::Volatile(_) => return None,
+                Pages::Sealed { view: None, .. } | Pages::Volatile(..) => return None,
             };
             (start == addr && c.len == len).then_some(*id)
         });
@@ -553,7 +554,7 @@ impl Domain {
             f.map()?;
         }
         Ok(self.insert(Container {
-            pages: Pages::Volatile(f),
+            pages: Pages::Volatile(f, key),
             len,
         }))
     }

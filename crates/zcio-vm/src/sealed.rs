@@ -28,6 +28,21 @@ fn final_seals() -> SealFlags {
     SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW
 }
 
+/// A zeroed memory file of `len` bytes rounded up to whole pages: its descriptor and length.
+fn fresh_memfd(name: &str, len: usize) -> Result<(OwnedFd, usize)> {
+    if len == 0 {
+        return Err(VmError::Empty {
+            what: "a container",
+        });
+    }
+    let pages = align_up(len, page_size()).ok_or(VmError::TooLarge {
+        what: "a container",
+        value: len,
+        limit: crate::mapping::MAX_MAPPING,
+    })?;
+    Ok((crate::mapping::memfd(name, pages)?, pages))
+}
+
 /// A fresh memory file mapped for its creator alone.
 #[derive(Debug)]
 pub struct ExclusiveFile {
@@ -39,17 +54,7 @@ pub struct ExclusiveFile {
 impl ExclusiveFile {
     /// A zeroed file of `len` bytes (rounded up to pages), mapped.
     pub fn new(name: &str, len: usize) -> Result<ExclusiveFile> {
-        if len == 0 {
-            return Err(VmError::Empty {
-                what: "a container",
-            });
-        }
-        let pages = align_up(len, page_size()).ok_or(VmError::TooLarge {
-            what: "a container",
-            value: len,
-            limit: crate::mapping::MAX_MAPPING,
-        })?;
-        let fd = crate::mapping::memfd(name, pages)?;
+        let (fd, pages) = fresh_memfd(name, len)?;
         let map = Mapping::shared_fd(fd.as_fd(), 0, pages, None)?;
         Ok(ExclusiveFile {
             map,
@@ -265,17 +270,7 @@ impl VolatileFile {
     /// A zeroed file of `len` bytes (rounded up to pages), sealed against size changes and
     /// mapped.
     pub fn new(name: &str, len: usize) -> Result<VolatileFile> {
-        if len == 0 {
-            return Err(VmError::Empty {
-                what: "a container",
-            });
-        }
-        let pages = align_up(len, page_size()).ok_or(VmError::TooLarge {
-            what: "a container",
-            value: len,
-            limit: crate::mapping::MAX_MAPPING,
-        })?;
-        let fd = crate::mapping::memfd(name, pages)?;
+        let (fd, pages) = fresh_memfd(name, len)?;
         rustix::fs::fcntl_add_seals(&fd, size_seals())
             .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS)", e.into()))?;
         let mut f = VolatileFile {

@@ -249,10 +249,7 @@ pub fn measure(a: &ChecksumArgs, progress: &mut dyn FnMut(String)) -> Res<Checks
                 kind: kind.to_string(),
                 size,
                 gbps,
-                gbps_spread: [
-                    v.iter().copied().fold(f64::INFINITY, f64::min),
-                    v.iter().copied().fold(0.0, f64::max),
-                ],
+                gbps_spread: fit::spread(v),
                 gbytes_per_s: gbps / 8.0,
             });
         }
@@ -372,10 +369,7 @@ fn datagrams(size: usize, rounds: usize, millis: u64) -> Res<Vec<DatagramRow>> {
             variant: name.to_string(),
             size,
             gbps: medians[v],
-            gbps_spread: [
-                samples[v].iter().copied().fold(f64::INFINITY, f64::min),
-                samples[v].iter().copied().fold(0.0, f64::max),
-            ],
+            gbps_spread: fit::spread(&samples[v]),
             datagrams: counts[v],
             over_naive: medians[v] / medians[0],
         })
@@ -443,15 +437,10 @@ pub fn units(a: &ChecksumArgs) -> usize {
 
 /// Run the benchmark and print it.
 pub fn run(a: ChecksumArgs) -> Res<()> {
-    let bar = crate::bench_bar(units(&a) as u64);
-    let s = measure(&a, &mut |m| {
-        bar.set_message(m);
-        bar.inc(1);
-    })?;
-    bar.finish_and_clear();
-    if a.json {
-        return crate::print_bench_json("checksum", &s);
-    }
+    let Some(s) = crate::run_bench("checksum", units(&a) as u64, a.json, |p| measure(&a, p))?
+    else {
+        return Ok(());
+    };
     let names: Vec<String> = {
         let mut n: Vec<String> = Vec::new();
         for r in &s.rows {

@@ -467,11 +467,11 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
             relays,
             frames,
             fps: med[v],
-            fps_spread: spread(&fps[v]),
+            fps_spread: fit::spread(&fps[v]),
             animations: med[v] / 30.0,
             over_read_write: med[v] / med[0],
             cpu_us_per_frame: fit::median(&cpu[v]).unwrap_or(f64::NAN),
-            cpu_spread: spread(&cpu[v]),
+            cpu_spread: fit::spread(&cpu[v]),
         }));
     }
     Ok(FramesSection {
@@ -481,24 +481,12 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
     })
 }
 
-fn spread(v: &[f64]) -> [f64; 2] {
-    [
-        v.iter().copied().fold(f64::INFINITY, f64::min),
-        v.iter().copied().fold(0.0, f64::max),
-    ]
-}
-
 /// Run the benchmark and print it.
 pub fn run(a: FramesArgs) -> Res<()> {
-    let bar = crate::bench_bar(a.runs() as u64);
-    let s = measure(&a, &mut |m| {
-        bar.set_message(m);
-        bar.inc(1);
-    })?;
-    bar.finish_and_clear();
-    if a.json {
-        return crate::print_bench_json("containers", &s);
-    }
+    let Some(s) = crate::run_bench("containers", a.runs() as u64, a.json, |p| measure(&a, p))?
+    else {
+        return Ok(());
+    };
     println!(
         "640×480 frames, sender → relays → display (median of {} rounds; {} volatile containers going round)",
         s.rounds, s.in_flight

@@ -25,6 +25,28 @@ pub fn bench_bar(len: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// Run a bench's `measure` under a progress bar of `steps` (each message `measure` reports
+/// is one step). With `json`, print the results as JSON ([`print_bench_json`]) and return
+/// `None`; otherwise return them for the bench to print as a table.
+pub fn run_bench<S: serde::Serialize>(
+    name: &str,
+    steps: u64,
+    json: bool,
+    measure: impl FnOnce(&mut dyn FnMut(String)) -> transfer::Res<S>,
+) -> transfer::Res<Option<S>> {
+    let bar = bench_bar(steps);
+    let s = measure(&mut |m| {
+        bar.set_message(m);
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if json {
+        print_bench_json(name, &s)?;
+        return Ok(None);
+    }
+    Ok(Some(s))
+}
+
 /// Print a bench's results as JSON, with `"bench": name` added.
 pub fn print_bench_json(name: &str, section: &impl serde::Serialize) -> transfer::Res<()> {
     let mut v = serde_json::to_value(section)?;

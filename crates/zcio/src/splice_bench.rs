@@ -532,10 +532,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
                     mechanism: mech[v].clone(),
                     bytes,
                     gbps: med[v],
-                    gbps_spread: [
-                        gbps[v].iter().copied().fold(f64::INFINITY, f64::min),
-                        gbps[v].iter().copied().fold(0.0, f64::max),
-                    ],
+                    gbps_spread: fit::spread(&gbps[v]),
                     latency_us: fit::median(&lat[v]).unwrap_or(f64::NAN),
                     cpu_us_per_mib: fit::median(&cpu[v]).unwrap_or(f64::NAN),
                     pace_gbps: pace,
@@ -569,15 +566,10 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
 
 /// Run the benchmark and print it.
 pub fn run(a: SpliceArgs) -> Res<()> {
-    let bar = crate::bench_bar(PAIRS.len() as u64);
-    let s = measure(&a, &mut |m| {
-        bar.set_message(m);
-        bar.inc(1);
-    })?;
-    bar.finish_and_clear();
-    if a.json {
-        return crate::print_bench_json("splice", &s);
-    }
+    let Some(s) = crate::run_bench("splice", PAIRS.len() as u64, a.json, |p| measure(&a, p))?
+    else {
+        return Ok(());
+    };
     println!(
         "{:<15} {:<11} {:<16} {:>9} {:>11} {:>11} {:>10} {:>10} {:>10}",
         "pair",

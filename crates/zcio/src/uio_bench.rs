@@ -565,10 +565,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
                     cache: cache.clone(),
                     queries: n,
                     seconds: med[v],
-                    seconds_spread: [
-                        secs[v].iter().copied().fold(f64::INFINITY, f64::min),
-                        secs[v].iter().copied().fold(0.0, f64::max),
-                    ],
+                    seconds_spread: fit::spread(&secs[v]),
                     queries_per_s: n as f64 / med[v],
                     bytes_per_s: (n as u64 * table_bytes) as f64 / med[v],
                     cpu_user_s: cu,
@@ -652,15 +649,10 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
 
 /// Run the benchmark and print it.
 pub fn run(a: UioArgs) -> Res<()> {
-    let bar = crate::bench_bar((a.steps() + a.queries().last().copied().unwrap_or(1)) as u64);
-    let s = measure(&a, &mut |m| {
-        bar.set_message(m);
-        bar.inc(1);
-    })?;
-    bar.finish_and_clear();
-    if a.json {
-        return crate::print_bench_json("uio", &s);
-    }
+    let steps = a.steps() + a.queries().last().copied().unwrap_or(1);
+    let Some(s) = crate::run_bench("uio", steps as u64, a.json, |p| measure(&a, p))? else {
+        return Ok(());
+    };
     println!(
         "{} tables of {} rows ({:.1} MiB each), {} rows a query; median of {} rounds; O_DIRECT: {}",
         s.rows.iter().map(|r| r.queries).max().unwrap_or(0),

@@ -149,6 +149,14 @@ pub fn median(v: &[f64]) -> Option<f64> {
     quantile(v, 0.5)
 }
 
+/// The lowest and highest of `v` (`[inf, 0]` when empty: no spread).
+pub fn spread(v: &[f64]) -> [f64; 2] {
+    [
+        v.iter().copied().fold(f64::INFINITY, f64::min),
+        v.iter().copied().fold(0.0, f64::max),
+    ]
+}
+
 /// The `q` quantile of `v` by linear interpolation (0 ≤ q ≤ 1); `None` when empty.
 pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
     if v.is_empty() {
