@@ -32,6 +32,7 @@ pub mod bufring;
 pub mod direct;
 pub mod error;
 pub mod fallback;
+pub mod huge;
 pub mod mapping;
 pub mod page;
 pub mod protect;

@@ -26,7 +26,7 @@
 
 use crate::error::{Result, VmError};
 use crate::mapping::{MapOptions, Mapping};
-use crate::page::{RawRange, complement_into, page_size};
+use crate::page::{HUGE_PAGE_SIZE, RawRange, complement_into, page_size};
 use crate::uffd::{Event, Features, RegisterMode, Userfaultfd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -37,6 +37,11 @@ pub const MAX_OUTPUTS: usize = 4096;
 pub const MAX_REGISTRATIONS: usize = 64;
 /// Pages in the TCOW stash (virtual; populated only by moved originals).
 pub const STASH_PAGES: usize = 8192;
+/// Huge-page (2 MiB) slots in the TCOW stash: originals of PMDs moved out by TCOW at 2 MiB,
+/// and spare huge pages the copies are made in (virtual; populated only when used).
+pub const HSTASH_SLOTS: usize = 64;
+/// Populated huge stash slots kept as spares for the next PMD TCOW (the rest are released).
+const HSPARES_KEPT: usize = 16;
 /// Ranges in transition (being swapped) at once.
 const MAX_TRANSIENT: usize = 256;
 /// How often an ioctl that says `EAGAIN` (the address space is changing) is retried.
@@ -93,6 +98,12 @@ pub struct VmStats {
     pub tcow_faults: u64,
     /// Pages copied by TCOW (one per fault resolved by move + copy).
     pub tcow_copies: u64,
+    /// Faults resolved by TCOW on a whole PMD (2 MiB): the huge page moved out, a copy moved in.
+    #[serde(default)]
+    pub tcow_huge_copies: u64,
+    /// Bytes TCOW copied, 4 KiB and 2 MiB faults together.
+    #[serde(default)]
+    pub tcow_copied_bytes: u64,
     /// Faults that had to wait for an output to complete.
     pub sleep_on_write: u64,
     /// Write-protect faults on pages no longer under output (protection simply lifted).
@@ -115,6 +126,8 @@ pub struct VmStats {
 struct Counters {
     tcow_faults: AtomicU64,
     tcow_copies: AtomicU64,
+    tcow_huge_copies: AtomicU64,
+    tcow_copied_bytes: AtomicU64,
     sleep_on_write: AtomicU64,
     wp_lifted: AtomicU64,
     missing_faults: AtomicU64,
@@ -147,6 +160,19 @@ struct Stashed {
     output: u64,
     page: usize,
     slot: usize,
+    /// A whole PMD in a huge stash slot (`page` is then 2 MiB-aligned and `slot` a huge slot).
+    huge: bool,
+}
+
+impl Stashed {
+    fn covers(&self, page: usize) -> bool {
+        let len = if self.huge {
+            HUGE_PAGE_SIZE
+        } else {
+            page_size()
+        };
+        self.page <= page && page < self.page + len
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -160,6 +186,11 @@ struct State {
     stashed: Vec<Stashed>,
     slot_refs: Vec<u32>,
     free_slots: Vec<usize>,
+    hslot_refs: Vec<u32>,
+    /// Empty huge stash slots.
+    hfree: Vec<usize>,
+    /// Populated huge stash slots whose bytes nobody needs: the copies of PMD TCOW go there.
+    hspare: Vec<usize>,
     registered: Vec<Registration>,
     transient: Vec<RawRange>,
     /// Ranges unmapped while an output over them was pending, with the unmap generation.
@@ -183,6 +214,8 @@ pub struct VmRuntime {
     batch: Mutex<()>,
     next_watch: AtomicU64,
     stash: Option<Mapping>,
+    /// The huge-page stash ([`HSTASH_SLOTS`] slots of 2 MiB), where transparent huge pages can be had.
+    hstash: Option<Mapping>,
     zero: Mapping,
     counters: Counters,
 }
@@ -286,6 +319,42 @@ impl VmRuntime {
             }
             _ => None,
         };
+        let hstash = match (&uffd, &stash) {
+            (Some(u), Some(_)) if crate::huge::unavailable_reason().is_none() => {
+                let m = Mapping::anonymous(
+                    HSTASH_SLOTS * HUGE_PAGE_SIZE,
+                    MapOptions {
+                        huge: true,
+                        ..Default::default()
+                    },
+                )
+                .and_then(|m| {
+                    u.register(
+                        m.range(),
+                        RegisterMode {
+                            missing: false,
+                            wp: true,
+                        },
+                    )?;
+                    Ok(m)
+                });
+                match m {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        reasons.push(format!("TCOW at 2 MiB unavailable (huge stash): {e}"));
+                        None
+                    }
+                }
+            }
+            (Some(_), Some(_)) => {
+                reasons.push(format!(
+                    "TCOW at 2 MiB unavailable: {}",
+                    crate::huge::unavailable_reason().unwrap_or_default()
+                ));
+                None
+            }
+            _ => None,
+        };
         let zero = Mapping::anonymous(
             page_size(),
             MapOptions {
@@ -299,6 +368,9 @@ impl VmRuntime {
             stashed: Vec::with_capacity(STASH_PAGES),
             slot_refs: vec![0; STASH_PAGES],
             free_slots: (0..STASH_PAGES).rev().collect(),
+            hslot_refs: vec![0; HSTASH_SLOTS],
+            hfree: (0..HSTASH_SLOTS).rev().collect(),
+            hspare: Vec::with_capacity(HSTASH_SLOTS),
             registered: Vec::with_capacity(MAX_REGISTRATIONS),
             transient: Vec::with_capacity(MAX_TRANSIENT),
             gone: Vec::with_capacity(MAX_OUTPUTS),
@@ -319,6 +391,7 @@ impl VmRuntime {
             batch: Mutex::new(()),
             next_watch: AtomicU64::new(1),
             stash,
+            hstash,
             zero,
             counters: Counters::default(),
         }
@@ -335,6 +408,8 @@ impl VmRuntime {
         VmStats {
             tcow_faults: c.tcow_faults.load(Ordering::Relaxed),
             tcow_copies: c.tcow_copies.load(Ordering::Relaxed),
+            tcow_huge_copies: c.tcow_huge_copies.load(Ordering::Relaxed),
+            tcow_copied_bytes: c.tcow_copied_bytes.load(Ordering::Relaxed),
             sleep_on_write: c.sleep_on_write.load(Ordering::Relaxed),
             wp_lifted: c.wp_lifted.load(Ordering::Relaxed),
             missing_faults: c.missing_faults.load(Ordering::Relaxed),
@@ -539,6 +614,13 @@ impl VmRuntime {
         while k < st.stashed.len() {
             if st.stashed[k].output == id {
                 let s = st.stashed.swap_remove(k);
+                if s.huge {
+                    st.hslot_refs[s.slot] -= 1;
+                    if st.hslot_refs[s.slot] == 0 {
+                        self.free_hslot_locked(st, s.slot);
+                    }
+                    continue;
+                }
                 st.slot_refs[s.slot] -= 1;
                 if st.slot_refs[s.slot] == 0 {
                     self.free_slot_locked(st, s.slot);
@@ -612,6 +694,28 @@ impl VmRuntime {
             let _ = stash.advise_range(r, libc::MADV_DONTNEED, "madvise(stash)");
         }
         st.free_slots.push(slot);
+    }
+
+    /// A huge stash slot whose original no output needs any more: kept populated as a spare for
+    /// the next PMD TCOW (no zeroing, no first touch), or released beyond [`HSPARES_KEPT`].
+    fn free_hslot_locked(&self, st: &mut State, slot: usize) {
+        if st.hspare.len() < HSPARES_KEPT {
+            st.hspare.push(slot);
+            return;
+        }
+        if let Some(h) = &self.hstash {
+            let r = RawRange {
+                addr: h.addr() + slot * HUGE_PAGE_SIZE,
+                len: HUGE_PAGE_SIZE,
+            };
+            let _ = h.advise_range(r, libc::MADV_DONTNEED, "madvise(huge stash)");
+        }
+        st.hfree.push(slot);
+    }
+
+    /// Whether TCOW at 2 MiB is available (a huge stash, `UFFDIO_MOVE`, THP and `PAGEMAP_SCAN`).
+    pub fn huge_tcow(&self) -> bool {
+        self.hstash.is_some() && self.caps.swap
     }
 
     /// Whether any pending output references a page of `r`.
@@ -1252,6 +1356,14 @@ impl VmRuntime {
             return None;
         }
         self.counters.tcow_faults.fetch_add(1, Ordering::Relaxed);
+        let room = st.stashed.len() + st.outputs.len() <= st.stashed.capacity();
+        if room {
+            match self.tcow_pmd(u, st, page) {
+                PmdTcow::Done => return None,
+                PmdTcow::Again => return Some((page, None)),
+                PmdTcow::NotHere => {}
+            }
+        }
         let room = st.stashed.len() + needing <= st.stashed.capacity();
         let slot = if room && self.stash.is_some() && self.caps.swap {
             st.free_slots.pop()
@@ -1277,6 +1389,140 @@ impl VmRuntime {
             return None; // pinned or shared with a child: sleep on write until the output completes
         }
         self.finish_tcow(u, st, page, slot)
+    }
+
+    /// TCOW at 2 MiB for a write fault on `page`: where its PMD is PMD-mapped and every
+    /// protected output over it covers it whole, move the huge page out to a huge stash slot
+    /// (the outputs' references keep the original), copy it into a spare huge page and move that
+    /// in, writable, at the PMD (which wakes the writer). One fault, one 2 MiB copy and two PMD
+    /// moves, where the 4 KiB path would fail (the kernel cannot split a referenced huge page).
+    fn tcow_pmd(&self, u: &Userfaultfd, st: &mut State, page: usize) -> PmdTcow {
+        let Some(h) = self.hstash.as_ref().filter(|_| self.caps.swap) else {
+            return PmdTcow::NotHere;
+        };
+        let base = page & !(HUGE_PAGE_SIZE - 1);
+        let pmd = RawRange {
+            addr: base,
+            len: HUGE_PAGE_SIZE,
+        };
+        // Every protected output touching the PMD covers it whole and has stashed none of it.
+        let fits = st.outputs.iter().filter(|o| o.protected).all(|o| {
+            o.range.intersect(&pmd).is_none()
+                || (o.range.contains(&pmd)
+                    && !st.stashed.iter().any(|s| {
+                        s.output == o.id && s.page < base + HUGE_PAGE_SIZE && s.page >= base
+                    }))
+        });
+        if !fits || st.transient.iter().any(|t| t.intersect(&pmd).is_some()) {
+            return PmdTcow::NotHere;
+        }
+        if !crate::huge::is_pmd_mapped(base) {
+            return PmdTcow::NotHere;
+        }
+        // A spare (populated) slot for the copy, an empty one for the original.
+        let Some(orig) = st.hfree.pop() else {
+            return PmdTcow::NotHere;
+        };
+        let slot_addr = |s: usize| h.addr() + s * HUGE_PAGE_SIZE;
+        let spare = match st.hspare.pop() {
+            Some(s) => s,
+            None => match st.hfree.pop() {
+                Some(s) => {
+                    let r = RawRange {
+                        addr: slot_addr(s),
+                        len: HUGE_PAGE_SIZE,
+                    };
+                    if h.advise_range(r, libc::MADV_POPULATE_WRITE, "madvise(huge spare)")
+                        .is_err()
+                    {
+                        st.hfree.push(s);
+                        st.hfree.push(orig);
+                        return PmdTcow::NotHere;
+                    }
+                    s
+                }
+                None => {
+                    st.hfree.push(orig);
+                    return PmdTcow::NotHere;
+                }
+            },
+        };
+        let give_back = |st: &mut State| {
+            st.hfree.push(orig);
+            st.hspare.push(spare);
+        };
+        // SAFETY: step 1, the original PMD out of the application's address space into our
+        // empty huge stash slot. The faulting thread is blocked; another thread touching the PMD
+        // meanwhile takes a missing fault that the handler serves after this call (by then the
+        // copy is in place, so it is only woken).
+        if let Err(e) = unsafe { u.move_pages(slot_addr(orig), base, HUGE_PAGE_SIZE, false, true) }
+        {
+            if e.moved > 0 {
+                // Split under us and moved in part: put back what moved.
+                // SAFETY: the pages just moved return to their (now empty) places.
+                let _ = unsafe { u.move_pages(base, slot_addr(orig), e.moved, true, true) };
+            }
+            give_back(st);
+            return if e.errno == libc::EAGAIN {
+                PmdTcow::Again
+            } else {
+                PmdTcow::NotHere
+            };
+        }
+        // Step 2: the copy, in the spare huge page.
+        // SAFETY: both slots are ours and populated (the original moved in, the spare faulted
+        // in); nobody else writes them; 2 MiB each, not overlapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                slot_addr(orig) as *const u8,
+                slot_addr(spare) as *mut u8,
+                HUGE_PAGE_SIZE,
+            )
+        };
+        // Step 3: the copy in at the PMD, writable; this wakes the writer.
+        // SAFETY: the PMD is empty since step 1; the spare slot is ours.
+        let moved_in = retry_eagain(
+            |e: &crate::uffd::MoveError| Some(e.errno),
+            || unsafe { u.move_pages(base, slot_addr(spare), HUGE_PAGE_SIZE, false, false) },
+        );
+        if moved_in.is_ok() {
+            st.hfree.push(spare);
+        } else {
+            // SAFETY: fill the empty PMD with a copy of the original page by page (4 KiB pages:
+            // the application loses the huge page here, not its bytes), waking the writer.
+            let filled = unsafe { u.copy(base, slot_addr(orig), HUGE_PAGE_SIZE, false) };
+            st.hspare.push(spare);
+            if filled.is_err() {
+                // SAFETY: undo step 1: the original back to its empty place.
+                let _ = unsafe { u.move_pages(base, slot_addr(orig), HUGE_PAGE_SIZE, true, false) };
+                st.hfree.push(orig);
+                return PmdTcow::NotHere;
+            }
+        }
+        self.counters
+            .tcow_huge_copies
+            .fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .tcow_copied_bytes
+            .fetch_add(HUGE_PAGE_SIZE as u64, Ordering::Relaxed);
+        let mut refs = 0;
+        for i in 0..st.outputs.len() {
+            let o = st.outputs[i];
+            if o.protected && o.range.contains(&pmd) {
+                st.stashed.push(Stashed {
+                    output: o.id,
+                    page: base,
+                    slot: orig,
+                    huge: true,
+                });
+                refs += 1;
+            }
+        }
+        st.hslot_refs[orig] = refs;
+        if refs == 0 {
+            self.free_hslot_locked(st, orig);
+        }
+        PmdTcow::Done
     }
 
     /// TCOW step 2 and its bookkeeping, for a page whose original is in stash slot `slot`.
@@ -1314,6 +1560,9 @@ impl VmRuntime {
         }
         st.transient.retain(|t| *t != pr);
         self.counters.tcow_copies.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .tcow_copied_bytes
+            .fetch_add(ps as u64, Ordering::Relaxed);
         let mut refs = 0;
         for i in 0..st.outputs.len() {
             let o = st.outputs[i];
@@ -1322,6 +1571,7 @@ impl VmRuntime {
                     output: o.id,
                     page,
                     slot,
+                    huge: false,
                 });
                 refs += 1;
             }
@@ -1336,6 +1586,17 @@ impl VmRuntime {
     }
 }
 
+/// What an attempt at TCOW on a whole PMD came to.
+enum PmdTcow {
+    /// The huge page is in the huge stash, a copy of it at the faulting PMD; the writer woken.
+    Done,
+    /// The address space was changing (`EAGAIN`): try the fault again later.
+    Again,
+    /// Not a case for 2 MiB (not PMD-mapped, not wholly under the outputs, no huge slot, the
+    /// kernel refused the move): the 4 KiB path handles the fault.
+    NotHere,
+}
+
 /// A write-protect fault to handle again: the page, and the stash slot holding its original if
 /// TCOW step 1 is done.
 type Deferred = (usize, Option<usize>);
@@ -1348,7 +1609,7 @@ fn needs_page(o: &ActiveOutput, stashed: &[Stashed], page: usize) -> bool {
             addr: page,
             len: page_size(),
         })
-        && !stashed.iter().any(|s| s.page == page && s.output == o.id)
+        && !stashed.iter().any(|s| s.output == o.id && s.covers(page))
 }
 
 /// A range watched for unmapping ([`VmRuntime::watch`]).

@@ -155,3 +155,98 @@ fn aligned_huge_pages_move_whole() {
         "the huge pages arrived split: AnonHugePages {moved} kB at the destination"
     );
 }
+
+/// A huge (2 MiB-aligned, PMD-mapped) buffer of `pmds` huge pages, filled by `pattern`; `None`
+/// (after saying why) where this kernel gives no huge pages.
+fn huge_buffer(pmds: usize, seed: u8) -> Option<Mapping> {
+    if let Some(why) = zcio_vm::huge::unavailable_reason() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let h = zcio_vm::page::HUGE_PAGE_SIZE;
+    let mut m = Mapping::anonymous(
+        pmds * h,
+        MapOptions {
+            huge: true,
+            populate: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    pattern(m.as_mut_slice(), seed);
+    Some(m)
+}
+
+#[test]
+fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writer() {
+    let rt = VmRuntime::get();
+    if rt.capabilities().tcow != TcowMode::UffdMove {
+        eprintln!("skipped: TCOW mode {:?}", rt.capabilities().tcow);
+        return;
+    }
+    let h = zcio_vm::page::HUGE_PAGE_SIZE;
+    let pmds = 4;
+    let Some(mut m) = huge_buffer(pmds, 3) else {
+        return;
+    };
+    assert_eq!(
+        zcio_vm::huge::scan(m.range()).granule(),
+        zcio_vm::huge::Granule::Huge,
+        "a populated MADV_HUGEPAGE mapping is PMD-mapped here"
+    );
+    assert!(rt.huge_tcow(), "{:?}", rt.capabilities().reasons);
+    let p = Pipe::new(1 << 20).unwrap();
+    for round in 0..3u8 {
+        pattern(m.as_mut_slice(), round);
+        let expect = m.as_slice().to_vec();
+        let before = rt.stats();
+        let out = rt.reference_output(m.range(), true).unwrap();
+        // The pipe holds 1 MiB of the output (from the middle of one PMD); every page of the
+        // buffer is written while it is queued, from this very thread (TCOW never waits for
+        // the output), then the output is read.
+        let chunk = 1 << 20;
+        let at = (round as usize % pmds) * h + h / 4;
+        vmsplice_all(p.tx.as_fd(), &[&m.as_slice()[at..at + chunk]]).unwrap();
+        let buf = m.as_mut_slice();
+        for pg in (0..pmds * h).step_by(page_size()) {
+            buf[pg] = 0xA0 ^ round;
+        }
+        buf[(pmds - 1) * h..].fill(0xEE);
+        let mut got = vec![0u8; chunk];
+        read_exact(p.rx.as_fd(), &mut got).unwrap();
+        out.release();
+        assert!(
+            got[..] == expect[at..at + chunk],
+            "round {round}: the output changed under the writer"
+        );
+        let after = rt.stats();
+        assert_eq!(
+            after.tcow_huge_copies - before.tcow_huge_copies,
+            pmds as u64,
+            "one 2 MiB TCOW per PMD"
+        );
+        assert_eq!(after.tcow_copies, before.tcow_copies, "no 4 KiB TCOW");
+        assert_eq!(
+            after.tcow_copied_bytes - before.tcow_copied_bytes,
+            (pmds * h) as u64,
+            "every copied byte counted"
+        );
+        // The writer sees its writes over the original bytes, and the buffer is still made
+        // of huge pages.
+        for (i, (&b, &e)) in m.as_slice().iter().zip(&expect).enumerate() {
+            let want = if i >= (pmds - 1) * h {
+                0xEE
+            } else if i % page_size() == 0 {
+                0xA0 ^ round
+            } else {
+                e
+            };
+            assert_eq!(b, want, "byte {i}");
+        }
+        assert_eq!(
+            zcio_vm::huge::scan(m.range()).granule(),
+            zcio_vm::huge::Granule::Huge,
+            "the copies moved in are huge pages"
+        );
+    }
+}

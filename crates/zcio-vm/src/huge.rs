@@ -1,0 +1,313 @@
+//! Transparent huge pages: which 2 MiB granules of a range are PMD-mapped right now.
+//!
+//! Genie's premise, that page-table work is cheap next to copying, fails at 4 KiB on present
+//! hardware (protecting, referencing and swapping one 4 KiB page costs more than copying it)
+//! and holds again at 2 MiB, where one page-table entry (a PMD) maps 512 pages: write-protecting,
+//! moving or referencing it costs a few microseconds against some 50 µs to copy its bytes. The
+//! layers above choose their granule per PMD from what this module reports.
+//!
+//! The check asks the kernel through `PAGEMAP_SCAN` (Linux 6.7) for the pages of the range in the
+//! `PAGE_IS_HUGE` category: one system call per range, whatever its length. Where the call is
+//! missing, [`scan`] says so ([`HugeScan::Unknown`]) and the callers take the 4 KiB paths.
+
+use crate::page::{HUGE_PAGE_SIZE, RawRange, align_down, align_up};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::OnceLock;
+
+const PAGEMAP_SCAN: u64 = (3 << 30)
+    | ((std::mem::size_of::<linux_raw_sys::general::pm_scan_arg>() as u64) << 16)
+    | ((b'f' as u64) << 8)
+    | 16;
+
+/// The granule a range of memory is handled at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Granule {
+    /// Base pages (4 KiB): not one whole PMD of the range is PMD-mapped.
+    #[serde(rename = "4k")]
+    Base,
+    /// Huge pages (2 MiB): every whole PMD of the range is PMD-mapped.
+    #[serde(rename = "2m")]
+    Huge,
+    /// Some whole PMDs of the range are PMD-mapped and some are not.
+    #[serde(rename = "mixed")]
+    Mixed,
+}
+
+impl Granule {
+    /// The name used in JSON and paths: `4k`, `2m` or `mixed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Granule::Base => "4k",
+            Granule::Huge => "2m",
+            Granule::Mixed => "mixed",
+        }
+    }
+}
+
+impl std::fmt::Display for Granule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Most PMD runs one scan reports; a range with more alternations is reported in part
+/// ([`HugeScan::Known::truncated`]), the rest counted as not huge.
+pub const MAX_RUNS: usize = 64;
+
+/// What a scan found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HugeScan {
+    /// The PMD-aligned runs of the range that are PMD-mapped (each a multiple of 2 MiB, inside
+    /// the range's whole PMDs), in address order.
+    Known {
+        /// The runs.
+        runs: Vec<RawRange>,
+        /// Whole PMDs of the range.
+        pmds: usize,
+        /// Whether more runs than [`MAX_RUNS`] were found (the rest are left out).
+        truncated: bool,
+    },
+    /// The kernel cannot tell (no `PAGEMAP_SCAN`): the reason.
+    Unknown(String),
+}
+
+impl HugeScan {
+    /// PMD-mapped bytes found.
+    pub fn huge_bytes(&self) -> usize {
+        match self {
+            HugeScan::Known { runs, .. } => runs.iter().map(|r| r.len).sum(),
+            HugeScan::Unknown(_) => 0,
+        }
+    }
+
+    /// The granule of the whole PMDs scanned: [`Granule::Base`] when none is huge (or the scan
+    /// could not tell), [`Granule::Huge`] when all are.
+    pub fn granule(&self) -> Granule {
+        match self {
+            HugeScan::Known { pmds, .. } if *pmds > 0 => {
+                let huge = self.huge_bytes() / HUGE_PAGE_SIZE;
+                if huge == 0 {
+                    Granule::Base
+                } else if huge == *pmds {
+                    Granule::Huge
+                } else {
+                    Granule::Mixed
+                }
+            }
+            _ => Granule::Base,
+        }
+    }
+}
+
+/// The whole PMDs (2 MiB-aligned granules) inside `r`; empty if it holds none.
+pub fn whole_pmds(r: RawRange) -> RawRange {
+    let start = align_up(r.addr, HUGE_PAGE_SIZE).unwrap_or(usize::MAX);
+    let end = align_down(r.end(), HUGE_PAGE_SIZE);
+    if end <= start {
+        RawRange {
+            addr: start.min(end),
+            len: 0,
+        }
+    } else {
+        RawRange {
+            addr: start,
+            len: end - start,
+        }
+    }
+}
+
+fn pagemap() -> Result<&'static OwnedFd, String> {
+    static FD: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+    FD.get_or_init(|| {
+        rustix::fs::open(
+            "/proc/self/pagemap",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| format!("/proc/self/pagemap cannot be opened: {e}"))
+    })
+    .as_ref()
+    .map_err(|e| e.clone())
+}
+
+/// Which whole PMDs of `r` are PMD-mapped transparent huge pages now (one `PAGEMAP_SCAN`).
+///
+/// The answer can be stale the moment it is given (khugepaged collapses, compaction or a
+/// partial `mprotect` splits): callers use it to choose a path, and every path stays correct
+/// when the pages have changed granule since (a PMD move of a split page moves its 4 KiB
+/// pages, a 4 KiB protection of a huge page splits its PMD).
+pub fn scan(r: RawRange) -> HugeScan {
+    let pmds = whole_pmds(r);
+    if pmds.is_empty() {
+        return HugeScan::Known {
+            runs: Vec::new(),
+            pmds: 0,
+            truncated: false,
+        };
+    }
+    let fd = match pagemap() {
+        Ok(fd) => fd,
+        Err(e) => return HugeScan::Unknown(e),
+    };
+    let mut regions = [linux_raw_sys::general::page_region {
+        start: 0,
+        end: 0,
+        categories: 0,
+    }; MAX_RUNS];
+    let huge = linux_raw_sys::general::PAGE_IS_HUGE as u64;
+    let mut arg = linux_raw_sys::general::pm_scan_arg {
+        size: std::mem::size_of::<linux_raw_sys::general::pm_scan_arg>() as u64,
+        flags: 0,
+        start: pmds.addr as u64,
+        end: pmds.end() as u64,
+        walk_end: 0,
+        vec: regions.as_mut_ptr() as u64,
+        vec_len: MAX_RUNS as u64,
+        max_pages: 0,
+        category_inverted: 0,
+        category_mask: huge,
+        category_anyof_mask: 0,
+        return_mask: huge,
+    };
+    // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len` page_region records into
+    // `regions`, which outlives the call; it only reads this process's page tables.
+    let n = unsafe { libc::ioctl(fd.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return HugeScan::Unknown(format!(
+            "PAGEMAP_SCAN is unavailable ({e}): huge pages cannot be told from base pages"
+        ));
+    }
+    let n = (n as usize).min(MAX_RUNS);
+    let mut runs: Vec<RawRange> = Vec::with_capacity(n);
+    for reg in &regions[..n] {
+        // Huge pages are reported by the pages they map; keep whole PMDs only.
+        let r = whole_pmds(RawRange {
+            addr: reg.start as usize,
+            len: (reg.end - reg.start) as usize,
+        });
+        if r.is_empty() {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(last) if last.end() == r.addr => last.len += r.len,
+            _ => runs.push(r),
+        }
+    }
+    HugeScan::Known {
+        runs,
+        pmds: pmds.len / HUGE_PAGE_SIZE,
+        truncated: (arg.walk_end as usize) < pmds.end(),
+    }
+}
+
+/// Whether the PMD at `pmd` (2 MiB-aligned) is PMD-mapped now.
+pub fn is_pmd_mapped(pmd: usize) -> bool {
+    matches!(scan(RawRange { addr: pmd, len: HUGE_PAGE_SIZE }), HugeScan::Known { runs, .. } if !runs.is_empty())
+}
+
+/// What the kernel's transparent-huge-page policy is (`/sys/kernel/mm/transparent_hugepage/enabled`):
+/// `always`, `madvise` or `never`; `None` where the file is missing (no THP in this kernel).
+pub fn thp_policy() -> Option<String> {
+    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+    let sel = s.split_whitespace().find(|w| w.starts_with('['))?;
+    Some(sel.trim_matches(|c| c == '[' || c == ']').to_string())
+}
+
+/// Why 2 MiB granules cannot be had here, if they cannot: THP disabled or missing, or the
+/// kernel unable to report PMD mappings.
+pub fn unavailable_reason() -> Option<String> {
+    match thp_policy().as_deref() {
+        None => return Some("transparent huge pages are missing from this kernel".into()),
+        Some("never") => {
+            return Some(
+                "transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled = never)"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
+    match pagemap() {
+        Err(e) => Some(e),
+        Ok(_) => match scan(RawRange {
+            addr: 0,
+            len: HUGE_PAGE_SIZE,
+        }) {
+            HugeScan::Unknown(e) => Some(e),
+            HugeScan::Known { .. } => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::{MapOptions, Mapping};
+
+    #[test]
+    fn whole_pmds_inside_a_range() {
+        let h = HUGE_PAGE_SIZE;
+        let r = RawRange {
+            addr: h + 100,
+            len: 3 * h,
+        };
+        assert_eq!(
+            whole_pmds(r),
+            RawRange {
+                addr: 2 * h,
+                len: 2 * h
+            }
+        );
+        assert!(
+            whole_pmds(RawRange {
+                addr: h + 1,
+                len: h
+            })
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_populated_huge_mapping_scans_huge_and_a_base_one_does_not() {
+        if let Some(why) = unavailable_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let h = HUGE_PAGE_SIZE;
+        let m = Mapping::anonymous(
+            4 * h,
+            MapOptions {
+                huge: true,
+                populate: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let s = scan(m.range());
+        // The kernel may fail to find free huge pages; it then says so by the granule.
+        assert_ne!(s.granule(), Granule::Base, "{s:?}");
+        let b = Mapping::anonymous(
+            4 * h,
+            MapOptions {
+                populate: true,
+                no_huge: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(scan(b.range()).granule(), Granule::Base);
+        // Splitting one PMD (a 4 KiB protection change in it) makes the range mixed.
+        m.advise_range(
+            RawRange {
+                addr: m.addr() + h,
+                len: 4096,
+            },
+            libc::MADV_DONTNEED,
+            "madvise",
+        )
+        .unwrap();
+        let s = scan(m.range());
+        assert_eq!(s.granule(), Granule::Mixed, "{s:?}");
+        assert_eq!(s.huge_bytes(), 3 * h);
+    }
+}
