@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod breakdown;
+pub mod buffer;
 pub mod error;
 pub mod memnet;
 mod passing;
@@ -30,6 +31,8 @@ pub mod semantics;
 pub mod stream;
 pub mod zerocopy;
 
+pub use buffer::{AppBuffer, granule_of};
 pub use error::{GenieError, Result};
 pub use region::{Region, RegionCache, RegionState};
 pub use semantics::{Accounting, Fallback, InputBuffering, Integrity, Semantics};
+pub use zcio_vm::huge::Granule;

@@ -434,6 +434,7 @@ impl MemnetEndpoint {
         Ok((
             Ticket(ticket),
             Accounting {
+                granule: None,
                 cpu_copied_bytes: 0,
                 kernel_copied_bytes: Some(0),
                 swapped_bytes: 0,
@@ -698,6 +699,7 @@ impl MemnetEndpoint {
         mark(&mut region, RegionState::MovedIn);
         self.complete()?;
         let acc = Accounting {
+            granule: None,
             cpu_copied_bytes: 0,
             kernel_copied_bytes: Some(len as u64),
             swapped_bytes: 0,
@@ -748,5 +750,9 @@ impl Source for PipeSource<'_> {
 
     fn kernel_copies(&self, len: usize) -> Option<u64> {
         Some(len as u64)
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
     }
 }

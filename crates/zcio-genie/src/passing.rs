@@ -6,6 +6,7 @@ use crate::error::{GenieError, Result};
 use crate::profile::Profile;
 use crate::semantics::{Accounting, InputBuffering, Semantics};
 use std::os::fd::BorrowedFd;
+use zcio_vm::huge::Granule;
 use zcio_vm::runtime::{OutputRef, TcowMode};
 use zcio_vm::staging::Staging;
 use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
@@ -76,6 +77,111 @@ pub(crate) fn tcow_path() -> &'static str {
     }
 }
 
+/// Which granule an emulated-copy output or input of a buffer takes.
+enum HugePlan {
+    /// Whole PMDs at 2 MiB (the bytes around them copied); why, in a phrase.
+    Huge { pmds: RawRange, why: String },
+    /// The 4 KiB paths, and why not 2 MiB.
+    Base(String),
+}
+
+/// Choose the granule for `r`: 2 MiB where its whole PMDs are huge pages (all or some: a PMD
+/// that is not takes 4 KiB TCOW or moves inside the same call), the machine has TCOW at 2 MiB
+/// and the calibrated threshold (`min_bytes`) is reached; else 4 KiB, with the reason.
+fn huge_plan(r: RawRange, min_bytes: Option<usize>, huge_tcow: bool) -> HugePlan {
+    let pmds = zcio_vm::huge::whole_pmds(r);
+    if pmds.is_empty() {
+        return HugePlan::Base("no whole 2 MiB granule".into());
+    }
+    if !huge_tcow {
+        return HugePlan::Base(
+            zcio_vm::huge::unavailable_reason()
+                .unwrap_or_else(|| "no TCOW at 2 MiB on this machine".into()),
+        );
+    }
+    let Some(min) = min_bytes else {
+        return HugePlan::Base("the profile has no 2 MiB costs".into());
+    };
+    let scan = zcio_vm::huge::scan(r);
+    match scan.granule() {
+        Granule::Base => HugePlan::Base(match scan {
+            zcio_vm::huge::HugeScan::Unknown(why) => why,
+            _ => "not in huge pages".into(),
+        }),
+        _ if pmds.len < min => HugePlan::Base(if min == usize::MAX {
+            "moving huge pages costs more than copying here".into()
+        } else {
+            format!("shorter than the 2 MiB threshold ({} MiB)", min >> 20)
+        }),
+        g => HugePlan::Huge {
+            pmds,
+            why: if g == Granule::Mixed {
+                format!(
+                    "{} of {} PMDs huge",
+                    scan.huge_bytes() >> 21,
+                    pmds.len >> 21
+                )
+            } else {
+                format!("{} PMDs", pmds.len >> 21)
+            },
+        },
+    }
+}
+
+/// Emulated copy output at 2 MiB: the whole PMDs of `buf` are write-protected and referenced
+/// in place (TCOW at 2 MiB), the bytes before and after them copied into a system buffer, so
+/// that no huge page is protected in part (which would split it and make TCOW wait).
+fn output_huge(
+    buf: &[u8],
+    pmds: RawRange,
+    why: String,
+    wire: BorrowedFd<'_>,
+    pool: &mut BouncePool,
+) -> Result<(Held, Accounting)> {
+    let rt = VmRuntime::get();
+    let r = RawRange::of(buf);
+    let (len, head, tail) = (buf.len(), pmds.addr - r.addr, r.end() - pmds.end());
+    let mut b = pool.get((head + tail).max(1))?;
+    if head + tail > 0 {
+        time(Op::Copyin, || {
+            b.as_mut_slice()[..head].copy_from_slice(&buf[..head]);
+            b.as_mut_slice()[head..head + tail].copy_from_slice(&buf[len - tail..]);
+        });
+    }
+    let refs = time(Op::ReadOnly, || rt.reference_output(pmds, true))?;
+    let res = time(Op::Reference, || {
+        zcio_vm::wire::vmsplice_all(
+            wire,
+            &[
+                &b.as_slice()[..head],
+                &buf[head..len - tail],
+                &b.as_slice()[head..head + tail],
+            ],
+        )
+    })
+    .map_err(|e| GenieError::from_wire(e, "output"));
+    if let Err(e) = res {
+        refs.release();
+        pool.put(b);
+        return Err(e);
+    }
+    let acc = Accounting {
+        cpu_copied_bytes: (head + tail) as u64,
+        kernel_copied_bytes: Some(0),
+        swapped_bytes: 0,
+        path: format!("{} [2m: {why}]", tcow_path()),
+        granule: Some(Granule::Huge),
+    };
+    Ok((
+        Held {
+            refs: Some(refs),
+            bounce: Some(b),
+            wired: None,
+        },
+        acc,
+    ))
+}
+
 /// Queue an output of the application buffer `buf` under `sem` on the page-referencing pipe
 /// `wire`: the output steps of paper 000, Table 2. Returns what to hold until completion.
 pub(crate) fn output_app(
@@ -97,6 +203,7 @@ pub(crate) fn output_app(
         time(Op::Copyin, || b.as_mut_slice()[..len].copy_from_slice(buf));
         splice(&[&b.as_slice()[..len]])?;
         let acc = Accounting {
+            granule: None,
             cpu_copied_bytes: len as u64,
             kernel_copied_bytes: Some(0),
             swapped_bytes: 0,
@@ -114,6 +221,18 @@ pub(crate) fn output_app(
         Semantics::Copy => copy_out(pool, "copy: bounce+vmsplice".into()),
         Semantics::EmulatedCopy => {
             let r = RawRange::of(buf);
+            let plan = huge_plan(
+                r,
+                profile.huge.map(|h| h.short_output_bytes),
+                rt.huge_tcow(),
+            );
+            if let HugePlan::Huge { pmds, why } = plan {
+                return output_huge(buf, pmds, why, wire, pool);
+            }
+            let why_4k = match plan {
+                HugePlan::Base(why) => why,
+                HugePlan::Huge { .. } => unreachable!("taken above"),
+            };
             let full = r.full_pages();
             if len < profile.thresholds.short_output_bytes || full.is_empty() {
                 let why = if full.is_empty() {
@@ -153,7 +272,8 @@ pub(crate) fn output_app(
                 cpu_copied_bytes: (head + tail) as u64,
                 kernel_copied_bytes: Some(0),
                 swapped_bytes: 0,
-                path: tcow_path().into(),
+                path: format!("{} [4k: {why_4k}]", tcow_path()),
+                granule: Some(Granule::Base),
             };
             Ok((
                 Held {
@@ -192,7 +312,14 @@ pub(crate) fn output_app(
                 .dispose(pool);
                 return Err(e);
             }
+            // Referenced in place at whatever granule the buffer is mapped at: whole huge pages
+            // are referenced (and wired) whole, never split.
+            let granule = zcio_vm::huge::scan(r).granule();
+            if granule != Granule::Base {
+                path = format!("{path} [{granule}]");
+            }
             let acc = Accounting {
+                granule: Some(granule),
                 cpu_copied_bytes: 0,
                 kernel_copied_bytes: Some(0),
                 swapped_bytes: 0,
@@ -218,6 +345,8 @@ pub(crate) fn output_app(
 #[derive(Debug, Default)]
 pub(crate) struct InputBuffers {
     staging: Option<Staging>,
+    /// Staging in huge pages, for inputs into huge buffers.
+    hstaging: Option<Staging>,
     bounce: Vec<u8>,
 }
 
@@ -234,6 +363,10 @@ pub(crate) trait Source {
     fn direct_ok(&self, _buf: &[u8]) -> bool {
         true
     }
+    /// Most bytes the module can hold for one message (outboard buffering), if bounded.
+    fn capacity(&self) -> usize {
+        usize::MAX
+    }
 }
 
 impl InputBuffers {
@@ -243,6 +376,45 @@ impl InputBuffers {
             self.staging = Some(Staging::new(need.next_power_of_two())?);
         }
         Ok(self.staging.as_mut().expect("just created"))
+    }
+
+    fn hstaging(&mut self, len: usize) -> Result<&mut Staging> {
+        if self.hstaging.as_ref().is_none_or(|s| s.capacity() < len) {
+            self.hstaging = None; // release the old one first: huge staging is large
+            self.hstaging = Some(Staging::new_huge(len.next_power_of_two())?);
+        }
+        Ok(self.hstaging.as_mut().expect("just created"))
+    }
+
+    /// Emulated copy input at 2 MiB: read into huge staging at the buffer's offset modulo
+    /// 2 MiB, swap the whole PMDs in, copy the bytes around them.
+    fn via_huge_staging(
+        &mut self,
+        buf: &mut [u8],
+        offset_of: usize,
+        src: &mut dyn Source,
+        min_pmds: usize,
+        what: String,
+        acc: &mut Accounting,
+    ) -> Result<()> {
+        let len = buf.len();
+        let t = crate::breakdown::start();
+        let st = self.hstaging(len)?;
+        let w = st.window_huge(offset_of, len)?;
+        crate::breakdown::stop(Op::OverlayAllocate, t);
+        src.read_exact(w)?;
+        let t = crate::breakdown::start();
+        let d = st.deliver_huge(buf, min_pmds)?;
+        crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
+        acc.cpu_copied_bytes += d.copied as u64;
+        acc.swapped_bytes += d.swapped as u64;
+        acc.granule = Some(Granule::Huge);
+        acc.path = if d.swapped > 0 {
+            format!("{what}: huge staging+swap [2m: {} PMDs]", d.swapped >> 21)
+        } else {
+            format!("{what}: huge staging+copyout [2m]")
+        };
+        Ok(())
     }
 
     /// Place a message of `buf.len()` bytes from `src` into the application buffer under `sem`
@@ -289,6 +461,9 @@ impl InputBuffers {
             crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
             acc.cpu_copied_bytes += d.copied as u64;
             acc.swapped_bytes += d.swapped as u64;
+            if d.swapped > 0 {
+                acc.granule = Some(Granule::Base);
+            }
             acc.path = if d.swapped > 0 {
                 format!("{what}: staging+swap")
             } else {
@@ -307,6 +482,33 @@ impl InputBuffers {
             Semantics::EmulatedCopy => {
                 let min_pages = profile.thresholds.swap_min_pages;
                 let r = RawRange::of(buf);
+                let huge_min = profile.huge.map(|h| {
+                    h.swap_min_pmds
+                        .saturating_mul(zcio_vm::page::HUGE_PAGE_SIZE)
+                });
+                let plan = huge_plan(RawRange::of(buf), huge_min, VmRuntime::get().huge_tcow());
+                let outboard_direct = buffering == InputBuffering::Outboard
+                    && src.direct_ok(buf)
+                    && len + 2 * page_size() <= src.capacity();
+                match (plan, buffering) {
+                    (HugePlan::Huge { .. }, _) if !outboard_direct => {
+                        let at = match buffering {
+                            InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => 0,
+                            _ => buf.as_ptr() as usize,
+                        };
+                        let what = match buffering {
+                            InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
+                                "pooled"
+                            }
+                            _ => "early-demux (system-aligned)",
+                        };
+                        let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
+                        return self
+                            .via_huge_staging(buf, at, src, min_pmds, what.into(), &mut acc)
+                            .map(|()| acc);
+                    }
+                    _ => {}
+                }
                 let full = r.full_pages().pages();
                 // A partial page with enough data swaps by reverse copyout.
                 let (head, tail) = r.partial_lens();

@@ -59,6 +59,22 @@ impl Thresholds {
     }
 }
 
+/// What the VM primitives cost at 2 MiB (whole PMDs of transparent huge pages), and the
+/// thresholds derived from them: Genie's primitives at the granule where they pay.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HugeCosts {
+    /// Reference + write-protect an output range of whole PMDs and release it, per PMD.
+    pub protect: Cost,
+    /// Swap whole PMDs into an application buffer (`UFFDIO_MOVE`), per PMD.
+    pub swap: Cost,
+    /// One TCOW fault on a huge page (the PMD out, a 2 MiB copy, the copy in), per fault.
+    pub tcow_fault_ns: f64,
+    /// Emulated copy outputs of huge buffers shorter than this are copied. `usize::MAX`: always.
+    pub short_output_bytes: usize,
+    /// Emulated copy inputs with fewer whole PMDs than this copy instead of swapping.
+    pub swap_min_pmds: usize,
+}
+
 /// A calibration profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
@@ -87,9 +103,12 @@ pub struct Profile {
     /// Moving and copying whole granules (4 KiB, and 2 MiB where it could be measured), for
     /// reassemblers choosing between remapping and copying (paper 002).
     pub remap: Vec<Calibration>,
+    /// The same primitives at 2 MiB, where huge pages and TCOW at 2 MiB are available here
+    /// (`None` otherwise: every transfer takes the 4 KiB paths).
+    pub huge: Option<HugeCosts>,
 }
 
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 /// Environment variable naming the profile file.
 pub const PROFILE_ENV: &str = "ZCIO_PROFILE";
@@ -230,7 +249,7 @@ impl Profile {
             let w = staging
                 .window(a.as_ptr() as usize, a.len())
                 .expect("window");
-            w[0] = 3;
+            w.fill(3); // the whole window, as an input writes it (untimed)
             let t = Instant::now();
             staging.deliver(a, 1).expect("deliver");
             t.elapsed().as_nanos() as f64
@@ -246,6 +265,12 @@ impl Profile {
                 per_unit_ns: 1e12,
                 spread: 0.0,
             }
+        };
+        progress("2 MiB", 0.85);
+        let huge = if rt.huge_tcow() {
+            Some(Self::measure_huge(reps.min(31), &copy_by_size)?)
+        } else {
+            None
         };
         progress("remap", 0.9);
         let remap = [Granule::Page, Granule::Huge]
@@ -270,6 +295,74 @@ impl Profile {
             tcow_fault_ns,
             thresholds,
             remap,
+            huge,
+        })
+    }
+
+    /// The 2 MiB primitives: protect and release 1 and 8 PMDs, swap 1 and 8 PMDs in, one TCOW
+    /// fault on a huge page (taken by this thread: TCOW never waits at 2 MiB).
+    fn measure_huge(reps: usize, copy_by_size: &[(usize, f64)]) -> Result<HugeCosts> {
+        use zcio_vm::page::HUGE_PAGE_SIZE as H;
+        let rt = VmRuntime::get();
+        let big = 8usize;
+        let huge = MapOptions {
+            huge: true,
+            populate: true,
+            ..Default::default()
+        };
+        let mut m = Mapping::anonymous(big * H, huge)?;
+        m.as_mut_slice().fill(1);
+        let one = m.range().sub(0, H)?;
+        let all = m.range();
+        let p_small = sample(reps, || {
+            rt.reference_output(one, true)
+                .expect("reference one PMD")
+                .release()
+        });
+        let p_large = sample(reps, || {
+            rt.reference_output(all, true)
+                .expect("reference PMDs")
+                .release()
+        });
+        let protect = fit(p_small, 1.0, p_large, big as f64);
+        let mut faults = Vec::with_capacity(reps);
+        for k in 0..reps {
+            let r = rt.reference_output(one, true)?;
+            let t = Instant::now();
+            m.as_mut_slice()[k % H] = 2; // one write fault, resolved by TCOW at 2 MiB
+            faults.push(t.elapsed().as_nanos() as f64);
+            r.release();
+        }
+        let (tcow_fault_ns, _) = median_spread(faults);
+        let mut staging = Staging::new_huge(big * H)?;
+        let mut app = Mapping::anonymous(big * H, huge)?;
+        let mut swap_once = |pmds: usize| {
+            let a = &mut app.as_mut_slice()[..pmds * H];
+            let w = staging
+                .window_huge(a.as_ptr() as usize, a.len())
+                .expect("window");
+            // The whole window, as an input writes it (untimed): an empty staging PMD would
+            // move as a hole and time something no input does.
+            w.fill(3);
+            let t = Instant::now();
+            staging.deliver_huge(a, 1).expect("deliver");
+            t.elapsed().as_nanos() as f64
+        };
+        let s_small = median_spread((0..reps).map(|_| swap_once(1)).collect());
+        let s_large = median_spread((0..reps).map(|_| swap_once(big)).collect());
+        let swap = fit(s_small, 1.0, s_large, big as f64);
+        let first = |vm: &Cost| {
+            (1..=512usize)
+                .find(|&p| vm.at(p as f64) < Self::copy_ns(copy_by_size, p * H))
+                .unwrap_or(usize::MAX)
+        };
+        let short = first(&protect);
+        Ok(HugeCosts {
+            protect,
+            swap,
+            tcow_fault_ns,
+            short_output_bytes: short.saturating_mul(H),
+            swap_min_pmds: first(&swap),
         })
     }
 
@@ -365,6 +458,10 @@ impl Profile {
         ZERO.get_or_init(|| {
             let mut p = Profile::current().clone();
             p.thresholds = Thresholds::zero_copy(page_size());
+            if let Some(h) = &mut p.huge {
+                h.short_output_bytes = zcio_vm::page::HUGE_PAGE_SIZE;
+                h.swap_min_pmds = 1;
+            }
             p
         })
     }
@@ -459,7 +556,7 @@ mod tests {
         assert_eq!(Profile::load(&f).unwrap(), p);
         // A profile of the previous version (no remapping costs) is refused, not half-read.
         let mut old = serde_json::to_value(&p).unwrap();
-        old["version"] = 2.into();
+        old["version"] = 3.into();
         old.as_object_mut().unwrap().remove("remap");
         std::fs::write(&f, old.to_string()).unwrap();
         assert!(Profile::load(&f).is_err());

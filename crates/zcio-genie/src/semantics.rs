@@ -222,6 +222,10 @@ pub struct Accounting {
     pub swapped_bytes: u64,
     /// The mechanism actually used, e.g. `"vmsplice+uffd-wp"` or `"copy-fallback: short transfer"`.
     pub path: String,
+    /// The page granule the VM work was done at (`4k`, `2m`, or `mixed` where both were used
+    /// on one transfer), `None` where no page work was done (copies, regions, kernel streams).
+    #[serde(default)]
+    pub granule: Option<zcio_vm::huge::Granule>,
 }
 
 impl Accounting {
@@ -233,6 +237,10 @@ impl Accounting {
             _ => None,
         };
         self.swapped_bytes += other.swapped_bytes;
+        self.granule = match (self.granule, other.granule) {
+            (Some(a), Some(b)) if a != b => Some(zcio_vm::huge::Granule::Mixed),
+            (a, b) => a.or(b),
+        };
         if self.path.is_empty() {
             self.path = other.path.clone();
         } else if !other.path.is_empty() && other.path != self.path {

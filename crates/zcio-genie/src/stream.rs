@@ -470,6 +470,7 @@ impl StreamEnd {
             self.pool.put(b);
             let (kernel, path) = r?;
             return Ok(Accounting {
+                granule: None,
                 cpu_copied_bytes: len as u64,
                 kernel_copied_bytes: kernel,
                 swapped_bytes: 0,
@@ -478,6 +479,7 @@ impl StreamEnd {
         }
         let (kernel, path) = self.put(buf)?;
         Ok(Accounting {
+            granule: None,
             cpu_copied_bytes: 0,
             kernel_copied_bytes: kernel,
             swapped_bytes: 0,
@@ -508,6 +510,7 @@ impl StreamEnd {
             "cached"
         };
         Ok(Accounting {
+            granule: None,
             cpu_copied_bytes: 0,
             kernel_copied_bytes: kernel,
             swapped_bytes: 0,
@@ -570,6 +573,7 @@ impl StreamEnd {
         Ok((
             region,
             Accounting {
+                granule: None,
                 cpu_copied_bytes: 0,
                 kernel_copied_bytes: kernel,
                 swapped_bytes: 0,

@@ -10,7 +10,7 @@
 
 use crate::error::{Result, VmError};
 use crate::mapping::{MapOptions, Mapping};
-use crate::page::{RawRange, page_size};
+use crate::page::{HUGE_PAGE_SIZE, RawRange, page_size};
 use crate::runtime::VmRuntime;
 
 /// What a delivery did.
@@ -29,6 +29,9 @@ pub struct Staging {
     stg: Mapping,
     scr: Mapping,
     window: Option<(usize, usize)>,
+    /// The alignment the window keeps with the application buffer: a page, or 2 MiB for
+    /// staging in huge pages ([`Staging::new_huge`]).
+    granule: usize,
 }
 
 impl Staging {
@@ -55,12 +58,117 @@ impl Staging {
             stg: rt.registered_mapping(len, opts)?,
             scr: rt.registered_mapping(len, opts)?,
             window: None,
+            granule: page_size(),
         })
+    }
+
+    /// Staging in transparent huge pages for inputs of up to `max_len` bytes: the window keeps
+    /// the application buffer's offset modulo 2 MiB (input alignment at the huge-page level), so
+    /// that whole PMDs swap with one `UFFDIO_MOVE` each ([`Staging::deliver_huge`]). The pages
+    /// circulate: the application's old huge pages become the next staging, so that the steady
+    /// state faults and zeroes nothing.
+    pub fn new_huge(max_len: usize) -> Result<Staging> {
+        if max_len == 0 {
+            return Err(VmError::Empty {
+                what: "staging length",
+            });
+        }
+        let len = max_len
+            .checked_add(2 * HUGE_PAGE_SIZE)
+            .ok_or(VmError::TooLarge {
+                what: "staging length",
+                value: max_len,
+                limit: crate::mapping::MAX_MAPPING,
+            })?;
+        let rt = VmRuntime::get();
+        let opts = MapOptions {
+            huge: true,
+            ..Default::default()
+        };
+        Ok(Staging {
+            stg: rt.registered_mapping(len, opts)?,
+            scr: rt.registered_mapping(len, opts)?,
+            window: None,
+            granule: HUGE_PAGE_SIZE,
+        })
+    }
+
+    /// Whether this staging is in huge pages ([`Staging::new_huge`]).
+    pub fn is_huge(&self) -> bool {
+        self.granule == HUGE_PAGE_SIZE
     }
 
     /// Largest input this staging takes.
     pub fn capacity(&self) -> usize {
-        self.stg.len() - 2 * page_size()
+        self.stg.len() - 2 * self.granule
+    }
+
+    /// The window of `len` bytes, at the offset of `app_addr` modulo 2 MiB, of a huge staging.
+    pub fn window_huge(&mut self, app_addr: usize, len: usize) -> Result<&mut [u8]> {
+        if !self.is_huge() {
+            return Err(VmError::Misaligned {
+                what: "staging for a 2 MiB window (made by Staging::new)",
+                value: self.stg.addr(),
+                alignment: HUGE_PAGE_SIZE,
+            });
+        }
+        self.window(app_addr, len)
+    }
+
+    /// Deliver the window of a huge staging into `app`: its whole PMDs (2 MiB-aligned granules)
+    /// are swapped, when there are at least `min_swap_pmds` of them, and the bytes before and
+    /// after them copied (moving 4 KiB pages out of a huge page would split it). Consumes the
+    /// window.
+    pub fn deliver_huge(&mut self, app: &mut [u8], min_swap_pmds: usize) -> Result<Delivery> {
+        let (off, len) = self.window.take().ok_or(VmError::Empty {
+            what: "staging window (nothing read)",
+        })?;
+        if app.len() != len {
+            return Err(VmError::LengthMismatch {
+                what: "deliver",
+                left: app.len(),
+                right: len,
+            });
+        }
+        let h = HUGE_PAGE_SIZE;
+        let rt = VmRuntime::get();
+        let appr = RawRange::of(app);
+        let pmds = crate::huge::whole_pmds(appr);
+        let swap_ok = self.is_huge()
+            && rt.capabilities().swap
+            && pmds.len / h >= min_swap_pmds.max(1)
+            && appr.addr % h == off;
+        if !(swap_ok && rt.register_app(appr).is_ok()) {
+            app.copy_from_slice(&self.stg.as_slice()[off..off + len]);
+            return Ok(Delivery {
+                swapped: 0,
+                copied: len,
+            });
+        }
+        let head = pmds.addr - appr.addr;
+        let tail = appr.end() - pmds.end();
+        app[..head].copy_from_slice(&self.stg.as_slice()[off..off + head]);
+        app[len - tail..].copy_from_slice(&self.stg.as_slice()[off + len - tail..off + len]);
+        // Staging and scratch bytes correspond to application bytes at this distance; the
+        // whole PMDs lie on 2 MiB boundaries in all three.
+        let s_off = off + head;
+        let stg = RawRange {
+            addr: self.stg.addr() + s_off,
+            len: pmds.len,
+        };
+        let scr = RawRange {
+            addr: self.scr.addr() + s_off,
+            len: pmds.len,
+        };
+        self.scr.discard(scr)?; // scratch must be empty there (a no-op in the steady state)
+        // SAFETY: `pmds` is whole pages of `app`, borrowed mutably for this call and registered
+        // above; staging and scratch are our registered mappings and the scratch run is empty.
+        let copied = unsafe { rt.swap(pmds, stg, scr)? };
+        std::mem::swap(&mut self.stg, &mut self.scr);
+        Ok(Delivery {
+            swapped: pmds.len - copied,
+            copied: head + tail + copied,
+        })
     }
 
     /// The window of `len` bytes, at the page offset of `app_addr`, into which to read the input.
@@ -72,7 +180,7 @@ impl Staging {
                 limit: self.capacity(),
             });
         }
-        let off = app_addr % page_size();
+        let off = app_addr % self.granule;
         self.window = Some((off, len));
         Ok(&mut self.stg.as_mut_slice()[off..off + len])
     }

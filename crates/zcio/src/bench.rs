@@ -32,6 +32,9 @@ pub struct BenchArgs {
     /// Take the VM paths at every length (thresholds of one page) instead of the calibrated ones.
     #[arg(long)]
     pub force_zero_copy: bool,
+    /// Application buffers at both ends in transparent huge pages (the 2 MiB paths).
+    #[arg(long)]
+    pub huge: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -60,6 +63,8 @@ pub struct Row {
     pub kernel_copied_bytes: Option<u64>,
     /// The path the library took.
     pub path: String,
+    /// The page granule of the VM work (`4k`, `2m`, `mixed`), where page work was done.
+    pub granule: Option<String>,
     /// Every round's data was verified byte for byte.
     pub verified: bool,
 }
@@ -77,6 +82,36 @@ pub struct Ratios {
     pub emulated_copy_vs_copy_latency: Option<f64>,
     /// Latency of emulated copy / latency of emulated share.
     pub emulated_copy_vs_emulated_share_latency: Option<f64>,
+    /// Slowest over fastest latency of the non-copy semantics measured (the paper's
+    /// clustering: 1 when they cluster perfectly), with at least two of them.
+    pub non_copy_spread: Option<f64>,
+    /// A single-thread memcpy of the message between two buffers of this run's kind, GB/s
+    /// (median of 9, measured in this process between the rounds).
+    pub memcpy_gbps: f64,
+    /// Emulated share's throughput / memcpy's: what the wire (the one copy) achieves.
+    pub emulated_share_vs_memcpy_bandwidth: Option<f64>,
+}
+
+/// Median time of a memcpy of `bytes` between two buffers (huge pages or not), in ns.
+fn memcpy_ns(bytes: usize, huge: bool) -> Res<f64> {
+    let opts = zcio_vm::MapOptions {
+        huge,
+        populate: true,
+        ..Default::default()
+    };
+    let mut src = zcio_vm::Mapping::anonymous(bytes, opts)?;
+    let mut dst = zcio_vm::Mapping::anonymous(bytes, opts)?;
+    src.as_mut_slice().fill(5);
+    dst.as_mut_slice().fill(1);
+    let mut t: Vec<u64> = (0..9)
+        .map(|_| {
+            let t0 = std::time::Instant::now();
+            dst.as_mut_slice()
+                .copy_from_slice(std::hint::black_box(src.as_slice()));
+            t0.elapsed().as_nanos() as u64
+        })
+        .collect();
+    Ok(median(&mut t))
 }
 
 fn median(v: &mut [u64]) -> f64 {
@@ -120,6 +155,7 @@ pub fn run(b: BenchArgs) -> Res<()> {
                     input: b.input,
                     seed: 1 + round as u64,
                     force_zero_copy: b.force_zero_copy,
+                    huge: b.huge,
                     ..TransferArgs::memnet(sem, bytes, b.count)
                 };
                 let v = run_peer(&a)?;
@@ -146,6 +182,7 @@ pub fn run(b: BenchArgs) -> Res<()> {
                 cpu_copied_bytes: v["cpu_copied_bytes"].as_u64().unwrap_or(0),
                 kernel_copied_bytes: v["kernel_copied_bytes"].as_u64(),
                 path: v["path"].as_str().unwrap_or("").to_string(),
+                granule: v["granule"].as_str().map(str::to_string),
                 verified: verified[i],
             };
             by_sem.insert(sem, (l, c));
@@ -157,7 +194,20 @@ pub fn run(b: BenchArgs) -> Res<()> {
             get(Semantics::Copy),
             get(Semantics::EmulatedShare),
         );
+        let non_copy: Vec<f64> = by_sem
+            .iter()
+            .filter(|(s, _)| **s != Semantics::Copy)
+            .map(|(_, v)| v.0)
+            .collect();
+        let non_copy_spread = (non_copy.len() >= 2).then(|| {
+            non_copy.iter().copied().fold(0.0, f64::max)
+                / non_copy.iter().copied().fold(f64::INFINITY, f64::min)
+        });
+        let mc = memcpy_ns(bytes, b.huge)?;
         ratios.push(Ratios {
+            non_copy_spread,
+            memcpy_gbps: bytes as f64 / mc,
+            emulated_share_vs_memcpy_bandwidth: es.map(|s| mc / s.0),
             bytes,
             emulated_copy_vs_copy_throughput: ec.zip(cp).map(|(e, c)| c.0 / e.0),
             emulated_copy_vs_copy_cpu: ec.zip(cp).map(|(e, c)| e.1 / c.1),
@@ -172,6 +222,7 @@ pub fn run(b: BenchArgs) -> Res<()> {
         "count": b.count,
         "input": b.input,
         "force_zero_copy": b.force_zero_copy,
+        "huge": b.huge,
         "vm": zcio_vm::VmRuntime::get().capabilities(),
         "rows": rows,
         "ratios": ratios,

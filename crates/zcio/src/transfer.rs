@@ -79,6 +79,11 @@ pub struct TransferArgs {
     #[arg(long, default_value_t = 0)]
     #[serde(default)]
     pub app_work_ns: u64,
+    /// Application buffers at both ends in transparent huge pages (2 MiB-aligned, plus
+    /// `--offset`), so that the semantics take their 2 MiB paths.
+    #[arg(long)]
+    #[serde(default)]
+    pub huge: bool,
 }
 
 impl TransferArgs {
@@ -102,6 +107,7 @@ impl TransferArgs {
             breakdown: false,
             no_spin: false,
             app_work_ns: 0,
+            huge: false,
         }
     }
 }
@@ -135,6 +141,7 @@ impl TransferArgs {
             (self.no_fallback, "--no-fallback"),
             (self.breakdown, "--breakdown"),
             (self.no_spin, "--no-spin"),
+            (self.huge, "--huge"),
         ] {
             if on {
                 v.push(flag.into());
@@ -220,9 +227,14 @@ struct Buf {
 }
 
 impl Buf {
-    fn new(len: usize, off: usize) -> Res<Buf> {
+    fn new(len: usize, off: usize, huge: bool) -> Res<Buf> {
+        let opts = MapOptions {
+            huge,
+            populate: huge,
+            ..Default::default()
+        };
         Ok(Buf {
-            map: Mapping::anonymous(len + off + page_size(), MapOptions::default())?,
+            map: Mapping::anonymous(len + off + page_size(), opts)?,
             off,
             len,
         })
@@ -470,7 +482,7 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
             Out::Stream(s)
         }
     };
-    let mut buf = Buf::new(a.bytes, a.offset)?;
+    let mut buf = Buf::new(a.bytes, a.offset, a.huge)?;
     let mut lat = Vec::with_capacity(a.count);
     let mut acc = Accounting::default();
     let vm0 = VmRuntime::get().stats();
@@ -598,7 +610,12 @@ fn summarize(
         "count": a.count,
         "verified": verified,
         "first_mismatch": first_mismatch,
-        "cpu_copied_bytes": (send.cpu_copied_bytes + recv.cpu_copied_bytes) / n,
+        "cpu_copied_bytes": (send.cpu_copied_bytes + recv.cpu_copied_bytes + (vm1.tcow_copied_bytes - vm0.tcow_copied_bytes)) / n,
+        "granule": match (send.granule, recv.granule) {
+            (Some(a), Some(b)) if a != b => Some(zcio_genie::Granule::Mixed),
+            (a, b) => a.or(b),
+        },
+        "huge": a.huge,
         "kernel_copied_bytes": kernel,
         "swapped_bytes": (send.swapped_bytes + recv.swapped_bytes) / n,
         "path": format!("output: {}; input: {}", send.path, recv.path),
@@ -611,6 +628,8 @@ fn summarize(
         "receiver": { "cpu_copied_bytes": recv.cpu_copied_bytes / n, "kernel_copied_bytes": recv.kernel_copied_bytes.map(|k| k / n), "swapped_bytes": recv.swapped_bytes / n, "path": recv.path },
         "tcow_faults": vm1.tcow_faults - vm0.tcow_faults,
         "tcow_page_copies": vm1.tcow_copies - vm0.tcow_copies,
+        "tcow_huge_copies": vm1.tcow_huge_copies - vm0.tcow_huge_copies,
+        "tcow_copied_bytes": vm1.tcow_copied_bytes - vm0.tcow_copied_bytes,
         "sleep_on_write": vm1.sleep_on_write - vm0.sleep_on_write,
         "vm": VmRuntime::get().capabilities(),
     })
@@ -641,8 +660,8 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
     let mut f = StreamEnd::file(&path)?;
     f.set_profile(profile(a));
     f.set_fallback(fallback(a));
-    let mut buf = Buf::new(a.bytes, a.offset)?;
-    let mut rbuf = Buf::new(a.bytes, a.offset)?;
+    let mut buf = Buf::new(a.bytes, a.offset, a.huge)?;
+    let mut rbuf = Buf::new(a.bytes, a.offset, a.huge)?;
     let (mut send_acc, mut recv_acc) = (Accounting::default(), Accounting::default());
     let mut lat = Vec::new();
     let mut mismatches = 0;
@@ -750,7 +769,7 @@ pub fn peer(connect: &Path) -> Res<()> {
             InputBuffering::PooledUnaligned if a.offset == 0 => 512,
             _ => a.offset,
         };
-        let mut buf = Buf::new(a.bytes, off)?;
+        let mut buf = Buf::new(a.bytes, off, a.huge)?;
         let mut scratch = Vec::new();
         zcio_genie::breakdown::enable(a.breakdown);
         for i in 0..a.count {
