@@ -443,6 +443,24 @@ impl MemnetEndpoint {
         ))
     }
 
+    /// A region for the application to fill and output under `sem` (move family): a cached
+    /// one that passes the region check, else a new one (Genie's region allocation from the
+    /// region cache: in steady state no mapping, no page fault, no zeroing).
+    pub fn alloc_region(&mut self, len: usize, sem: Semantics) -> Result<Region> {
+        Self::check_len(len)?;
+        self.reap()?;
+        let mut r = self.regions.take(len, sem)?;
+        mark(&mut r, RegionState::MovedIn);
+        Ok(r)
+    }
+
+    /// Give a region the application is done with back to this endpoint's region cache, for
+    /// the next input or [`MemnetEndpoint::alloc_region`] (hidden under emulated move, kept
+    /// mapped under the weak moves; deallocated under move). Returns whether it was cached.
+    pub fn recycle(&mut self, region: Region, sem: Semantics) -> bool {
+        self.regions.recycle(region, sem)
+    }
+
     /// Outputs not yet completed.
     pub fn pending(&self) -> usize {
         self.pending.len()
@@ -698,12 +716,21 @@ impl MemnetEndpoint {
             .map_err(|e| GenieError::from_wire(e, "input"))?;
         mark(&mut region, RegionState::MovedIn);
         self.complete()?;
+        let huge = region.capacity() % zcio_vm::page::HUGE_PAGE_SIZE == 0
+            && zcio_vm::huge::scan(region.range()).granule() != zcio_vm::huge::Granule::Base;
         let acc = Accounting {
-            granule: None,
+            granule: Some(if huge {
+                zcio_vm::huge::Granule::Huge
+            } else {
+                zcio_vm::huge::Granule::Base
+            }),
             cpu_copied_bytes: 0,
             kernel_copied_bytes: Some(len as u64),
             swapped_bytes: 0,
-            path: "read into system-allocated region".into(),
+            path: format!(
+                "read into system-allocated region{}",
+                if huge { " [2m]" } else { "" }
+            ),
         };
         Ok((region, acc))
     }

@@ -39,14 +39,23 @@ pub struct Region {
 }
 
 impl Region {
-    /// A new region for `len` bytes (rounded up to whole pages, zero-filled).
+    /// A new region for `len` bytes (rounded up to whole pages, zero-filled). A region of 2 MiB
+    /// or more is made of transparent huge pages where the machine has them (rounded up to
+    /// whole 2 MiB granules), so that hiding, showing and referencing it work per PMD.
     pub fn alloc(len: usize) -> Result<Region> {
         if len == 0 {
             return Err(GenieError::arg("len", "a region holds at least one byte"));
         }
+        let (cap, huge) = capacity_for(len);
         // Registered with the runtime's userfaultfd so that, once cached, its unmapping by the
         // application is seen (the region check).
-        let map = VmRuntime::get().registered_mapping(len, MapOptions::default())?;
+        let map = VmRuntime::get().registered_mapping(
+            cap,
+            MapOptions {
+                huge,
+                ..Default::default()
+            },
+        )?;
         Ok(Region {
             map,
             len,
@@ -113,6 +122,22 @@ impl Region {
 
     pub(crate) fn into_mapping(self) -> Mapping {
         self.map
+    }
+}
+
+/// The bytes a region for `len` bytes spans, and whether it is made of huge pages: whole
+/// 2 MiB granules from 2 MiB up where huge pages can be had here, whole pages otherwise.
+pub(crate) fn capacity_for(len: usize) -> (usize, bool) {
+    static HUGE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let h = zcio_vm::page::HUGE_PAGE_SIZE;
+    let huge = len >= h
+        && *HUGE.get_or_init(|| {
+            zcio_vm::huge::unavailable_reason().is_none() && VmRuntime::get().capabilities().swap
+        });
+    if huge {
+        (len.div_ceil(h) * h, true)
+    } else {
+        (len.div_ceil(page_size()) * page_size(), false)
     }
 }
 
@@ -222,8 +247,7 @@ impl RegionCache {
         if len == 0 {
             return Err(GenieError::arg("len", "a region holds at least one byte"));
         }
-        let ps = page_size();
-        let want = len.div_ceil(ps) * ps;
+        let want = capacity_for(len).0;
         let rt = VmRuntime::get();
         let mut i = 0;
         while i < self.entries.len() {
@@ -274,6 +298,35 @@ impl RegionCache {
         let mut region = time(Op::RegionCreate, || Region::alloc(len))?;
         region.state = RegionState::MovingIn;
         Ok(region)
+    }
+
+    /// Keep a region the application is done with for a later input or allocation (Genie's
+    /// region deallocation into the cache): hidden under emulated move, mapped under the weak
+    /// moves; move semantics and a full cache deallocate it. Returns whether it was cached.
+    pub fn recycle(&mut self, region: Region, sem: Semantics) -> bool {
+        let map = region.into_mapping();
+        if self.entries.len() >= self.limit {
+            return false;
+        }
+        let range = map.range();
+        let region = match sem {
+            Semantics::EmulatedMove => match time(Op::Invalidate, || map.hide()) {
+                Ok(h) => Cached::Hidden(h),
+                Err(_) => return false,
+            },
+            Semantics::WeakMove | Semantics::EmulatedWeakMove => Cached::Mapped(map),
+            _ => return false,
+        };
+        let Some(watch) = time(Op::RegionCache, || VmRuntime::get().watch(range)) else {
+            return false;
+        };
+        self.entries.push(Entry {
+            region,
+            watch,
+            pending: None,
+            wired: false,
+        });
+        true
     }
 
     /// Regions cached now.

@@ -300,10 +300,25 @@ fn recv_fd(s: &UnixStream) -> Res<OwnedFd> {
 
 /// The application produces message `i` (not timed): in its buffer, or in a region it allocated
 /// for the system-allocated semantics.
-fn prepare(a: &TransferArgs, buf: &mut Buf, i: usize) -> Res<Option<Region>> {
+///
+/// Over the memory network the region comes from the endpoint's region cache (Genie's region
+/// allocation), so that regions circulate as in the paper's experiments.
+fn prepare(
+    a: &TransferArgs,
+    buf: &mut Buf,
+    i: usize,
+    link: Option<&mut MemnetEndpoint>,
+) -> Res<Option<Region>> {
     pattern(buf.get(), a.seed, i);
     if a.semantics.allocation() == Allocation::System {
-        return Ok(Some(Region::from_slice(buf.get())?));
+        return Ok(Some(match link {
+            Some(m) => {
+                let mut r = m.alloc_region(a.bytes, a.semantics)?;
+                r.as_mut_slice().copy_from_slice(buf.get());
+                r
+            }
+            None => Region::from_slice(buf.get())?,
+        }));
     }
     Ok(None)
 }
@@ -494,7 +509,11 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     let wall0 = Instant::now();
     for i in 0..a.count {
         let c0 = thread_cpu_now();
-        let region = prepare(a, &mut buf, i)?;
+        let link = match &mut out {
+            Out::Memnet(m) => Some(m),
+            Out::Stream(_) => None,
+        };
+        let region = prepare(a, &mut buf, i, link)?;
         app_cpu += thread_cpu_now() - c0;
         // CPU time and latency cover the transfer only: not making the data, not checking it.
         let cpu0 = cpu_now();
@@ -671,7 +690,7 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
     let mut cpu = 0;
     let mut out = Out::Stream(f);
     for i in 0..a.count {
-        let region = prepare(a, &mut buf, i)?;
+        let region = prepare(a, &mut buf, i, None)?;
         let cpu0 = cpu_now();
         let t0 = Instant::now();
         let mut got = None;
@@ -791,6 +810,11 @@ pub fn peer(connect: &Path) -> Res<()> {
                 }
                 app_work(a.app_work_ns);
                 report.app_cpu_ns += thread_cpu_now() - c0;
+                // Done with it: back to the region cache for the next input (Genie's region
+                // deallocation into the cache), as the paper's experiments recycled regions.
+                if let In::M(m) = &mut input {
+                    m.recycle(region, a.semantics);
+                }
                 (acc, bad)
             } else {
                 let acc = match &mut input {
