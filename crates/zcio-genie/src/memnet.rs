@@ -457,7 +457,13 @@ impl MemnetEndpoint {
     /// Give a region the application is done with back to this endpoint's region cache, for
     /// the next input or [`MemnetEndpoint::alloc_region`] (hidden under emulated move, kept
     /// mapped under the weak moves; deallocated under move). Returns whether it was cached.
-    pub fn recycle(&mut self, region: Region, sem: Semantics) -> bool {
+    pub fn recycle(&mut self, mut region: Region, sem: Semantics) -> bool {
+        if sem == Semantics::Move {
+            // Move caches no region (it is unmapped), but its pages go back to the pool the
+            // next input reads into.
+            time(Op::RegionDeallocate, || self.inputs.take_back(&mut region));
+            return false;
+        }
         self.regions.recycle(region, sem)
     }
 
@@ -711,6 +717,24 @@ impl MemnetEndpoint {
         } else {
             self.regions.take(len, sem)?
         };
+        if sem == Semantics::Move {
+            let mut src = PipeSource {
+                fd: self.in_rx.as_fd(),
+                capacity: self.in_capacity,
+            };
+            if let Some(d) = self.inputs.fill_region_huge(&mut region, &mut src)? {
+                mark(&mut region, RegionState::MovedIn);
+                self.complete()?;
+                let acc = Accounting {
+                    granule: Some(zcio_vm::huge::Granule::Huge),
+                    cpu_copied_bytes: d.copied as u64,
+                    kernel_copied_bytes: Some(len as u64),
+                    swapped_bytes: d.swapped as u64,
+                    path: "read into huge staging, pages moved into a new region [2m]".into(),
+                };
+                return Ok((region, acc));
+            }
+        }
         fill(&mut region)?;
         zcio_vm::wire::read_exact(self.in_rx.as_fd(), region.as_mut_slice())
             .map_err(|e| GenieError::from_wire(e, "input"))?;

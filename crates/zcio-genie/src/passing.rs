@@ -386,6 +386,35 @@ impl InputBuffers {
         Ok(self.hstaging.as_mut().expect("just created"))
     }
 
+    /// Move input at 2 MiB: read into huge staging at a granule boundary, then move the pages
+    /// into the new region (no zeroed pages). `None` where the region is not in huge pages.
+    pub(crate) fn fill_region_huge(
+        &mut self,
+        region: &mut crate::region::Region,
+        src: &mut dyn Source,
+    ) -> Result<Option<zcio_vm::staging::Delivery>> {
+        let len = region.len();
+        if !crate::region::capacity_for(len).1 || !VmRuntime::get().huge_tcow() {
+            return Ok(None);
+        }
+        let st = self.hstaging(len)?;
+        let w = st.window_huge(0, len)?;
+        src.read_exact(w)?;
+        let t = crate::breakdown::start();
+        let d = st.deliver_pages(region.mapping_mut())?;
+        crate::breakdown::stop(Op::Swap, t);
+        Ok(Some(d))
+    }
+
+    /// Return a move region's pages to the huge staging (region deallocation into the
+    /// system's pool). Returns the bytes taken back.
+    pub(crate) fn take_back(&mut self, region: &mut crate::region::Region) -> usize {
+        match self.hstaging.as_mut() {
+            Some(st) => st.take_back(region.mapping_mut()),
+            None => 0,
+        }
+    }
+
     /// Emulated copy input at 2 MiB: read into huge staging at the buffer's offset modulo
     /// 2 MiB, swap the whole PMDs in, copy the bytes around them.
     fn via_huge_staging(

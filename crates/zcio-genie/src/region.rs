@@ -120,6 +120,10 @@ impl Region {
         self.map.range()
     }
 
+    pub(crate) fn mapping_mut(&mut self) -> &mut Mapping {
+        &mut self.map
+    }
+
     pub(crate) fn into_mapping(self) -> Mapping {
         self.map
     }

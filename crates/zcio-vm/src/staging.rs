@@ -115,6 +115,75 @@ impl Staging {
         self.window(app_addr, len)
     }
 
+    /// Genie's move input at 2 MiB: the window's whole 2 MiB granules are moved into the empty
+    /// region `dst` (the region gets the system pages the data arrived in, never zeroed ones),
+    /// the bytes after the last whole granule copied. The window must start on a granule
+    /// (`window_huge` at a 2 MiB-aligned address) and `dst` be a 2 MiB-aligned mapping registered
+    /// with the runtime ([`VmRuntime::registered_mapping`]) of at least the window's length;
+    /// its pages there are discarded first. Consumes the window; [`Staging::take_back`] returns
+    /// the pages when the region is done with.
+    pub fn deliver_pages(&mut self, dst: &mut Mapping) -> Result<Delivery> {
+        let (off, len) = self.window.take().ok_or(VmError::Empty {
+            what: "staging window (nothing read)",
+        })?;
+        let h = HUGE_PAGE_SIZE;
+        if !self.is_huge() || off != 0 || dst.addr() % h != 0 {
+            return Err(VmError::Misaligned {
+                what: "region for a move of whole 2 MiB granules",
+                value: dst.addr() + off,
+                alignment: h,
+            });
+        }
+        if dst.len() < len {
+            return Err(VmError::LengthMismatch {
+                what: "region for a move",
+                left: dst.len(),
+                right: len,
+            });
+        }
+        let whole = len / h * h;
+        let copied = if whole > 0 {
+            let d = dst.range().sub(0, whole)?;
+            dst.discard(d)?;
+            let s = self.stg.range().sub(0, whole)?;
+            // SAFETY: `d` is the caller's mapping, borrowed mutably and emptied just above; `s`
+            // is our staging, whose pages (the input just read) are left to the region.
+            unsafe { VmRuntime::get().move_range(d, s)? }
+        } else {
+            0
+        };
+        dst.as_mut_slice()[whole..len].copy_from_slice(&self.stg.as_slice()[whole..len]);
+        Ok(Delivery {
+            swapped: whole - copied,
+            copied: len - whole + copied,
+        })
+    }
+
+    /// Take the whole 2 MiB granules of `src` back into this staging where it is empty (Genie's
+    /// region deallocation returning the pages to the system's pool: the next input reads into
+    /// them instead of into freshly zeroed pages). Returns the bytes taken back; nothing where
+    /// the staging is populated there or the kernel refuses (the pages then go with `src`).
+    pub fn take_back(&mut self, src: &mut Mapping) -> usize {
+        let h = HUGE_PAGE_SIZE;
+        if !self.is_huge() || src.addr() % h != 0 {
+            return 0;
+        }
+        let whole = src.len().min(self.capacity()) / h * h;
+        let (Ok(d), Ok(s)) = (self.stg.range().sub(0, whole), src.range().sub(0, whole)) else {
+            return 0;
+        };
+        if whole == 0 || crate::huge::scan(d).huge_bytes() > 0 {
+            return 0;
+        }
+        // SAFETY: `d` is our staging, empty there (no huge page, and after `deliver_pages` no
+        // page at all; a populated page makes the move fail, not overwrite); `s` is the
+        // caller's mapping, borrowed mutably, left empty.
+        match unsafe { VmRuntime::get().move_range(d, s) } {
+            Ok(copied) => whole - copied,
+            Err(_) => 0,
+        }
+    }
+
     /// Deliver the window of a huge staging into `app`: its whole PMDs (2 MiB-aligned granules)
     /// are swapped, when there are at least `min_swap_pmds` of them, and the bytes before and
     /// after them copied (moving 4 KiB pages out of a huge page would split it). Consumes the

@@ -93,6 +93,9 @@ pub struct Point {
     pub swapped_bytes: u64,
     /// The path the library took, output and input, with its reasons.
     pub path: String,
+    /// The page granule of the VM work (`4k`, `2m`, `mixed`), where page work was done.
+    #[serde(default)]
+    pub granule: Option<String>,
     /// Every message of every run arrived byte-exact.
     pub verified: bool,
     /// The runs.
@@ -179,6 +182,15 @@ pub struct GenieResults {
     pub bandwidths: Option<Bandwidths>,
     /// §8.2 measured system throughput.
     pub throughput: Vec<ThroughputPoint>,
+    /// Figure 3 at 2 MiB: huge-page buffers at both ends, every semantics (instrumented).
+    #[serde(default)]
+    pub huge: Vec<Point>,
+    /// Figure 4 at 2 MiB: CPU time per transfer with huge-page buffers.
+    #[serde(default)]
+    pub huge_cpu: Vec<Point>,
+    /// Why the 2 MiB series could not be measured here (huge pages unavailable), if so.
+    #[serde(default)]
+    pub huge_unavailable: Option<String>,
 }
 
 /// The sizes and repetitions of each experiment, by preset.
@@ -204,6 +216,16 @@ pub struct Plan {
     pub pairs: usize,
     /// See `throughput_bytes`.
     pub units: usize,
+    /// Lengths of Figures 3 and 4 at 2 MiB (huge-page buffers), bytes; the CPU-time series
+    /// stops at 16 MiB.
+    #[serde(default)]
+    pub huge_lengths: Vec<usize>,
+    /// Rounds per point of the 2 MiB series.
+    #[serde(default)]
+    pub huge_rounds: usize,
+    /// Messages per run of the 2 MiB series (at least 10, at most 256 MiB a run).
+    #[serde(default)]
+    pub huge_count: usize,
 }
 
 impl Plan {
@@ -227,6 +249,9 @@ impl Plan {
                 t_app_ns: vec![0, 100_000],
                 pairs: 2,
                 units: 10,
+                huge_lengths: vec![2 << 20],
+                huge_rounds: 1,
+                huge_count: 2,
             },
             Preset::Quick => Plan {
                 lengths: doubling(ps, 16 << 20),
@@ -239,6 +264,9 @@ impl Plan {
                 t_app_ns: vec![0, 50_000, 200_000, 800_000],
                 pairs: 6,
                 units: 60,
+                huge_lengths: vec![2 << 20, 16 << 20, 64 << 20],
+                huge_rounds: 3,
+                huge_count: 12,
             },
             Preset::Full => {
                 let mut lengths = doubling(ps, 64 << 20);
@@ -255,6 +283,9 @@ impl Plan {
                     t_app_ns: vec![0, 25_000, 50_000, 100_000, 200_000, 400_000, 800_000],
                     pairs: 6,
                     units: 200,
+                    huge_lengths: doubling(2 << 20, 64 << 20),
+                    huge_rounds: 5,
+                    huge_count: 40,
                 }
             }
         }
@@ -373,6 +404,7 @@ fn point_of(
         kernel_copied_bytes: last["kernel_copied_bytes"].as_u64(),
         swapped_bytes: last["swapped_bytes"].as_u64().unwrap_or(0),
         path: last["path"].as_str().unwrap_or("").into(),
+        granule: last["granule"].as_str().map(str::to_string),
         verified,
         runs,
     }
@@ -381,7 +413,7 @@ fn point_of(
 /// Run every contender at every length, `rounds` times, rotating the order from round to
 /// round so that drift hits all contenders alike.
 #[allow(clippy::too_many_arguments)]
-fn sweep(
+pub(crate) fn sweep(
     contenders: &[Contender],
     module: ModuleKind,
     lengths: &[usize],

@@ -130,7 +130,7 @@ fn scheme_name(i: InputBuffering) -> &'static str {
 }
 
 /// Latency (or CPU) curves of `points`, one per semantics (and thresholds), in µs.
-fn curves(points: &[&Point], cpu: bool, label_thresholds: bool) -> Vec<Series> {
+pub(crate) fn curves(points: &[&Point], cpu: bool, label_thresholds: bool) -> Vec<Series> {
     let mut keys: Vec<(Semantics, Thresholds)> = Vec::new();
     for pt in points {
         if !keys.contains(&(pt.semantics, pt.thresholds)) {
@@ -504,6 +504,8 @@ pub fn document(r: &Results) -> Doc {
             rows,
         ));
     }
+
+    b.extend(crate::report::genie_huge::blocks(res));
 
     // Figure 5.
     if !res.short.is_empty() {

@@ -12,6 +12,7 @@ pub mod fbufs_doc;
 pub mod fit;
 pub mod genie;
 pub mod genie_doc;
+pub mod genie_huge;
 pub mod machine;
 pub mod model;
 pub mod plot;
@@ -87,6 +88,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         paper: "000",
         title: "Table 10: copy bandwidths and the wire's rate, measured independently",
         needs: &[],
+    },
+    Experiment {
+        id: "genie-huge",
+        paper: "000",
+        title: "Figures 3 and 4 and Table 6 at 2 MiB: every semantics with huge-page buffers, beside 4 KiB pages",
+        needs: &["genie-latency"],
     },
     Experiment {
         id: "genie-throughput",
@@ -591,6 +598,9 @@ pub fn run_genie(
     if on("genie-bandwidth") {
         total += 1;
     }
+    if on("genie-huge") {
+        total += genie_huge::units(&plan);
+    }
     if total == 0 {
         return Ok((None, Vec::new()));
     }
@@ -613,6 +623,7 @@ pub fn run_genie(
                 p.inc(1);
             }
             "genie-throughput" => g.throughput = genie::throughput(&plan, &p)?,
+            "genie-huge" => genie_huge::measure(&plan, &mut g, &p)?,
             other => return Err(format!("experiment {other} has no runner").into()),
         }
         records.push(finished(e, t0, bar));

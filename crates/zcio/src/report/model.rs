@@ -721,6 +721,7 @@ pub fn conclusions(g: &GenieResults, m: &Model) -> Vec<Conclusion> {
             },
         });
     }
+    out.extend(crate::report::genie_huge::conclusions(g));
     out
 }
 

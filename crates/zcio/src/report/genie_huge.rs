@@ -1,0 +1,425 @@
+//! Genie at 2 MiB (paper 000, Figures 3 and 4, Table 6, and its three conclusions) with the
+//! application buffers at both ends in transparent huge pages: every semantics' page work per
+//! PMD, beside the same semantics on 4 KiB pages. Measurement, data and prose of this
+//! experiment live here.
+//!
+//! The paper's premise is that page-table work is cheap next to copying. At 4 KiB it no longer
+//! is on present hardware; at 2 MiB one page-table entry maps 512 pages, and the premise holds
+//! again. This experiment shows what that does to the paper's conclusions, granule by granule.
+
+use crate::report::doc::Block;
+use crate::report::genie::{GenieResults, Plan, Point, Progress, Thresholds, sweep};
+use crate::report::genie_doc::{curves, figure, h, p, size, table, us};
+use crate::report::model::{self, Conclusion};
+use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::transfer::Res;
+use zcio_genie::stream::ModuleKind;
+use zcio_genie::{InputBuffering, Semantics};
+
+/// The contenders: every semantics with early demultiplexing and the VM paths from the first
+/// granule up, and emulated copy with the calibrated thresholds (which must choose 2 MiB too).
+fn contenders() -> Vec<(Semantics, InputBuffering, Thresholds)> {
+    let mut cs: Vec<_> = Semantics::ALL
+        .iter()
+        .map(|s| (*s, InputBuffering::EarlyDemux, Thresholds::ZeroCopy))
+        .collect();
+    cs.push((
+        Semantics::EmulatedCopy,
+        InputBuffering::EarlyDemux,
+        Thresholds::Calibrated,
+    ));
+    cs
+}
+
+/// Progress units of [`measure`].
+pub fn units(plan: &Plan) -> u64 {
+    let cpu_lengths = plan.huge_lengths.iter().filter(|b| **b <= 16 << 20).count();
+    (plan.huge_rounds
+        * (plan.huge_lengths.len() * (Semantics::ALL.len() + 1)
+            + cpu_lengths * Semantics::ALL.len())) as u64
+}
+
+/// Figures 3 (instrumented: Table 6 at 2 MiB) and 4 with huge-page buffers at both ends,
+/// into `g.huge` and `g.huge_cpu`; where huge pages cannot be had, the reason into
+/// `g.huge_unavailable` (every transfer would take the 4 KiB paths).
+pub fn measure(plan: &Plan, g: &mut GenieResults, p: &dyn Progress) -> Res<()> {
+    if let Some(why) = zcio_vm::huge::unavailable_reason() {
+        g.huge_unavailable = Some(why);
+        for _ in 0..units(plan) {
+            p.inc();
+        }
+        return Ok(());
+    }
+    let latency = sweep(
+        &contenders(),
+        ModuleKind::Memnet,
+        &plan.huge_lengths,
+        plan.huge_rounds,
+        plan.huge_count,
+        &|a| {
+            a.huge = true;
+            a.breakdown = true;
+        },
+        p,
+        "2 MiB latency",
+    )?;
+    let cs: Vec<_> = Semantics::ALL
+        .iter()
+        .map(|s| (*s, InputBuffering::EarlyDemux, Thresholds::ZeroCopy))
+        .collect();
+    let cpu_lengths: Vec<usize> = plan
+        .huge_lengths
+        .iter()
+        .copied()
+        .filter(|b| *b <= 16 << 20)
+        .collect();
+    let cpu = sweep(
+        &cs,
+        ModuleKind::Memnet,
+        &cpu_lengths,
+        plan.huge_rounds,
+        plan.huge_count,
+        &|a| {
+            a.huge = true;
+            a.no_spin = true;
+        },
+        p,
+        "2 MiB cpu",
+    )?;
+    g.huge = latency;
+    g.huge_cpu = cpu;
+    Ok(())
+}
+
+/// Latency of `s` (zero-copy thresholds, early demultiplexing) at `bytes` among `pts`.
+fn lat(pts: &[Point], s: Semantics, bytes: usize) -> Option<f64> {
+    pts.iter()
+        .find(|p| {
+            p.semantics == s
+                && p.input == InputBuffering::EarlyDemux
+                && p.thresholds == Thresholds::ZeroCopy
+                && p.bytes == bytes
+        })
+        .map(|p| p.latency_ns)
+}
+
+/// The 4 KiB points (Figure 3's zero-copy early-demultiplexed runs) at the lengths the 2 MiB
+/// series also has.
+fn common_lengths(g: &GenieResults) -> Vec<usize> {
+    let mut v: Vec<usize> = g
+        .huge
+        .iter()
+        .map(|p| p.bytes)
+        .filter(|b| lat(&g.latency, Semantics::EmulatedCopy, *b).is_some())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// One granule's answers to the paper's three questions at the lengths in `lengths`.
+struct Answers {
+    /// Smallest length from which emulated copy is faster than copy at every longer length.
+    crossover: Option<usize>,
+    /// Copy's latency over emulated copy's at the largest length.
+    copy_over_ec: Option<f64>,
+    /// Slowest over fastest non-copy semantics at the largest length, with their names.
+    spread: Option<(f64, Semantics, Semantics)>,
+    /// Emulated copy over emulated share, per length.
+    ec_over_es: Vec<(usize, f64)>,
+}
+
+fn answers(pts: &[Point], lengths: &[usize]) -> Answers {
+    let mut crossover = None;
+    for &b in lengths.iter().rev() {
+        match lat(pts, Semantics::Copy, b).zip(lat(pts, Semantics::EmulatedCopy, b)) {
+            Some((c, e)) if c > e => crossover = Some(b),
+            _ => break,
+        }
+    }
+    let largest = lengths.last().copied();
+    let copy_over_ec = largest
+        .and_then(|b| Some(lat(pts, Semantics::Copy, b)? / lat(pts, Semantics::EmulatedCopy, b)?));
+    let spread = largest.and_then(|b| {
+        let v: Vec<(Semantics, f64)> = Semantics::ALL
+            .iter()
+            .filter(|s| **s != Semantics::Copy)
+            .filter_map(|s| Some((*s, lat(pts, *s, b)?)))
+            .collect();
+        let lo = v.iter().min_by(|a, c| a.1.total_cmp(&c.1))?;
+        let hi = v.iter().max_by(|a, c| a.1.total_cmp(&c.1))?;
+        (v.len() >= 2).then_some((hi.1 / lo.1, lo.0, hi.0))
+    });
+    let ec_over_es = lengths
+        .iter()
+        .filter_map(|&b| {
+            Some((
+                b,
+                lat(pts, Semantics::EmulatedCopy, b)? / lat(pts, Semantics::EmulatedShare, b)?,
+            ))
+        })
+        .collect();
+    Answers {
+        crossover,
+        copy_over_ec,
+        spread,
+        ec_over_es,
+    }
+}
+
+/// The paper's three conclusions answered at 2 MiB from the data, each beside the same
+/// answer on 4 KiB pages at the same lengths.
+pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
+    let mut lengths: Vec<usize> = g.huge.iter().map(|p| p.bytes).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    if lengths.is_empty() {
+        return Vec::new();
+    }
+    let common = common_lengths(g);
+    let huge = answers(&g.huge, &lengths);
+    let base = answers(&g.latency, &common);
+    let largest = *lengths.last().expect("not empty");
+    let at_4k = |what: String| {
+        if common.is_empty() {
+            "The 4 KiB series has no length in common with the 2 MiB one in this run.".into()
+        } else {
+            format!(
+                "On 4 KiB pages at the same lengths ({} to {}): {what}.",
+                size(common[0]),
+                size(*common.last().expect("not empty"))
+            )
+        }
+    };
+    let mut out = Vec::new();
+    out.push(Conclusion {
+        id: "copy-inferior-2m".into(),
+        question: "At 2 MiB: is copy sharply inferior to emulated copy, and from which length?"
+            .into(),
+        holds: huge.copy_over_ec.map(|r| huge.crossover.is_some() && r > 1.2),
+        answer: format!(
+            "With huge-page buffers, emulated copy is faster than copy from {} on; at {} copy takes {} the latency of emulated copy (the paper: 1.6× at 60 KB). {}",
+            huge.crossover.map_or("no measured length".into(), size),
+            size(largest),
+            huge.copy_over_ec
+                .map_or("-".into(), |r| format!("{r:.2}×")),
+            at_4k(format!(
+                "faster from {}, copy at {} the latency of emulated copy at the largest",
+                base.crossover.map_or("no common length".into(), size),
+                base.copy_over_ec.map_or("-".into(), |r| format!("{r:.2}×"))
+            ))
+        ),
+    });
+    let fmt_spread = |s: &Option<(f64, Semantics, Semantics)>| {
+        s.map_or("-".into(), |(r, lo, hi)| {
+            format!("{r:.2}× ({lo} fastest, {hi} slowest)")
+        })
+    };
+    out.push(Conclusion {
+        id: "non-copy-cluster-2m".into(),
+        question: "At 2 MiB: do the non-copy semantics cluster?".into(),
+        holds: huge.spread.map(|(r, _, _)| r < 1.3),
+        answer: format!(
+            "At {} with huge-page buffers the seven non-copy semantics spread {} (the paper: within 1.05× at 60 KB). {}",
+            size(largest),
+            fmt_spread(&huge.spread),
+            at_4k(format!("they spread {} at the largest", fmt_spread(&base.spread)))
+        ),
+    });
+    let list = |v: &[(usize, f64)]| {
+        v.iter()
+            .map(|(b, r)| format!("{r:.2}× at {}", size(*b)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let worst = huge.ec_over_es.iter().map(|x| x.1).fold(f64::NAN, f64::max);
+    out.push(Conclusion {
+        id: "emulated-copy-near-share-2m".into(),
+        question: "At 2 MiB: does emulated copy approach emulated share?".into(),
+        holds: (!huge.ec_over_es.is_empty()).then_some(worst < 1.1),
+        answer: format!(
+            "Emulated copy over emulated share with huge-page buffers: {} (the paper: 1.04×). {}",
+            list(&huge.ec_over_es),
+            at_4k(list(&base.ec_over_es))
+        ),
+    });
+    out
+}
+
+/// The section: the figure of both granules, the table of medians, the CPU time, Table 6 at
+/// 2 MiB, and what the runs' paths said.
+pub fn blocks(g: &GenieResults) -> Vec<Block> {
+    let mut b = Vec::new();
+    if let Some(why) = &g.huge_unavailable {
+        b.push(h(3, "Figures 3 and 4 at 2 MiB: huge-page buffers"));
+        b.push(p(format!(
+            "Not measured on this machine: {why}. Every transfer here takes the 4 KiB paths (Figure 3)."
+        )));
+        return b;
+    }
+    if g.huge.is_empty() {
+        return b;
+    }
+    b.push(h(3, "Figures 3 and 4 at 2 MiB: huge-page buffers"));
+    let granules: Vec<String> = {
+        let mut v: Vec<String> = g.huge.iter().filter_map(|p| p.granule.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let ec = g
+        .huge
+        .iter()
+        .find(|p| p.semantics == Semantics::EmulatedCopy && p.thresholds == Thresholds::Calibrated);
+    b.push(p(format!(
+        "The same experiment as Figure 3 with the application buffers at both ends in transparent huge pages (2 MiB-aligned, faulted in before the run): every semantics does its page work per PMD (TCOW, page swapping, referencing and region hiding on 2 MiB granules), and the move family's regions are huge pages that circulate through the region cache. Granule of the VM work as the runs reported it: {}. With the calibrated thresholds, emulated copy took: {}. Solid: huge pages; dashed: the same semantics on 4 KiB pages (Figure 3's runs) where both series have the length.",
+        if granules.is_empty() { "none reported".into() } else { granules.join(", ") },
+        ec.map_or("not measured".into(), |p| p.path.clone()),
+    )));
+    let huge_pts: Vec<&Point> = g
+        .huge
+        .iter()
+        .filter(|p| p.thresholds == Thresholds::ZeroCopy)
+        .collect();
+    let mut series = curves(&huge_pts, false, false);
+    let common = common_lengths(g);
+    for s in [
+        Semantics::Copy,
+        Semantics::EmulatedCopy,
+        Semantics::EmulatedShare,
+    ] {
+        let pts: Vec<(f64, f64)> = common
+            .iter()
+            .filter_map(|&x| Some((x as f64, lat(&g.latency, s, x)? / 1e3)))
+            .collect();
+        if !pts.is_empty() {
+            series.push(Series {
+                color: Some(Semantics::ALL.iter().position(|x| *x == s).unwrap_or(0)),
+                name: format!("{s} (4 KiB pages)"),
+                points: pts,
+                style: Style::Dashed,
+                band: None,
+            });
+        }
+    }
+    b.push(figure(
+        "fig3-huge",
+        "End-to-end latency against length with huge-page buffers (solid) and on 4 KiB pages (dashed), early demultiplexing, VM paths from the first granule.".into(),
+        Chart {
+            title: "Figure 3 at 2 MiB: latency, huge-page buffers".into(),
+            x_label: "message length (bytes)".into(),
+            y_label: "latency (µs)".into(),
+            x_scale: Scale::Log,
+            y_scale: Scale::Log,
+            series,
+        },
+    ));
+    let mut lengths: Vec<usize> = huge_pts.iter().map(|p| p.bytes).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    let rows = Semantics::ALL
+        .iter()
+        .map(|s| {
+            let mut row = vec![s.to_string()];
+            for &x in &lengths {
+                let hv = lat(&g.huge, *s, x);
+                row.push(hv.map_or("-".into(), us));
+                row.push(
+                    hv.zip(lat(&g.latency, *s, x))
+                        .map_or("-".into(), |(hv, bv)| format!("{:.2}", bv / hv)),
+                );
+            }
+            row
+        })
+        .collect();
+    let heads: Vec<String> = lengths
+        .iter()
+        .flat_map(|x| [format!("µs at {}", size(*x)), "4 KiB / 2 MiB".into()])
+        .collect();
+    let mut header = vec!["semantics"];
+    header.extend(heads.iter().map(String::as_str));
+    b.push(table(
+        "Median latency with huge-page buffers, and the 4 KiB pages' latency over it where Figure 3 has the length",
+        &header,
+        rows,
+    ));
+    if !g.huge_cpu.is_empty() {
+        let pts: Vec<&Point> = g.huge_cpu.iter().collect();
+        b.push(figure(
+            "fig4-huge",
+            "I/O processing time (CPU µs per transfer, both processes, waits that sleep) against length with huge-page buffers.".into(),
+            Chart {
+                title: "Figure 4 at 2 MiB: I/O processing time, huge-page buffers".into(),
+                x_label: "message length (bytes)".into(),
+                y_label: "CPU time per transfer (µs)".into(),
+                x_scale: Scale::Log,
+                y_scale: Scale::Log,
+                series: curves(&pts, true, false),
+            },
+        ));
+        let largest = lengths.last().copied().unwrap_or(0);
+        let cpu_at = |s: Semantics| {
+            pts.iter()
+                .find(|x| x.semantics == s && x.bytes == largest)
+                .map(|x| x.cpu_ns)
+        };
+        let rows = Semantics::ALL
+            .iter()
+            .map(|s| {
+                vec![
+                    s.to_string(),
+                    cpu_at(*s).map_or("-".into(), us),
+                    cpu_at(*s)
+                        .zip(cpu_at(Semantics::Copy))
+                        .map_or("-".into(), |(a, c)| format!("{:.2}", a / c)),
+                ]
+            })
+            .collect();
+        b.push(table(
+            &format!(
+                "CPU time per transfer at {} with huge-page buffers",
+                size(largest)
+            ),
+            &["semantics", "CPU µs", "/ copy"],
+            rows,
+        ));
+    }
+    // Table 6 at 2 MiB: the same fits over the huge-page runs.
+    let prims = model::primitives(&GenieResults {
+        latency: g.huge.clone(),
+        ..Default::default()
+    });
+    if !prims.is_empty() {
+        b.push(h(3, "Table 6 at 2 MiB: the primitives on huge pages"));
+        b.push(p("Each primitive timed in place in every message of the huge-page runs above and fitted by least squares against the length B, as Table 6 is on 4 KiB pages. The slope per 2 MiB is the cost of one PMD's worth of the operation; on 4 KiB pages the same bytes cost 512 page-table entries."));
+        let per4k = model::primitives(g);
+        let rows = prims
+            .iter()
+            .map(|pr| {
+                let mb2 = (2u64 << 20) as f64;
+                vec![
+                    pr.op.clone(),
+                    pr.phase.clone(),
+                    format!("{} ns", model::fmt_line(&pr.line)),
+                    us(pr.line.slope_ns_per_byte * mb2),
+                    per4k
+                        .iter()
+                        .find(|q| q.op == pr.op && q.phase == pr.phase)
+                        .map_or("-".into(), |q| us(q.line.slope_ns_per_byte * mb2)),
+                ]
+            })
+            .collect();
+        b.push(table(
+            "Primitive operation costs on huge pages: a·B + b (ns), and the slope per 2 MiB at each granule",
+            &[
+                "operation",
+                "phase",
+                "2 MiB pages",
+                "µs per 2 MiB (2 MiB pages)",
+                "µs per 2 MiB (4 KiB pages)",
+            ],
+            rows,
+        ));
+    }
+    b
+}
