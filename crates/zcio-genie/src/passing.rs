@@ -234,8 +234,16 @@ pub(crate) fn output_app(
                 HugePlan::Huge { .. } => unreachable!("taken above"),
             };
             let full = r.full_pages();
-            if len < profile.thresholds.short_output_bytes || full.is_empty() {
-                let why = if full.is_empty() {
+            // A page of a huge page the output does not cover whole cannot be moved out by
+            // TCOW while the wire references the huge page (the kernel cannot split it), so a
+            // write to it would wait for the output: such a buffer is copied instead.
+            let in_huge = !full.is_empty() && zcio_vm::huge::touches_huge(full);
+            if len < profile.thresholds.short_output_bytes || full.is_empty() || in_huge {
+                let why = if in_huge {
+                    format!(
+                        "copy-fallback: inside a huge page but not covering it whole ({why_4k})"
+                    )
+                } else if full.is_empty() {
                     "copy-fallback: no full page".to_string()
                 } else {
                     format!(

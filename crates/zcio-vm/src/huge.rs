@@ -201,6 +201,23 @@ pub fn scan(r: RawRange) -> HugeScan {
     }
 }
 
+/// Whether any page of `r` lies in a PMD-mapped huge page now (the PMDs `r` touches, whole
+/// or in part, are scanned). Where THP is off this makes no system call and says `false`.
+pub fn touches_huge(r: RawRange) -> bool {
+    static OFF: OnceLock<bool> = OnceLock::new();
+    if r.is_empty() || *OFF.get_or_init(|| thp_policy().is_none_or(|p| p == "never")) {
+        return false;
+    }
+    let start = align_down(r.addr, HUGE_PAGE_SIZE);
+    let end = align_up(r.end(), HUGE_PAGE_SIZE).unwrap_or(usize::MAX & !(HUGE_PAGE_SIZE - 1));
+    scan(RawRange {
+        addr: start,
+        len: end - start,
+    })
+    .huge_bytes()
+        > 0
+}
+
 /// Whether the PMD at `pmd` (2 MiB-aligned) is PMD-mapped now.
 pub fn is_pmd_mapped(pmd: usize) -> bool {
     matches!(scan(RawRange { addr: pmd, len: HUGE_PAGE_SIZE }), HugeScan::Known { runs, .. } if !runs.is_empty())

@@ -73,6 +73,7 @@ fn smoke_report_writes_every_output_and_validates() {
         "genie-modules",
         "genie-bandwidth",
         "genie-throughput",
+        "genie-huge",
         "fbufs-table1",
         "vmmr",
     ] {
@@ -152,7 +153,42 @@ fn smoke_report_writes_every_output_and_validates() {
     assert!(!g["model"]["classification"].as_array().unwrap().is_empty());
     assert!(!g["model"]["projections"].as_array().unwrap().is_empty());
     assert_eq!(g["model"]["throughput"].as_array().unwrap().len(), 3);
-    assert_eq!(g["conclusions"].as_array().unwrap().len(), 3);
+    // The paper's three conclusions, and the same three at 2 MiB where huge pages can be had.
+    let conclusions: Vec<&str> = g["conclusions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    match r["huge_unavailable"].as_str() {
+        None => {
+            assert_eq!(conclusions.len(), 6, "{conclusions:?}");
+            for id in [
+                "copy-inferior-2m",
+                "non-copy-cluster-2m",
+                "emulated-copy-near-share-2m",
+            ] {
+                assert!(conclusions.contains(&id), "{id}: {conclusions:?}");
+            }
+            // 8 semantics + emulated copy calibrated at 2 MiB, every one on huge pages, every
+            // message checked; and the CPU-time series.
+            let huge = r["huge"].as_array().unwrap();
+            assert_eq!(huge.len(), 9);
+            for pt in huge {
+                assert_eq!(pt["verified"], true, "{pt}");
+                assert_eq!(pt["bytes"], 2 << 20);
+                // With the VM paths forced, every semantics but copy works on the huge pages.
+                if pt["thresholds"] == "zero-copy" && pt["semantics"] != "copy" {
+                    assert_eq!(pt["granule"], "2m", "{}: {}", pt["semantics"], pt["path"]);
+                }
+            }
+            assert_eq!(r["huge_cpu"].as_array().unwrap().len(), 8);
+        }
+        Some(why) => {
+            eprintln!("the 2 MiB series was not measured: {why}");
+            assert_eq!(conclusions.len(), 3, "{conclusions:?}");
+        }
+    }
     assert!(r["bandwidths"]["wire_gbps"].as_f64().unwrap() > 0.0);
 
     // Every plot the Markdown names exists and is an SVG; the HTML holds them inline.

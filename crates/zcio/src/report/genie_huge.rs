@@ -357,7 +357,7 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
                 series: curves(&pts, true, false),
             },
         ));
-        let largest = lengths.last().copied().unwrap_or(0);
+        let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
         let cpu_at = |s: Semantics| {
             pts.iter()
                 .find(|x| x.semantics == s && x.bytes == largest)
