@@ -587,7 +587,16 @@ impl InputBuffers {
             }
             Semantics::Share | Semantics::EmulatedShare => match buffering {
                 InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                    via_staging(self, buf, 0, src, 1, "pooled", &mut acc)?;
+                    // The pool's pages swap in at 2 MiB where the buffer's whole granules are
+                    // huge pages on the pool's alignment.
+                    let plan = huge_plan(RawRange::of(buf), Some(0), VmRuntime::get().huge_tcow());
+                    if matches!(plan, HugePlan::Huge { .. })
+                        && buf.as_ptr() as usize % zcio_vm::page::HUGE_PAGE_SIZE == 0
+                    {
+                        self.via_huge_staging(buf, 0, src, 1, "pooled".into(), &mut acc)?;
+                    } else {
+                        via_staging(self, buf, 0, src, 1, "pooled", &mut acc)?;
+                    }
                 }
                 _ if !src.direct_ok(buf) => {
                     via_staging(

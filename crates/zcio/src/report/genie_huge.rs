@@ -31,12 +31,26 @@ fn contenders() -> Vec<(Semantics, InputBuffering, Thresholds)> {
     cs
 }
 
+/// The pooled schemes of Figures 6 and 7.
+const POOLED: [InputBuffering; 2] = [
+    InputBuffering::PooledAligned,
+    InputBuffering::PooledUnaligned,
+];
+
+/// Lengths of the CPU-time series and the pooled schemes: the 2 MiB series' up to 16 MiB.
+fn short_lengths(plan: &Plan) -> Vec<usize> {
+    plan.huge_lengths
+        .iter()
+        .copied()
+        .filter(|b| *b <= 16 << 20)
+        .collect()
+}
+
 /// Progress units of [`measure`].
 pub fn units(plan: &Plan) -> u64 {
-    let cpu_lengths = plan.huge_lengths.iter().filter(|b| **b <= 16 << 20).count();
-    (plan.huge_rounds
-        * (plan.huge_lengths.len() * (Semantics::ALL.len() + 1)
-            + cpu_lengths * Semantics::ALL.len())) as u64
+    let short = short_lengths(plan).len();
+    let n = Semantics::ALL.len();
+    (plan.huge_rounds * (plan.huge_lengths.len() * (n + 1) + short * n * (1 + POOLED.len()))) as u64
 }
 
 /// Figures 3 (instrumented: Table 6 at 2 MiB) and 4 with huge-page buffers at both ends,
@@ -63,16 +77,34 @@ pub fn measure(plan: &Plan, g: &mut GenieResults, p: &dyn Progress) -> Res<()> {
         p,
         "2 MiB latency",
     )?;
+    // Figures 6 and 7: pooled input, the application's buffer on a 2 MiB boundary or not.
+    let pooled: Vec<_> = POOLED
+        .iter()
+        .flat_map(|i| {
+            Semantics::ALL
+                .iter()
+                .map(move |s| (*s, *i, Thresholds::ZeroCopy))
+        })
+        .collect();
+    let mut latency = latency;
+    latency.extend(sweep(
+        &pooled,
+        ModuleKind::Memnet,
+        &short_lengths(plan),
+        plan.huge_rounds,
+        plan.huge_count,
+        &|a| {
+            a.huge = true;
+            a.breakdown = true;
+        },
+        p,
+        "2 MiB pooled",
+    )?);
     let cs: Vec<_> = Semantics::ALL
         .iter()
         .map(|s| (*s, InputBuffering::EarlyDemux, Thresholds::ZeroCopy))
         .collect();
-    let cpu_lengths: Vec<usize> = plan
-        .huge_lengths
-        .iter()
-        .copied()
-        .filter(|b| *b <= 16 << 20)
-        .collect();
+    let cpu_lengths = short_lengths(plan);
     let cpu = sweep(
         &cs,
         ModuleKind::Memnet,
@@ -93,10 +125,15 @@ pub fn measure(plan: &Plan, g: &mut GenieResults, p: &dyn Progress) -> Res<()> {
 
 /// Latency of `s` (zero-copy thresholds, early demultiplexing) at `bytes` among `pts`.
 fn lat(pts: &[Point], s: Semantics, bytes: usize) -> Option<f64> {
+    lat_in(pts, s, InputBuffering::EarlyDemux, bytes)
+}
+
+/// Latency of `s` with input buffering `i` (zero-copy thresholds) at `bytes` among `pts`.
+fn lat_in(pts: &[Point], s: Semantics, i: InputBuffering, bytes: usize) -> Option<f64> {
     pts.iter()
         .find(|p| {
             p.semantics == s
-                && p.input == InputBuffering::EarlyDemux
+                && p.input == i
                 && p.thresholds == Thresholds::ZeroCopy
                 && p.bytes == bytes
         })
@@ -279,7 +316,7 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
     let huge_pts: Vec<&Point> = g
         .huge
         .iter()
-        .filter(|p| p.thresholds == Thresholds::ZeroCopy)
+        .filter(|p| p.thresholds == Thresholds::ZeroCopy && p.input == InputBuffering::EarlyDemux)
         .collect();
     let mut series = curves(&huge_pts, false, false);
     let common = common_lengths(g);
@@ -343,6 +380,67 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         &header,
         rows,
     ));
+    // Figures 6 and 7 at 2 MiB.
+    for (fig, i, what) in [
+        (
+            "6",
+            InputBuffering::PooledAligned,
+            "application-aligned pooled input (the application's buffer on a 2 MiB boundary, as the pool's huge pages are)",
+        ),
+        (
+            "7",
+            InputBuffering::PooledUnaligned,
+            "unaligned pooled input (the application's buffer 512 bytes past a 2 MiB boundary: no huge page of the pool lines up with it)",
+        ),
+    ] {
+        let pts: Vec<&Point> = g.huge.iter().filter(|p| p.input == i).collect();
+        if pts.is_empty() {
+            continue;
+        }
+        b.push(figure(
+            &format!("fig{fig}-huge"),
+            format!("End-to-end latency against length with huge-page buffers and {what}."),
+            Chart {
+                title: format!("Figure {fig} at 2 MiB: latency, huge-page buffers, pooled input"),
+                x_label: "message length (bytes)".into(),
+                y_label: "latency (µs)".into(),
+                x_scale: Scale::Log,
+                y_scale: Scale::Log,
+                series: curves(&pts, false, false),
+            },
+        ));
+        let mut ls: Vec<usize> = pts.iter().map(|p| p.bytes).collect();
+        ls.sort_unstable();
+        ls.dedup();
+        let rows = Semantics::ALL
+            .iter()
+            .map(|s| {
+                let mut row = vec![s.to_string()];
+                for &x in &ls {
+                    let hv = lat_in(&g.huge, *s, i, x);
+                    row.push(hv.map_or("-".into(), us));
+                    row.push(
+                        hv.zip(lat_in(&g.latency, *s, i, x))
+                            .map_or("-".into(), |(hv, bv)| format!("{:.2}", bv / hv)),
+                    );
+                }
+                row
+            })
+            .collect();
+        let heads: Vec<String> = ls
+            .iter()
+            .flat_map(|x| [format!("µs at {}", size(*x)), "4 KiB / 2 MiB".into()])
+            .collect();
+        let mut header = vec!["semantics"];
+        header.extend(heads.iter().map(String::as_str));
+        b.push(table(
+            &format!(
+                "Figure {fig} at 2 MiB: median latency with huge-page buffers, and the 4 KiB pages' latency over it"
+            ),
+            &header,
+            rows,
+        ));
+    }
     if !g.huge_cpu.is_empty() {
         let pts: Vec<&Point> = g.huge_cpu.iter().collect();
         b.push(figure(
