@@ -32,6 +32,10 @@ pub struct Staging {
     /// The alignment the window keeps with the application buffer: a page, or 2 MiB for
     /// staging in huge pages ([`Staging::new_huge`]).
     granule: usize,
+    /// The run of scratch known to be empty: the staging run whose pages the last huge
+    /// delivery moved out (it became the scratch), so that the next delivery of the same
+    /// window needs no `MADV_DONTNEED` first.
+    scr_empty: Option<RawRange>,
 }
 
 impl Staging {
@@ -59,6 +63,7 @@ impl Staging {
             scr: rt.registered_mapping(len, opts)?,
             window: None,
             granule: page_size(),
+            scr_empty: None,
         })
     }
 
@@ -90,6 +95,7 @@ impl Staging {
             scr: rt.registered_mapping(len, opts)?,
             window: None,
             granule: HUGE_PAGE_SIZE,
+            scr_empty: None,
         })
     }
 
@@ -142,6 +148,7 @@ impl Staging {
             });
         }
         let whole = len / h * h;
+        self.scr_empty = None;
         let copied = if whole > 0 {
             let d = dst.range().sub(0, whole)?;
             dst.discard(d)?;
@@ -169,6 +176,7 @@ impl Staging {
             return 0;
         }
         let whole = src.len().min(self.capacity()) / h * h;
+        self.scr_empty = None;
         let (Ok(d), Ok(s)) = (self.stg.range().sub(0, whole), src.range().sub(0, whole)) else {
             return 0;
         };
@@ -229,11 +237,21 @@ impl Staging {
             addr: self.scr.addr() + s_off,
             len: pmds.len,
         };
-        self.scr.discard(scr)?; // scratch must be empty there (a no-op in the steady state)
+        // Scratch must be empty there: it is where the last delivery of this window moved its
+        // staging pages out; otherwise empty it.
+        if self.scr_empty.is_none_or(|e| !e.contains(&scr)) {
+            self.scr.discard(scr)?;
+        }
+        self.scr_empty = None;
         // SAFETY: `pmds` is whole pages of `app`, borrowed mutably for this call and registered
         // above; staging and scratch are our registered mappings and the scratch run is empty.
         let copied = unsafe { rt.swap(pmds, stg, scr)? };
         std::mem::swap(&mut self.stg, &mut self.scr);
+        // The staging run just emptied is the next scratch's; pages copied instead of moved
+        // (under a pending output) left it populated.
+        if copied == 0 {
+            self.scr_empty = Some(stg);
+        }
         Ok(Delivery {
             swapped: pmds.len - copied,
             copied: head + tail + copied,
@@ -345,6 +363,7 @@ impl Staging {
         let copied = unsafe { rt.swap(full, stg, scr)? };
         // The old application pages are in scratch: they become the next staging (page recycling).
         std::mem::swap(&mut self.stg, &mut self.scr);
+        self.scr_empty = None;
         Ok(Delivery {
             swapped: full.len - copied + reversed,
             copied: head + tail - reversed + copied,
