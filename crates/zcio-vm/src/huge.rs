@@ -145,10 +145,30 @@ pub fn scan(r: RawRange) -> HugeScan {
             truncated: false,
         };
     }
-    let fd = match pagemap() {
-        Ok(fd) => fd,
-        Err(e) => return HugeScan::Unknown(e),
-    };
+    match scan_raw(pmds) {
+        Ok((runs, walk_end)) => HugeScan::Known {
+            runs: runs
+                .into_iter()
+                .map(whole_pmds)
+                .filter(|r| !r.is_empty())
+                .fold(Vec::new(), |mut v: Vec<RawRange>, r| {
+                    match v.last_mut() {
+                        Some(last) if last.end() == r.addr => last.len += r.len,
+                        _ => v.push(r),
+                    }
+                    v
+                }),
+            pmds: pmds.len / HUGE_PAGE_SIZE,
+            truncated: walk_end < pmds.end(),
+        },
+        Err(e) => HugeScan::Unknown(e),
+    }
+}
+
+/// The ranges of `r` (page-aligned) that `PAGEMAP_SCAN` reports as huge pages, as the pages
+/// they map inside `r`, and where the walk ended.
+fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
+    let fd = pagemap()?;
     let mut regions = [linux_raw_sys::general::page_region {
         start: 0,
         end: 0,
@@ -158,8 +178,8 @@ pub fn scan(r: RawRange) -> HugeScan {
     let mut arg = linux_raw_sys::general::pm_scan_arg {
         size: std::mem::size_of::<linux_raw_sys::general::pm_scan_arg>() as u64,
         flags: 0,
-        start: pmds.addr as u64,
-        end: pmds.end() as u64,
+        start: r.addr as u64,
+        end: r.end() as u64,
         walk_end: 0,
         vec: regions.as_mut_ptr() as u64,
         vec_len: MAX_RUNS as u64,
@@ -174,48 +194,31 @@ pub fn scan(r: RawRange) -> HugeScan {
     let n = unsafe { libc::ioctl(fd.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
     if n < 0 {
         let e = std::io::Error::last_os_error();
-        return HugeScan::Unknown(format!(
+        return Err(format!(
             "PAGEMAP_SCAN is unavailable ({e}): huge pages cannot be told from base pages"
         ));
     }
     let n = (n as usize).min(MAX_RUNS);
-    let mut runs: Vec<RawRange> = Vec::with_capacity(n);
-    for reg in &regions[..n] {
-        // Huge pages are reported by the pages they map; keep whole PMDs only.
-        let r = whole_pmds(RawRange {
+    let runs = regions[..n]
+        .iter()
+        .map(|reg| RawRange {
             addr: reg.start as usize,
             len: (reg.end - reg.start) as usize,
-        });
-        if r.is_empty() {
-            continue;
-        }
-        match runs.last_mut() {
-            Some(last) if last.end() == r.addr => last.len += r.len,
-            _ => runs.push(r),
-        }
-    }
-    HugeScan::Known {
-        runs,
-        pmds: pmds.len / HUGE_PAGE_SIZE,
-        truncated: (arg.walk_end as usize) < pmds.end(),
-    }
+        })
+        .collect();
+    Ok((runs, arg.walk_end as usize))
 }
 
-/// Whether any page of `r` lies in a PMD-mapped huge page now (the PMDs `r` touches, whole
-/// or in part, are scanned). Where THP is off this makes no system call and says `false`.
+/// Whether any page of `r` (page-aligned) lies in a PMD-mapped huge page now: one
+/// `PAGEMAP_SCAN` of `r` alone (a huge page is reported by the pages it maps inside `r`).
+/// Where THP is off or the kernel cannot tell, this says `false` (and makes no system call
+/// where THP is off).
 pub fn touches_huge(r: RawRange) -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
     if r.is_empty() || *OFF.get_or_init(|| thp_policy().is_none_or(|p| p == "never")) {
         return false;
     }
-    let start = align_down(r.addr, HUGE_PAGE_SIZE);
-    let end = align_up(r.end(), HUGE_PAGE_SIZE).unwrap_or(usize::MAX & !(HUGE_PAGE_SIZE - 1));
-    scan(RawRange {
-        addr: start,
-        len: end - start,
-    })
-    .huge_bytes()
-        > 0
+    scan_raw(r).is_ok_and(|(runs, _)| !runs.is_empty())
 }
 
 /// Whether the PMD at `pmd` (2 MiB-aligned) is PMD-mapped now.
