@@ -28,7 +28,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
-use zcio_vm::wire::Pipe;
+use zcio_vm::wire::{Pipe, STRIPES, Striped};
 
 const RING_SLOTS: usize = 256;
 const DESC_MAGIC: u64 = 0x7a63_696f_4445_5343; // "zcioDESC"
@@ -81,8 +81,8 @@ pub struct LinkParts {
     arena_fd: OwnedFd,
     arena_addr: usize,
     arena_len: usize,
-    out_tx: OwnedFd,
-    in_rx: OwnedFd,
+    out_tx: [OwnedFd; STRIPES],
+    in_rx: [OwnedFd; STRIPES],
     my_bell: OwnedFd,
     peer_bell: OwnedFd,
 }
@@ -90,8 +90,11 @@ pub struct LinkParts {
 /// One end of a memory-network link.
 pub struct MemnetEndpoint {
     arena: Arc<SharedArena>,
-    out_tx: OwnedFd,
-    in_rx: OwnedFd,
+    /// The data wire out: pipes used in turn, a chunk each (`zcio_vm::wire::Striped`).
+    out_tx: [OwnedFd; STRIPES],
+    out_chunk: usize,
+    /// The data wire in, and its chunk (the smaller pipe's capacity, as the sender's).
+    in_rx: [OwnedFd; STRIPES],
     in_capacity: usize,
     my_bell: OwnedFd,
     peer_bell: OwnedFd,
@@ -120,24 +123,51 @@ impl std::fmt::Debug for MemnetEndpoint {
     }
 }
 
+/// The data wire of these pipes: used in turn, `chunk` bytes each.
+fn striped(pipes: &[OwnedFd; STRIPES], chunk: usize) -> Striped<'_> {
+    Striped::new([pipes[0].as_fd(), pipes[1].as_fd()], chunk)
+}
+
+/// The chunk a striped wire of these pipes uses: the smaller pipe's capacity (both ends ask
+/// the same pipes, so they agree).
+fn chunk_of(pipes: &[OwnedFd; STRIPES]) -> Result<usize> {
+    let mut c = usize::MAX;
+    for p in pipes {
+        c = c.min(
+            rustix::pipe::fcntl_getpipe_size(p).map_err(|e| GenieError::io("F_GETPIPE_SZ", e))?,
+        );
+    }
+    Ok(c)
+}
+
 /// Create the parts of a new link: side 0 and side 1.
 pub fn link_parts() -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
     let arena = SharedArena::create("zcio-memnet", arena_len())?;
-    let p0 = Pipe::new(zcio_vm::wire::pipe_max_size())?; // 0 -> 1
-    let p1 = Pipe::new(zcio_vm::wire::pipe_max_size())?; // 1 -> 0
-    let e0 = zcio_vm::arena::Doorbell::eventfd()?;
-    let e1 = zcio_vm::arena::Doorbell::eventfd()?;
     let dup = |fd: BorrowedFd<'_>| {
         fd.try_clone_to_owned()
             .map_err(|e| GenieError::io("dup", e))
     };
+    // Each direction's wire is STRIPES pipes used in turn (see `Striped`).
+    let pipes = || -> Result<[Pipe; STRIPES]> {
+        Ok([
+            Pipe::new(zcio_vm::wire::pipe_max_size())?,
+            Pipe::new(zcio_vm::wire::pipe_max_size())?,
+        ])
+    };
+    let p0 = pipes()?; // 0 -> 1
+    let [a, b] = pipes()?; // 1 -> 0
+    let (p1_tx, p1_rx) = ([a.tx, b.tx], [a.rx, b.rx]);
+    let [a, b] = &p0;
+    let p0_rx = [dup(a.rx.as_fd())?, dup(b.rx.as_fd())?];
+    let e0 = zcio_vm::arena::Doorbell::eventfd()?;
+    let e1 = zcio_vm::arena::Doorbell::eventfd()?;
     let s0 = LinkParts {
         side: 0,
         arena_fd: dup(arena.fd())?,
         arena_addr: arena.addr(),
         arena_len: arena.len(),
-        out_tx: p0.tx,
-        in_rx: p1.rx,
+        out_tx: p0.map(|p| p.tx),
+        in_rx: p1_rx,
         my_bell: dup(e0.as_fd())?,
         peer_bell: dup(e1.as_fd())?,
     };
@@ -146,8 +176,8 @@ pub fn link_parts() -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
         arena_fd: dup(arena.fd())?,
         arena_addr: arena.addr(),
         arena_len: arena.len(),
-        out_tx: p1.tx,
-        in_rx: p0.rx,
+        out_tx: p1_tx,
+        in_rx: p0_rx,
         my_bell: e1,
         peer_bell: e0,
     };
@@ -174,8 +204,10 @@ impl LinkParts {
         let bytes: Vec<u8> = header.iter().flat_map(|w| w.to_ne_bytes()).collect();
         let fds = [
             self.arena_fd.as_fd(),
-            self.out_tx.as_fd(),
-            self.in_rx.as_fd(),
+            self.out_tx[0].as_fd(),
+            self.out_tx[1].as_fd(),
+            self.in_rx[0].as_fd(),
+            self.in_rx[1].as_fd(),
             self.my_bell.as_fd(),
             self.peer_bell.as_fd(),
         ];
@@ -187,24 +219,25 @@ impl LinkParts {
     pub fn recv_from(sock: &UnixStream) -> Result<LinkParts> {
         let mut bytes = [0u8; 24];
         let (n, fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut bytes)?;
-        if n != 24 || fds.len() != 5 {
+        if n != 24 || fds.len() != 3 + 2 * STRIPES {
             return Err(GenieError::Protocol(format!(
-                "link setup: got {n} bytes and {} descriptors, want 24 and 5",
-                fds.len()
+                "link setup: got {n} bytes and {} descriptors, want 24 and {}",
+                fds.len(),
+                3 + 2 * STRIPES
             )));
         }
         let w = |i: usize| {
             u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
         };
         let mut it = fds.into_iter();
-        let mut next = || it.next().expect("five descriptors");
+        let mut next = || it.next().expect("counted above");
         Ok(LinkParts {
             side: w(0),
             arena_addr: w(1),
             arena_len: w(2),
             arena_fd: next(),
-            out_tx: next(),
-            in_rx: next(),
+            out_tx: [next(), next()],
+            in_rx: [next(), next()],
             my_bell: next(),
             peer_bell: next(),
         })
@@ -231,8 +264,8 @@ impl MemnetEndpoint {
         };
         let s = parts.side;
         let ring = |i: usize| SharedRing::new(&arena, ring_offset(i), RING_SLOTS);
-        let in_capacity = rustix::pipe::fcntl_getpipe_size(&parts.in_rx)
-            .map_err(|e| GenieError::io("F_GETPIPE_SZ", e))?;
+        let in_capacity = chunk_of(&parts.in_rx)?;
+        let out_chunk = chunk_of(&parts.out_tx)?;
         Ok(MemnetEndpoint {
             desc_tx: ring(s)?,
             desc_rx: ring(1 - s)?,
@@ -240,6 +273,7 @@ impl MemnetEndpoint {
             comp_rx: ring(3 - s)?,
             arena,
             out_tx: parts.out_tx,
+            out_chunk,
             in_rx: parts.in_rx,
             in_capacity,
             my_bell: parts.my_bell,
@@ -367,7 +401,13 @@ impl MemnetEndpoint {
             buf.as_ptr() as usize % zcio_vm::page_size(),
             sem,
         )?;
-        let (held, acc) = output_app(sem, buf, self.out_tx.as_fd(), &mut self.pool, self.profile)?;
+        let (held, acc) = output_app(
+            sem,
+            buf,
+            striped(&self.out_tx, self.out_chunk),
+            &mut self.pool,
+            self.profile,
+        )?;
         self.pending.push(PendingOut { ticket, held });
         Ok((Ticket(ticket), acc))
     }
@@ -380,7 +420,8 @@ impl MemnetEndpoint {
         let t = self.next_ticket;
         self.next_ticket += 1;
         self.publish(t, claimed, 0, Semantics::Copy)?;
-        zcio_vm::wire::vmsplice_all(self.out_tx.as_fd(), &[buf])
+        striped(&self.out_tx, self.out_chunk)
+            .vmsplice_message(&[buf])
             .map_err(|e| GenieError::from_wire(e, "output"))?;
         Ok(())
     }
@@ -405,7 +446,7 @@ impl MemnetEndpoint {
         self.publish(ticket, region.len(), 0, sem)?;
         mark(&mut region, RegionState::MovingOut);
         time(Op::Reference, || {
-            zcio_vm::wire::vmsplice_all(self.out_tx.as_fd(), &[region.as_slice()])
+            striped(&self.out_tx, self.out_chunk).vmsplice_message(&[region.as_slice()])
         })
         .map_err(|e| GenieError::from_wire(e, "output"))?;
         let path = match sem {
@@ -533,7 +574,8 @@ impl MemnetEndpoint {
     fn wait_event(&self, during: &'static str) -> Result<()> {
         let mut fds = [
             PollFd::new(&self.my_bell, PollFlags::IN),
-            PollFd::new(&self.out_tx, PollFlags::empty()),
+            PollFd::new(&self.out_tx[0], PollFlags::empty()),
+            PollFd::new(&self.out_tx[1], PollFlags::empty()),
         ];
         let timeout = rustix::time::Timespec {
             tv_sec: 0,
@@ -545,7 +587,9 @@ impl MemnetEndpoint {
         }
         // A peer that completed our outputs and then left is not gone for them: completions
         // already in the ring are reaped first.
-        if fds[1].revents().intersects(PollFlags::ERR | PollFlags::HUP)
+        if fds[1..]
+            .iter()
+            .any(|f| f.revents().intersects(PollFlags::ERR | PollFlags::HUP))
             && !self.comp_rx.has_next(&self.arena).unwrap_or(false)
         {
             return Err(GenieError::PeerGone { during });
@@ -572,7 +616,7 @@ impl MemnetEndpoint {
                     self.cur_ticket = w[1];
                     // The data follows its descriptor closely: spin for it rather than sleep in
                     // the read.
-                    let fd = self.in_rx.as_fd();
+                    let fd = self.in_rx[0].as_fd(); // every message starts in the first pipe
                     spin_until(self.spin, || {
                         zcio_vm::wire::queued(fd).map_or(true, |q| q > 0)
                     });
@@ -586,7 +630,7 @@ impl MemnetEndpoint {
                 continue;
             }
             // Descriptors are published before data: wait for data (or the sender's end).
-            let mut fds = [PollFd::new(&self.in_rx, PollFlags::IN)];
+            let mut fds = [PollFd::new(&self.in_rx[0], PollFlags::IN)];
             match rustix::event::poll(&mut fds, None) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(GenieError::io("poll", e)),
@@ -630,9 +674,10 @@ impl MemnetEndpoint {
     fn discard(&mut self, len: usize) -> Result<()> {
         let mut left = len;
         let mut junk = vec![0u8; 64 * 1024];
+        let mut rx = striped(&self.in_rx, self.in_capacity).reader();
         while left > 0 {
             let n = left.min(junk.len());
-            zcio_vm::wire::read_exact(self.in_rx.as_fd(), &mut junk[..n])
+            rx.read_exact(&mut junk[..n])
                 .map_err(|e| GenieError::from_wire(e, "input"))?;
             left -= n;
         }
@@ -679,7 +724,8 @@ impl MemnetEndpoint {
             ));
         }
         let mut src = PipeSource {
-            fd: self.in_rx.as_fd(),
+            first: self.in_rx[0].as_fd(),
+            rx: striped(&self.in_rx, self.in_capacity).reader(),
             capacity: self.in_capacity,
         };
         let acc = self
@@ -719,7 +765,8 @@ impl MemnetEndpoint {
         };
         if sem == Semantics::Move {
             let mut src = PipeSource {
-                fd: self.in_rx.as_fd(),
+                first: self.in_rx[0].as_fd(),
+                rx: striped(&self.in_rx, self.in_capacity).reader(),
                 capacity: self.in_capacity,
             };
             if let Some(d) = self.inputs.fill_region_huge(&mut region, &mut src)? {
@@ -736,7 +783,9 @@ impl MemnetEndpoint {
             }
         }
         fill(&mut region)?;
-        zcio_vm::wire::read_exact(self.in_rx.as_fd(), region.as_mut_slice())
+        striped(&self.in_rx, self.in_capacity)
+            .reader()
+            .read_exact(region.as_mut_slice())
             .map_err(|e| GenieError::from_wire(e, "input"))?;
         mark(&mut region, RegionState::MovedIn);
         self.complete()?;
@@ -761,13 +810,18 @@ impl MemnetEndpoint {
 }
 
 struct PipeSource<'a> {
-    fd: BorrowedFd<'a>,
+    /// The wire's first pipe, where every message starts.
+    first: BorrowedFd<'a>,
+    rx: zcio_vm::wire::StripedReader<'a>,
+    /// Bytes one pipe holds: a message that fits is in the first pipe whole.
     capacity: usize,
 }
 
 impl Source for PipeSource<'_> {
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
-        zcio_vm::wire::read_exact(self.fd, buf).map_err(|e| GenieError::from_wire(e, "input"))
+        self.rx
+            .read_exact(buf)
+            .map_err(|e| GenieError::from_wire(e, "input"))
     }
 
     fn wait_whole(&mut self, len: usize) -> Result<bool> {
@@ -778,11 +832,11 @@ impl Source for PipeSource<'_> {
             return Ok(false);
         }
         loop {
-            let q = zcio_vm::wire::queued(self.fd)?;
+            let q = zcio_vm::wire::queued(self.first)?;
             if q >= len {
                 return Ok(true);
             }
-            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            let mut fds = [PollFd::new(&self.first, PollFlags::IN)];
             let _ = rustix::event::poll(
                 &mut fds,
                 Some(&rustix::time::Timespec {
@@ -790,7 +844,8 @@ impl Source for PipeSource<'_> {
                     tv_nsec: 0,
                 }),
             );
-            if fds[0].revents().contains(PollFlags::HUP) && zcio_vm::wire::queued(self.fd)? < len {
+            if fds[0].revents().contains(PollFlags::HUP) && zcio_vm::wire::queued(self.first)? < len
+            {
                 return Err(GenieError::PeerGone {
                     during: "input (outboard: message incomplete)",
                 });

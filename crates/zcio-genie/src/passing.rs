@@ -5,10 +5,10 @@ use crate::breakdown::{Op, time};
 use crate::error::{GenieError, Result};
 use crate::profile::Profile;
 use crate::semantics::{Accounting, InputBuffering, Semantics};
-use std::os::fd::BorrowedFd;
 use zcio_vm::huge::Granule;
 use zcio_vm::runtime::{OutputRef, TcowMode};
 use zcio_vm::staging::Staging;
+use zcio_vm::wire::Striped;
 use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
 
 /// Refuse an input buffer the process may not write (read-only or inaccessible memory) with
@@ -135,7 +135,7 @@ fn output_huge(
     buf: &[u8],
     pmds: RawRange,
     why: String,
-    wire: BorrowedFd<'_>,
+    wire: Striped<'_>,
     pool: &mut BouncePool,
 ) -> Result<(Held, Accounting)> {
     let rt = VmRuntime::get();
@@ -150,14 +150,11 @@ fn output_huge(
     }
     let refs = time(Op::ReadOnly, || rt.reference_output(pmds, true))?;
     let res = time(Op::Reference, || {
-        zcio_vm::wire::vmsplice_all(
-            wire,
-            &[
-                &b.as_slice()[..head],
-                &buf[head..len - tail],
-                &b.as_slice()[head..head + tail],
-            ],
-        )
+        wire.vmsplice_message(&[
+            &b.as_slice()[..head],
+            &buf[head..len - tail],
+            &b.as_slice()[head..head + tail],
+        ])
     })
     .map_err(|e| GenieError::from_wire(e, "output"));
     if let Err(e) = res {
@@ -187,14 +184,14 @@ fn output_huge(
 pub(crate) fn output_app(
     sem: Semantics,
     buf: &[u8],
-    wire: BorrowedFd<'_>,
+    wire: Striped<'_>,
     pool: &mut BouncePool,
     profile: &Profile,
 ) -> Result<(Held, Accounting)> {
     let rt = VmRuntime::get();
     let len = buf.len();
     let splice = |pieces: &[&[u8]]| {
-        time(Op::Reference, || zcio_vm::wire::vmsplice_all(wire, pieces))
+        time(Op::Reference, || wire.vmsplice_message(pieces))
             .map_err(|e| GenieError::from_wire(e, "output"))
     };
     let copy_out = |pool: &mut BouncePool, why: String| -> Result<(Held, Accounting)> {

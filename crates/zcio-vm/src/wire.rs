@@ -85,6 +85,95 @@ pub fn vmsplice_all(fd: BorrowedFd<'_>, bufs: &[&[u8]]) -> Result<usize> {
     Ok(total)
 }
 
+/// Pipes a [`Striped`] wire uses in turn.
+pub const STRIPES: usize = 2;
+
+/// A wire of [`STRIPES`] pipes used in turn, `chunk` bytes each, every message starting on the
+/// first: while the reader copies one pipe's chunk, the writer, woken by the reader's first
+/// read of the other, refills that one. With one pipe the two take turns (the writer waits for
+/// the reader to empty the pipe, the reader for the writer to be woken and refill it), and a
+/// large message moves at about half the speed of the copy (measured here: 16 MiB in 2.8-3.2
+/// ms through one 1 MiB pipe, 1.5-1.7 ms through two).
+///
+/// Both ends must agree on the pipes' order and on `chunk`, and read each message's bytes in
+/// order from its start ([`Striped::reader`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Striped<'a> {
+    pipes: [BorrowedFd<'a>; STRIPES],
+    chunk: usize,
+}
+
+impl<'a> Striped<'a> {
+    /// The wire of these pipes, `chunk` bytes to a pipe at a time (at least a page).
+    pub fn new(pipes: [BorrowedFd<'a>; STRIPES], chunk: usize) -> Striped<'a> {
+        Striped {
+            pipes,
+            chunk: chunk.max(crate::page_size()),
+        }
+    }
+
+    /// The pipe a message's byte at `pos` travels in, and how many bytes from `pos` on travel
+    /// in the same chunk.
+    fn at(&self, pos: usize) -> (BorrowedFd<'a>, usize) {
+        (
+            self.pipes[(pos / self.chunk) % STRIPES],
+            self.chunk - pos % self.chunk,
+        )
+    }
+
+    /// Queue a whole message, the concatenation of `bufs`, by page reference ([`vmsplice_all`]
+    /// chunk by chunk). Returns the bytes queued.
+    pub fn vmsplice_message(&self, bufs: &[&[u8]]) -> Result<usize> {
+        let mut pos = 0;
+        for buf in bufs {
+            let mut off = 0;
+            while off < buf.len() {
+                let (fd, room) = self.at(pos);
+                let n = room.min(buf.len() - off);
+                vmsplice_all(fd, &[&buf[off..off + n]])?;
+                off += n;
+                pos += n;
+            }
+        }
+        Ok(pos)
+    }
+
+    /// A reader of one message, from its first byte.
+    pub fn reader(&self) -> StripedReader<'a> {
+        StripedReader {
+            wire: *self,
+            pos: 0,
+        }
+    }
+}
+
+/// Reads one message of a [`Striped`] wire in order.
+#[derive(Debug)]
+pub struct StripedReader<'a> {
+    wire: Striped<'a>,
+    pos: usize,
+}
+
+impl StripedReader<'_> {
+    /// Read exactly `buf.len()` more bytes of the message ([`read_exact`] chunk by chunk).
+    pub fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        let mut off = 0;
+        while off < buf.len() {
+            let (fd, room) = self.wire.at(self.pos);
+            let n = room.min(buf.len() - off);
+            read_exact(fd, &mut buf[off..off + n])?;
+            off += n;
+            self.pos += n;
+        }
+        Ok(())
+    }
+
+    /// Bytes of the message read so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
 /// Bytes queued in a pipe or socket and not yet read (`FIONREAD`).
 pub fn queued(fd: BorrowedFd<'_>) -> Result<usize> {
     rustix::io::ioctl_fionread(fd)
@@ -209,6 +298,44 @@ mod tests {
         let mut got = vec![0u8; 4 * ps];
         read_exact(p.rx.as_fd(), &mut got).unwrap();
         assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn a_striped_wire_delivers_messages_in_order_across_its_pipes() {
+        let ps = crate::page_size();
+        let a = Pipe::new(64 * ps).unwrap();
+        let b = Pipe::new(64 * ps).unwrap();
+        let tx = Striped::new([a.tx.as_fd(), b.tx.as_fd()], 16 * ps);
+        let rx = Striped::new([a.rx.as_fd(), b.rx.as_fd()], 16 * ps);
+        // Messages that end inside a chunk, on a chunk boundary, and span both pipes twice,
+        // in pieces that cross chunks; the reader runs beside the writer.
+        let lens = [100, 16 * ps, 16 * ps + 1, 70 * ps + 123, 1];
+        let msgs: Vec<Vec<u8>> = lens
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|i| (i * 7 + k * 13) as u8).collect())
+            .collect();
+        std::thread::scope(|s| {
+            let msgs = &msgs;
+            s.spawn(move || {
+                for m in msgs {
+                    let cut = m.len() / 3;
+                    assert_eq!(
+                        tx.vmsplice_message(&[&m[..cut], &m[cut..]]).unwrap(),
+                        m.len()
+                    );
+                }
+            });
+            for m in msgs {
+                let mut r = rx.reader();
+                let mut got = vec![0u8; m.len()];
+                let half = got.len() / 2;
+                r.read_exact(&mut got[..half]).unwrap();
+                r.read_exact(&mut got[half..]).unwrap();
+                assert_eq!(r.position(), m.len());
+                assert!(&got == m, "message of {} bytes", m.len());
+            }
+        });
     }
 
     #[test]
