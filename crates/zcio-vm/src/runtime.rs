@@ -38,8 +38,9 @@ pub const MAX_REGISTRATIONS: usize = 64;
 /// Pages in the TCOW stash (virtual; populated only by moved originals).
 pub const STASH_PAGES: usize = 8192;
 /// Huge-page (2 MiB) slots in the TCOW stash: originals of PMDs moved out by TCOW at 2 MiB,
-/// and spare huge pages the copies are made in (virtual; populated only when used).
-pub const HSTASH_SLOTS: usize = 64;
+/// and spare huge pages the copies are made in (virtual, 1 GiB and a few: every PMD of the
+/// longest message can be overwritten during its output; populated only when used).
+pub const HSTASH_SLOTS: usize = 516;
 /// Populated huge stash slots kept as spares for the next PMD TCOW (the rest are released).
 const HSPARES_KEPT: usize = 16;
 /// Ranges in transition (being swapped) at once.
