@@ -10,7 +10,7 @@
 //! `PAGE_IS_HUGE` category: one system call per range, whatever its length. Where the call is
 //! missing, [`scan`] says so ([`HugeScan::Unknown`]) and the callers take the 4 KiB paths.
 
-use crate::page::{HUGE_PAGE_SIZE, RawRange, align_down, align_up};
+use crate::page::{HUGE_PAGE_SIZE, RawRange};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::OnceLock;
 
@@ -101,19 +101,7 @@ impl HugeScan {
 
 /// The whole PMDs (2 MiB-aligned granules) inside `r`; empty if it holds none.
 pub fn whole_pmds(r: RawRange) -> RawRange {
-    let start = align_up(r.addr, HUGE_PAGE_SIZE).unwrap_or(usize::MAX);
-    let end = align_down(r.end(), HUGE_PAGE_SIZE);
-    if end <= start {
-        RawRange {
-            addr: start.min(end),
-            len: 0,
-        }
-    } else {
-        RawRange {
-            addr: start,
-            len: end - start,
-        }
-    }
+    r.aligned_within(HUGE_PAGE_SIZE)
 }
 
 fn pagemap() -> Result<&'static OwnedFd, String> {

@@ -147,8 +147,14 @@ impl RawRange {
 
     /// The largest page-aligned range inside this one (the pages it covers completely).
     pub fn full_pages(&self) -> RawRange {
-        let start = align_up(self.addr, page_size()).unwrap_or(usize::MAX);
-        let end = align_down(self.end(), page_size());
+        self.aligned_within(page_size())
+    }
+
+    /// The largest range inside this one whose start and end are multiples of `align` (a power
+    /// of two): the granules of that size it covers completely; empty if none.
+    pub fn aligned_within(&self, align: usize) -> RawRange {
+        let start = align_up(self.addr, align).unwrap_or(usize::MAX);
+        let end = align_down(self.end(), align);
         if end <= start {
             RawRange {
                 addr: start.min(end),

@@ -38,9 +38,10 @@ pub const MAX_REGISTRATIONS: usize = 64;
 /// Pages in the TCOW stash (virtual; populated only by moved originals).
 pub const STASH_PAGES: usize = 8192;
 /// Huge-page (2 MiB) slots in the TCOW stash: originals of PMDs moved out by TCOW at 2 MiB,
-/// and spare huge pages the copies are made in (virtual, 1 GiB and a few: every PMD of the
-/// longest message can be overwritten during its output; populated only when used).
-pub const HSTASH_SLOTS: usize = 516;
+/// and spare huge pages the copies are made in (virtual; populated only when used). A write to
+/// a huge page under output when every slot is taken falls to the 4 KiB path (which waits for
+/// the output where the kernel cannot move a page of a referenced huge page).
+pub const HSTASH_SLOTS: usize = 64;
 /// Populated huge stash slots kept as spares for the next PMD TCOW (the rest are released).
 const HSPARES_KEPT: usize = 16;
 /// Ranges in transition (being swapped) at once.
@@ -291,26 +292,27 @@ impl VmRuntime {
             (Some(_), false) => TcowMode::UffdSleepOnWrite,
             (None, _) => TcowMode::MprotectSleepOnWrite,
         };
+        // A stash: a mapping registered for write-protect faults only, where TCOW keeps the
+        // originals it moves out.
+        let stash_of = |u: &Userfaultfd, len: usize, opts: MapOptions| {
+            Mapping::anonymous(len, opts).and_then(|m| {
+                u.register(
+                    m.range(),
+                    RegisterMode {
+                        missing: false,
+                        wp: true,
+                    },
+                )?;
+                Ok(m)
+            })
+        };
         let stash = match (&uffd, can_move) {
             (Some(u), true) => {
-                let m = Mapping::anonymous(
-                    STASH_PAGES * page_size(),
-                    MapOptions {
-                        no_huge: true,
-                        ..Default::default()
-                    },
-                )
-                .and_then(|m| {
-                    u.register(
-                        m.range(),
-                        RegisterMode {
-                            missing: false,
-                            wp: true,
-                        },
-                    )?;
-                    Ok(m)
-                });
-                match m {
+                let opts = MapOptions {
+                    no_huge: true,
+                    ..Default::default()
+                };
+                match stash_of(u, STASH_PAGES * page_size(), opts) {
                     Ok(m) => Some(m),
                     Err(e) => {
                         reasons.push(format!("TCOW stash unavailable: {e}"));
@@ -320,26 +322,13 @@ impl VmRuntime {
             }
             _ => None,
         };
-        let hstash = match (&uffd, &stash) {
-            (Some(u), Some(_)) if crate::huge::unavailable_reason().is_none() => {
-                let m = Mapping::anonymous(
-                    HSTASH_SLOTS * HUGE_PAGE_SIZE,
-                    MapOptions {
-                        huge: true,
-                        ..Default::default()
-                    },
-                )
-                .and_then(|m| {
-                    u.register(
-                        m.range(),
-                        RegisterMode {
-                            missing: false,
-                            wp: true,
-                        },
-                    )?;
-                    Ok(m)
-                });
-                match m {
+        let hstash = match (&uffd, &stash, crate::huge::unavailable_reason()) {
+            (Some(u), Some(_), None) => {
+                let opts = MapOptions {
+                    huge: true,
+                    ..Default::default()
+                };
+                match stash_of(u, HSTASH_SLOTS * HUGE_PAGE_SIZE, opts) {
                     Ok(m) => Some(m),
                     Err(e) => {
                         reasons.push(format!("TCOW at 2 MiB unavailable (huge stash): {e}"));
@@ -347,11 +336,8 @@ impl VmRuntime {
                     }
                 }
             }
-            (Some(_), Some(_)) => {
-                reasons.push(format!(
-                    "TCOW at 2 MiB unavailable: {}",
-                    crate::huge::unavailable_reason().unwrap_or_default()
-                ));
+            (Some(_), Some(_), Some(why)) => {
+                reasons.push(format!("TCOW at 2 MiB unavailable: {why}"));
                 None
             }
             _ => None,

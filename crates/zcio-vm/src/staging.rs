@@ -41,30 +41,14 @@ pub struct Staging {
 impl Staging {
     /// Staging for inputs of up to `max_len` bytes at any page offset.
     pub fn new(max_len: usize) -> Result<Staging> {
-        if max_len == 0 {
-            return Err(VmError::Empty {
-                what: "staging length",
-            });
-        }
-        let len = max_len
-            .checked_add(2 * page_size())
-            .ok_or(VmError::TooLarge {
-                what: "staging length",
-                value: max_len,
-                limit: crate::mapping::MAX_MAPPING,
-            })?;
-        let rt = VmRuntime::get();
-        let opts = MapOptions {
-            no_huge: true,
-            ..Default::default()
-        };
-        Ok(Staging {
-            stg: rt.registered_mapping(len, opts)?,
-            scr: rt.registered_mapping(len, opts)?,
-            window: None,
-            granule: page_size(),
-            scr_empty: None,
-        })
+        Self::make(
+            max_len,
+            page_size(),
+            MapOptions {
+                no_huge: true,
+                ..Default::default()
+            },
+        )
     }
 
     /// Staging in transparent huge pages for inputs of up to `max_len` bytes: the window keeps
@@ -73,28 +57,34 @@ impl Staging {
     /// circulate: the application's old huge pages become the next staging, so that the steady
     /// state faults and zeroes nothing.
     pub fn new_huge(max_len: usize) -> Result<Staging> {
+        Self::make(
+            max_len,
+            HUGE_PAGE_SIZE,
+            MapOptions {
+                huge: true,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Staging and scratch of `max_len` bytes plus a granule of slack at either end.
+    fn make(max_len: usize, granule: usize, opts: MapOptions) -> Result<Staging> {
         if max_len == 0 {
             return Err(VmError::Empty {
                 what: "staging length",
             });
         }
-        let len = max_len
-            .checked_add(2 * HUGE_PAGE_SIZE)
-            .ok_or(VmError::TooLarge {
-                what: "staging length",
-                value: max_len,
-                limit: crate::mapping::MAX_MAPPING,
-            })?;
+        let len = max_len.checked_add(2 * granule).ok_or(VmError::TooLarge {
+            what: "staging length",
+            value: max_len,
+            limit: crate::mapping::MAX_MAPPING,
+        })?;
         let rt = VmRuntime::get();
-        let opts = MapOptions {
-            huge: true,
-            ..Default::default()
-        };
         Ok(Staging {
             stg: rt.registered_mapping(len, opts)?,
             scr: rt.registered_mapping(len, opts)?,
             window: None,
-            granule: HUGE_PAGE_SIZE,
+            granule,
             scr_empty: None,
         })
     }

@@ -283,6 +283,33 @@ pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
     out
 }
 
+/// Median latency per semantics with input buffering `i` at each of `lengths` with huge-page
+/// buffers, and the 4 KiB pages' latency over it where the 4 KiB series has the point.
+fn latency_table(g: &GenieResults, i: InputBuffering, lengths: &[usize], caption: &str) -> Block {
+    let rows = Semantics::ALL
+        .iter()
+        .map(|s| {
+            let mut row = vec![s.to_string()];
+            for &x in lengths {
+                let hv = lat_in(&g.huge, *s, i, x);
+                row.push(hv.map_or("-".into(), us));
+                row.push(
+                    hv.zip(lat_in(&g.latency, *s, i, x))
+                        .map_or("-".into(), |(hv, bv)| format!("{:.2}", bv / hv)),
+                );
+            }
+            row
+        })
+        .collect();
+    let heads: Vec<String> = lengths
+        .iter()
+        .flat_map(|x| [format!("µs at {}", size(*x)), "4 KiB / 2 MiB".into()])
+        .collect();
+    let mut header = vec!["semantics"];
+    header.extend(heads.iter().map(String::as_str));
+    table(caption, &header, rows)
+}
+
 /// The section: the figure of both granules, the table of medians, the CPU time, Table 6 at
 /// 2 MiB, and what the runs' paths said.
 pub fn blocks(g: &GenieResults) -> Vec<Block> {
@@ -354,31 +381,11 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
     let mut lengths: Vec<usize> = huge_pts.iter().map(|p| p.bytes).collect();
     lengths.sort_unstable();
     lengths.dedup();
-    let rows = Semantics::ALL
-        .iter()
-        .map(|s| {
-            let mut row = vec![s.to_string()];
-            for &x in &lengths {
-                let hv = lat(&g.huge, *s, x);
-                row.push(hv.map_or("-".into(), us));
-                row.push(
-                    hv.zip(lat(&g.latency, *s, x))
-                        .map_or("-".into(), |(hv, bv)| format!("{:.2}", bv / hv)),
-                );
-            }
-            row
-        })
-        .collect();
-    let heads: Vec<String> = lengths
-        .iter()
-        .flat_map(|x| [format!("µs at {}", size(*x)), "4 KiB / 2 MiB".into()])
-        .collect();
-    let mut header = vec!["semantics"];
-    header.extend(heads.iter().map(String::as_str));
-    b.push(table(
+    b.push(latency_table(
+        g,
+        InputBuffering::EarlyDemux,
+        &lengths,
         "Median latency with huge-page buffers, and the 4 KiB pages' latency over it where Figure 3 has the length",
-        &header,
-        rows,
     ));
     // Figures 6 and 7 at 2 MiB.
     for (fig, i, what) in [
@@ -412,33 +419,13 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         let mut ls: Vec<usize> = pts.iter().map(|p| p.bytes).collect();
         ls.sort_unstable();
         ls.dedup();
-        let rows = Semantics::ALL
-            .iter()
-            .map(|s| {
-                let mut row = vec![s.to_string()];
-                for &x in &ls {
-                    let hv = lat_in(&g.huge, *s, i, x);
-                    row.push(hv.map_or("-".into(), us));
-                    row.push(
-                        hv.zip(lat_in(&g.latency, *s, i, x))
-                            .map_or("-".into(), |(hv, bv)| format!("{:.2}", bv / hv)),
-                    );
-                }
-                row
-            })
-            .collect();
-        let heads: Vec<String> = ls
-            .iter()
-            .flat_map(|x| [format!("µs at {}", size(*x)), "4 KiB / 2 MiB".into()])
-            .collect();
-        let mut header = vec!["semantics"];
-        header.extend(heads.iter().map(String::as_str));
-        b.push(table(
+        b.push(latency_table(
+            g,
+            i,
+            &ls,
             &format!(
                 "Figure {fig} at 2 MiB: median latency with huge-page buffers, and the 4 KiB pages' latency over it"
             ),
-            &header,
-            rows,
         ));
     }
     if !g.huge_cpu.is_empty() {
