@@ -222,9 +222,27 @@ pub fn thp_policy() -> Option<String> {
     Some(sel.trim_matches(|c| c == '[' || c == ']').to_string())
 }
 
-/// Why 2 MiB granules cannot be had here, if they cannot: THP disabled or missing, or the
-/// kernel unable to report PMD mappings.
+/// Whether `huge` is in `$ZCIO_VM_DISABLE` (read once): zcio then neither asks for huge
+/// pages ([`crate::MapOptions::huge`] refuses them instead) nor takes its 2 MiB paths, as where
+/// transparent huge pages are off.
+pub fn disabled_by_env() -> bool {
+    static OFF: OnceLock<bool> = OnceLock::new();
+    *OFF.get_or_init(|| {
+        std::env::var(crate::runtime::DISABLE_ENV)
+            .is_ok_and(|v| v.split(',').any(|x| x.trim() == "huge"))
+    })
+}
+
+/// Why 2 MiB granules cannot be had here, if they cannot: THP disabled or missing, the kernel
+/// unable to report PMD mappings, or `huge` in `$ZCIO_VM_DISABLE` (for testing the 4 KiB paths
+/// on a machine that has huge pages).
 pub fn unavailable_reason() -> Option<String> {
+    if disabled_by_env() {
+        return Some(format!(
+            "huge pages disabled by {}",
+            crate::runtime::DISABLE_ENV
+        ));
+    }
     match thp_policy().as_deref() {
         None => return Some("transparent huge pages are missing from this kernel".into()),
         Some("never") => {

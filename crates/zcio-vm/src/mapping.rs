@@ -19,7 +19,8 @@ pub enum Backing {
 pub struct MapOptions {
     /// Fault every page in now (`MAP_POPULATE`), so later first touches cost nothing.
     pub populate: bool,
-    /// Align the start to 2 MiB and ask for transparent huge pages (`MADV_HUGEPAGE`).
+    /// Align the start to 2 MiB and ask for transparent huge pages (`MADV_HUGEPAGE`; refused
+    /// instead where `$ZCIO_VM_DISABLE` holds `huge`).
     pub huge: bool,
     /// Refuse transparent huge pages (`MADV_NOHUGEPAGE`), so 4 KiB moves never split a huge page.
     pub no_huge: bool,
@@ -116,7 +117,13 @@ impl Mapping {
             map_start: start,
             map_len: len,
         };
-        if opts.huge {
+        if opts.huge && crate::huge::disabled_by_env() {
+            // As where THP is off: aligned, but in 4 KiB pages.
+            m.advise(libc::MADV_NOHUGEPAGE, "madvise(MADV_NOHUGEPAGE)")?;
+            if opts.populate {
+                m.advise(libc::MADV_POPULATE_WRITE, "madvise(MADV_POPULATE_WRITE)")?;
+            }
+        } else if opts.huge {
             m.advise(libc::MADV_HUGEPAGE, "madvise(MADV_HUGEPAGE)")?;
             if opts.populate {
                 m.advise(libc::MADV_POPULATE_WRITE, "madvise(MADV_POPULATE_WRITE)")?;

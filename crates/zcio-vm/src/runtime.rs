@@ -233,7 +233,8 @@ impl std::fmt::Debug for VmRuntime {
 static RUNTIME: OnceLock<VmRuntime> = OnceLock::new();
 
 /// Environment variable that disables mechanisms, for comparing paths and testing fallbacks:
-/// a comma-separated list of `uffd` (no userfaultfd at all) and `move` (no `UFFDIO_MOVE`).
+/// a comma-separated list of `uffd` (no userfaultfd at all), `move` (no `UFFDIO_MOVE`) and
+/// `huge` (no 2 MiB paths: as where transparent huge pages are off).
 pub const DISABLE_ENV: &str = "ZCIO_VM_DISABLE";
 
 impl VmRuntime {

@@ -508,3 +508,19 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
     }
     b
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_huge_pages_the_section_says_why_and_draws_no_conclusion() {
+        let g = GenieResults {
+            huge_unavailable: Some("transparent huge pages are off".into()),
+            ..Default::default()
+        };
+        let text = format!("{:?}", blocks(&g));
+        assert!(text.contains("Not measured on this machine: transparent huge pages are off"));
+        assert!(conclusions(&g).is_empty());
+    }
+}
