@@ -128,19 +128,20 @@ fn huge_plan(r: RawRange, min_bytes: Option<usize>, huge_tcow: bool) -> HugePlan
     }
 }
 
-/// Emulated copy output at 2 MiB: the whole PMDs of `buf` are write-protected and referenced
-/// in place (TCOW at 2 MiB), the bytes before and after them copied into a system buffer, so
-/// that no huge page is protected in part (which would split it and make TCOW wait).
-fn output_huge(
+/// Emulated copy output of the whole granules `inner` of `buf` by TCOW: they are
+/// write-protected and referenced in place, the bytes before and after them copied into a
+/// system buffer, so that no page (at 2 MiB: no huge page) is ever protected in part.
+fn tcow_output(
     buf: &[u8],
-    pmds: RawRange,
-    why: String,
+    inner: RawRange,
+    path: String,
+    granule: Granule,
     wire: Striped<'_>,
     pool: &mut BouncePool,
 ) -> Result<(Held, Accounting)> {
     let rt = VmRuntime::get();
     let r = RawRange::of(buf);
-    let (len, head, tail) = (buf.len(), pmds.addr - r.addr, r.end() - pmds.end());
+    let (len, head, tail) = (buf.len(), inner.addr - r.addr, r.end() - inner.end());
     let mut b = pool.get((head + tail).max(1))?;
     if head + tail > 0 {
         time(Op::Copyin, || {
@@ -148,7 +149,8 @@ fn output_huge(
             b.as_mut_slice()[head..head + tail].copy_from_slice(&buf[len - tail..]);
         });
     }
-    let refs = time(Op::ReadOnly, || rt.reference_output(pmds, true))?;
+    // Read only first, then reference: a write racing with the call faults into TCOW.
+    let refs = time(Op::ReadOnly, || rt.reference_output(inner, true))?;
     let res = time(Op::Reference, || {
         wire.vmsplice_message(&[
             &b.as_slice()[..head],
@@ -166,8 +168,8 @@ fn output_huge(
         cpu_copied_bytes: (head + tail) as u64,
         kernel_copied_bytes: Some(0),
         swapped_bytes: 0,
-        path: format!("{} [2m: {why}]", tcow_path()),
-        granule: Some(Granule::Huge),
+        path,
+        granule: Some(granule),
     };
     Ok((
         Held {
@@ -224,7 +226,8 @@ pub(crate) fn output_app(
                 rt.huge_tcow(),
             );
             if let HugePlan::Huge { pmds, why } = plan {
-                return output_huge(buf, pmds, why, wire, pool);
+                let path = format!("{} [2m: {why}]", tcow_path());
+                return tcow_output(buf, pmds, path, Granule::Huge, wire, pool);
             }
             let why_4k = match plan {
                 HugePlan::Base(why) => why,
@@ -250,44 +253,14 @@ pub(crate) fn output_app(
                 };
                 return copy_out(pool, why);
             }
-            let head = full.addr - r.addr;
-            let tail = r.end() - full.end();
-            // Partial pages go by copy: only whole pages of the caller are ever protected.
-            let mut b = pool.get(2 * page_size())?;
-            let ps = page_size();
-            if head + tail > 0 {
-                time(Op::Copyin, || {
-                    b.as_mut_slice()[..head].copy_from_slice(&buf[..head]);
-                    b.as_mut_slice()[ps..ps + tail].copy_from_slice(&buf[len - tail..]);
-                });
-            }
-            // Read only first, then reference: a write racing with the call faults into TCOW.
-            let refs = time(Op::ReadOnly, || rt.reference_output(r, true))?;
-            let res = splice(&[
-                &b.as_slice()[..head],
-                &buf[head..len - tail],
-                &b.as_slice()[ps..ps + tail],
-            ]);
-            if let Err(e) = res {
-                refs.release();
-                pool.put(b);
-                return Err(e);
-            }
-            let acc = Accounting {
-                cpu_copied_bytes: (head + tail) as u64,
-                kernel_copied_bytes: Some(0),
-                swapped_bytes: 0,
-                path: format!("{} [4k: {why_4k}]", tcow_path()),
-                granule: Some(Granule::Base),
-            };
-            Ok((
-                Held {
-                    refs: Some(refs),
-                    bounce: Some(b),
-                    wired: None,
-                },
-                acc,
-            ))
+            tcow_output(
+                buf,
+                full,
+                format!("{} [4k: {why_4k}]", tcow_path()),
+                Granule::Base,
+                wire,
+                pool,
+            )
         }
         Semantics::Share | Semantics::EmulatedShare => {
             let r = RawRange::of(buf);
