@@ -67,13 +67,13 @@ pub struct Verdict {
     pub best_gbps: f64,
     /// The memory read bandwidth there (Gbit/s).
     pub read_gbps: f64,
-    /// Best kernel / read bandwidth (the issue asks at least 0.9).
+    /// Best kernel / read bandwidth (zcio's target: at least 0.9).
     pub of_read_bandwidth: f64,
     /// The fastest crates.io peer at the large size.
     pub fastest_peer: String,
     /// Its throughput (Gbit/s).
     pub peer_gbps: f64,
-    /// Best kernel / fastest peer there (the issue asks at least 2).
+    /// Best kernel / fastest peer there (zcio's target: at least 2).
     pub over_peer: f64,
     /// The largest size measured that fits a quarter of the last-level cache (bytes), where
     /// the kernels are not held back by memory.
