@@ -723,11 +723,7 @@ impl MemnetEndpoint {
                 ),
             ));
         }
-        let mut src = PipeSource {
-            first: self.in_rx[0].as_fd(),
-            rx: striped(&self.in_rx, self.in_capacity).reader(),
-            capacity: self.in_capacity,
-        };
+        let mut src = PipeSource::new(&self.in_rx, self.in_capacity);
         let acc = self
             .inputs
             .input_app(sem, &mut buf[..len], buffering, &mut src, self.profile)?;
@@ -764,11 +760,7 @@ impl MemnetEndpoint {
             self.regions.take(len, sem)?
         };
         if sem == Semantics::Move {
-            let mut src = PipeSource {
-                first: self.in_rx[0].as_fd(),
-                rx: striped(&self.in_rx, self.in_capacity).reader(),
-                capacity: self.in_capacity,
-            };
+            let mut src = PipeSource::new(&self.in_rx, self.in_capacity);
             if let Some(d) = self.inputs.fill_region_huge(&mut region, &mut src)? {
                 mark(&mut region, RegionState::MovedIn);
                 self.complete()?;
@@ -815,6 +807,17 @@ struct PipeSource<'a> {
     rx: zcio_vm::wire::StripedReader<'a>,
     /// Bytes one pipe holds: a message that fits is in the first pipe whole.
     capacity: usize,
+}
+
+impl<'a> PipeSource<'a> {
+    /// The next message of the wire of these pipes, from its first byte.
+    fn new(pipes: &'a [OwnedFd; STRIPES], capacity: usize) -> PipeSource<'a> {
+        PipeSource {
+            first: pipes[0].as_fd(),
+            rx: striped(pipes, capacity).reader(),
+            capacity,
+        }
+    }
 }
 
 impl Source for PipeSource<'_> {

@@ -225,13 +225,12 @@ pub(crate) fn output_app(
                 profile.huge.map(|h| h.short_output_bytes),
                 rt.huge_tcow(),
             );
-            if let HugePlan::Huge { pmds, why } = plan {
-                let path = format!("{} [2m: {why}]", tcow_path());
-                return tcow_output(buf, pmds, path, Granule::Huge, wire, pool);
-            }
             let why_4k = match plan {
+                HugePlan::Huge { pmds, why } => {
+                    let path = format!("{} [2m: {why}]", tcow_path());
+                    return tcow_output(buf, pmds, path, Granule::Huge, wire, pool);
+                }
                 HugePlan::Base(why) => why,
-                HugePlan::Huge { .. } => unreachable!("taken above"),
             };
             let full = r.full_pages();
             // A page of a huge page the output does not cover whole cannot be moved out by
@@ -372,7 +371,7 @@ impl InputBuffers {
         src: &mut dyn Source,
     ) -> Result<Option<zcio_vm::staging::Delivery>> {
         let len = region.len();
-        if !crate::region::capacity_for(len).1 || !VmRuntime::get().huge_tcow() {
+        if !crate::region::capacity_for(len).1 {
             return Ok(None);
         }
         let st = self.hstaging(len)?;
@@ -497,24 +496,17 @@ impl InputBuffers {
                 let outboard_direct = buffering == InputBuffering::Outboard
                     && src.direct_ok(buf)
                     && len + 2 * page_size() <= src.capacity();
-                match (plan, buffering) {
-                    (HugePlan::Huge { .. }, _) if !outboard_direct => {
-                        let at = match buffering {
-                            InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => 0,
-                            _ => buf.as_ptr() as usize,
-                        };
-                        let what = match buffering {
-                            InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                                "pooled"
-                            }
-                            _ => "early-demux (system-aligned)",
-                        };
-                        let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
-                        return self
-                            .via_huge_staging(buf, at, src, min_pmds, what.into(), &mut acc)
-                            .map(|()| acc);
-                    }
-                    _ => {}
+                if matches!(plan, HugePlan::Huge { .. }) && !outboard_direct {
+                    let (at, what) = match buffering {
+                        InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
+                            (0, "pooled")
+                        }
+                        _ => (buf.as_ptr() as usize, "early-demux (system-aligned)"),
+                    };
+                    let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
+                    return self
+                        .via_huge_staging(buf, at, src, min_pmds, what.into(), &mut acc)
+                        .map(|()| acc);
                 }
                 let full = r.full_pages().pages();
                 // A partial page with enough data swaps by reverse copyout.

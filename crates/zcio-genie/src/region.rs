@@ -132,12 +132,8 @@ impl Region {
 /// The bytes a region for `len` bytes spans, and whether it is made of huge pages: whole
 /// 2 MiB granules from 2 MiB up where huge pages can be had here, whole pages otherwise.
 pub(crate) fn capacity_for(len: usize) -> (usize, bool) {
-    static HUGE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
-    let huge = len >= h
-        && *HUGE.get_or_init(|| {
-            zcio_vm::huge::unavailable_reason().is_none() && VmRuntime::get().capabilities().swap
-        });
+    let huge = len >= h && VmRuntime::get().huge_tcow();
     if huge {
         (len.div_ceil(h) * h, true)
     } else {
@@ -193,11 +189,24 @@ impl RegionCache {
     /// mapped (and wired under weak move) for the weak move family. Move semantics is not cached:
     /// the region is deallocated (its pages live on in the pending I/O).
     pub fn keep(&mut self, region: Region, sem: Semantics, ticket: u64) -> Result<RegionState> {
-        let map = region.into_mapping();
+        Ok(self
+            .cache(region.into_mapping(), sem, Some(ticket))?
+            .unwrap_or(RegionState::MovedOut))
+    }
+
+    /// Cache `map` under `sem` (hidden for emulated move, mapped for the weak moves, wired under
+    /// weak move while output `pending` is); `None` where it is deallocated instead (a full
+    /// cache, move semantics, no unmap watch).
+    fn cache(
+        &mut self,
+        map: Mapping,
+        sem: Semantics,
+        pending: Option<u64>,
+    ) -> Result<Option<RegionState>> {
         if self.entries.len() >= self.limit {
-            // Deallocated: unmapped now, the I/O holds its pages.
+            // Deallocated: unmapped now, a pending I/O holds its pages.
             time(Op::RegionDeallocate, || drop(map));
-            return Ok(RegionState::MovedOut);
+            return Ok(None);
         }
         let range = map.range();
         let (region, state, wired) = match sem {
@@ -205,29 +214,28 @@ impl RegionCache {
                 Ok(h) => (Cached::Hidden(h), RegionState::MovedOut, false),
                 Err((_m, e)) => return Err(e.into()),
             },
-            Semantics::WeakMove => {
-                let wired = time(Op::Wire, || zcio_vm::protect::wire(map.range())).is_ok();
+            Semantics::WeakMove | Semantics::EmulatedWeakMove => {
+                let wired = sem == Semantics::WeakMove
+                    && pending.is_some()
+                    && time(Op::Wire, || zcio_vm::protect::wire(map.range())).is_ok();
                 (Cached::Mapped(map), RegionState::WeaklyMovedOut, wired)
             }
-            Semantics::EmulatedWeakMove => {
-                (Cached::Mapped(map), RegionState::WeaklyMovedOut, false)
-            }
-            _ => return Ok(RegionState::MovedOut),
+            _ => return Ok(None),
         };
         // A cached region is reused only if the region check can tell that the application did
         // not remove it; without an unmap watch (no userfaultfd) a new mapping at the same
-        // address would pass for it, so the region is not cached but deallocated here (the
+        // address would pass for it, so the region is not cached but deallocated here (a
         // pending I/O holds its pages).
         let Some(watch) = time(Op::RegionCache, || VmRuntime::get().watch(range)) else {
-            return Ok(RegionState::MovedOut);
+            return Ok(None);
         };
         self.entries.push(Entry {
             region,
             watch,
-            pending: Some(ticket),
+            pending,
             wired,
         });
-        Ok(state)
+        Ok(Some(state))
     }
 
     /// The output `ticket` completed: its cached region becomes reusable (and is unwired).
@@ -308,29 +316,8 @@ impl RegionCache {
     /// region deallocation into the cache): hidden under emulated move, mapped under the weak
     /// moves; move semantics and a full cache deallocate it. Returns whether it was cached.
     pub fn recycle(&mut self, region: Region, sem: Semantics) -> bool {
-        let map = region.into_mapping();
-        if self.entries.len() >= self.limit {
-            return false;
-        }
-        let range = map.range();
-        let region = match sem {
-            Semantics::EmulatedMove => match time(Op::Invalidate, || map.hide()) {
-                Ok(h) => Cached::Hidden(h),
-                Err(_) => return false,
-            },
-            Semantics::WeakMove | Semantics::EmulatedWeakMove => Cached::Mapped(map),
-            _ => return false,
-        };
-        let Some(watch) = time(Op::RegionCache, || VmRuntime::get().watch(range)) else {
-            return false;
-        };
-        self.entries.push(Entry {
-            region,
-            watch,
-            pending: None,
-            wired: false,
-        });
-        true
+        self.cache(region.into_mapping(), sem, None)
+            .is_ok_and(|s| s.is_some())
     }
 
     /// Regions cached now.

@@ -293,19 +293,9 @@ impl VmRuntime {
             (Some(_), false) => TcowMode::UffdSleepOnWrite,
             (None, _) => TcowMode::MprotectSleepOnWrite,
         };
-        // A stash: a mapping registered for write-protect faults only, where TCOW keeps the
-        // originals it moves out.
+        // A stash: where TCOW keeps the originals it moves out.
         let stash_of = |u: &Userfaultfd, len: usize, opts: MapOptions| {
-            Mapping::anonymous(len, opts).and_then(|m| {
-                u.register(
-                    m.range(),
-                    RegisterMode {
-                        missing: false,
-                        wp: true,
-                    },
-                )?;
-                Ok(m)
-            })
+            Mapping::anonymous(len, opts).and_then(|m| register_wp(u, m))
         };
         let stash = match (&uffd, can_move) {
             (Some(u), true) => {
@@ -491,16 +481,10 @@ impl VmRuntime {
     /// and region memory that pages are moved into.
     pub fn registered_mapping(&self, len: usize, opts: MapOptions) -> Result<Mapping> {
         let m = Mapping::anonymous(len, opts)?;
-        if let Some(u) = &self.uffd {
-            u.register(
-                m.range(),
-                RegisterMode {
-                    missing: false,
-                    wp: true,
-                },
-            )?;
+        match &self.uffd {
+            Some(u) => register_wp(u, m),
+            None => Ok(m),
         }
-        Ok(m)
     }
 
     // ----------------------------------------------------------------------------------------
@@ -1397,9 +1381,10 @@ impl VmRuntime {
         let fits = st.outputs.iter().filter(|o| o.protected).all(|o| {
             o.range.intersect(&pmd).is_none()
                 || (o.range.contains(&pmd)
-                    && !st.stashed.iter().any(|s| {
-                        s.output == o.id && s.page < base + HUGE_PAGE_SIZE && s.page >= base
-                    }))
+                    && !st
+                        .stashed
+                        .iter()
+                        .any(|s| s.output == o.id && pmd.contains_addr(s.page)))
         });
         if !fits || st.transient.iter().any(|t| t.intersect(&pmd).is_some()) {
             return PmdTcow::NotHere;
@@ -1572,6 +1557,19 @@ impl VmRuntime {
         }
         None
     }
+}
+
+/// Register `m` with `u` for write-protect faults only (not missing ones): memory of zcio's own
+/// that pages are moved into and out of.
+fn register_wp(u: &Userfaultfd, m: Mapping) -> Result<Mapping> {
+    u.register(
+        m.range(),
+        RegisterMode {
+            missing: false,
+            wp: true,
+        },
+    )?;
+    Ok(m)
 }
 
 /// What an attempt at TCOW on a whole PMD came to.

@@ -89,6 +89,26 @@ impl Staging {
         })
     }
 
+    /// The window read into (offset, length), consumed.
+    fn take_window(&mut self) -> Result<(usize, usize)> {
+        self.window.take().ok_or(VmError::Empty {
+            what: "staging window (nothing read)",
+        })
+    }
+
+    /// The window, consumed, for delivery into an application buffer of `app_len` bytes.
+    fn take_window_for(&mut self, app_len: usize) -> Result<(usize, usize)> {
+        let (off, len) = self.take_window()?;
+        if app_len != len {
+            return Err(VmError::LengthMismatch {
+                what: "deliver",
+                left: app_len,
+                right: len,
+            });
+        }
+        Ok((off, len))
+    }
+
     /// Whether this staging is in huge pages ([`Staging::new_huge`]).
     pub fn is_huge(&self) -> bool {
         self.granule == HUGE_PAGE_SIZE
@@ -119,9 +139,7 @@ impl Staging {
     /// its pages there are discarded first. Consumes the window; [`Staging::take_back`] returns
     /// the pages when the region is done with.
     pub fn deliver_pages(&mut self, dst: &mut Mapping) -> Result<Delivery> {
-        let (off, len) = self.window.take().ok_or(VmError::Empty {
-            what: "staging window (nothing read)",
-        })?;
+        let (off, len) = self.take_window()?;
         let h = HUGE_PAGE_SIZE;
         if !self.is_huge() || off != 0 || dst.addr() % h != 0 {
             return Err(VmError::Misaligned {
@@ -138,7 +156,6 @@ impl Staging {
             });
         }
         let whole = len / h * h;
-        self.scr_empty = None;
         let copied = if whole > 0 {
             let d = dst.range().sub(0, whole)?;
             dst.discard(d)?;
@@ -166,7 +183,6 @@ impl Staging {
             return 0;
         }
         let whole = src.len().min(self.capacity()) / h * h;
-        self.scr_empty = None;
         let (Ok(d), Ok(s)) = (self.stg.range().sub(0, whole), src.range().sub(0, whole)) else {
             return 0;
         };
@@ -187,16 +203,7 @@ impl Staging {
     /// after them copied (moving 4 KiB pages out of a huge page would split it). Consumes the
     /// window.
     pub fn deliver_huge(&mut self, app: &mut [u8], min_swap_pmds: usize) -> Result<Delivery> {
-        let (off, len) = self.window.take().ok_or(VmError::Empty {
-            what: "staging window (nothing read)",
-        })?;
-        if app.len() != len {
-            return Err(VmError::LengthMismatch {
-                what: "deliver",
-                left: app.len(),
-                right: len,
-            });
-        }
+        let (off, len) = self.take_window_for(app.len())?;
         let h = HUGE_PAGE_SIZE;
         let rt = VmRuntime::get();
         let appr = RawRange::of(app);
@@ -278,16 +285,7 @@ impl Staging {
         min_swap_pages: usize,
         reverse_copyout_bytes: usize,
     ) -> Result<Delivery> {
-        let (off, len) = self.window.take().ok_or(VmError::Empty {
-            what: "staging window (nothing read)",
-        })?;
-        if app.len() != len {
-            return Err(VmError::LengthMismatch {
-                what: "deliver",
-                left: app.len(),
-                right: len,
-            });
-        }
+        let (off, len) = self.take_window_for(app.len())?;
         let ps = page_size();
         let rt = VmRuntime::get();
         let appr = RawRange::of(app);
