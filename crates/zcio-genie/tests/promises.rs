@@ -8,7 +8,7 @@ use zcio_vm::{MapOptions, Mapping, page_size};
 
 /// A profile that takes the VM paths from one page up (the calibrated one may say copy wins).
 mod common;
-use common::forced_pair;
+use common::{bounded, forced_pair};
 
 fn zero_copy_profile() -> &'static Profile {
     Profile::zero_copy()
@@ -406,4 +406,77 @@ fn the_caller_chooses_between_an_explicit_fallback_and_a_clear_failure() {
     if zcio_vm::VmRuntime::get().capabilities().swap {
         assert_eq!(acc.cpu_copied_bytes, 0, "{}", acc.path);
     }
+}
+
+/// The sending thread overwrites every page of an emulated-copy output larger than the TCOW
+/// stash (40 MiB: 10 240 pages against 8 191 slots) before it waits for the output: each write
+/// must be served by a copy (through the bounce slot once the stash is full), never wait for a
+/// completion that only this thread could reap, and the receiver must see the data of the call.
+#[test]
+fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
+    use zcio_vm::VmRuntime;
+    use zcio_vm::runtime::TcowMode;
+    let rt = VmRuntime::get();
+    if rt.capabilities().tcow != TcowMode::UffdMove {
+        eprintln!(
+            "skipped: TCOW by page moving is absent here ({:?}), writes wait for the output by design",
+            rt.capabilities().tcow
+        );
+        return;
+    }
+    bounded(
+        "overwrite by the sending thread",
+        std::time::Duration::from_secs(120),
+        || {
+            let len = 40 << 20;
+            let (mut tx, mut rx) = forced_pair();
+            let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+            let buf = m.as_mut_slice();
+            fill(buf, 7);
+            let want = buf.to_vec();
+            let before = rt.stats();
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let receiver = std::thread::spawn(move || {
+                let mut got = vec![0u8; len];
+                rx.recv(
+                    Semantics::EmulatedCopy,
+                    &mut got,
+                    InputBuffering::EarlyDemux,
+                )
+                .unwrap();
+                done_tx.send(got).unwrap();
+            });
+            let (t, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            // This thread writes every page, then waits: nobody else can reap the completion.
+            buf.fill(0xEE);
+            tx.wait(t).unwrap();
+            let got = done_rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("the receiver finished");
+            receiver.join().unwrap();
+            let st = rt.stats();
+            let first = got.iter().zip(&want).position(|(a, b)| a != b);
+            assert!(
+                first.is_none(),
+                "the receiver saw a write made after the call, first at byte {first:?}"
+            );
+            assert!(buf.iter().all(|&b| b == 0xEE), "the sender's own writes");
+            let copies = st.tcow_copies - before.tcow_copies;
+            let bounced = st.tcow_bounced - before.tcow_bounced;
+            eprintln!(
+                "tcow_copies +{copies}, of them bounced +{bounced}, sleep_on_write +{}",
+                st.sleep_on_write - before.sleep_on_write
+            );
+            assert!(
+                bounced > 0,
+                "no write went through the bounce slot (tcow_copies +{copies})"
+            );
+            assert_eq!(
+                st.tcow_copied_bytes - before.tcow_copied_bytes,
+                (copies + 512 * (st.tcow_huge_copies - before.tcow_huge_copies))
+                    * page_size() as u64,
+                "TCOW bytes against TCOW copies"
+            );
+        },
+    );
 }

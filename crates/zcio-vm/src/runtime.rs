@@ -37,6 +37,9 @@ pub const MAX_OUTPUTS: usize = 4096;
 pub const MAX_REGISTRATIONS: usize = 64;
 /// Pages in the TCOW stash (virtual; populated only by moved originals).
 pub const STASH_PAGES: usize = 8192;
+/// The stash's last page: the bounce slot, through which TCOW copies a page when every other
+/// slot holds an original (the original is moved there, copied back, and the slot emptied).
+const BOUNCE_SLOT: usize = STASH_PAGES - 1;
 /// Huge-page (2 MiB) slots in the TCOW stash: originals of PMDs moved out by TCOW at 2 MiB,
 /// and spare huge pages the copies are made in (virtual; populated only when used). A write to
 /// a huge page under output when every slot is taken falls to the 4 KiB path (which waits for
@@ -106,7 +109,11 @@ pub struct VmStats {
     /// Bytes TCOW copied, 4 KiB and 2 MiB faults together.
     #[serde(default)]
     pub tcow_copied_bytes: u64,
-    /// Faults that had to wait for an output to complete.
+    /// Of `tcow_copies`, those made through the bounce slot because every stash slot was taken.
+    #[serde(default)]
+    pub tcow_bounced: u64,
+    /// Faults whose write had to wait: until the output completed, or until the original could
+    /// be moved (a page of a huge page the wire references, a pinned page).
     pub sleep_on_write: u64,
     /// Write-protect faults on pages no longer under output (protection simply lifted).
     pub wp_lifted: u64,
@@ -130,6 +137,7 @@ struct Counters {
     tcow_copies: AtomicU64,
     tcow_huge_copies: AtomicU64,
     tcow_copied_bytes: AtomicU64,
+    tcow_bounced: AtomicU64,
     sleep_on_write: AtomicU64,
     wp_lifted: AtomicU64,
     missing_faults: AtomicU64,
@@ -188,6 +196,8 @@ struct State {
     stashed: Vec<Stashed>,
     slot_refs: Vec<u32>,
     free_slots: Vec<usize>,
+    /// The bounce slot holds an original between TCOW steps 1 and 2.
+    bounce_busy: bool,
     hslot_refs: Vec<u32>,
     /// Empty huge stash slots.
     hfree: Vec<usize>,
@@ -345,7 +355,8 @@ impl VmRuntime {
             outputs: Vec::with_capacity(MAX_OUTPUTS),
             stashed: Vec::with_capacity(STASH_PAGES),
             slot_refs: vec![0; STASH_PAGES],
-            free_slots: (0..STASH_PAGES).rev().collect(),
+            free_slots: (0..BOUNCE_SLOT).rev().collect(),
+            bounce_busy: false,
             hslot_refs: vec![0; HSTASH_SLOTS],
             hfree: (0..HSTASH_SLOTS).rev().collect(),
             hspare: Vec::with_capacity(HSTASH_SLOTS),
@@ -388,6 +399,7 @@ impl VmRuntime {
             tcow_copies: c.tcow_copies.load(Ordering::Relaxed),
             tcow_huge_copies: c.tcow_huge_copies.load(Ordering::Relaxed),
             tcow_copied_bytes: c.tcow_copied_bytes.load(Ordering::Relaxed),
+            tcow_bounced: c.tcow_bounced.load(Ordering::Relaxed),
             sleep_on_write: c.sleep_on_write.load(Ordering::Relaxed),
             wp_lifted: c.wp_lifted.load(Ordering::Relaxed),
             missing_faults: c.missing_faults.load(Ordering::Relaxed),
@@ -1212,7 +1224,7 @@ impl VmRuntime {
         match ev {
             Event::PageFault { addr, wp: true, .. } => {
                 let page = addr & !(ps - 1);
-                return self.handle_wp(u, page, None);
+                return self.handle_wp(u, page, Held::Nothing);
             }
             Event::PageFault {
                 addr,
@@ -1293,10 +1305,10 @@ impl VmRuntime {
         st.unmap_gen = g;
     }
 
-    /// Resolve a write-protect fault on `page` by TCOW; `held` is the stash slot of a fault
-    /// whose step 1 is done already. Returns what must be tried again after the handler has read
-    /// more events (the address space was changing: `EAGAIN`).
-    fn handle_wp(&self, u: &Userfaultfd, page: usize, held: Option<usize>) -> Option<Deferred> {
+    /// Resolve a write-protect fault on `page` by TCOW; `held` says how far an earlier attempt
+    /// got. Returns what must be tried again after the handler has read more events or waited
+    /// a little (the address space was changing: `EAGAIN`; the page cannot be moved yet).
+    fn handle_wp(&self, u: &Userfaultfd, page: usize, held: Held) -> Option<Deferred> {
         let ps = page_size();
         let pr = RawRange {
             addr: page,
@@ -1304,12 +1316,14 @@ impl VmRuntime {
         };
         let mut guard = self.lock();
         let st = &mut *guard;
-        if let Some(slot) = held {
-            return self.finish_tcow(u, st, page, slot);
+        match held {
+            Held::Slot(slot) => return self.finish_tcow(u, st, page, Some(slot)),
+            Held::Bounce => return self.finish_tcow(u, st, page, None),
+            Held::Nothing | Held::Waiting => {}
         }
         if st.transient.iter().any(|t| t.contains(&pr)) {
             // The page is being replaced (reverse copyout): the write waits for the new page.
-            return Some((page, None));
+            return Some((page, held));
         }
         let needing = st
             .outputs
@@ -1322,43 +1336,59 @@ impl VmRuntime {
             drop(guard);
             if let Err(e) = u.writeprotect(pr, false, false) {
                 if e.errno() == Some(libc::EAGAIN) {
-                    return Some((page, None));
+                    return Some((page, held));
                 }
             }
             return None;
         }
-        self.counters.tcow_faults.fetch_add(1, Ordering::Relaxed);
+        if held == Held::Nothing {
+            self.counters.tcow_faults.fetch_add(1, Ordering::Relaxed);
+        }
         let room = st.stashed.len() + st.outputs.len() <= st.stashed.capacity();
         if room {
             match self.tcow_pmd(u, st, page) {
                 PmdTcow::Done => return None,
-                PmdTcow::Again => return Some((page, None)),
+                PmdTcow::Again => return Some((page, held)),
                 PmdTcow::NotHere => {}
             }
         }
-        let room = st.stashed.len() + needing <= st.stashed.capacity();
-        let slot = if room && self.stash.is_some() && self.caps.swap {
-            st.free_slots.pop()
-        } else {
-            None
-        };
-        let (Some(stash), Some(slot)) = (&self.stash, slot) else {
+        let Some(stash) = self.stash.as_ref().filter(|_| self.caps.swap) else {
             // Sleep on write: the output's completion lifts the protection and wakes the writer.
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        let slot_addr = stash.addr() + slot * ps;
+        // A stash slot keeps the original mapped until the output completes; without one (all
+        // taken, or no room to record it), the bounce slot takes it for the copy only: the
+        // outputs' own page references keep the original alive.
+        let room = st.stashed.len() + needing <= st.stashed.capacity();
+        let slot = if room { st.free_slots.pop() } else { None };
+        if slot.is_none() && st.bounce_busy {
+            return Some((page, held)); // the bounce slot is in use: after it
+        }
+        let slot_addr = stash.addr() + slot.unwrap_or(BOUNCE_SLOT) * ps;
         // SAFETY: TCOW step 1: move the original page out of the application's address space
-        // into our empty, registered stash slot. Pending outputs reference the physical page, so
-        // they keep the original. The faulting thread is blocked; other threads touching the page
-        // in the window take a missing-page fault, which step 2 resolves and wakes.
+        // into our empty, registered stash (or bounce) slot. Pending outputs reference the
+        // physical page, so they keep the original. The faulting thread is blocked; other threads
+        // touching the page in the window take a missing-page fault, which step 2 resolves and
+        // wakes.
         if let Err(e) = unsafe { u.move_pages(slot_addr, page, ps, false, true) } {
-            st.free_slots.push(slot);
-            if e.errno == libc::EAGAIN {
-                return Some((page, None));
+            if let Some(slot) = slot {
+                st.free_slots.push(slot);
             }
-            self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
-            return None; // pinned or shared with a child: sleep on write until the output completes
+            if e.errno == libc::EAGAIN {
+                return Some((page, held));
+            }
+            // Pinned, shared with a child, or a page of a huge page the wire still references:
+            // the write waits, and the move is tried again until it works or the output
+            // completes (which lifts the protection), whichever comes first. The writer may be
+            // the thread that would reap that completion: the retry is what frees it.
+            if held != Held::Waiting {
+                self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
+            }
+            return Some((page, Held::Waiting));
+        }
+        if slot.is_none() {
+            st.bounce_busy = true;
         }
         self.finish_tcow(u, st, page, slot)
     }
@@ -1498,13 +1528,14 @@ impl VmRuntime {
         PmdTcow::Done
     }
 
-    /// TCOW step 2 and its bookkeeping, for a page whose original is in stash slot `slot`.
+    /// TCOW step 2 and its bookkeeping, for a page whose original is in stash slot `slot`, or
+    /// in the bounce slot (`None`), which is emptied once the copy is in.
     fn finish_tcow(
         &self,
         u: &Userfaultfd,
         st: &mut State,
         page: usize,
-        slot: usize,
+        slot: Option<usize>,
     ) -> Option<Deferred> {
         let ps = page_size();
         let pr = RawRange {
@@ -1512,7 +1543,7 @@ impl VmRuntime {
             len: ps,
         };
         let stash = self.stash.as_ref().expect("TCOW moves only with a stash");
-        let slot_addr = stash.addr() + slot * ps;
+        let slot_addr = stash.addr() + slot.unwrap_or(BOUNCE_SLOT) * ps;
         // SAFETY: TCOW step 2: install a private, writable copy of the original at the faulting
         // address (empty since step 1); this wakes the writer.
         if let Err(e) = unsafe { u.copy(page, slot_addr, ps, false) } {
@@ -1522,12 +1553,15 @@ impl VmRuntime {
                 if !st.transient.contains(&pr) {
                     st.transient.push(pr);
                 }
-                return Some((page, Some(slot)));
+                return Some((page, slot.map_or(Held::Bounce, Held::Slot)));
             }
             // SAFETY: undo step 1, moving our stash page back to the still-empty application page.
             let _ = unsafe { u.move_pages(page, slot_addr, ps, false, true) };
             st.transient.retain(|t| *t != pr);
-            st.free_slots.push(slot);
+            match slot {
+                Some(slot) => st.free_slots.push(slot),
+                None => st.bounce_busy = false,
+            }
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
             return None;
         }
@@ -1536,6 +1570,17 @@ impl VmRuntime {
         self.counters
             .tcow_copied_bytes
             .fetch_add(ps as u64, Ordering::Relaxed);
+        let Some(slot) = slot else {
+            // The outputs' references keep the original; our mapping of it goes.
+            let r = RawRange {
+                addr: slot_addr,
+                len: ps,
+            };
+            let _ = stash.advise_range(r, libc::MADV_DONTNEED, "madvise(bounce)");
+            st.bounce_busy = false;
+            self.counters.tcow_bounced.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
         let mut refs = 0;
         for i in 0..st.outputs.len() {
             let o = st.outputs[i];
@@ -1585,7 +1630,23 @@ enum PmdTcow {
 
 /// A write-protect fault to handle again: the page, and the stash slot holding its original if
 /// TCOW step 1 is done.
-type Deferred = (usize, Option<usize>);
+type Deferred = (usize, Held);
+
+/// How far a write-protect fault that must be handled again got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Nothing done: the address space was changing (`EAGAIN`); start over.
+    Nothing,
+    /// TCOW step 1 done: the original is in this stash slot.
+    Slot(usize),
+    /// TCOW step 1 done through the bounce slot (no stash slot was free).
+    Bounce,
+    /// The original cannot be moved yet (`EBUSY`: a 4 KiB page of a huge page that the wire
+    /// references cannot be split off, or the page is pinned); the write waits (counted once)
+    /// and the move is tried again about every millisecond, until it works (the reference is
+    /// gone) or the output completes.
+    Waiting,
+}
 
 /// Whether pending output `o` still needs `page` as it is: it protects the page and has not
 /// already had it moved to the stash (a page installed by TCOW is a private copy).

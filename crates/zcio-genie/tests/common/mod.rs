@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+use std::sync::mpsc;
+use std::time::Duration;
 use zcio_genie::memnet::{self, MemnetEndpoint};
 use zcio_genie::profile::Profile;
 
@@ -10,4 +12,22 @@ pub fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
     a.set_profile(Profile::zero_copy());
     b.set_profile(Profile::zero_copy());
     (a, b)
+}
+
+/// Run `f` in its own thread and fail if it has not finished within `limit` (a hang).
+#[allow(dead_code)] // not every test file has a time limit
+pub fn bounded<F: FnOnce() + Send + 'static>(what: &str, limit: Duration, f: F) {
+    let (done_tx, done_rx) = mpsc::channel();
+    let h = std::thread::Builder::new()
+        .name(what.to_string())
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let _ = done_tx.send(r);
+        })
+        .unwrap();
+    match done_rx.recv_timeout(limit) {
+        Ok(Ok(())) => h.join().unwrap(),
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("{what}: not finished after {limit:?}: hung"),
+    }
 }
