@@ -7,8 +7,14 @@
 //! space into a stash slot (the pending output still references that physical page, so it keeps
 //! the original) and installs a private copy, writable, at the faulting address. When the output
 //! completes, write access to the pages nobody wrote returns without a copy, and stash slots are
-//! released. If a page cannot be moved (pinned by a DMA, shared with a forked child) the fault
-//! waits until the output completes instead (*sleep-on-write*, §2.3).
+//! released. When every stash slot is taken, the original goes through a bounce slot instead
+//! (moved there, copied back, the slot emptied: the outputs' own page references keep it). If a
+//! page cannot be moved (pinned by a DMA, shared with a forked child, a 4 KiB page of a huge page
+//! that the wire references) the write waits (*sleep-on-write*, §2.3) while the handler tries
+//! the move again about every millisecond: it ends when the move works (the wire's reference is
+//! gone once the receiver has read the message, a DMA's pin once the I/O is done) or when the
+//! output completes. A page that stays pinned or shared (a long-term pin, a child that keeps it)
+//! still waits for the completion.
 //!
 //! **Page swapping** exchanges the pages of an application range with those of a staging
 //! range through an empty scratch range, with batched `UFFDIO_MOVE` calls over contiguous runs;
