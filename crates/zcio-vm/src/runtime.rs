@@ -48,8 +48,8 @@ pub const STASH_PAGES: usize = 8192;
 const BOUNCE_SLOT: usize = STASH_PAGES - 1;
 /// Huge-page (2 MiB) slots in the TCOW stash: originals of PMDs moved out by TCOW at 2 MiB,
 /// and spare huge pages the copies are made in (virtual; populated only when used). A write to
-/// a huge page under output when every slot is taken falls to the 4 KiB path (which waits for
-/// the output where the kernel cannot move a page of a referenced huge page).
+/// a huge page under output when every slot is taken falls to the 4 KiB path, which waits until
+/// the wire has let go of the huge page where the kernel cannot move a page of it before.
 pub const HSTASH_SLOTS: usize = 64;
 /// Populated huge stash slots kept as spares for the next PMD TCOW (the rest are released).
 const HSPARES_KEPT: usize = 16;
