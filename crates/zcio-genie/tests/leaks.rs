@@ -98,8 +98,13 @@ fn input_into_protected_memory_is_refused_and_loses_nothing(
             Semantics::Share,
             Semantics::EmulatedShare,
         ] {
-            let data = vec![0x3Cu8; len];
-            let (t, _) = tx.send(sem, &data).unwrap();
+            // The message in a mapping of its own: the runtime forgets its registration when it
+            // is unmapped (a heap buffer's registration would outlive the buffer and split the
+            // heap's mapping wherever the allocator puts the next one).
+            let mut src = Mapping::anonymous(len, MapOptions::default()).unwrap();
+            src.as_mut_slice().fill(0x3C);
+            let data = src.as_slice();
+            let (t, _) = tx.send(sem, data).unwrap();
             let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
             // SAFETY: the test plays a C application handing over memory it may not write; the
             // mapping is not touched from Rust until access is restored below.
@@ -119,7 +124,7 @@ fn input_into_protected_memory_is_refused_and_loses_nothing(
                 .unwrap();
             tx.wait(t).unwrap();
             assert_eq!(n, len);
-            assert_eq!(m.as_slice(), &data[..], "{sem}: the message was kept");
+            assert_eq!(m.as_slice(), data, "{sem}: the message was kept");
         }
     }
     // The same through a kernel module (a pipe).

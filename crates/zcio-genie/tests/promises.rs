@@ -473,7 +473,9 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
             );
             assert_eq!(
                 st.tcow_copied_bytes - before.tcow_copied_bytes,
-                (copies + 512 * (st.tcow_huge_copies - before.tcow_huge_copies))
+                (copies
+                    + (st.tcow_discards - before.tcow_discards)
+                    + 512 * (st.tcow_huge_copies - before.tcow_huge_copies))
                     * page_size() as u64,
                 "TCOW bytes against TCOW copies"
             );

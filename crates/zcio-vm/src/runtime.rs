@@ -9,12 +9,11 @@
 //! completes, write access to the pages nobody wrote returns without a copy, and stash slots are
 //! released. When every stash slot is taken, the original goes through a bounce slot instead
 //! (moved there, copied back, the slot emptied: the outputs' own page references keep it). If a
-//! page cannot be moved (pinned by a DMA, shared with a forked child, a 4 KiB page of a huge page
-//! that the wire references) the write waits (*sleep-on-write*, §2.3) while the handler tries
-//! the move again about every millisecond: it ends when the move works (the wire's reference is
-//! gone once the receiver has read the message, a DMA's pin once the I/O is done) or when the
-//! output completes. A page that stays pinned or shared (a long-term pin, a child that keeps it)
-//! still waits for the completion.
+//! page cannot be moved (pinned, shared with a child since a fork, a 4 KiB page of a huge page
+//! that the wire references) its bytes are copied to the bounce slot, this process's mapping of
+//! it is dropped (whatever references the physical page keeps it) and the copy installed. So a
+//! writer never waits for an output's completion, which may be its own to reap. (Where TCOW by
+//! page moving is absent, a write waits for the output instead: *sleep-on-write*, §2.3.)
 //!
 //! **Page swapping** exchanges the pages of an application range with those of a staging
 //! range through an empty scratch range, with batched `UFFDIO_MOVE` calls over contiguous runs;
@@ -24,7 +23,8 @@
 //! - only pages *entirely* inside a caller's buffer are registered or protected, so zcio's own
 //!   bookkeeping never lies on a protected page;
 //! - the bookkeeping has fixed capacity, allocated at start, and the handler never allocates;
-//! - no thread touches application memory while holding the state lock.
+//! - no thread touches application memory while holding the state lock (except the handler
+//!   reading a present, write-protected page it copies, which cannot fault).
 //!
 //! Without userfaultfd the runtime falls back to `mprotect` + `SIGSEGV` sleep-on-write for
 //! protection and to copying for swaps ([`crate::fallback`]); [`VmRuntime::capabilities`] says
@@ -34,8 +34,8 @@ use crate::error::{Result, VmError};
 use crate::mapping::{MapOptions, Mapping};
 use crate::page::{HUGE_PAGE_SIZE, RawRange, complement_into, page_size};
 use crate::uffd::{Event, Features, RegisterMode, Userfaultfd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
 
 /// Maximum outputs pending at once in one process.
 pub const MAX_OUTPUTS: usize = 4096;
@@ -48,8 +48,8 @@ pub const STASH_PAGES: usize = 8192;
 const BOUNCE_SLOT: usize = STASH_PAGES - 1;
 /// Huge-page (2 MiB) slots in the TCOW stash: originals of PMDs moved out by TCOW at 2 MiB,
 /// and spare huge pages the copies are made in (virtual; populated only when used). A write to
-/// a huge page under output when every slot is taken falls to the 4 KiB path, which waits until
-/// the wire has let go of the huge page where the kernel cannot move a page of it before.
+/// a huge page under output when every slot is taken falls to the 4 KiB path, which copies the
+/// page where the kernel cannot move a page of a referenced huge page.
 pub const HSTASH_SLOTS: usize = 64;
 /// Populated huge stash slots kept as spares for the next PMD TCOW (the rest are released).
 const HSPARES_KEPT: usize = 16;
@@ -118,6 +118,12 @@ pub struct VmStats {
     /// Of `tcow_copies`, those made through the bounce slot because every stash slot was taken.
     #[serde(default)]
     pub tcow_bounced: u64,
+    /// Of `tcow_copies`, those made where the original could not be moved out (a page pinned,
+    /// shared since a fork, or of a huge page the wire references): its bytes copied to the
+    /// bounce slot, the application's mapping of it dropped (what references it keeps it), the
+    /// copy installed. Two page copies each in `tcow_copied_bytes`.
+    #[serde(default)]
+    pub tcow_discards: u64,
     /// Faults whose write had to wait: until the output completed, or until the original could
     /// be moved (a page of a huge page the wire references, a pinned page).
     pub sleep_on_write: u64,
@@ -144,6 +150,7 @@ struct Counters {
     tcow_huge_copies: AtomicU64,
     tcow_copied_bytes: AtomicU64,
     tcow_bounced: AtomicU64,
+    tcow_discards: AtomicU64,
     sleep_on_write: AtomicU64,
     wp_lifted: AtomicU64,
     missing_faults: AtomicU64,
@@ -202,8 +209,8 @@ struct State {
     stashed: Vec<Stashed>,
     slot_refs: Vec<u32>,
     free_slots: Vec<usize>,
-    /// The bounce slot holds an original between TCOW steps 1 and 2.
-    bounce_busy: bool,
+    /// What the bounce slot holds between TCOW steps 1 and 2, if anything.
+    bounce: Option<Bounce>,
     hslot_refs: Vec<u32>,
     /// Empty huge stash slots.
     hfree: Vec<usize>,
@@ -223,6 +230,10 @@ struct State {
 
 /// The process-wide VM runtime.
 pub struct VmRuntime {
+    /// The process that started this runtime, and the number of forks its line of processes
+    /// had seen then ([`FORKS`]): a runtime inherited through `fork` is another process's.
+    pid: u32,
+    forks: u64,
     uffd: Option<Userfaultfd>,
     caps: Capabilities,
     state: Mutex<State>,
@@ -246,7 +257,19 @@ impl std::fmt::Debug for VmRuntime {
     }
 }
 
-static RUNTIME: OnceLock<VmRuntime> = OnceLock::new();
+/// The runtime of this process (leaked: it lives as long as the process).
+static RUNTIME: AtomicPtr<VmRuntime> = AtomicPtr::new(std::ptr::null_mut());
+/// Serializes starting a runtime.
+static STARTING: Mutex<()> = Mutex::new(());
+/// Forks this process and its ancestors went through since zcio was first used (counted in the
+/// child by a `pthread_atfork` handler). A child inherits its parent's runtime as memory: its
+/// userfaultfd acts on the parent's address space and its handler thread did not survive the
+/// fork, so the child starts a runtime of its own and the inherited one refuses to act.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Environment variable that disables mechanisms, for comparing paths and testing fallbacks:
 /// a comma-separated list of `uffd` (no userfaultfd at all), `move` (no `UFFDIO_MOVE`) and
@@ -256,18 +279,67 @@ pub const DISABLE_ENV: &str = "ZCIO_VM_DISABLE";
 impl VmRuntime {
     /// The runtime of this process, started on first use. Never fails: a missing kernel feature
     /// selects a fallback, recorded in [`VmRuntime::capabilities`].
+    ///
+    /// After `fork`, the child gets a runtime of its own on first use (its own userfaultfd and
+    /// handler thread); what it inherited from the parent's runtime (references of pending
+    /// outputs, registrations) is inert there.
     pub fn get() -> &'static VmRuntime {
-        RUNTIME.get_or_init(|| {
-            let rt = VmRuntime::start();
-            if let Some(u) = &rt.uffd {
-                let fd = u.raw_fd();
-                std::thread::Builder::new()
-                    .name("zcio-uffd".into())
-                    .spawn(move || VmRuntime::get().handler_loop(fd))
-                    .expect("spawn the userfaultfd handler thread");
+        let p = RUNTIME.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer in RUNTIME comes from Box::leak below and is never freed.
+        if let Some(rt) = unsafe { p.as_ref() } {
+            if rt.is_live() {
+                return rt;
             }
-            rt
-        })
+        }
+        Self::start_here()
+    }
+
+    #[cold]
+    fn start_here() -> &'static VmRuntime {
+        static AT_FORK: Once = Once::new();
+        AT_FORK.call_once(|| {
+            // SAFETY: registers a child handler that only increments an atomic counter
+            // (async-signal-safe); the handler stays valid for the life of the program.
+            let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
+            assert_eq!(rc, 0, "pthread_atfork failed");
+        });
+        let _g = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+        let p = RUNTIME.load(Ordering::Acquire);
+        // SAFETY: as in `get`.
+        if let Some(rt) = unsafe { p.as_ref() } {
+            if rt.is_live() {
+                return rt;
+            }
+        }
+        let rt: &'static VmRuntime = Box::leak(Box::new(VmRuntime::start()));
+        if let Some(u) = &rt.uffd {
+            let fd = u.raw_fd();
+            std::thread::Builder::new()
+                .name("zcio-uffd".into())
+                .spawn(move || rt.handler_loop(fd))
+                .expect("spawn the userfaultfd handler thread");
+        }
+        RUNTIME.store(std::ptr::from_ref(rt).cast_mut(), Ordering::Release);
+        rt
+    }
+
+    /// Whether this runtime belongs to this process (it was not inherited through `fork`).
+    fn is_live(&self) -> bool {
+        self.forks == FORKS.load(Ordering::Relaxed)
+    }
+
+    /// Refuse to act for another process (this runtime was inherited through `fork`).
+    fn check_live(&self) -> Result<()> {
+        if self.is_live() {
+            return Ok(());
+        }
+        Err(VmError::RuntimeDown(format!(
+            "it was started by process {} before a fork; this process ({}) has its own \
+             (VmRuntime::get), and pages referenced, registered or staged before the fork \
+             cannot be used here",
+            self.pid,
+            std::process::id()
+        )))
     }
 
     fn start() -> VmRuntime {
@@ -362,7 +434,7 @@ impl VmRuntime {
             stashed: Vec::with_capacity(STASH_PAGES),
             slot_refs: vec![0; STASH_PAGES],
             free_slots: (0..BOUNCE_SLOT).rev().collect(),
-            bounce_busy: false,
+            bounce: None,
             hslot_refs: vec![0; HSTASH_SLOTS],
             hfree: (0..HSTASH_SLOTS).rev().collect(),
             hspare: Vec::with_capacity(HSTASH_SLOTS),
@@ -376,6 +448,8 @@ impl VmRuntime {
             scratch: Vec::with_capacity(2 * MAX_OUTPUTS + 2),
         };
         VmRuntime {
+            pid: std::process::id(),
+            forks: FORKS.load(Ordering::Relaxed),
             caps: Capabilities {
                 tcow,
                 swap: can_move,
@@ -406,6 +480,7 @@ impl VmRuntime {
             tcow_huge_copies: c.tcow_huge_copies.load(Ordering::Relaxed),
             tcow_copied_bytes: c.tcow_copied_bytes.load(Ordering::Relaxed),
             tcow_bounced: c.tcow_bounced.load(Ordering::Relaxed),
+            tcow_discards: c.tcow_discards.load(Ordering::Relaxed),
             sleep_on_write: c.sleep_on_write.load(Ordering::Relaxed),
             wp_lifted: c.wp_lifted.load(Ordering::Relaxed),
             missing_faults: c.missing_faults.load(Ordering::Relaxed),
@@ -486,6 +561,7 @@ impl VmRuntime {
     /// Register the full pages of an application range so that pages can be moved into it and
     /// protected in it. Returns the registered (full-page) range, possibly empty.
     pub fn register_app(&self, r: RawRange) -> Result<RawRange> {
+        self.check_live()?;
         let full = r.full_pages();
         if full.is_empty() || self.uffd.is_none() {
             return Ok(full);
@@ -498,6 +574,7 @@ impl VmRuntime {
     /// A new private mapping registered for write-protect (not missing) faults: staging, scratch
     /// and region memory that pages are moved into.
     pub fn registered_mapping(&self, len: usize, opts: MapOptions) -> Result<Mapping> {
+        self.check_live()?;
         let m = Mapping::anonymous(len, opts)?;
         match &self.uffd {
             Some(u) => register_wp(u, m),
@@ -514,6 +591,7 @@ impl VmRuntime {
     ///
     /// Only full pages are protected; the caller copies the partial head and tail pages.
     pub fn reference_output(&'static self, buf: RawRange, protect: bool) -> Result<OutputRef> {
+        self.check_live()?;
         let full = buf.full_pages();
         // Let the handler finish the events it has read: an unmap that returned before this
         // call (perhaps of an old mapping at this very address) must be on the books before
@@ -593,6 +671,9 @@ impl VmRuntime {
     }
 
     fn release_output(&self, id: u64) {
+        if !self.is_live() {
+            return; // inherited through fork: the output is the parent's
+        }
         let mut guard = self.lock();
         let st = &mut *guard;
         let Some(i) = st.outputs.iter().position(|o| o.id == id) else {
@@ -726,6 +807,7 @@ impl VmRuntime {
     /// borrowed mutably for this call) and must currently be empty (its pages moved away);
     /// `src` must be memory the caller owns, which is left empty.
     pub unsafe fn move_range(&self, dst: RawRange, src: RawRange) -> Result<usize> {
+        self.check_live()?;
         if dst.len != src.len {
             return Err(VmError::LengthMismatch {
                 what: "move",
@@ -811,6 +893,7 @@ impl VmRuntime {
         staging: RawRange,
         scratch: RawRange,
     ) -> Result<usize> {
+        self.check_live()?;
         if app.len != staging.len || app.len != scratch.len {
             return Err(VmError::LengthMismatch {
                 what: "swap",
@@ -1034,9 +1117,11 @@ impl VmRuntime {
     /// staging page with the application's bytes outside `data` (offsets within the page), then
     /// swap it into the application's page. The application page is write-protected and marked
     /// in transition meanwhile, so a write by another thread to the bytes outside `data` waits
-    /// and lands in the new page instead of being lost. Returns `false`, having changed
-    /// nothing, where the page cannot be swapped (under a pending output, pinned or shared with
-    /// a forked child, no `UFFDIO_MOVE`): the caller then copies `data` out.
+    /// and lands in the new page instead of being lost. Returns the bytes the CPU copied to do it
+    /// (the application's bytes that complete the page, and the whole page where the staging
+    /// page could not be moved in and was copied instead), or `None`, having changed nothing,
+    /// where the page cannot be swapped (under a pending output, pinned or shared with a forked
+    /// child, no `UFFDIO_MOVE`): the caller then copies `data` out.
     ///
     /// # Safety
     ///
@@ -1049,10 +1134,11 @@ impl VmRuntime {
         data: std::ops::Range<usize>,
         staging_page: usize,
         scratch_page: usize,
-    ) -> Result<bool> {
+    ) -> Result<Option<usize>> {
+        self.check_live()?;
         let ps = page_size();
         let Some(u) = self.uffd.as_ref().filter(|_| self.caps.swap) else {
-            return Ok(false);
+            return Ok(None);
         };
         let pr = RawRange {
             addr: app_page,
@@ -1076,7 +1162,7 @@ impl VmRuntime {
                 if st.outputs.iter().any(|o| o.range.intersect(&pr).is_some())
                     || st.transient.len() == st.transient.capacity()
                 {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 self.ensure_registered_locked(&mut st, pr)?;
                 match u.writeprotect(pr, true, false) {
@@ -1087,7 +1173,7 @@ impl VmRuntime {
                         std::thread::yield_now();
                         st = self.lock();
                     }
-                    Err(_) => return Ok(false),
+                    Err(_) => return Ok(None),
                 }
             }
             st.transient.push(pr);
@@ -1121,11 +1207,14 @@ impl VmRuntime {
             )
         };
         let out = move_page(scratch_page, app_page, true).is_ok();
+        // The completion copy of step 2.
+        let mut copied = ps - (data.end - data.start);
         if out {
             self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
             if move_page(app_page, staging_page, false).is_ok() {
                 self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
             } else {
+                copied += ps;
                 // SAFETY: as above; fills the empty page with a copy and wakes waiters.
                 unsafe { self.fill_page(u, app_page, staging_page) };
                 self.counters
@@ -1138,7 +1227,7 @@ impl VmRuntime {
         self.lock().transient.retain(|t| *t != pr);
         let _ = u.wake(pr);
         let _ = retry_eagain(VmError::errno, || u.writeprotect(pr, false, false));
-        Ok(out)
+        Ok(out.then_some(copied))
     }
 
     // ----------------------------------------------------------------------------------------
@@ -1150,7 +1239,7 @@ impl VmRuntime {
     /// watches): a probe of the address range could not tell a new mapping placed at the same
     /// address from the old one, so such a range must not be reused.
     pub fn watch(&self, r: RawRange) -> Option<WatchId> {
-        self.uffd.as_ref()?;
+        self.uffd.as_ref().filter(|_| self.is_live())?;
         let mut st = self.lock();
         if st.watches.len() == MAX_WATCHES {
             return None;
@@ -1368,7 +1457,7 @@ impl VmRuntime {
         // outputs' own page references keep the original alive.
         let room = st.stashed.len() + needing <= st.stashed.capacity();
         let slot = if room { st.free_slots.pop() } else { None };
-        if slot.is_none() && st.bounce_busy {
+        if slot.is_none() && st.bounce.is_some() {
             return Some((page, held)); // the bounce slot is in use: after it
         }
         let slot_addr = stash.addr() + slot.unwrap_or(BOUNCE_SLOT) * ps;
@@ -1384,17 +1473,12 @@ impl VmRuntime {
             if e.errno == libc::EAGAIN {
                 return Some((page, held));
             }
-            // Pinned, shared with a child, or a page of a huge page the wire still references:
-            // the write waits, and the move is tried again until it works or the output
-            // completes (which lifts the protection), whichever comes first. The writer may be
-            // the thread that would reap that completion: the retry is what frees it.
-            if held != Held::Waiting {
-                self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
-            }
-            return Some((page, Held::Waiting));
+            // Pinned, shared since a fork, or a page of a huge page the wire still references:
+            // copy it instead of moving it.
+            return self.tcow_by_discard(u, st, page, held);
         }
         if slot.is_none() {
-            st.bounce_busy = true;
+            st.bounce = Some(Bounce::Moved);
         }
         self.finish_tcow(u, st, page, slot)
     }
@@ -1534,6 +1618,65 @@ impl VmRuntime {
         PmdTcow::Done
     }
 
+    /// TCOW step 1 where the original cannot be moved out (`EBUSY`: pinned, shared with a
+    /// child since a fork, a 4 KiB page of a huge page the wire references): its bytes are copied
+    /// to the bounce slot and the application's mapping of the page dropped. What references the
+    /// physical page (the outputs, a child, a pin) keeps the original; step 2 installs the copy.
+    /// The writer waits only if the bounce slot is busy, never for an output's completion. A page
+    /// pinned for long (a buffer registered for I/O) keeps the original there: I/O through that
+    /// pin no longer sees this process's later writes to the page.
+    fn tcow_by_discard(
+        &self,
+        u: &Userfaultfd,
+        st: &mut State,
+        page: usize,
+        held: Held,
+    ) -> Option<Deferred> {
+        let ps = page_size();
+        let pr = RawRange {
+            addr: page,
+            len: ps,
+        };
+        let stash = self.stash.as_ref().expect("TCOW copies only with a stash");
+        if st.bounce.is_some() || st.transient.len() == st.transient.capacity() {
+            if held == Held::Nothing {
+                self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
+            }
+            return Some((page, Held::Waiting));
+        }
+        let bounce = stash.addr() + BOUNCE_SLOT * ps;
+        // SAFETY: the application page is present and write-protected, so its bytes are stable
+        // and reading them cannot fault; the bounce slot is ours and empty (a plain write
+        // populates it: the stash is registered for write-protect faults only).
+        unsafe { std::ptr::copy_nonoverlapping(page as *const u8, bounce as *mut u8, ps) };
+        // In transition: another thread touching the page before the copy is in waits for it.
+        st.transient.push(pr);
+        // SAFETY: drops this process's mapping of one page of a registered application range;
+        // its bytes are in the bounce slot and go back in step 2, and a missing fault meanwhile
+        // waits (the page is in transition). The physical page lives on for whoever references it.
+        let rc = unsafe { libc::madvise(page as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            st.transient.retain(|t| *t != pr);
+            let _ = stash.advise_range(
+                RawRange {
+                    addr: bounce,
+                    len: ps,
+                },
+                libc::MADV_DONTNEED,
+                "madvise(bounce)",
+            );
+            if held == Held::Nothing {
+                self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
+            }
+            return Some((page, Held::Waiting));
+        }
+        self.counters
+            .tcow_copied_bytes
+            .fetch_add(ps as u64, Ordering::Relaxed);
+        st.bounce = Some(Bounce::Discarded);
+        self.finish_tcow(u, st, page, None)
+    }
+
     /// TCOW step 2 and its bookkeeping, for a page whose original is in stash slot `slot`, or
     /// in the bounce slot (`None`), which is emptied once the copy is in.
     fn finish_tcow(
@@ -1566,7 +1709,7 @@ impl VmRuntime {
             st.transient.retain(|t| *t != pr);
             match slot {
                 Some(slot) => st.free_slots.push(slot),
-                None => st.bounce_busy = false,
+                None => st.bounce = None,
             }
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -1583,8 +1726,11 @@ impl VmRuntime {
                 len: ps,
             };
             let _ = stash.advise_range(r, libc::MADV_DONTNEED, "madvise(bounce)");
-            st.bounce_busy = false;
-            self.counters.tcow_bounced.fetch_add(1, Ordering::Relaxed);
+            let counter = match st.bounce.take() {
+                Some(Bounce::Discarded) => &self.counters.tcow_discards,
+                _ => &self.counters.tcow_bounced,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
             return None;
         };
         let mut refs = 0;
@@ -1647,11 +1793,18 @@ enum Held {
     Slot(usize),
     /// TCOW step 1 done through the bounce slot (no stash slot was free).
     Bounce,
-    /// The original cannot be moved yet (`EBUSY`: a 4 KiB page of a huge page that the wire
-    /// references cannot be split off, or the page is pinned); the write waits (counted once)
-    /// and the move is tried again about every millisecond, until it works (the reference is
-    /// gone) or the output completes.
+    /// The original could not be moved and the bounce slot was busy; the write waits (counted
+    /// once) and TCOW is tried again about every millisecond.
     Waiting,
+}
+
+/// What the bounce slot holds between TCOW steps 1 and 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bounce {
+    /// The original, moved there (every stash slot was taken).
+    Moved,
+    /// A copy of the original, whose page could not be moved ([`VmRuntime::tcow_by_discard`]).
+    Discarded,
 }
 
 /// Whether pending output `o` still needs `page` as it is: it protects the page and has not

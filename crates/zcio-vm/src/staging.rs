@@ -18,8 +18,10 @@ use crate::runtime::VmRuntime;
 pub struct Delivery {
     /// Bytes delivered by swapping pages.
     pub swapped: usize,
-    /// Bytes delivered by copying (partial pages, pinned pages, or the whole buffer when the
-    /// swap did not pay or was not possible).
+    /// Bytes the CPU copied: data delivered by copying (partial pages, pinned pages, or the
+    /// whole buffer when the swap did not pay or was not possible), and under reverse copyout
+    /// the application's own bytes that complete a swapped page (so `swapped + copied` can
+    /// exceed the length).
     pub copied: usize,
 }
 
@@ -312,13 +314,15 @@ impl Staging {
         self.scr.discard(span)?; // scratch must be empty (a no-op in the steady state)
         // Partial pages first: reverse copyout where enough of the page is data, else copy.
         let mut reversed = 0;
+        // Bytes the CPU copied for reverse copyout (the application's bytes completing a page).
+        let mut completion = 0;
         for (start, n) in [(0, head), (len - tail, tail)] {
             if n == 0 {
                 continue;
             }
             let page = (appr.addr + start) & !(ps - 1);
             let within = appr.addr + start - page;
-            let done = n >= reverse_copyout_bytes && {
+            let done = if n >= reverse_copyout_bytes {
                 // SAFETY: the page holds `n` bytes of `app`, borrowed mutably here, at `within`;
                 // staging and scratch pages are ours, the scratch page emptied above.
                 unsafe {
@@ -329,12 +333,16 @@ impl Staging {
                         self.scr.addr() + (page - base),
                     )?
                 }
-            };
-            if done {
-                reversed += n;
             } else {
-                app[start..start + n]
-                    .copy_from_slice(&self.stg.as_slice()[off + start..off + start + n]);
+                None
+            };
+            match done {
+                Some(c) => {
+                    reversed += n;
+                    completion += c;
+                }
+                None => app[start..start + n]
+                    .copy_from_slice(&self.stg.as_slice()[off + start..off + start + n]),
             }
         }
         let s_off = off + head; // page-aligned offset of the full pages in staging
@@ -354,7 +362,7 @@ impl Staging {
         self.scr_empty = None;
         Ok(Delivery {
             swapped: full.len - copied + reversed,
-            copied: head + tail - reversed + copied,
+            copied: head + tail - reversed + copied + completion,
         })
     }
 }
@@ -391,11 +399,12 @@ mod tests {
         let mut st = Staging::new(8 * ps).unwrap();
         let mut backing = Mapping::anonymous(6 * ps, MapOptions::default()).unwrap();
         backing.as_mut_slice().fill(0x5A); // the application's other data around the buffer
-        // Head page: ps - 100 bytes of data (reversed); tail page: 100 bytes (copied).
-        for (start, len, want_swapped) in [
-            (100, 3 * ps, 3 * ps - 100),
-            (ps + 10, ps - 20, ps - 20), // inside one page
-            (2 * ps + 3000, 200, 0),     // too short: copied
+        // Head page: ps - 100 bytes of data (reversed, completed by copying the application's
+        // 100 bytes before them); tail page: 100 bytes (copied).
+        for (start, len, want_swapped, completion) in [
+            (100, 3 * ps, 3 * ps - 100, 100),
+            (ps + 10, ps - 20, ps - 20, 20), // inside one page
+            (2 * ps + 3000, 200, 0, 0),      // too short: copied
         ] {
             let app = &mut backing.as_mut_slice()[start..start + len];
             let w = st.window(app.as_ptr() as usize, len).unwrap();
@@ -405,9 +414,15 @@ mod tests {
             let want = w.to_vec();
             let d = st.deliver_with(app, 1, ps / 2 + 1).unwrap();
             assert_eq!(app, &want[..], "data at {start}+{len}");
-            assert_eq!(d.swapped + d.copied, len);
             if VmRuntime::get().capabilities().swap {
                 assert_eq!(d.swapped, want_swapped, "at {start}+{len}: {d:?}");
+                assert_eq!(
+                    d.copied,
+                    len - want_swapped + completion,
+                    "at {start}+{len}: the completion copy counted ({d:?})"
+                );
+            } else {
+                assert_eq!((d.swapped, d.copied), (0, len));
             }
             let all = backing.as_slice();
             assert!(
