@@ -4,7 +4,7 @@
 //! process, `--count` messages) in an order that rotates from round to round, so that drift in
 //! the machine's state hits all of them alike. Per contender and length it reports the median
 //! over rounds of the per-round median latency and CPU time, their spread (lowest and highest
-//! round), the bytes copied and the path taken, and the ratios the Genie issue asks about:
+//! round), the bytes copied and the path taken, and the ratios zcio's Genie targets are stated in:
 //! emulated copy against copy (throughput, CPU time) and against emulated share (latency).
 
 use crate::transfer::{Res, TransferArgs, run_peer};

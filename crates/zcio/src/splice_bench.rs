@@ -79,9 +79,9 @@ pub struct Row {
 pub struct Verdict {
     /// The pair.
     pub pair: String,
-    /// Splice's throughput over the loop's (the issue asks at least 1).
+    /// Splice's throughput over the loop's (zcio's target: at least 1).
     pub throughput_ratio: f64,
-    /// The task's progress with splice over its progress with the loop (the issue asks at
+    /// The task's progress with splice over its progress with the loop (zcio's target: at
     /// least 1.3: 30 % more CPU left).
     pub availability_ratio: f64,
     /// The loop's increment latency over splice's.

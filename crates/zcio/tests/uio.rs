@@ -1,5 +1,5 @@
 //! `zcio bench uio` end to end, tiny: every variant ran its queries (checked against the
-//! kernel VFS's rows inside the bench) at every N, with the fields the issue names, the
+//! kernel VFS's rows inside the bench) at every N, with the fields the report reads, the
 //! kernel's CPU split, and the layer alone beside fio (or fio's absence said). Speeds are
 //! never compared: the machine decides them.
 

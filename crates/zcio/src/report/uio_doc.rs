@@ -98,7 +98,7 @@ pub fn findings(r: &Results) -> Vec<String> {
     };
     match (best("uio", false), best("fio_", true)) {
         (Some(l), Some(f)) => out.push(format!(
-            "Reading the {n} tables alone (no engine) in the layer's pattern ({} KiB requests, {} in flight per file, O_DIRECT), the layer's best variant ({}) moves {:.0} MB/s and fio's best io_uring configuration ({}) {:.0} MB/s: {:.2}× (the issue asks the layer to match or beat it: {}).",
+            "Reading the {n} tables alone (no engine) in the layer's pattern ({} KiB requests, {} in flight per file, O_DIRECT), the layer's best variant ({}) moves {:.0} MB/s and fio's best io_uring configuration ({}) {:.0} MB/s: {:.2}× (zcio's target: match or beat it: {}).",
             u.chunk >> 10,
             u.depth,
             l.contender,

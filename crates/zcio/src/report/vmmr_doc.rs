@@ -256,7 +256,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             s.push_str(&format!(", {} adjacent", ratio(y.speedup, 1.0)));
         }
         s.push_str(&format!(
-            " (the issue asks for at least 50×: {}).",
+            " (zcio's target: at least 50×: {}).",
             if x.speedup >= 50.0 { "met" } else { "not met" }
         ));
         out.push(s);
@@ -270,12 +270,12 @@ pub fn findings(r: &Results) -> Vec<String> {
             ratio(a.worst_ratio, 1.0),
             pg(a.worst_at_pages),
             match (a.within_5_percent, a.within_5_percent_from_pages) {
-                (true, _) => ": within 5 % of memcpy at every size (the issue's target: met)".to_string(),
+                (true, _) => ": within 5 % of memcpy at every size (zcio's target: met)".to_string(),
                 (false, Some(p)) => format!(
-                    ": within 5 % of memcpy from {} on, not below (the issue's target is every size: not met where a memcpy is too short to hide the owned buffer's bookkeeping)",
+                    ": within 5 % of memcpy from {} on, not below (zcio's target is every size: not met where a memcpy is too short to hide the owned buffer's bookkeeping)",
                     pg(p)
                 ),
-                (false, None) => ": more than 5 % slower than memcpy at the largest size (the issue's target: not met)".to_string(),
+                (false, None) => ": more than 5 % slower than memcpy at the largest size (zcio's target: not met)".to_string(),
             }
         ));
     }
@@ -682,7 +682,7 @@ fn huge(v: &VmmrSection) -> Vec<Block> {
         )
     });
     text.push(format!(
-        "The pool has {} granules ({} of virtual space); a 2 MiB bitmap is 1/512 the size of the 4 KiB one for the same bytes, so even its worst-case search is short. The issue asks for at least 50× over memcpy at 24 MiB.",
+        "The pool has {} granules ({} of virtual space); a 2 MiB bitmap is 1/512 the size of the 4 KiB one for the same bytes, so even its worst-case search is short. zcio's target is at least 50× over memcpy at 24 MiB.",
         v.plan.capacity_2m,
         size(v.plan.capacity_2m << 21)
     ));
@@ -707,7 +707,7 @@ fn list(v: &[usize]) -> String {
         .join(", ")
 }
 
-/// The adaptive reassembler (the issue's third deliverable; not in the paper, whose
+/// The adaptive reassembler (zcio's addition; not in the paper, whose
 /// conclusion it acts on: remap only where it pays).
 fn adaptive(v: &VmmrSection) -> Vec<Block> {
     if v.derived.adaptive.is_empty() {
@@ -837,7 +837,7 @@ fn adaptive(v: &VmmrSection) -> Vec<Block> {
             series,
         },
     ));
-    text.push("The issue asks that the adaptive path never be more than 5 % slower than memcpy at any size. Where it copies, it pays memcpy plus an owned buffer's bookkeeping, which is a fixed few tens of nanoseconds: above 5 % of a memcpy of a few 4 KiB pages, below it from a few dozen. Where the prediction is close (near the crossover), a wrong choice costs the difference between two nearly equal times.".into());
+    text.push("zcio's target is that the adaptive path never be more than 5 % slower than memcpy at any size. Where it copies, it pays memcpy plus an owned buffer's bookkeeping, which is a fixed few tens of nanoseconds: above 5 % of a memcpy of a few 4 KiB pages, below it from a few dozen. Where the prediction is close (near the crossover), a wrong choice costs the difference between two nearly equal times.".into());
     b.push(p(text.join(" ")));
     for a in &v.derived.adaptive {
         let rs = rows(v, &a.granule, &a.layout, &a.caches);
@@ -1368,7 +1368,7 @@ fn against_paper(v: &VmmrSection) -> Vec<Block> {
     if let Some(x) = at(&hs, paper_size("2m")).or(hs.last().copied()) {
         body.push(vec![
             format!("2 MiB huge pages, speed-up at {}", size(x.bytes)),
-            "not in the paper; the issue asks ≥ 50×".into(),
+            "not in the paper; zcio's target ≥ 50×".into(),
             format!("{} scattered", ratio(x.speedup, 1.0)),
             if x.speedup >= 50.0 { "met" } else { "not met" }.into(),
         ]);
