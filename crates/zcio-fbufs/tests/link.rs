@@ -322,7 +322,10 @@ fn a_receiver_whose_socket_outlives_it_in_a_child_still_gives_every_fbuf_back() 
         assert_eq!(end.released_for_dead, 5);
         assert_eq!(end.receivers_alive(), 0);
     } else {
-        println!("skipped: no pidfd for the receiver here (kernel or namespace)");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::Pidfd,
+            "no pidfd for the receiver here (kernel or namespace)",
+        );
     }
     let _ = Command::new("kill").args(["-9", &grandchild]).status();
     if !watched {

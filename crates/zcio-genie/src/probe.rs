@@ -9,6 +9,9 @@ use zcio_vm::uffd::{Features, Userfaultfd};
 /// One probed feature.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Feature {
+    /// Short name, as tests name what they skip for ([`zcio_vm::skip::Capability::id`]).
+    #[serde(default)]
+    pub id: String,
     /// Feature name.
     pub name: String,
     /// Whether it is available.
@@ -28,11 +31,48 @@ pub struct Probe {
     pub vm: zcio_vm::runtime::Capabilities,
 }
 
-fn feature(name: &str, available: bool, detail: impl Into<String>) -> Feature {
+fn feature(id: &str, name: &str, available: bool, detail: impl Into<String>) -> Feature {
     Feature {
+        id: id.into(),
         name: name.into(),
         available,
         detail: detail.into(),
+    }
+}
+
+/// The first executable called `name` on `$PATH`.
+fn tool_on_path(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+impl Probe {
+    /// Hold recorded skips ([`zcio_vm::skip`]) against this probe: one line per skip, and the
+    /// skips of capabilities the probe says are here (or does not know), which are failures.
+    pub fn check_skips(&self, skips: &[zcio_vm::skip::Skip]) -> (Vec<String>, Vec<String>) {
+        let mut lines = Vec::new();
+        let mut failures = Vec::new();
+        for s in skips {
+            match self.features.iter().find(|f| f.id == s.capability) {
+                Some(f) if !f.available => lines.push(format!(
+                    "skip ok: {} skipped for {} ({}); the probe agrees: {}",
+                    s.test, s.capability, s.why, f.detail
+                )),
+                Some(f) => failures.push(format!(
+                    "{} skipped for {} ({}), but the probe says it is here: {}",
+                    s.test, s.capability, s.why, f.detail
+                )),
+                None => failures.push(format!(
+                    "{} skipped for {} ({}), which the probe does not know",
+                    s.test, s.capability, s.why
+                )),
+            }
+        }
+        (lines, failures)
     }
 }
 
@@ -42,6 +82,7 @@ pub fn probe(dir: &Path) -> Probe {
     match Userfaultfd::probe() {
         Ok(feat) => {
             f.push(feature(
+                "uffd-wp",
                 "userfaultfd write-protect",
                 feat.contains(Features::WP),
                 if feat.contains(Features::WP) {
@@ -51,6 +92,7 @@ pub fn probe(dir: &Path) -> Probe {
                 },
             ));
             f.push(feature(
+                "uffd-move",
                 "UFFDIO_MOVE",
                 feat.contains(Features::MOVE),
                 if feat.contains(Features::MOVE) {
@@ -60,11 +102,20 @@ pub fn probe(dir: &Path) -> Probe {
                 },
             ));
         }
-        Err(e) => f.push(feature(
-            "userfaultfd",
-            false,
-            format!("{e}: TCOW falls back to mprotect + SIGSEGV, swaps become copies"),
-        )),
+        Err(e) => {
+            f.push(feature(
+                "uffd-wp",
+                "userfaultfd write-protect",
+                false,
+                format!("{e}: TCOW falls back to mprotect + SIGSEGV, swaps become copies"),
+            ));
+            f.push(feature(
+                "uffd-move",
+                "UFFDIO_MOVE",
+                false,
+                format!("{e}: swaps become copies"),
+            ));
+        }
     }
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
@@ -74,13 +125,25 @@ pub fn probe(dir: &Path) -> Probe {
         .unwrap_or("[unknown]")
         .trim_matches(|c| c == '[' || c == ']')
         .to_string();
+    let huge = zcio_vm::huge::unavailable_reason();
     f.push(feature(
+        "huge-pages",
         "transparent huge pages",
-        mode == "always" || mode == "madvise",
-        format!("mode {mode}"),
+        huge.is_none(),
+        match huge {
+            None => format!("mode {mode}"),
+            Some(why) => format!("mode {mode}: {why}"),
+        },
     ));
-    match crate::stream::direct_align(dir) {
+    // The alignment O_DIRECT needs is reported for files, not directories: ask of a new file.
+    let file = dir.join(format!(".zcio-probe-{}", std::process::id()));
+    let align = std::fs::File::create(&file)
+        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))
+        .and_then(|_| crate::stream::direct_align(&file));
+    let _ = std::fs::remove_file(&file);
+    match align {
         Ok(a) => f.push(feature(
+            "o-direct",
             "O_DIRECT",
             true,
             format!(
@@ -91,14 +154,16 @@ pub fn probe(dir: &Path) -> Probe {
             ),
         )),
         Err(r) => f.push(feature(
+            "o-direct",
             "O_DIRECT",
             false,
             format!("{r}: file transfers use the page cache"),
         )),
     }
     match io_uring::IoUring::new(2) {
-        Ok(_) => f.push(feature("io_uring", true, "available")),
+        Ok(_) => f.push(feature("io-uring", "io_uring", true, "available")),
         Err(e) => f.push(feature(
+            "io-uring",
             "io_uring",
             false,
             format!("{e}: synchronous system calls are used"),
@@ -106,11 +171,13 @@ pub fn probe(dir: &Path) -> Probe {
     }
     f.push(feature(
         "pipe-max-size",
+        "pipe-max-size",
         true,
         format!("{} bytes", zcio_vm::wire::pipe_max_size()),
     ));
     let zc = crate::zerocopy::loopback();
     f.push(feature(
+        "msg-zerocopy",
         "MSG_ZEROCOPY on loopback",
         zc.supported && !zc.copied,
         if zc.supported && !zc.copied {
@@ -130,6 +197,29 @@ pub fn probe(dir: &Path) -> Probe {
             )
         },
     ));
+    f.push(
+        match rustix::process::pidfd_open(
+            rustix::process::getpid(),
+            rustix::process::PidfdFlags::empty(),
+        ) {
+            Ok(_) => feature("pidfd", "pidfd", true, "pidfd_open works"),
+            Err(e) => feature(
+                "pidfd",
+                "pidfd",
+                false,
+                format!("pidfd_open: {e}: fbuf receivers are not checked for being alive by pidfd"),
+            ),
+        },
+    );
+    for (id, what) in [
+        ("chromium", "the report's browser check"),
+        ("fio", "the peer of the user-level I/O bench"),
+    ] {
+        f.push(match tool_on_path(id) {
+            Some(p) => feature(id, id, true, format!("{} ({what})", p.display())),
+            None => feature(id, id, false, format!("not on PATH: no {what}")),
+        });
+    }
     Probe {
         kernel: rustix::system::uname()
             .release()
@@ -137,5 +227,53 @@ pub fn probe(dir: &Path) -> Probe {
             .into_owned(),
         features: f,
         vm: VmRuntime::get().capabilities().clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcio_vm::skip::Skip;
+
+    #[test]
+    fn a_skip_passes_only_where_the_probe_finds_the_capability_absent() {
+        let p = Probe {
+            kernel: "test".into(),
+            features: vec![
+                feature("uffd-move", "UFFDIO_MOVE", true, "here"),
+                feature("fio", "fio", false, "not on PATH"),
+            ],
+            vm: VmRuntime::get().capabilities().clone(),
+        };
+        let skip = |c: &str| Skip {
+            capability: c.into(),
+            test: format!("t::{c}"),
+            why: "because".into(),
+        };
+        let (ok, failed) = p.check_skips(&[skip("fio"), skip("uffd-move"), skip("warp-drive")]);
+        assert_eq!(ok.len(), 1, "{ok:?}");
+        assert!(
+            ok[0].contains("t::fio") && ok[0].contains("not on PATH"),
+            "{ok:?}"
+        );
+        assert_eq!(failed.len(), 2, "{failed:?}");
+        assert!(
+            failed[0].contains("t::uffd-move") && failed[0].contains("says it is here"),
+            "{failed:?}"
+        );
+        assert!(failed[1].contains("does not know"), "{failed:?}");
+    }
+
+    #[test]
+    fn every_capability_a_test_may_skip_for_is_probed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = probe(dir.path());
+        for c in zcio_vm::skip::Capability::ALL {
+            assert!(
+                p.features.iter().any(|f| f.id == c.id()),
+                "the probe has no feature {}",
+                c.id()
+            );
+        }
     }
 }

@@ -32,7 +32,7 @@ const GRACE: Duration = Duration::from_millis(500);
 fn huge_unavailable() -> bool {
     match zcio_vm::huge::unavailable_reason() {
         Some(why) => {
-            eprintln!("skipped: {why}");
+            zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
             true
         }
         None => false,
@@ -108,9 +108,12 @@ fn transfer(
 }
 
 fn note_no_huge_tcow(what: &str) {
-    eprintln!(
-        "{what}: skipped the 2 MiB accounting checks: no TCOW at 2 MiB here ({:?})",
-        VmRuntime::get().capabilities()
+    zcio_vm::skip::skip(
+        zcio_vm::skip::Capability::HugePages,
+        &format!(
+            "{what}: the 2 MiB accounting checks: no TCOW at 2 MiB here ({:?})",
+            VmRuntime::get().capabilities()
+        ),
     );
 }
 

@@ -37,7 +37,7 @@ fn child(view: &[u8], expect: &[u8], go: i32, verdict: i32) -> ! {
 #[test]
 fn a_fork_during_a_pending_huge_output_keeps_every_promise() {
     if let Some(why) = zcio_vm::huge::unavailable_reason() {
-        eprintln!("skipped: {why}");
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
         return;
     }
     let len = 4 * H;

@@ -38,7 +38,7 @@ fn stamped(buf: &[u8], i: u64) -> bool {
 #[test]
 fn a_hundred_thousand_huge_transfers_stay_bounded() {
     if let Some(why) = zcio_vm::huge::unavailable_reason() {
-        eprintln!("skipped: {why}");
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
         return;
     }
     const N: u64 = 100_000;

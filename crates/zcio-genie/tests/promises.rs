@@ -165,7 +165,10 @@ fn copies_counted_on_the_memory_network() {
         });
         assert_eq!(got.as_slice(), m.as_slice());
         if sem == Semantics::EmulatedCopy && !zcio_vm::VmRuntime::get().capabilities().swap {
-            eprintln!("skipped copy count for emulated copy: no UFFDIO_MOVE here");
+            zcio_vm::skip::skip(
+                zcio_vm::skip::Capability::UffdMove,
+                "the copy count for emulated copy: no UFFDIO_MOVE here",
+            );
             continue;
         }
         assert_eq!(cpu, want_cpu, "{sem}");
@@ -177,7 +180,10 @@ fn copies_counted_over_o_direct_files() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let mut f = StreamEnd::file(&dir.path().join("direct")).unwrap();
     if let Some(r) = f.direct_unavailable() {
-        eprintln!("skipped: O_DIRECT unavailable here: {r}");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::ODirect,
+            &format!("O_DIRECT unavailable here: {r}"),
+        );
         return;
     }
     f.set_profile(zero_copy_profile());
@@ -203,7 +209,10 @@ fn copies_counted_over_o_direct_files() {
             r.path
         );
     } else {
-        eprintln!("skipped the copy count: no UFFDIO_MOVE here, swaps are copies");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::UffdMove,
+            "the copy count: no UFFDIO_MOVE here, swaps are copies",
+        );
     }
     assert_eq!(s.kernel_copied_bytes, Some(0), "O_DIRECT: {}", s.path);
     // Partial pages only are copied at an unaligned offset.
@@ -274,7 +283,10 @@ fn region_check_gives_a_new_region_when_the_application_removed_it() {
             0,
             "no region is cached without an unmap watch"
         );
-        eprintln!("skipped: without userfaultfd regions are not cached (no region check)");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::UffdWp,
+            "without userfaultfd regions are not cached (no region check)",
+        );
         return;
     }
     assert_eq!(a.regions.len(), 1);
@@ -418,9 +430,12 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
     use zcio_vm::runtime::TcowMode;
     let rt = VmRuntime::get();
     if rt.capabilities().tcow != TcowMode::UffdMove {
-        eprintln!(
-            "skipped: TCOW by page moving is absent here ({:?}), writes wait for the output by design",
-            rt.capabilities().tcow
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::UffdMove,
+            &format!(
+                "TCOW by page moving is absent here ({:?}), writes wait for the output by design",
+                rt.capabilities().tcow
+            ),
         );
         return;
     }

@@ -489,7 +489,7 @@ mod tests {
         }) {
             Ok(u) => Arc::new(u),
             Err(e) => {
-                eprintln!("skipped: {e}");
+                zcio_vm::skip::skip(zcio_vm::skip::Capability::IoUring, &e.to_string());
                 return;
             }
         };

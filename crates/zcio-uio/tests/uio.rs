@@ -41,7 +41,10 @@ fn layer(initiation: Initiation, translation: Translation, entries: u32) -> Opti
     }) {
         Ok(u) => Some(u),
         Err(e) => {
-            eprintln!("skipped ({initiation:?}, {translation:?}): {e}");
+            zcio_vm::skip::skip(
+                zcio_vm::skip::Capability::IoUring,
+                &format!("({initiation:?}, {translation:?}): {e}"),
+            );
             None
         }
     }
@@ -232,7 +235,10 @@ fn malformed_records_complete_with_a_clear_error_and_never_reach_the_device() {
         cases.push((10, Box::new(|r| r.offset = 100), "offset"));
         cases.push((11, Box::new(|r| r.length = 4000), "length"));
     } else {
-        eprintln!("alignment cases skipped: the target is not O_DIRECT here");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::ODirect,
+            "the alignment cases: the target is not O_DIRECT here",
+        );
     }
     let n = cases.len();
     for (arg, spoil, _) in &cases {

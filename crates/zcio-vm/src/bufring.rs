@@ -312,7 +312,7 @@ mod tests {
         let mut ring = match ProvidedRing::new(&store, 3) {
             Ok(r) => r,
             Err(e @ VmError::Unsupported { .. }) => {
-                println!("skipped: {e}");
+                crate::skip::skip(crate::skip::Capability::IoUring, &e.to_string());
                 return;
             }
             Err(e) => panic!("{e}"),

@@ -570,7 +570,10 @@ mod tests {
             let mut ring = match DirectRing::new(8, sqpoll, fixed.then_some(&region)) {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("skipped (sqpoll {sqpoll:?}, fixed {fixed}): {e}");
+                    crate::skip::skip(
+                        crate::skip::Capability::IoUring,
+                        &format!("(sqpoll {sqpoll:?}, fixed {fixed}): {e}"),
+                    );
                     continue;
                 }
             };
@@ -620,7 +623,7 @@ mod tests {
         let mut ring = match DirectRing::new(2, None, Some(&region)) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("skipped: {e}");
+                crate::skip::skip(crate::skip::Capability::IoUring, &e.to_string());
                 return;
             }
         };

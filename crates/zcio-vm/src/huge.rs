@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn a_populated_huge_mapping_scans_huge_and_a_base_one_does_not() {
         if let Some(why) = unavailable_reason() {
-            eprintln!("skipped: {why}");
+            crate::skip::skip(crate::skip::Capability::HugePages, &why);
             return;
         }
         let h = HUGE_PAGE_SIZE;

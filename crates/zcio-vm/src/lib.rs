@@ -40,6 +40,7 @@ pub mod remap;
 pub mod runtime;
 pub mod sealed;
 pub mod shared;
+pub mod skip;
 pub mod sockzc;
 pub mod staging;
 pub mod uffd;

@@ -68,9 +68,9 @@ fn tcow_keeps_the_original_for_the_output_and_gives_the_writer_a_copy() {
 fn swap_exchanges_pages_without_copying() {
     let rt = VmRuntime::get();
     if !rt.capabilities().swap {
-        eprintln!(
-            "skipped: page swapping unavailable: {:?}",
-            rt.capabilities().reasons
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::UffdMove,
+            &format!("page swapping unavailable: {:?}", rt.capabilities().reasons),
         );
         return;
     }
@@ -126,10 +126,12 @@ fn anon_huge_kib(addr: usize) -> Option<usize> {
 #[test]
 fn aligned_huge_pages_move_whole() {
     let rt = VmRuntime::get();
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if !rt.capabilities().swap || !(thp.contains("[always]") || thp.contains("[madvise]")) {
-        eprintln!("skipped: needs UFFDIO_MOVE and transparent huge pages (THP: {thp:?})");
+    if !rt.capabilities().swap {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::UffdMove, "needs UFFDIO_MOVE");
+        return;
+    }
+    if let Some(why) = zcio_vm::huge::unavailable_reason() {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
         return;
     }
     let len = 4 << 20;
@@ -141,7 +143,10 @@ fn aligned_huge_pages_move_whole() {
     pattern(src.as_mut_slice(), 42);
     let want = src.as_slice().to_vec();
     if anon_huge_kib(src.addr()).unwrap_or(0) < 2048 {
-        eprintln!("skipped: the kernel gave no huge page to the source (memory fragmented?)");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::HugePages,
+            "the kernel gave no huge page to the source (memory fragmented?)",
+        );
         return;
     }
     let dst = rt.registered_mapping(len, huge).unwrap();
@@ -160,7 +165,7 @@ fn aligned_huge_pages_move_whole() {
 /// (after saying why) where this kernel gives no huge pages.
 fn huge_buffer(pmds: usize, seed: u8) -> Option<Mapping> {
     if let Some(why) = zcio_vm::huge::unavailable_reason() {
-        eprintln!("skipped: {why}");
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
         return None;
     }
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
@@ -181,7 +186,10 @@ fn huge_buffer(pmds: usize, seed: u8) -> Option<Mapping> {
 fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writer() {
     let rt = VmRuntime::get();
     if rt.capabilities().tcow != TcowMode::UffdMove {
-        eprintln!("skipped: TCOW mode {:?}", rt.capabilities().tcow);
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::UffdMove,
+            &format!("TCOW mode {:?}", rt.capabilities().tcow),
+        );
         return;
     }
     let h = zcio_vm::page::HUGE_PAGE_SIZE;

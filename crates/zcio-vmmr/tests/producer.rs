@@ -83,7 +83,7 @@ fn socket_producer(store: &mut PageStore, buffers: usize) -> Option<SocketProduc
     match SocketProducer::new(store, buffers) {
         Ok(p) => Some(p),
         Err(ProducerError::Vm(e @ zcio_vm::VmError::Unsupported { .. })) => {
-            println!("skipped: {e}");
+            zcio_vm::skip::skip(zcio_vm::skip::Capability::IoUring, &e.to_string());
             None
         }
         Err(e) => panic!("{e}"),

@@ -36,6 +36,10 @@ enum Cmd {
         /// Directory where file transfers go (for the O_DIRECT probe).
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+        /// Hold the skips tests recorded in this file ($ZCIO_SKIP_LOG) against the probe: fail
+        /// if a test skipped for a capability the probe finds here.
+        #[arg(long, value_name = "SKIP_LOG")]
+        check_skips: Option<PathBuf>,
     },
     /// The reproduction report: run every experiment, write index.html, REPORT.md,
     /// results.json and plots.
@@ -136,6 +140,42 @@ enum BenchCmd {
     Uio(zcio::uio_bench::UioArgs),
 }
 
+/// `zcio probe --check-skips`: every recorded skip must be for a capability the probe finds
+/// absent.
+fn check_skips_against(
+    p: &zcio_genie::probe::Probe,
+    log: &std::path::Path,
+) -> zcio::transfer::Res<()> {
+    let text = match std::fs::read_to_string(log) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(), // nothing skipped
+        Err(e) => return Err(format!("cannot read the skip log {}: {e}", log.display()).into()),
+    };
+    let skips = zcio_vm::skip::read_log(&text)?;
+    let (ok, failures) = p.check_skips(&skips);
+    for l in &ok {
+        eprintln!("{l}");
+    }
+    for l in &failures {
+        eprintln!("SKIP FAILED: {l}");
+    }
+    eprintln!(
+        "{} test skip(s): {} for capabilities absent here, {} failing",
+        skips.len(),
+        ok.len(),
+        failures.len()
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} test(s) skipped for capabilities this machine has",
+            failures.len()
+        )
+        .into())
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
@@ -170,13 +210,16 @@ fn main() -> ExitCode {
             messages,
         } => zcio::iceoryx::sink(&connect, &service, &touch, bytes, messages),
         Cmd::Report(a) => zcio::report::run(a),
-        Cmd::Probe { dir } => {
+        Cmd::Probe { dir, check_skips } => {
             let p = zcio_genie::probe::probe(&dir);
             println!(
                 "{}",
                 serde_json::to_string_pretty(&p).expect("probe serializes")
             );
-            Ok(())
+            match check_skips {
+                Some(log) => check_skips_against(&p, &log),
+                None => Ok(()),
+            }
         }
         Cmd::Calibrate { out, quick } => calibrate(out, quick),
     };

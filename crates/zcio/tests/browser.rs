@@ -209,7 +209,10 @@ fn out_dir() -> (Option<tempfile::TempDir>, PathBuf) {
 
 fn skip(e: &BrowserCheckError) -> bool {
     if matches!(e, BrowserCheckError::NoBrowser { .. }) {
-        println!("skipped: no Chromium on this machine (install chromium): {e}");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::Chromium,
+            &format!("no Chromium on this machine (install chromium): {e}"),
+        );
         true
     } else {
         false

@@ -33,7 +33,7 @@ fn transfer(env: Option<(&str, &str)>, sem: &str, extra: &[&str]) -> serde_json:
 #[test]
 fn huge_buffers_take_the_2mib_paths_and_say_so() {
     if let Some(why) = zcio_vm::huge::unavailable_reason() {
-        eprintln!("skipped: {why}");
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
         return;
     }
     for sem in ["emulated-copy", "emulated-share", "emulated-move"] {

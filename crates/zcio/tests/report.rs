@@ -279,9 +279,10 @@ fn smoke_report_writes_every_output_and_validates() {
     // The page in a real browser: every image loads, no script error.
     match zcio::report::doc::browser_check(&out.join("index.html"), None) {
         Ok(c) => assert!(c.is_ok() && c.images == plots, "{c:?}"),
-        Err(zcio::report::doc::BrowserCheckError::NoBrowser { .. }) => {
-            println!("skipped the browser check: no Chromium on this machine (install chromium)")
-        }
+        Err(zcio::report::doc::BrowserCheckError::NoBrowser { .. }) => zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::Chromium,
+            "the browser check: no Chromium on this machine (install chromium)",
+        ),
         Err(e) => panic!("browser check failed: {e}"),
     }
 }

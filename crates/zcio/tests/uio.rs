@@ -46,7 +46,10 @@ fn bench_uio_json_has_every_variant_and_n() {
     let rows = v["rows"].as_array().unwrap();
     if let Some(why) = v["layer_unavailable"].as_str() {
         // No io_uring here: SQLite's own variants only, and the reason said.
-        eprintln!("the layer's variants skipped: {why}");
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::IoUring,
+            &format!("the layer's variants: {why}"),
+        );
         assert_eq!(rows.len(), 2 * 2 * 2);
         assert!(
             rows.iter()
@@ -88,6 +91,9 @@ fn bench_uio_json_has_every_variant_and_n() {
     if v["fio_skipped"].is_null() {
         assert!(raw.iter().any(|r| r["contender"] == "fio_io_uring_sqpoll"));
     } else {
-        eprintln!("fio skipped: {}", v["fio_skipped"]);
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::Fio,
+            &format!("fio beside the layer: {}", v["fio_skipped"]),
+        );
     }
 }
