@@ -105,6 +105,9 @@ pub struct MemnetEndpoint {
     pending: Vec<PendingOut>,
     next_ticket: u64,
     cur_ticket: u64,
+    /// Page offset of the current message in the sender's memory (its descriptor says): how
+    /// many pipe slots its chunks take.
+    cur_offset: usize,
     pool: BouncePool,
     inputs: InputBuffers,
     /// Regions whose pages went out, kept for reuse by inputs.
@@ -281,6 +284,7 @@ impl MemnetEndpoint {
             pending: Vec::new(),
             next_ticket: 1,
             cur_ticket: 0,
+            cur_offset: 0,
             pool: BouncePool::default(),
             inputs: InputBuffers::default(),
             regions: RegionCache::default(),
@@ -614,6 +618,7 @@ impl MemnetEndpoint {
                         )));
                     }
                     self.cur_ticket = w[1];
+                    self.cur_offset = w[3] as usize % zcio_vm::page_size();
                     // The data follows its descriptor closely: spin for it rather than sleep in
                     // the read.
                     let fd = self.in_rx[0].as_fd(); // every message starts in the first pipe
@@ -724,7 +729,8 @@ impl MemnetEndpoint {
             &self.peer_bell,
             self.cur_ticket,
         );
-        let mut src = PipeSource::new(&self.in_rx, self.in_capacity).completing(len, done);
+        let mut src =
+            PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset).completing(len, done);
         let acc = self
             .inputs
             .input_app(sem, &mut buf[..len], buffering, &mut src, self.profile)?;
@@ -767,7 +773,8 @@ impl MemnetEndpoint {
                 &self.peer_bell,
                 self.cur_ticket,
             );
-            let mut src = PipeSource::new(&self.in_rx, self.in_capacity).completing(len, done);
+            let mut src = PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset)
+                .completing(len, done);
             if let Some(d) = self.inputs.fill_region_huge(&mut region, &mut src)? {
                 mark(&mut region, RegionState::MovedIn);
                 src.finish()?;
@@ -861,22 +868,25 @@ impl<'a> Completion<'a> {
 }
 
 struct PipeSource<'a> {
-    /// The wire's first pipe, where every message starts.
-    first: BorrowedFd<'a>,
+    /// The wire's pipes; every message starts in the first.
+    pipes: [BorrowedFd<'a>; STRIPES],
     rx: zcio_vm::wire::StripedReader<'a>,
-    /// Bytes one pipe holds: a message that fits is in the first pipe whole.
+    /// Bytes one pipe holds, and the chunk of a message each pipe takes in turn.
     capacity: usize,
+    /// Page offset of the message in the sender's memory.
+    offset: usize,
     /// The message's length and its completion, posted when the last byte is read.
     done: Option<(usize, Completion<'a>)>,
 }
 
 impl<'a> PipeSource<'a> {
     /// The next message of the wire of these pipes, from its first byte.
-    fn new(pipes: &'a [OwnedFd; STRIPES], capacity: usize) -> PipeSource<'a> {
+    fn new(pipes: &'a [OwnedFd; STRIPES], capacity: usize, offset: usize) -> PipeSource<'a> {
         PipeSource {
-            first: pipes[0].as_fd(),
+            pipes: std::array::from_fn(|i| pipes[i].as_fd()),
             rx: striped(pipes, capacity).reader(),
             capacity,
+            offset,
             done: None,
         }
     }
@@ -908,18 +918,23 @@ impl Source for PipeSource<'_> {
     }
 
     fn wait_whole(&mut self, len: usize) -> Result<bool> {
-        // The pipe holds page-sized slots: a message off the page boundary takes up to two
-        // partial slots more than its length in pages. Only a message that surely fits whole
-        // can be waited for (otherwise the sender blocks with part of it queued).
-        if len + 2 * zcio_vm::page_size() > self.capacity {
+        // Only a message that the wire holds whole can be waited for (otherwise the sender
+        // blocks with part of it queued).
+        if len > self.capacity() {
             return Ok(false);
         }
+        let used = len.div_ceil(self.capacity).min(STRIPES);
         loop {
-            let q = zcio_vm::wire::queued(self.first)?;
+            // One sender queues messages in order: once this message's pipes hold `len` bytes,
+            // all of it is here (bytes beyond it belong to messages queued after it).
+            let mut q = 0;
+            for p in &self.pipes[..used] {
+                q += zcio_vm::wire::queued(*p)?;
+            }
             if q >= len {
                 return Ok(true);
             }
-            let mut fds = [PollFd::new(&self.first, PollFlags::IN)];
+            let mut fds = [PollFd::new(&self.pipes[0], PollFlags::IN)];
             let _ = rustix::event::poll(
                 &mut fds,
                 Some(&rustix::time::Timespec {
@@ -927,11 +942,16 @@ impl Source for PipeSource<'_> {
                     tv_nsec: 0,
                 }),
             );
-            if fds[0].revents().contains(PollFlags::HUP) && zcio_vm::wire::queued(self.first)? < len
-            {
-                return Err(GenieError::PeerGone {
-                    during: "input (outboard: message incomplete)",
-                });
+            if fds[0].revents().contains(PollFlags::HUP) {
+                let mut q = 0;
+                for p in &self.pipes[..used] {
+                    q += zcio_vm::wire::queued(*p)?;
+                }
+                if q < len {
+                    return Err(GenieError::PeerGone {
+                        during: "input (outboard: message incomplete)",
+                    });
+                }
             }
             std::thread::yield_now();
         }
@@ -941,7 +961,15 @@ impl Source for PipeSource<'_> {
         Some(len as u64)
     }
 
+    /// The longest message at this page offset that the wire holds whole. A pipe holds
+    /// `capacity / page` page slots, and a chunk off the page boundary spans one page more than
+    /// its length in pages: a message on the boundary fills every pipe, one off it only the
+    /// first (its first chunk already overflows its pipe).
     fn capacity(&self) -> usize {
-        self.capacity
+        if self.offset == 0 {
+            STRIPES * self.capacity
+        } else {
+            self.capacity - self.offset
+        }
     }
 }

@@ -495,7 +495,7 @@ impl InputBuffers {
                 let plan = huge_plan(RawRange::of(buf), huge_min, VmRuntime::get().huge_tcow());
                 let outboard_direct = buffering == InputBuffering::Outboard
                     && src.direct_ok(buf)
-                    && len + 2 * page_size() <= src.capacity();
+                    && len <= src.capacity();
                 if matches!(plan, HugePlan::Huge { .. }) && !outboard_direct {
                     let (at, what) = match buffering {
                         InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {

@@ -222,6 +222,17 @@ fn check_accounting(
             assert_eq!(racc.cpu_copied_bytes, size, "{ctx}: {paths}");
             assert_eq!(sacc.swapped_bytes + racc.swapped_bytes, 0, "{ctx}: {paths}");
         }
+        Semantics::EmulatedCopy if racc.path.contains("outboard: direct read") => {
+            // The whole message was in the wire: read straight into the application buffer
+            // (Genie's emulated copy with outboard buffering, much as emulated share).
+            assert_eq!(input, InputBuffering::Outboard, "{ctx}: {paths}");
+            assert_eq!(
+                racc.cpu_copied_bytes + racc.swapped_bytes,
+                0,
+                "{ctx}: {paths}"
+            );
+            assert_eq!(racc.kernel_copied_bytes, Some(size), "{ctx}: {paths}");
+        }
         Semantics::EmulatedCopy => {
             // Every byte is swapped or copied; reverse copyout also copies the application's
             // own bytes completing a head or tail page (less than a page each).
