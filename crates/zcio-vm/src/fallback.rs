@@ -45,7 +45,10 @@ fn install() {
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = handler as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            // SA_ONSTACK: a fault that is a stack overflow (not ours) is passed on from the
+            // thread's alternate signal stack (Rust's runtime gives each thread one), not from
+            // the overflowed stack.
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
             libc::sigemptyset(&mut sa.sa_mask);
             let prev = &raw mut PREVIOUS;
             libc::sigaction(libc::SIGSEGV, &sa, (*prev).as_mut_ptr());
@@ -155,5 +158,25 @@ pub(crate) fn unprotect(id: u64, runs: &[RawRange]) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_handler_runs_on_the_alternate_signal_stack() {
+        super::install();
+        // SAFETY: reads the current SIGSEGV disposition into a zeroed sigaction.
+        let flags = unsafe {
+            let mut cur: libc::sigaction = std::mem::zeroed();
+            assert_eq!(
+                libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut cur),
+                0
+            );
+            assert_eq!(cur.sa_sigaction, super::handler as *const () as usize);
+            cur.sa_flags
+        };
+        assert_ne!(flags & libc::SA_ONSTACK, 0, "SA_ONSTACK missing");
+        assert_ne!(flags & libc::SA_SIGINFO, 0, "SA_SIGINFO missing");
     }
 }

@@ -555,6 +555,21 @@ impl VmRuntime {
         let g = st.registered.swap_remove(i);
         // The range may have been unmapped meanwhile; that is fine.
         let _ = u.unregister(g.range);
+        // The kernel keeps one registration per page: the pages this one shared with others
+        // went with it. Register them again, or forget the others where that fails.
+        let mut k = 0;
+        while k < st.registered.len() {
+            let lost = st.registered[k].range.intersect(&g.range);
+            let mode = RegisterMode {
+                missing: true,
+                wp: true,
+            };
+            if lost.is_some_and(|l| u.register(l, mode).is_err()) {
+                st.registered.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
         Ok(())
     }
 
@@ -1050,6 +1065,10 @@ impl VmRuntime {
                             off += ps;
                         }
                         errno => {
+                            // Put back what moved out: the application keeps its bytes.
+                            // SAFETY: the pages of [0, off) that moved are in scratch, their
+                            // places in app empty; both ranges are the caller's.
+                            unsafe { self.unswap_out(u, app, scratch, off, &stay_from) };
                             return Err(VmError::sys(
                                 "UFFDIO_MOVE(app out)",
                                 std::io::Error::from_raw_os_error(errno),
@@ -1111,6 +1130,42 @@ impl VmRuntime {
             start = end + ps;
         }
         Ok(copied)
+    }
+
+    /// Undo phase 1 of [`VmRuntime::swap_run`] up to `upto`: the application pages that moved
+    /// out to scratch (all of `[0, upto)` but the pages at `stayed`) move back, or are copied
+    /// back where the move fails.
+    ///
+    /// # Safety
+    /// As for [`VmRuntime::swap`]; the pages of `app` that moved are empty, their scratch
+    /// counterparts hold them.
+    unsafe fn unswap_out(
+        &self,
+        u: &Userfaultfd,
+        app: RawRange,
+        scratch: RawRange,
+        upto: usize,
+        stayed: &[usize],
+    ) {
+        let ps = page_size();
+        let mut off = 0;
+        while off < upto {
+            if stayed.contains(&off) {
+                off += ps;
+                continue;
+            }
+            // SAFETY: the caller's contract: this app page is empty, its scratch page holds it.
+            let back =
+                unsafe { u.move_pages(app.addr + off, scratch.addr + off, ps, false, false) };
+            if back.is_err() {
+                // SAFETY: as above; a copy where the page cannot move.
+                unsafe { self.fill_page(u, app.addr + off, scratch.addr + off) };
+                self.counters
+                    .move_fallback_copies
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            off += ps;
+        }
     }
 
     /// Reverse copyout of one partially filled page (paper 000, §5.2, Figure 2): complete the

@@ -258,3 +258,48 @@ fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writ
         );
     }
 }
+
+/// A swap that fails part way through taking the application's pages out (here: a scratch page
+/// that should be empty holds data, so the move stops there) puts back the pages it took: the
+/// application loses nothing.
+#[test]
+fn a_swap_that_fails_part_way_gives_the_application_its_pages_back() {
+    let rt = VmRuntime::get();
+    if !rt.capabilities().swap {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::UffdMove, "needs UFFDIO_MOVE");
+        return;
+    }
+    let ps = page_size();
+    let opts = MapOptions {
+        populate: true,
+        no_huge: true,
+        ..Default::default()
+    };
+    let mut m = Mapping::anonymous(8 * ps, opts).unwrap();
+    pattern(m.as_mut_slice(), 9);
+    let want = m.as_slice().to_vec();
+    rt.register_app(m.range()).unwrap();
+    let mut stg = rt.registered_mapping(8 * ps, opts).unwrap();
+    stg.as_mut_slice().fill(0xEE);
+    let mut scr = rt
+        .registered_mapping(
+            8 * ps,
+            MapOptions {
+                no_huge: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    scr.as_mut_slice()[5 * ps] = 1; // page 5 of scratch is not empty: the move stops there
+    // SAFETY: `m` is ours and not otherwise in use; staging and scratch are our registered
+    // mappings.
+    let r = unsafe { rt.swap(m.range(), stg.range(), scr.range()) };
+    assert!(
+        r.is_err(),
+        "the swap through a populated scratch page worked: {r:?}"
+    );
+    assert!(
+        m.as_slice() == &want[..],
+        "the application's pages were not all given back after the failed swap"
+    );
+}
