@@ -72,7 +72,7 @@ impl Held {
 pub(crate) fn tcow_path() -> &'static str {
     match VmRuntime::get().capabilities().tcow {
         TcowMode::UffdMove => "vmsplice+tcow(uffd-wp, uffd-move)",
-        TcowMode::UffdSleepOnWrite => "vmsplice+uffd-wp (sleep-on-write: no UFFDIO_MOVE)",
+        TcowMode::UffdCopy => "vmsplice+tcow(uffd-wp, copy: no UFFDIO_MOVE)",
         TcowMode::MprotectSleepOnWrite => "vmsplice+mprotect (sleep-on-write: no userfaultfd)",
     }
 }

@@ -98,7 +98,7 @@ pub fn probe(dir: &Path) -> Probe {
                 if feat.contains(Features::MOVE) {
                     "page swapping and TCOW page moves"
                 } else {
-                    "missing (Linux < 6.8): swaps become copies, TCOW sleeps on write"
+                    "missing (Linux < 6.8): swaps become copies, TCOW copies pages instead of moving them"
                 },
             ));
         }

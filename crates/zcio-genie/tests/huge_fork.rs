@@ -1,8 +1,8 @@
 //! A fork during a pending emulated-copy output of a huge-page buffer: the child shares the
 //! huge pages copy-on-write, so TCOW at 2 MiB cannot move them (the kernel refuses to move a
-//! shared page) and a writer in the parent waits for the output instead (sleep-on-write). The
-//! output must still deliver the data of the moment of the call, the child must see the
-//! buffer as it was at the fork, and the writer must get through once the output completes.
+//! shared page) and TCOW copies the written pages instead. The output must still deliver the
+//! data of the moment of the call, the child must see the buffer as it was at the fork, and the
+//! writer must get through.
 //! Alone in its own process (fork with threads).
 
 use std::os::fd::AsRawFd;

@@ -12,8 +12,8 @@
 //! page cannot be moved (pinned, shared with a child since a fork, a 4 KiB page of a huge page
 //! that the wire references) its bytes are copied to the bounce slot, this process's mapping of
 //! it is dropped (whatever references the physical page keeps it) and the copy installed. So a
-//! writer never waits for an output's completion, which may be its own to reap. (Where TCOW by
-//! page moving is absent, a write waits for the output instead: *sleep-on-write*, §2.3.)
+//! writer never waits for an output's completion, which may be its own to reap. Without
+//! `UFFDIO_MOVE` (Linux 5.7 to 6.7) every TCOW fault is resolved that way, by copy.
 //!
 //! **Page swapping** exchanges the pages of an application range with those of a staging
 //! range through an empty scratch range, with batched `UFFDIO_MOVE` calls over contiguous runs;
@@ -85,8 +85,10 @@ pub enum TcowMode {
     /// userfaultfd write-protect faults; the original page is moved out with `UFFDIO_MOVE` and a
     /// copy installed (the output keeps the original).
     UffdMove,
-    /// userfaultfd write-protect faults, no `UFFDIO_MOVE`: a write waits for the output (sleep-on-write).
-    UffdSleepOnWrite,
+    /// userfaultfd write-protect faults, no `UFFDIO_MOVE` (Linux 5.7 to 6.7): the original's
+    /// bytes are copied aside, this process's mapping of the page dropped (the output keeps the
+    /// original) and the copy installed with `UFFDIO_COPY`.
+    UffdCopy,
     /// `mprotect` + `SIGSEGV`: a write waits for the output (sleep-on-write).
     MprotectSleepOnWrite,
 }
@@ -372,21 +374,23 @@ impl VmRuntime {
             reasons.push(if no_move {
                 format!("UFFDIO_MOVE disabled by {DISABLE_ENV}")
             } else {
-                "UFFDIO_MOVE unavailable (Linux < 6.8): swaps become copies, TCOW sleeps on write"
+                "UFFDIO_MOVE unavailable (Linux < 6.8): swaps become copies, TCOW copies pages \
+                 instead of moving them"
                     .into()
             });
         }
         let tcow = match (&uffd, can_move) {
             (Some(_), true) => TcowMode::UffdMove,
-            (Some(_), false) => TcowMode::UffdSleepOnWrite,
+            (Some(_), false) => TcowMode::UffdCopy,
             (None, _) => TcowMode::MprotectSleepOnWrite,
         };
-        // A stash: where TCOW keeps the originals it moves out.
+        // A stash: where TCOW keeps the originals it moves out (without UFFDIO_MOVE, only its
+        // bounce slot is used, for the copies).
         let stash_of = |u: &Userfaultfd, len: usize, opts: MapOptions| {
             Mapping::anonymous(len, opts).and_then(|m| register_wp(u, m))
         };
-        let stash = match (&uffd, can_move) {
-            (Some(u), true) => {
+        let stash = match &uffd {
+            Some(u) => {
                 let opts = MapOptions {
                     no_huge: true,
                     ..Default::default()
@@ -402,7 +406,7 @@ impl VmRuntime {
             _ => None,
         };
         let hstash = match (&uffd, &stash, crate::huge::unavailable_reason()) {
-            (Some(u), Some(_), None) => {
+            (Some(u), Some(_), None) if can_move => {
                 let opts = MapOptions {
                     huge: true,
                     ..Default::default()
@@ -1502,11 +1506,15 @@ impl VmRuntime {
                 PmdTcow::NotHere => {}
             }
         }
-        let Some(stash) = self.stash.as_ref().filter(|_| self.caps.swap) else {
+        let Some(stash) = self.stash.as_ref() else {
             // Sleep on write: the output's completion lifts the protection and wakes the writer.
             self.counters.sleep_on_write.fetch_add(1, Ordering::Relaxed);
             return None;
         };
+        if !self.caps.swap {
+            // No UFFDIO_MOVE: TCOW by copy.
+            return self.tcow_by_discard(u, st, page, held);
+        }
         // A stash slot keeps the original mapped until the output completes; without one (all
         // taken, or no room to record it), the bounce slot takes it for the copy only: the
         // outputs' own page references keep the original alive.
@@ -1758,6 +1766,14 @@ impl VmRuntime {
                     st.transient.push(pr);
                 }
                 return Some((page, slot.map_or(Held::Bounce, Held::Slot)));
+            }
+            if !self.caps.swap {
+                // Nothing to move back with: the page stays in transition and the copy is tried
+                // again (its bytes are in the bounce slot).
+                if !st.transient.contains(&pr) {
+                    st.transient.push(pr);
+                }
+                return Some((page, Held::Bounce));
             }
             // SAFETY: undo step 1, moving our stash page back to the still-empty application page.
             let _ = unsafe { u.move_pages(page, slot_addr, ps, false, true) };
