@@ -5,13 +5,18 @@
 //! over the message sizes (the paper's incremental per-page cost), with the asymptotic
 //! throughput it implies. iceoryx2, a present-day zero-copy IPC middleware, runs beside them
 //! as a peer the paper could not have measured ([`crate::iceoryx`]).
+//!
+//! Every contender's receiver checks every page of every message once the clock has stopped
+//! (`zcio_fbufs::bench`, "Checking what is timed"; iceoryx2's the same way): a message that did
+//! not arrive as it was sent fails the run with the receiver's account, naming the contender,
+//! the message and the page.
 
 use crate::iceoryx;
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use zcio_fbufs::bench::{Contender, Touch};
+use zcio_fbufs::bench::{Contender, Fault, Role, Touch};
 
 /// Arguments of `zcio bench fbufs`.
 #[derive(clap::Args, Debug, Clone)]
@@ -37,10 +42,10 @@ pub struct FbufsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Testing: the iceoryx2 publisher spoils timed message K (`corrupt:K`) or leaves it out
-    /// (`skip:K`), and the receiver must fail.
-    #[arg(long, hide = true)]
-    pub iceoryx2_fault: Option<iceoryx::Fault>,
+    /// Testing: every contender's sender spoils timed message K (`corrupt:K`) or leaves it
+    /// out (`skip:K`), and its receiver must fail the run, naming the message.
+    #[arg(long, alias = "iceoryx2-fault", hide = true)]
+    pub fault: Option<Fault>,
 }
 
 /// A contender of the bench: one of the fbuf crate's, or iceoryx2.
@@ -175,16 +180,19 @@ pub fn measure(a: &FbufsArgs, bar: &indicatif::ProgressBar) -> Res<(Vec<Row>, Ve
                     let ns = match c {
                         Entrant::Fbufs(f) => {
                             let spawn = |sock: &std::path::Path| {
-                                spawn_sink(sock, c.name(), touch.name(), bytes, count)
+                                spawn_sink(sock, c.name(), touch.name(), bytes, count, false)
                             };
-                            zcio_fbufs::bench::run(f, bytes, count, touch, &spawn)
+                            zcio_fbufs::bench::run(f, bytes, count, touch, a.fault, &spawn)
                                 .map(|r| r.ns_per_message)
                                 .map_err(|e| e.to_string())
                         }
-                        Entrant::Iceoryx2 => iceoryx::run(bytes, count, touch, a.iceoryx2_fault)
-                            .map_err(|e| e.to_string()),
+                        Entrant::Iceoryx2 => {
+                            iceoryx::run(bytes, count, touch, a.fault).map_err(|e| e.to_string())
+                        }
                     }
-                    .map_err(|e| format!("{} at {bytes} bytes: {e}", c.name()))?;
+                    .map_err(|e| {
+                        format!("{} ({}) at {bytes} bytes: {e}", c.name(), touch.name())
+                    })?;
                     samples[i].push(ns);
                     bar.inc(1);
                 }
@@ -267,39 +275,62 @@ fn print(a: &FbufsArgs, rows: &[Row], fits: &[Fit]) -> Res<()> {
             r.throughput_gbps
         );
     }
+    // A run whose receiver found a message wrong would have failed the bench.
+    let runs = rows.len() * a.rounds;
+    let messages: usize = rows.iter().map(|r| r.count * a.rounds).sum();
+    let pages: usize = rows
+        .iter()
+        .map(|r| r.count * r.bytes / 4096 * a.rounds)
+        .sum();
+    println!();
+    println!(
+        "checked at the receivers once each run's clock had stopped: {runs} runs, {messages} timed messages (and the warm-ups), {pages} pages, every page's stamp (and, every byte touched, its sum): no mismatch"
+    );
     Ok(())
 }
 
-/// Start `zcio fbuf-sink`, connecting to `sock`.
+/// Start `zcio fbuf-sink`, connecting to `sock` (as the receiver behind the forwarding server
+/// with `behind_server`). Its standard error is piped, for the run to quote if it fails.
 fn spawn_sink(
     sock: &std::path::Path,
     contender: &str,
     touch: &str,
     bytes: usize,
     count: usize,
+    behind_server: bool,
 ) -> std::io::Result<std::process::Child> {
-    zcio_command()
-        .map_err(|e| std::io::Error::other(e.to_string()))?
-        .args(["fbuf-sink", "--connect"])
+    let mut c = zcio_command().map_err(|e| std::io::Error::other(e.to_string()))?;
+    c.args(["fbuf-sink", "--connect"])
         .arg(sock)
         .args(["--contender", contender, "--touch", touch])
-        .args(["--bytes", &bytes.to_string(), "--count", &count.to_string()])
+        .args(["--bytes", &bytes.to_string(), "--count", &count.to_string()]);
+    if behind_server {
+        c.arg("--behind-server");
+    }
+    c.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
 }
 
-/// `zcio fbuf-sink`: the receiving process.
+/// `zcio fbuf-sink`: the receiving process (for fbufs-cached-volatile-via-server, the
+/// forwarding server, or with `behind_server` the receiver behind it). It checks every
+/// message once the run's clock has stopped.
 pub fn sink(
     connect: &std::path::Path,
     contender: &str,
     bytes: usize,
     count: usize,
     touch: &str,
+    behind_server: bool,
 ) -> Res<()> {
     let c = Contender::parse(contender).ok_or("unknown contender")?;
     let t = Touch::parse(touch).ok_or("unknown touch")?;
-    // The receiver behind a forwarding server: a plain cached/volatile fbuf sink.
-    let next =
-        |sock: &std::path::Path| spawn_sink(sock, "fbufs-cached-volatile", touch, bytes, count);
-    zcio_fbufs::bench::sink(connect, c, bytes, count, t, &next)?;
+    let next = |sock: &std::path::Path| spawn_sink(sock, contender, touch, bytes, count, true);
+    let role = if c == Contender::Forwarded && !behind_server {
+        Role::Server(&next)
+    } else {
+        Role::Receiver
+    };
+    zcio_fbufs::bench::sink(connect, c, role, bytes, count, t)?;
     Ok(())
 }

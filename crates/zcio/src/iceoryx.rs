@@ -36,10 +36,13 @@
 //!
 //! # Checking
 //!
-//! The first word of each page carries [`stamp`]`(message index, page)`; the subscriber checks
-//! every page it touches against the index it expects next, so a lost, repeated, reordered or
-//! corrupted message makes it exit with an error naming the message and page. Touching every
-//! byte, it also checks each page's sum.
+//! As for the other contenders (`zcio_fbufs::bench`, "Checking what is timed"): the first word
+//! of each page carries [`stamp`]`(message index, page)`, and with every byte touched the rest
+//! of the page [`fill`]`(message index)`. The subscriber's touch keeps what it read in a
+//! [`Record`] (the word per page, or each page's first word and the sum of the others); once it
+//! has said "done" (the publisher's clock stops there) it checks every page of every message,
+//! so a lost, repeated, reordered or corrupted message makes it exit with an error naming the
+//! contender, the message and the page, which the publisher's side quotes.
 //!
 //! # No `unsafe`
 //!
@@ -64,7 +67,8 @@ use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zcio_fbufs::bench::Touch;
+pub use zcio_fbufs::bench::Fault;
+use zcio_fbufs::bench::{Mismatch, Record, Said, Touch, fill, stamp};
 
 /// The contender's name in tables and JSON.
 pub const NAME: &str = "iceoryx2";
@@ -83,11 +87,6 @@ pub fn in_flight(bytes: usize) -> usize {
     ((8usize << 20) / bytes.max(1)).max(8)
 }
 
-/// The word at the start of page `page` of message `message`.
-pub fn stamp(message: u64, page: usize) -> u64 {
-    0x5a00_0000_0000_0000 ^ message ^ ((page as u64) << 40)
-}
-
 /// One 4 KiB page of a word-per-page message: the word both sides touch, and the rest, which
 /// neither side writes or reads.
 #[repr(C)]
@@ -97,36 +96,14 @@ pub struct Page {
     rest: [MaybeUninit<u8>; PS - 8],
 }
 
-/// A message written on purpose wrongly, to see the receiver notice (tests).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// The last word the receiver reads of timed message K is wrong (the receiver, which
-    /// counts the warm-up too, names it message [`in_flight`] + K).
-    Corrupt(u64),
-    /// Timed message K is never sent.
-    Skip(u64),
-}
-
-impl std::str::FromStr for Fault {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Fault, String> {
-        let bad = || format!("`{s}`: expected corrupt:K or skip:K (K a timed message's index)");
-        let (kind, k) = s.split_once(':').ok_or_else(bad)?;
-        let k: u64 = k.parse().map_err(|_| bad())?;
-        match kind {
-            "corrupt" => Ok(Fault::Corrupt(k)),
-            "skip" => Ok(Fault::Skip(k)),
-            _ => Err(bad()),
-        }
-    }
-}
-
 type Uninit<U> = SampleMutUninit<ipc::Service, [MaybeUninit<U>], ()>;
 type Written<U> = SampleMut<ipc::Service, [U], ()>;
 
 /// What a message is made of under one touch pattern: how the publisher writes it, how the
-/// subscriber touches and checks it.
+/// subscriber touches it.
 trait Unit: Debug + ZeroCopySend + Sized + 'static {
+    /// The touch pattern.
+    const TOUCH: Touch;
     /// Elements per 4 KiB page.
     const PER_PAGE: usize;
     /// Write message `message` into a loaned sample.
@@ -134,12 +111,12 @@ trait Unit: Debug + ZeroCopySend + Sized + 'static {
     /// Spoil the last word the receiver reads: the last page's stamp for one word per page,
     /// the message's last word (past the stamp) for every byte.
     fn spoil(s: &mut Written<Self>);
-    /// Touch a received message expected to be `message`: a sum of what was read, or what is
-    /// wrong with it.
-    fn touch(payload: &[Self], message: u64) -> Result<u64, String>;
+    /// Touch a received message, keeping what was read in `rec` (checked later).
+    fn touch(payload: &[Self], rec: &mut Record);
 }
 
 impl Unit for Page {
+    const TOUCH: Touch = Touch::Word;
     const PER_PAGE: usize = 1;
     fn write(s: Uninit<Self>, message: u64) -> Written<Self> {
         s.write_from_fn(|p| Page {
@@ -152,25 +129,13 @@ impl Unit for Page {
             p.word ^= 1;
         }
     }
-    fn touch(payload: &[Self], message: u64) -> Result<u64, String> {
-        let mut sum = 0u64;
-        for (p, page) in payload.iter().enumerate() {
-            let w = page.word;
-            if w != stamp(message, p) {
-                return Err(mismatch(message, p, w));
-            }
-            sum = sum.wrapping_add(w);
-        }
-        Ok(sum)
+    fn touch(payload: &[Self], rec: &mut Record) {
+        rec.stamps(payload.iter().map(|p| p.word));
     }
 }
 
-/// Every byte of message `message` but the stamps.
-fn fill(message: u64) -> u64 {
-    u64::from_ne_bytes([message as u8; 8])
-}
-
 impl Unit for u64 {
+    const TOUCH: Touch = Touch::All;
     const PER_PAGE: usize = PS / 8;
     fn write(s: Uninit<Self>, message: u64) -> Written<Self> {
         let v = fill(message);
@@ -185,30 +150,9 @@ impl Unit for u64 {
             *w ^= 1;
         }
     }
-    fn touch(payload: &[Self], message: u64) -> Result<u64, String> {
-        let want = fill(message).wrapping_mul(Self::PER_PAGE as u64 - 1);
-        let mut sum = 0u64;
-        for (p, page) in payload.chunks_exact(Self::PER_PAGE).enumerate() {
-            if page[0] != stamp(message, p) {
-                return Err(mismatch(message, p, page[0]));
-            }
-            let rest = page[1..].iter().fold(0u64, |a, w| a.wrapping_add(*w));
-            if rest != want {
-                return Err(format!(
-                    "message {message}, page {p}: the bytes after the stamp sum to {rest:#x}, expected {want:#x} (corrupted data)"
-                ));
-            }
-            sum = sum.wrapping_add(page[0]).wrapping_add(rest);
-        }
-        Ok(sum)
+    fn touch(payload: &[Self], rec: &mut Record) {
+        rec.plain_words(payload);
     }
-}
-
-fn mismatch(message: u64, page: usize, got: u64) -> String {
-    format!(
-        "message {message}, page {page}: read stamp {got:#x}, expected {:#x} (a lost, repeated, reordered or corrupted message)",
-        stamp(message, page)
-    )
 }
 
 /// The publish-subscribe service of a run, the same on both sides.
@@ -273,10 +217,26 @@ fn expect(mut sock: &UnixStream, want: u8, what: &str) -> Res<()> {
     }
 }
 
-/// The receiver process, killed and reaped unless it has been waited for.
-struct Receiver(Option<Child>);
+/// The receiver process, killed and reaped unless it has been waited for, and its standard
+/// error, quoted if it fails.
+struct Receiver(Option<Child>, Option<Said>);
 
 impl Receiver {
+    fn new(mut child: Child) -> Receiver {
+        let said = Said::collect(&mut child);
+        Receiver(Some(child), Some(said))
+    }
+
+    /// `status`, with what the process said.
+    fn ended(&mut self, status: std::process::ExitStatus) -> String {
+        let said = self.1.take().map(Said::text).unwrap_or_default();
+        if said.is_empty() {
+            format!("the iceoryx2 receiver process ended: {status}")
+        } else {
+            format!("the iceoryx2 receiver process ended: {status}: {said}")
+        }
+    }
+
     /// Wait for it to end; an error unless it succeeded.
     fn finish(&mut self) -> Res<()> {
         let Some(mut c) = self.0.take() else {
@@ -284,12 +244,12 @@ impl Receiver {
         };
         let status = c.wait()?;
         if !status.success() {
-            return Err(format!("the iceoryx2 receiver process failed: {status}").into());
+            return Err(self.ended(status).into());
         }
         Ok(())
     }
 
-    /// `e`, with what became of the receiver (its own message went to stderr).
+    /// `e`, with what became of the receiver (and what it said).
     fn explain(&mut self, e: Box<dyn std::error::Error>) -> Box<dyn std::error::Error> {
         let Some(c) = self.0.as_mut() else {
             return e;
@@ -308,7 +268,7 @@ impl Receiver {
         match status {
             Some(s) => {
                 self.0 = None;
-                format!("{e} (the iceoryx2 receiver process ended: {s})").into()
+                format!("{e} ({})", self.ended(s)).into()
             }
             None => e,
         }
@@ -341,9 +301,7 @@ fn accept(listener: &UnixListener, rx: &mut Receiver) -> Res<UnixStream> {
             && let Some(s) = c.try_wait()?
         {
             rx.0 = None;
-            return Err(
-                format!("the iceoryx2 receiver process ended before connecting: {s}").into(),
-            );
+            return Err(format!("{} before connecting", rx.ended(s)).into());
         }
         if t0.elapsed() > STALL {
             return Err("the iceoryx2 receiver process did not connect".into());
@@ -388,10 +346,11 @@ fn originate<U: Unit>(bytes: usize, count: usize, touch: Touch, fault: Option<Fa
         .args(["--service", &name, "--touch", touch.name()])
         .args(["--bytes", &bytes.to_string()])
         .args(["--messages", &(warm + count as u64).to_string()])
-        // Its errors go to stderr; stdout stays the bench's own (JSON on request).
+        // Its errors are quoted in the run's; stdout stays the bench's own (JSON on request).
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()?;
-    let mut rx = Receiver(Some(child));
+    let mut rx = Receiver::new(child);
     let r = (|| -> Res<f64> {
         let sock = accept(&listener, &mut rx)?;
         sock.set_read_timeout(Some(STALL))?;
@@ -467,7 +426,7 @@ fn originate<U: Unit>(bytes: usize, count: usize, touch: Touch, fault: Option<Fa
 }
 
 /// `zcio iceoryx2-sink`: connect to `connect`, subscribe to `service`, take `messages`
-/// messages of `bytes` (warm-up included), touch and check each, and say when done.
+/// messages of `bytes` (warm-up included), touch each, say when done, then check them all.
 pub fn sink(connect: &Path, service: &str, touch: &str, bytes: usize, messages: u64) -> Res<()> {
     let touch = Touch::parse(touch).ok_or("unknown touch")?;
     let r = match touch {
@@ -478,6 +437,27 @@ pub fn sink(connect: &Path, service: &str, touch: &str, bytes: usize, messages: 
 }
 
 fn receive<U: Unit>(connect: &Path, service: &str, bytes: usize, messages: u64) -> Res<()> {
+    // Allocated before the stream, so that keeping costs no page fault in it.
+    let mut rec = Record::new(NAME, U::TOUCH, bytes, messages);
+    match stream::<U>(connect, service, bytes, messages, &mut rec) {
+        // "done" said: the publisher's clock has stopped.
+        Ok(()) => Ok(rec.check()?),
+        // A message that came wrong says more than the stream that broke after it.
+        Err(e) => match rec.check() {
+            Err(m) if !matches!(m, Mismatch::Count { .. }) => Err(m.into()),
+            _ => Err(e),
+        },
+    }
+}
+
+/// Take the stream, touching each message into `rec`, and say "done".
+fn stream<U: Unit>(
+    connect: &Path,
+    service: &str,
+    bytes: usize,
+    messages: u64,
+    rec: &mut Record,
+) -> Res<()> {
     let sock = UnixStream::connect(connect)?;
     sock.set_read_timeout(Some(STALL))?;
     let node = node()?;
@@ -489,7 +469,6 @@ fn receive<U: Unit>(connect: &Path, service: &str, bytes: usize, messages: u64) 
     let listener = event.listener_builder().create()?;
     (&sock).write_all(b"r")?;
     let mut next = 0u64;
-    let mut sum = 0u64;
     let mut progress = Instant::now();
     // The next sample, waiting for it on the listener.
     let mut ended = false;
@@ -519,7 +498,7 @@ fn receive<U: Unit>(connect: &Path, service: &str, bytes: usize, messages: u64) 
     };
     expect(&sock, b'1', "the publisher to fill the queue")?;
     let held = take(next)?;
-    sum = sum.wrapping_add(U::touch(held.payload(), next)?);
+    U::touch(held.payload(), rec);
     next += 1;
     (&sock).write_all(b"h")?;
     expect(&sock, b'2', "the publisher to loan the last sample")?;
@@ -527,7 +506,7 @@ fn receive<U: Unit>(connect: &Path, service: &str, bytes: usize, messages: u64) 
     let warm = queue as u64 + 2;
     while next < messages {
         let s = take(next)?;
-        sum = sum.wrapping_add(U::touch(s.payload(), next)?);
+        U::touch(s.payload(), rec);
         drop(s);
         next += 1;
         if next == warm {
@@ -535,6 +514,5 @@ fn receive<U: Unit>(connect: &Path, service: &str, bytes: usize, messages: u64) 
         }
     }
     (&sock).write_all(b"d")?;
-    std::hint::black_box(sum);
     Ok(())
 }

@@ -65,6 +65,9 @@ enum Cmd {
         /// Touch pattern name.
         #[arg(long)]
         touch: String,
+        /// The receiver behind the forwarding server (fbufs-cached-volatile-via-server).
+        #[arg(long)]
+        behind_server: bool,
     },
     /// Internal: a relay or the display of `zcio bench containers`.
     #[command(hide = true)]
@@ -201,7 +204,8 @@ fn main() -> ExitCode {
             bytes,
             count,
             touch,
-        } => zcio::fbufs_bench::sink(&connect, &contender, bytes, count, &touch),
+            behind_server,
+        } => zcio::fbufs_bench::sink(&connect, &contender, bytes, count, &touch, behind_server),
         Cmd::Iceoryx2Sink {
             connect,
             service,

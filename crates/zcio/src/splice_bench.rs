@@ -3,8 +3,29 @@
 //! increment, and **CPU availability**: the progress of a CPU-bound task sharing the
 //! transfer's core while the transfer runs at a fixed pace (as a video stream would), against
 //! its progress alone. The transfer and the task are pinned to CPU 0; a socket's other end runs
-//! on CPU 1. Every run's data is checked at its end (its length, and its bytes against the
-//! source where the sink is a file).
+//! on CPU 1.
+//!
+//! # Checking what is timed
+//!
+//! What every sink receives, in every pair and variant, is checked against what was sent
+//! ([`Stream`]: the source file over and over, or the first MiB a socket source's writer
+//! repeats; the data carries a stamp of its offset every [`STAMP_EVERY`] bytes, [`data`]),
+//! and so is its length; a difference fails the run with a [`ContentError`] naming the pair,
+//! the variant, the run and the byte. No check runs in the time a run measures:
+//!
+//! - A file sink: every byte. Throughput runs read it back after the clock has stopped.
+//!   Paced runs check it before each time they empty it (every 256 MiB) with the task held
+//!   and the clock and the pace stopped, and the rest once the clock has stopped.
+//! - A socket sink: every stamp (8 bytes of every 4 KiB). Its reader reads into one buffer,
+//!   as a reader that throws the data away does, and keeps the stamps it reads (in memory
+//!   written before the clock starts); a throughput run compares them after the clock has
+//!   stopped, a paced run as they come (on CPU 1, which the paced run does not measure). A
+//!   lost, repeated, reordered, shifted or truncated range shows; a byte changed inside a
+//!   4 KiB block does not: the reader is what a throughput run waits on, and keeping every
+//!   byte for later slowed sendfile into the socket by two thirds where it was tried (2 cores,
+//!   64 MiB), comparing every byte as it came by a quarter.
+//!
+//! [`Fault`] spoils one byte of one contender's sink on purpose, to see the check notice.
 
 use crate::report::fit;
 use crate::transfer::Res;
@@ -37,6 +58,10 @@ pub struct SpliceArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Testing: spoil one byte of what PAIR:VARIANT delivers in its throughput runs
+    /// (PAIR:VARIANT:paced: in its paced runs), and the run must fail, naming it.
+    #[arg(long, hide = true)]
+    pub fault: Option<Fault>,
 }
 
 /// The increment both variants move per step: a `start_flow` of this many bytes, or a read
@@ -168,12 +193,230 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Bytes from one stamp to the next in the data.
+pub const STAMP_EVERY: usize = 4096;
+
+/// The data the runs move: a pattern, every [`STAMP_EVERY`] bytes of it starting with an
+/// 8-byte stamp of its offset, so that a byte out of place is a stamp out of place.
+pub fn data(len: usize) -> Vec<u8> {
+    let mut d = pattern(len);
+    for (p, page) in d.chunks_mut(STAMP_EVERY).enumerate() {
+        let stamp = (0x5a5a_5a5a_0000_0000 ^ (p * STAMP_EVERY) as u64).to_le_bytes();
+        let n = page.len().min(8);
+        page[..n].copy_from_slice(&stamp[..n]);
+    }
+    d
+}
+
+/// The stamp bytes among `len` bytes read from offset `at` of a stream: (their stream offset,
+/// their index in what was read, how many).
+fn stamp_spans(len: usize, at: u64) -> impl Iterator<Item = (u64, usize, usize)> {
+    let end = at + len as u64;
+    let every = STAMP_EVERY as u64;
+    (at / every..end.div_ceil(every)).filter_map(move |p| {
+        let (lo, hi) = ((p * every).max(at), (p * every + 8).min(end));
+        (lo < hi).then(|| (lo, (lo - at) as usize, (hi - lo) as usize))
+    })
+}
+
+/// What a socket source's writer sends over and over: the data's first MiB.
+const CHUNK: usize = 1 << 20;
+
+/// What a sink must receive: `data`'s first `period` bytes, over and over (a file source is
+/// read to its end and rewound; a socket source's writer repeats its first MiB).
+#[derive(Debug, Clone)]
+pub struct Stream {
+    data: Arc<[u8]>,
+    period: usize,
+}
+
+impl Stream {
+    /// The stream of `data`'s first `period` bytes (all of them where it has fewer), repeated;
+    /// `data` must not be empty.
+    pub fn new(data: Arc<[u8]>, period: usize) -> Stream {
+        assert!(!data.is_empty(), "a stream of no data");
+        let period = period.clamp(1, data.len());
+        Stream { data, period }
+    }
+
+    /// The byte at offset `at` of the stream.
+    pub fn byte(&self, at: u64) -> u8 {
+        self.data[(at % self.period as u64) as usize]
+    }
+
+    /// The first byte of `got`, read from offset `at` of the stream, that is not the stream's.
+    pub fn first_difference(&self, got: &[u8], at: u64) -> Option<Wrong> {
+        let mut off = 0;
+        while off < got.len() {
+            let pos = ((at + off as u64) % self.period as u64) as usize;
+            let n = (self.period - pos).min(got.len() - off);
+            let (have, want) = (&got[off..off + n], &self.data[pos..pos + n]);
+            if have != want {
+                let i = have.iter().zip(want).position(|(a, b)| a != b)?;
+                return Some(Wrong::Byte {
+                    offset: at + (off + i) as u64,
+                    read: have[i],
+                    expected: want[i],
+                });
+            }
+            off += n;
+        }
+        None
+    }
+}
+
+/// What is wrong with what a sink received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrong {
+    /// A byte is not the one sent there.
+    Byte {
+        /// Its offset in the stream (for a paced run, over every lap of the source).
+        offset: u64,
+        /// The byte received.
+        read: u8,
+        /// The byte sent.
+        expected: u8,
+    },
+    /// Not as many bytes as were sent.
+    Length {
+        /// Bytes received.
+        received: u64,
+        /// Bytes sent.
+        expected: u64,
+    },
+}
+
+/// Data that did not arrive as it was sent: the pair, the variant and the run, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentError {
+    /// The pair (`file_to_socket`, ...).
+    pub pair: &'static str,
+    /// The variant (`splice` or `read_write`).
+    pub variant: &'static str,
+    /// `throughput` or `paced`.
+    pub run: &'static str,
+    /// What was wrong.
+    pub wrong: Wrong,
+}
+
+impl std::fmt::Display for ContentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ContentError {
+            pair,
+            variant,
+            run,
+            wrong,
+        } = self;
+        match *wrong {
+            Wrong::Byte {
+                offset,
+                read,
+                expected,
+            } => write!(
+                f,
+                "{pair} by {variant}, {run} run: byte {offset} of the data differs at the sink: read {read:#04x}, expected {expected:#04x}"
+            ),
+            Wrong::Length { received, expected } => write!(
+                f,
+                "{pair} by {variant}, {run} run: the sink received {received} bytes of {expected}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ContentError {}
+
+/// Check what a sink received, `got` from offset `at` of `stream`: the first byte that differs
+/// is an error naming the pair, the variant and the run.
+pub fn check(
+    pair: &'static str,
+    variant: &'static str,
+    run: &'static str,
+    stream: &Stream,
+    got: &[u8],
+    at: u64,
+) -> Result<(), ContentError> {
+    match stream.first_difference(got, at) {
+        None => Ok(()),
+        Some(wrong) => Err(ContentError {
+            pair,
+            variant,
+            run,
+            wrong,
+        }),
+    }
+}
+
+/// A contender made to deliver wrong data on purpose, to see the check notice (the tests,
+/// through the hidden `--fault PAIR:VARIANT[:paced]`): one byte of what its sink receives
+/// spoiled midway through its throughput runs (with `paced`, its paced runs). A file sink's
+/// last byte so far is changed; a socket sink gets a stray byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// The pair.
+    pub pair: &'static str,
+    /// The variant.
+    pub variant: &'static str,
+    /// In the paced runs instead of the throughput runs.
+    pub paced: bool,
+}
+
+impl Fault {
+    fn hits(&self, pair: &str, variant: &str, paced: bool) -> bool {
+        self.pair == pair && self.variant == variant && self.paced == paced
+    }
+}
+
+impl std::str::FromStr for Fault {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Fault, String> {
+        let bad = || {
+            format!(
+                "`{s}`: expected PAIR:VARIANT or PAIR:VARIANT:paced (pairs {}; variants {})",
+                PAIRS.join(", "),
+                VARIANTS.join(", ")
+            )
+        };
+        let mut parts = s.split(':');
+        let pair = parts
+            .next()
+            .and_then(|p| PAIRS.into_iter().find(|x| *x == p));
+        let variant = parts
+            .next()
+            .and_then(|v| VARIANTS.into_iter().find(|x| *x == v));
+        let paced = match parts.next() {
+            None => false,
+            Some("paced") => true,
+            Some(_) => return Err(bad()),
+        };
+        match (pair, variant, parts.next()) {
+            (Some(pair), Some(variant), None) => Ok(Fault {
+                pair,
+                variant,
+                paced,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
 /// The source and sink of one run, and the thread at a socket's other end.
 struct Ends {
     source: Endpoint,
     sink: Endpoint,
-    peer: Option<std::thread::JoinHandle<u64>>,
+    peer: Option<std::thread::JoinHandle<Peer>>,
     stop: Arc<AtomicBool>,
+}
+
+/// What the thread at a socket's other end did.
+struct Peer {
+    /// Bytes it wrote (a socket source) or read (a socket sink).
+    moved: u64,
+    /// A throughput run's socket sink: the stamps it read (8 bytes per [`STAMP_EVERY`]), up
+    /// to the run's length, checked once the clock has stopped.
+    stamps: Vec<u8>,
+    /// A paced run's socket sink: the first stamp byte that differed from the stream.
+    wrong: Option<Wrong>,
 }
 
 enum Endpoint {
@@ -190,9 +433,26 @@ impl Endpoint {
     }
 }
 
-/// Set up `pair` for a run of `bytes` (`None`: endless, until `stop`). A socket source's
-/// writer and a socket sink's reader run on CPU 1.
-fn ends(pair: &str, src_file: &File, dir: &std::path::Path, bytes: Option<u64>) -> Res<Ends> {
+/// A throughput run of so many bytes, or a paced run (endless, until `stop`).
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Throughput(u64),
+    Paced,
+}
+
+/// Set up `pair` for a run; `stream` is what its sink must receive. A socket source's writer
+/// and a socket sink's reader run on CPU 1. A socket sink's reader reads into one buffer, as a
+/// reader that discards would, and keeps the stamps it reads (8 bytes of every
+/// [`STAMP_EVERY`], in memory written before the clock starts) for the check after the clock
+/// stops; in a paced run it compares them as they come (on CPU 1, which the paced run does
+/// not measure).
+fn ends(
+    pair: &str,
+    src_file: &File,
+    dir: &std::path::Path,
+    mode: Mode,
+    stream: &Stream,
+) -> Res<Ends> {
     let stop = Arc::new(AtomicBool::new(false));
     let file_source = || -> Res<Endpoint> {
         let mut f = src_file.try_clone()?;
@@ -211,18 +471,60 @@ fn ends(pair: &str, src_file: &File, dir: &std::path::Path, bytes: Option<u64>) 
     Ok(match pair {
         "file_to_socket" => {
             let (tx, mut rx) = UnixStream::pair()?;
-            let peer = std::thread::spawn(move || {
-                pin(1);
-                let mut buf = vec![0u8; 1 << 20];
-                let mut n = 0u64;
-                while let Ok(k) = rx.read(&mut buf) {
-                    if k == 0 {
-                        break;
-                    }
-                    n += k as u64;
+            let peer = match mode {
+                Mode::Throughput(bytes) => {
+                    // Written now, so that keeping the stamps costs no page fault later.
+                    let pages = (bytes as usize).div_ceil(STAMP_EVERY);
+                    let mut stamps = vec![0xa5u8; 8 * pages];
+                    std::thread::spawn(move || {
+                        pin(1);
+                        let mut buf = vec![0u8; 1 << 20];
+                        let mut n = 0u64;
+                        while let Ok(k) = rx.read(&mut buf) {
+                            if k == 0 {
+                                break;
+                            }
+                            for (at, i, len) in stamp_spans(k, n) {
+                                let p = (at / STAMP_EVERY as u64) as usize;
+                                let into = 8 * p + (at % STAMP_EVERY as u64) as usize;
+                                if let Some(s) = stamps.get_mut(into..into + len) {
+                                    s.copy_from_slice(&buf[i..i + len]);
+                                }
+                            }
+                            n += k as u64;
+                        }
+                        Peer {
+                            moved: n,
+                            stamps,
+                            wrong: None,
+                        }
+                    })
                 }
-                n
-            });
+                Mode::Paced => {
+                    let stream = stream.clone();
+                    std::thread::spawn(move || {
+                        pin(1);
+                        let mut buf = vec![0u8; 1 << 20];
+                        let (mut n, mut wrong) = (0u64, None);
+                        while let Ok(k) = rx.read(&mut buf) {
+                            if k == 0 {
+                                break;
+                            }
+                            if wrong.is_none() {
+                                wrong = stamp_spans(k, n).find_map(|(at, i, len)| {
+                                    stream.first_difference(&buf[i..i + len], at)
+                                });
+                            }
+                            n += k as u64;
+                        }
+                        Peer {
+                            moved: n,
+                            stamps: Vec::new(),
+                            wrong,
+                        }
+                    })
+                }
+            };
             Ends {
                 source: file_source()?,
                 sink: Endpoint::Socket(tx),
@@ -238,10 +540,15 @@ fn ends(pair: &str, src_file: &File, dir: &std::path::Path, bytes: Option<u64>) 
         },
         _ => {
             let (mut tx, rx) = UnixStream::pair()?;
-            let chunk = pattern(1 << 20);
+            let data = stream.data.clone();
             let halt = stop.clone();
+            let bytes = match mode {
+                Mode::Throughput(b) => Some(b),
+                Mode::Paced => None,
+            };
             let peer = std::thread::spawn(move || {
                 pin(1);
+                let chunk = &data[..CHUNK.min(data.len())];
                 let mut n = 0u64;
                 while !halt.load(Ordering::Relaxed) && bytes.is_none_or(|b| n < b) {
                     let k = bytes.map_or(chunk.len() as u64, |b| (b - n).min(chunk.len() as u64));
@@ -250,7 +557,11 @@ fn ends(pair: &str, src_file: &File, dir: &std::path::Path, bytes: Option<u64>) 
                     }
                     n += k;
                 }
-                n
+                Peer {
+                    moved: n,
+                    stamps: Vec::new(),
+                    wrong: None,
+                }
             });
             Ends {
                 source: Endpoint::Socket(rx),
@@ -260,6 +571,33 @@ fn ends(pair: &str, src_file: &File, dir: &std::path::Path, bytes: Option<u64>) 
             }
         }
     })
+}
+
+/// What sink of `pair` must receive.
+fn stream_of(pair: &str, data: &Arc<[u8]>) -> Stream {
+    match pair {
+        "socket_to_file" => Stream::new(data.clone(), CHUNK),
+        _ => Stream::new(data.clone(), data.len()),
+    }
+}
+
+/// [`Fault`]: spoil what `e`'s sink has received, the first `at` bytes of `stream` (a file
+/// sink holding the last `in_file` of them): the file's last byte changed, or a stray byte
+/// into the socket (the stream then differs from offset `at`).
+fn spoil(e: &Ends, stream: &Stream, at: u64, in_file: u64) -> Res<()> {
+    match &e.sink {
+        Endpoint::File(f) => {
+            use std::os::unix::fs::FileExt;
+            let mut b = [0u8; 1];
+            f.read_exact_at(&mut b, in_file - 1)?;
+            f.write_all_at(&[b[0] ^ 0xff], in_file - 1)?;
+        }
+        Endpoint::Socket(s) => {
+            let mut s = s;
+            s.write_all(&[stream.byte(at) ^ 0xff])?;
+        }
+    }
+    Ok(())
 }
 
 /// One step of `variant`: at most `STEP` bytes from `e.source` to `e.sink`; 0 at the end.
@@ -309,13 +647,64 @@ impl<'a> Mover<'a> {
     }
 }
 
-/// Spin until `stop`, counting iterations: the CPU-bound task.
-fn task(stop: Arc<AtomicBool>, count: Arc<AtomicU64>, cpu: usize) -> std::thread::JoinHandle<()> {
+/// Check the `len` bytes of file `f`, which holds the stream from offset `start`, and that it
+/// holds no more.
+fn check_file(f: &File, stream: &Stream, start: u64, len: u64) -> Result<(), Wrong> {
+    use std::os::unix::fs::FileExt;
+    let size = f.metadata().map_or(0, |m| m.len());
+    let mut buf = vec![0u8; (1 << 20).min(len as usize)];
+    let mut at = 0u64;
+    while at < len.min(size) {
+        let k = ((len.min(size) - at) as usize).min(buf.len());
+        if f.read_exact_at(&mut buf[..k], at).is_err() {
+            break;
+        }
+        if let Some(w) = stream.first_difference(&buf[..k], start + at) {
+            return Err(w);
+        }
+        at += k as u64;
+    }
+    if size != len || at != len {
+        return Err(Wrong::Length {
+            received: start + size,
+            expected: start + len,
+        });
+    }
+    Ok(())
+}
+
+/// A paced run's way to stop the task while it checks a file sink, so that the check takes
+/// neither the task's progress nor the run's time.
+#[derive(Debug, Default)]
+struct Hold {
+    /// The run asks the task to stop.
+    asked: AtomicBool,
+    /// The task has stopped (its count stored).
+    held: AtomicBool,
+}
+
+/// Spin until `stop`, counting iterations: the CPU-bound task. It waits, its count up to
+/// date, while `hold` asks it to.
+fn task(
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicU64>,
+    cpu: usize,
+    hold: Arc<Hold>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         pin(cpu);
         let mut x = 0x9E37_79B9u64;
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
+            if hold.asked.load(Ordering::Acquire) {
+                count.store(n, Ordering::Relaxed);
+                hold.held.store(true, Ordering::Release);
+                while hold.asked.load(Ordering::Acquire) && !stop.load(Ordering::Relaxed) {
+                    std::thread::park_timeout(Duration::from_millis(1));
+                }
+                hold.held.store(false, Ordering::Release);
+                continue;
+            }
             for _ in 0..1000 {
                 x = x
                     .wrapping_mul(6364136223846793005)
@@ -336,28 +725,45 @@ fn task_alone(seconds: f64) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let t = Instant::now();
-    let h = task(stop.clone(), count.clone(), 0);
+    let h = task(stop.clone(), count.clone(), 0, Arc::default());
     std::thread::sleep(Duration::from_secs_f64(seconds));
     stop.store(true, Ordering::Relaxed);
     h.join().expect("task");
     count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64()
 }
 
-/// One throughput run: (Gbit/s, per-step latencies in µs, mechanism, the transfer thread's CPU
-/// time per MiB in µs).
-fn throughput(
-    pair: &str,
-    variant: &str,
-    src: &File,
-    data: &[u8],
-    dir: &std::path::Path,
-) -> Res<(f64, Vec<f64>, String, f64)> {
-    let bytes = data.len() as u64;
-    let e = ends(pair, src, dir, Some(bytes))?;
+/// One contender on one pair, in one run: what it moves and where.
+struct Job<'a> {
+    pair: &'static str,
+    variant: &'static str,
+    /// The source file (a file source reads it; every run starts at its start).
+    src: &'a File,
+    /// What the sink must receive.
+    stream: &'a Stream,
+    /// Where a file sink goes.
+    dir: &'a std::path::Path,
+    /// Spoil one byte of the sink ([`Fault`]).
+    fault: bool,
+}
+
+/// One throughput run of `bytes`: (Gbit/s, per-step latencies in µs, mechanism, the transfer
+/// thread's CPU time per MiB in µs). Once the clock has stopped, what the sink received is
+/// checked against the stream (module docs), and its length.
+fn throughput(j: &Job<'_>, bytes: u64) -> Res<(f64, Vec<f64>, String, f64)> {
+    let Job {
+        pair,
+        variant,
+        src,
+        stream,
+        dir,
+        fault,
+    } = *j;
+    let e = ends(pair, src, dir, Mode::Throughput(bytes), stream)?;
     let mut m = Mover::new(variant, &e)?;
     let mechanism = m.mechanism();
     let mut lat = Vec::new();
     let mut moved = 0u64;
+    let mut spoiled = !fault;
     let cpu0 = thread_cpu_ns();
     let t = Instant::now();
     while moved < bytes {
@@ -368,38 +774,61 @@ fn throughput(
             break;
         }
         moved += n;
+        if !spoiled && moved >= bytes / 2 {
+            spoil(&e, stream, moved, moved)?;
+            spoiled = true;
+        }
     }
     let ns = t.elapsed().as_nanos() as f64;
     let cpu_us_per_mib = (thread_cpu_ns() - cpu0) / 1e3 / (bytes as f64 / (1u64 << 20) as f64);
+    // The clock has stopped: check what the sink received.
     drop(m);
     let Ends {
         source, sink, peer, ..
     } = e;
     drop(source);
-    if let Endpoint::File(mut f) = sink {
-        let mut got = Vec::with_capacity(data.len());
-        f.seek(SeekFrom::Start(0))?;
-        f.read_to_end(&mut got)?;
-        if pair == "file_to_file" && got != data {
-            return Err(
-                format!("{pair} by {variant}: the sink's bytes differ from the source").into(),
-            );
+    let socket_sink = matches!(sink, Endpoint::Socket(_));
+    let mut received = 0;
+    match sink {
+        Endpoint::File(mut f) => {
+            // Every byte.
+            let mut got = Vec::with_capacity(bytes as usize);
+            f.seek(SeekFrom::Start(0))?;
+            f.read_to_end(&mut got)?;
+            check(pair, variant, "throughput", stream, &got, 0)?;
+            received = got.len() as u64;
         }
-        if got.len() as u64 != bytes {
+        Endpoint::Socket(s) => drop(s),
+    }
+    if let Some(p) = peer {
+        let p = p.join().map_err(|_| "the peer thread panicked")?;
+        if socket_sink {
+            // The stamps its reader kept.
+            received = p.moved;
+            for (at, _, len) in stamp_spans(received.min(bytes) as usize, 0) {
+                let p8 = 8 * (at / STAMP_EVERY as u64) as usize;
+                let kept = &p.stamps[p8..p8 + len];
+                check(pair, variant, "throughput", stream, kept, at)?;
+            }
+        } else if p.moved != bytes {
             return Err(format!(
-                "{pair} by {variant}: {} bytes arrived of {bytes}",
-                got.len()
+                "{pair} by {variant}: the peer wrote {} bytes of {bytes}",
+                p.moved
             )
             .into());
         }
-    } else {
-        drop(sink);
     }
-    if let Some(p) = peer {
-        let n = p.join().map_err(|_| "the peer thread panicked")?;
-        if n != bytes {
-            return Err(format!("{pair} by {variant}: the peer moved {n} bytes of {bytes}").into());
+    if received != bytes {
+        return Err(ContentError {
+            pair,
+            variant,
+            run: "throughput",
+            wrong: Wrong::Length {
+                received,
+                expected: bytes,
+            },
         }
+        .into());
     }
     if moved != bytes {
         return Err(format!("{pair} by {variant}: moved {moved} bytes of {bytes}").into());
@@ -407,54 +836,94 @@ fn throughput(
     Ok((8.0 * bytes as f64 / ns, lat, mechanism, cpu_us_per_mib))
 }
 
-/// One paced run: (bytes moved per second in Gbit/s, the task's progress over `alone`).
-fn paced(
-    pair: &str,
-    variant: &str,
-    src: &File,
-    dir: &std::path::Path,
-    pace_gbps: f64,
-    seconds: f64,
-    alone: f64,
-) -> Res<(f64, f64)> {
-    let e = ends(pair, src, dir, None)?;
+/// One paced run at `pace_gbps` for `seconds`: (bytes moved per second in Gbit/s, the task's
+/// progress over `alone`). What the sink receives is checked against the stream (module docs:
+/// a file sink before each time the run empties it, the task held and the clock stopped, and
+/// after the run; a socket sink's stamps as they come, on CPU 1), and then the lengths.
+fn paced(j: &Job<'_>, pace_gbps: f64, seconds: f64, alone: f64) -> Res<(f64, f64)> {
+    let Job {
+        pair,
+        variant,
+        src,
+        stream,
+        dir,
+        fault,
+    } = *j;
+    let e = ends(pair, src, dir, Mode::Paced, stream)?;
     let mut m = Mover::new(variant, &e)?;
+    let bad = |wrong| ContentError {
+        pair,
+        variant,
+        run: "paced",
+        wrong,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
-    let h = task(stop.clone(), count.clone(), 0);
+    let hold = Arc::new(Hold::default());
+    let h = task(stop.clone(), count.clone(), 0, hold.clone());
     let interval = Duration::from_secs_f64(8.0 * STEP as f64 / (pace_gbps * 1e9));
     let t = Instant::now();
     let mut due = t;
+    // Time spent checking, the task held: not the run's.
+    let mut held = Duration::ZERO;
     let mut moved = 0u64;
+    // The file sink holds the stream from `lap` on, `since_rewind` bytes of it.
+    let mut lap = 0u64;
     let mut since_rewind = 0u64;
-    while t.elapsed().as_secs_f64() < seconds {
-        let n = m.step(&e)?;
-        if n == 0 {
-            // A file source ended: start it again (and the file sink with it).
-            if let Endpoint::File(f) = &e.source {
-                let mut f = f;
-                f.seek(SeekFrom::Start(0))?;
+    let mut steps = 0u64;
+    let mut spoiled = !fault;
+    let r = (|| -> Res<()> {
+        while (t.elapsed() - held).as_secs_f64() < seconds {
+            let n = m.step(&e)?;
+            if n == 0 {
+                // A file source ended: start it again (and the file sink with it).
+                if let Endpoint::File(f) = &e.source {
+                    let mut f = f;
+                    f.seek(SeekFrom::Start(0))?;
+                }
+                continue;
             }
-            continue;
-        }
-        moved += n;
-        since_rewind += n;
-        if since_rewind >= 256 << 20 {
-            if let Endpoint::File(f) = &e.sink {
-                f.set_len(0)?;
-                let mut f = f;
-                f.seek(SeekFrom::Start(0))?;
+            moved += n;
+            since_rewind += n;
+            steps += 1;
+            if !spoiled && steps >= 4 {
+                spoil(&e, stream, moved, since_rewind)?;
+                spoiled = true;
             }
-            since_rewind = 0;
+            if since_rewind >= 256 << 20 {
+                if let Endpoint::File(f) = &e.sink {
+                    // Every byte of the file before it is emptied, the task held and the
+                    // clock and the pace stopped.
+                    hold.asked.store(true, Ordering::Release);
+                    while !hold.held.load(Ordering::Acquire) {
+                        // The task shares this CPU: let it get there.
+                        std::thread::yield_now();
+                    }
+                    let t0 = Instant::now();
+                    let checked = check_file(f, stream, lap, since_rewind);
+                    hold.asked.store(false, Ordering::Release);
+                    h.thread().unpark();
+                    held += t0.elapsed();
+                    due += t0.elapsed();
+                    checked.map_err(bad)?;
+                    f.set_len(0)?;
+                    let mut f = f;
+                    f.seek(SeekFrom::Start(0))?;
+                    lap += since_rewind;
+                }
+                since_rewind = 0;
+            }
+            due += interval;
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
         }
-        due += interval;
-        let now = Instant::now();
-        if due > now {
-            std::thread::sleep(due - now);
-        }
-    }
-    let secs = t.elapsed().as_secs_f64();
+        Ok(())
+    })();
+    let secs = (t.elapsed() - held).as_secs_f64();
     stop.store(true, Ordering::Relaxed);
+    h.thread().unpark();
     h.join().map_err(|_| "the task panicked")?;
     let iterations = count.load(Ordering::Relaxed) as f64;
     e.stop.store(true, Ordering::Relaxed);
@@ -462,11 +931,26 @@ fn paced(
     let Ends {
         source, sink, peer, ..
     } = e;
+    // The clock has stopped: the rest of the file sink, then the socket sink's verdict.
+    if let (Ok(()), Endpoint::File(f)) = (&r, &sink) {
+        check_file(f, stream, lap, since_rewind).map_err(bad)?;
+    }
     drop(sink);
     drop(source);
     if let Some(p) = peer {
-        p.join().map_err(|_| "the peer thread panicked")?;
+        let p = p.join().map_err(|_| "the peer thread panicked")?;
+        if let Some(w) = p.wrong {
+            return Err(bad(w).into());
+        }
+        if r.is_ok() && pair == "file_to_socket" && p.moved != moved {
+            return Err(bad(Wrong::Length {
+                received: p.moved,
+                expected: moved,
+            })
+            .into());
+        }
     }
+    r?;
     Ok((8.0 * moved as f64 / (secs * 1e9), iterations / secs / alone))
 }
 
@@ -477,7 +961,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
     let seconds = a.seconds.unwrap_or(1.0).clamp(0.05, 60.0);
     let pace_fraction = a.pace.unwrap_or(0.5).clamp(0.05, 1.0);
     let dir = tempfile::tempdir()?;
-    let data = pattern(bytes as usize);
+    let data: Arc<[u8]> = data(bytes as usize).into();
     let src = {
         let mut f = std::fs::OpenOptions::new()
             .read(true)
@@ -488,6 +972,18 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
         f.write_all(&data)?;
         f.sync_all()?;
         f
+    };
+    let streams: Vec<Stream> = PAIRS.iter().map(|p| stream_of(p, &data)).collect();
+    let job = |pair: &'static str, variant: &'static str, paced: bool| Job {
+        pair,
+        variant,
+        src: &src,
+        stream: &streams[PAIRS.iter().position(|p| *p == pair).expect("a pair")],
+        dir: dir.path(),
+        fault: a
+            .fault
+            .as_ref()
+            .is_some_and(|f| f.hits(pair, variant, paced)),
     };
     let pinned = pin(0);
     let result = (|| -> Res<SpliceSection> {
@@ -502,7 +998,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
             for r in 0..rounds {
                 for k in 0..2 {
                     let v = (k + r) % 2;
-                    let (g, l, m, c) = throughput(pair, VARIANTS[v], &src, &data, dir.path())?;
+                    let (g, l, m, c) = throughput(&job(pair, VARIANTS[v], false), bytes)?;
                     gbps[v].push(g);
                     cpu[v].push(c);
                     lat[v].extend(l);
@@ -519,7 +1015,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
             for r in 0..rounds.min(3) {
                 for k in 0..2 {
                     let v = (k + r) % 2;
-                    let (g, x) = paced(pair, VARIANTS[v], &src, dir.path(), pace, seconds, alone)?;
+                    let (g, x) = paced(&job(pair, VARIANTS[v], true), pace, seconds, alone)?;
                     kept[v].push(g);
                     avail[v].push(x);
                 }
@@ -605,5 +1101,11 @@ pub fn run(a: SpliceArgs) -> Res<()> {
     if !s.pinned {
         println!("(one CPU: the transfer and the task were not pinned)");
     }
+    // A run whose sink received a wrong byte or length would have failed the bench.
+    println!(
+        "checked outside the time measured, in {} throughput and {} paced runs: every byte of every file sink, every 4 KiB stamp of every socket sink, every length: no difference",
+        s.rows.len() * s.rounds,
+        s.rows.len() * s.rounds.min(3)
+    );
     Ok(())
 }

@@ -25,6 +25,11 @@
 //!   ("freed 2" in between) and prints how many notices rode along with the request.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
 //!   two send frames, and sends a deallocation notice for an fbuf it was never given.
+//! - `fbuf-peer bench-sink SOCKET CONTENDER TOUCH BYTES COUNT [behind-server]`: the receiving
+//!   process of a `zcio_fbufs::bench::run` (the forwarding server for
+//!   `fbufs-cached-volatile-via-server`, which starts another `fbuf-peer` behind it); it checks
+//!   every message after the run and exits with status 1, the mismatch on stderr, if one did
+//!   not arrive as it was sent.
 
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -294,6 +299,32 @@ fn main() {
                 "piggybacked {} alone {}",
                 rx.notices_piggybacked, rx.notice_messages
             );
+        }
+        Some("bench-sink") => {
+            use zcio_fbufs::bench::{Contender, Role, Touch, sink};
+            let c = Contender::parse(&a[3]).expect("a contender");
+            let touch = Touch::parse(&a[4]).expect("a touch");
+            let (bytes, count): (usize, usize) = (arg(&a, 5), arg(&a, 6));
+            let behind = a.get(7).map(String::as_str) == Some("behind-server");
+            let next = |sock: &std::path::Path| {
+                std::process::Command::new(std::env::current_exe()?)
+                    .arg("bench-sink")
+                    .arg(sock)
+                    .args(&a[3..7])
+                    .arg("behind-server")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+            };
+            let role = if c == Contender::Forwarded && !behind {
+                Role::Server(&next)
+            } else {
+                Role::Receiver
+            };
+            if let Err(e) = sink(a[2].as_ref(), c, role, bytes, count, touch) {
+                eprintln!("fbuf-peer: {e}");
+                std::process::exit(1);
+            }
         }
         Some("receiver-frees-foreign") => {
             use std::io::Write;

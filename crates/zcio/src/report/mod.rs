@@ -468,7 +468,7 @@ pub fn run_fbufs(
         rounds,
         volume,
         json: true,
-        iceoryx2_fault: None,
+        fault: None,
     };
     let t0 = Instant::now();
     let (rows, fits) = crate::fbufs_bench::measure(&args, bar)?;
