@@ -1,0 +1,67 @@
+//! Fuzzing the shared rings' decoding (`arbtest`): a peer in shared memory writes whatever it
+//! likes into a ring's indices and slots, and the consumer must answer with a slot, nothing, or
+//! `RingCorrupt`, never panic, read outside the ring or loop for ever.
+//!
+//! `ZCIO_FUZZ_MS` sets the time budget (default 1000 ms; a longer run: `ZCIO_FUZZ_MS=600000
+//! cargo test --release -p zcio-vm --test fuzz_ring`). A failure prints the seed to replay with
+//! `ZCIO_FUZZ_SEED`.
+
+use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
+
+fn budget_ms() -> u64 {
+    std::env::var("ZCIO_FUZZ_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+#[test]
+fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
+    const CAP: usize = 8;
+    let arena = SharedArena::create("fuzz-ring", 1 << 16).unwrap();
+    let off = SharedArena::user_offset().div_ceil(64) * 64;
+    let span = SharedRing::footprint(CAP);
+    let mut test = arbtest::arbtest(|u| {
+        let mut rx = SharedRing::new(&arena, off, CAP).unwrap();
+        let mut tx = SharedRing::new(&arena, off, CAP).unwrap();
+        for w in 0..span / 8 {
+            arena
+                .atomic_u64(off + w * 8)
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+        let rounds: u8 = u.arbitrary()?;
+        for _ in 0..rounds % 32 {
+            match u.int_in_range(0..=3)? {
+                // The honest producer.
+                0 => {
+                    let words: [u64; SLOT_WORDS] = u.arbitrary()?;
+                    let _ = tx.push(&arena, &words);
+                }
+                // The hostile peer: any word of the ring (indices or slots) set to anything.
+                1 => {
+                    let w = u.choose_index(span / 8)?;
+                    let v: u64 = u.arbitrary()?;
+                    arena
+                        .atomic_u64(off + w * 8)
+                        .store(v, std::sync::atomic::Ordering::Relaxed);
+                }
+                2 => {
+                    let _ = rx.has_next(&arena);
+                }
+                _ => {
+                    // A pop returns at once whatever the indices say.
+                    let _ = rx.pop(&arena);
+                }
+            }
+        }
+        Ok(())
+    });
+    test = test.budget_ms(budget_ms());
+    if let Some(seed) = std::env::var("ZCIO_FUZZ_SEED")
+        .ok()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+    {
+        test = test.seed(seed);
+    }
+    drop(test);
+}
