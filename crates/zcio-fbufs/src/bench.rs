@@ -800,21 +800,7 @@ pub fn run(
     };
     let accepted = accept(&listener, &mut child);
     let _ = std::fs::remove_dir_all(&dir);
-    let mut sock = match accepted {
-        Ok(s) => s,
-        Err(AcceptError::Ended(status)) => {
-            return Err(BenchError::Receiver {
-                who,
-                status: format!("{status}, before connecting"),
-                said: said.text(),
-            });
-        }
-        Err(AcceptError::Failed(e)) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e.into());
-        }
-    };
+    let (mut sock, said) = connection(accepted, &mut child, who, said)?;
     match originate(c, bytes, count, touch, fault, &mut sock) {
         Ok(ns) => {
             finish(child, said, who)?;
@@ -832,6 +818,29 @@ enum AcceptError {
 }
 
 /// The receiving process's connection, unless it ends first or a minute passes.
+/// The connection `accept` got from `child`, or the error: `who` ended before connecting (with
+/// what it said), or accepting failed (the child is then killed).
+fn connection(
+    accepted: Result<UnixStream, AcceptError>,
+    child: &mut Child,
+    who: &'static str,
+    said: Said,
+) -> Result<(UnixStream, Said), BenchError> {
+    match accepted {
+        Ok(s) => Ok((s, said)),
+        Err(AcceptError::Ended(status)) => Err(BenchError::Receiver {
+            who,
+            status: format!("{status}, before connecting"),
+            said: said.text(),
+        }),
+        Err(AcceptError::Failed(e)) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e.into())
+        }
+    }
+}
+
 fn accept(listener: &UnixListener, child: &mut Child) -> Result<UnixStream, AcceptError> {
     let failed = AcceptError::Failed;
     listener.set_nonblocking(true).map_err(failed)?;
@@ -1035,21 +1044,7 @@ pub fn sink(
             let who = "the receiver behind the forwarding server";
             let accepted = accept(&listener, &mut child);
             let _ = std::fs::remove_file(&down_path);
-            let down = match accepted {
-                Ok(s) => s,
-                Err(AcceptError::Ended(status)) => {
-                    return Err(BenchError::Receiver {
-                        who,
-                        status: format!("{status}, before connecting"),
-                        said: said.text(),
-                    });
-                }
-                Err(AcceptError::Failed(e)) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(e.into());
-                }
-            };
+            let (down, said) = connection(accepted, &mut child, who, said)?;
             let mut f = crate::link::Forwarder::new(up, down)?;
             f.run()?;
             drop(f);

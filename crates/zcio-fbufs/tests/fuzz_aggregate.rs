@@ -14,13 +14,6 @@ const DATA_LEN: u64 = 16 * 1024;
 const NODES: u64 = BASE + DATA_LEN;
 const NODES_LEN: u64 = 4 * 1024;
 
-fn budget_ms() -> u64 {
-    std::env::var("ZCIO_FUZZ_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-}
-
 #[test]
 fn any_nodes_and_any_root_walk_to_an_end_within_the_region() {
     let r = LocalRegion::new(BASE, (DATA_LEN + NODES_LEN) as usize);
@@ -63,11 +56,8 @@ fn any_nodes_and_any_root_walk_to_an_end_within_the_region() {
         }
         Ok(())
     });
-    test = test.budget_ms(budget_ms());
-    if let Some(seed) = std::env::var("ZCIO_FUZZ_SEED")
-        .ok()
-        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-    {
+    test = test.budget_ms(zcio_vm::skip::fuzz_budget_ms());
+    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
         test = test.seed(seed);
     }
     drop(test);

@@ -468,10 +468,6 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
     let h = uio.handler(move |_c| {
         d.fetch_add(1, Ordering::Relaxed);
     });
-    let budget = std::env::var("ZCIO_FUZZ_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
     let mut test = arbtest::arbtest(|u| {
         let mut b: [u8; RECORD] = u.arbitrary()?;
         let Some(buf) = uio.buffer() else {
@@ -516,11 +512,8 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
         }
         Ok(())
     });
-    test = test.budget_ms(budget);
-    if let Some(seed) = std::env::var("ZCIO_FUZZ_SEED")
-        .ok()
-        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-    {
+    test = test.budget_ms(zcio_vm::skip::fuzz_budget_ms());
+    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
         test = test.seed(seed);
     }
     drop(test);

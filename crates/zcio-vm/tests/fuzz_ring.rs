@@ -8,13 +8,6 @@
 
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 
-fn budget_ms() -> u64 {
-    std::env::var("ZCIO_FUZZ_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-}
-
 #[test]
 fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
     const CAP: usize = 8;
@@ -56,11 +49,8 @@ fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
         }
         Ok(())
     });
-    test = test.budget_ms(budget_ms());
-    if let Some(seed) = std::env::var("ZCIO_FUZZ_SEED")
-        .ok()
-        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-    {
+    test = test.budget_ms(zcio_vm::skip::fuzz_budget_ms());
+    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
         test = test.seed(seed);
     }
     drop(test);
