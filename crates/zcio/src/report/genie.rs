@@ -98,8 +98,64 @@ pub struct Point {
     pub granule: Option<String>,
     /// Every message of every run arrived byte-exact.
     pub verified: bool,
+    /// The messages of all runs split into a fast and a slow mode ([`Modes`]).
+    #[serde(default)]
+    pub modes: Option<Modes>,
     /// The runs.
     pub runs: Vec<Run>,
+}
+
+/// The messages of one point split by how the host scheduled them. Where a CPU that went idle
+/// is slow to wake (a virtual machine that does not poll before halting) or another process
+/// competes for the CPUs, a share of the messages waits for the scheduler and takes several
+/// times the latency of the rest, whatever the semantics. A median of few messages then lands
+/// in either mode. The fast mode is the data passing itself; the slow share says how much the
+/// host intervened.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct Modes {
+    /// Messages counted: every run's, its first (warm-up) message left out.
+    pub messages: usize,
+    /// Messages of the fast mode: at most [`Modes::SLOW_FACTOR`] times the 10th percentile.
+    pub fast_messages: usize,
+    /// Median latency of the fast mode (ns).
+    pub fast_median_ns: f64,
+    /// Share of the messages in the slow mode (0 to 1).
+    pub slow_share: f64,
+}
+
+impl Modes {
+    /// A message slower than this many times the 10th percentile of its point is in the slow
+    /// mode: the wake-up of an idle CPU adds about a millisecond, several times a 2 MiB
+    /// transfer, while the spread of undisturbed messages stays well within 2×.
+    pub const SLOW_FACTOR: f64 = 2.0;
+
+    /// Fewest fast messages from which the fast mode's median is taken as a measurement.
+    pub const MIN_FAST: usize = 10;
+
+    /// The modes of the runs' messages (`None` without messages).
+    pub fn of(runs: &[Run]) -> Option<Modes> {
+        let lat: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.latencies_ns.iter().skip(1).map(|x| *x as f64))
+            .collect();
+        let p10 = fit::quantile(&lat, 0.1)?;
+        let fast: Vec<f64> = lat
+            .iter()
+            .copied()
+            .filter(|x| *x <= Self::SLOW_FACTOR * p10)
+            .collect();
+        Some(Modes {
+            messages: lat.len(),
+            fast_messages: fast.len(),
+            fast_median_ns: fit::median(&fast)?,
+            slow_share: 1.0 - fast.len() as f64 / lat.len() as f64,
+        })
+    }
+
+    /// The fast mode's median where it holds enough messages.
+    pub fn fast(&self) -> Option<f64> {
+        (self.fast_messages >= Self::MIN_FAST).then_some(self.fast_median_ns)
+    }
 }
 
 /// A fitted latency line of one contender.
@@ -266,7 +322,7 @@ impl Plan {
                 units: 60,
                 huge_lengths: vec![2 << 20, 16 << 20, 64 << 20],
                 huge_rounds: 3,
-                huge_count: 12,
+                huge_count: 100,
             },
             Preset::Full => {
                 let mut lengths = doubling(ps, 64 << 20);
@@ -285,7 +341,7 @@ impl Plan {
                     units: 200,
                     huge_lengths: doubling(2 << 20, 64 << 20),
                     huge_rounds: 5,
-                    huge_count: 40,
+                    huge_count: 200,
                 }
             }
         }
@@ -380,7 +436,7 @@ fn spread(v: &[f64]) -> [f64; 2] {
     [lo, hi]
 }
 
-fn point_of(
+pub(crate) fn point_of(
     c: Contender,
     module: ModuleKind,
     bytes: usize,
@@ -406,6 +462,7 @@ fn point_of(
         path: last["path"].as_str().unwrap_or("").into(),
         granule: last["granule"].as_str().map(str::to_string),
         verified,
+        modes: Modes::of(&runs),
         runs,
     }
 }
