@@ -9,7 +9,8 @@
 //!   and word-atomic, because another process (a buggy or malicious originator of a volatile
 //!   fbuf) may rewrite any byte at any time; loops go through word slices, one check per range.
 //! - [`path`]: a data path's fbufs: one memfd per path at the same address everywhere,
-//!   read-only in receivers (enforced by the kernel: their descriptor is read-only), chunks
+//!   read-only in receivers (enforced by the kernel: their descriptor is read-only and the
+//!   memory sealed against every writer but the originator's mapping), chunks
 //!   under a quota, LIFO free lists, cached or uncached, volatile or not (a non-volatile send
 //!   makes the fbuf read-only in the originator until every receiver has freed it).
 //! - [`aggregate`]: x-kernel aggregate objects (§3.2.3, Figure 2): a DAG of leaf, join and

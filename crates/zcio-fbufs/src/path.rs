@@ -3,15 +3,20 @@
 //! receivers, carved into fbufs by the originator's allocator.
 //!
 //! - **Restricted dynamic read sharing** (§3.2.1): the path's range is one address range in
-//!   every process. Receivers map it from a descriptor opened read-only, so the kernel refuses
-//!   them write access whatever they do.
+//!   every process. Receivers map it from a descriptor opened read-only, and once the
+//!   originator has mapped it the path's memory is sealed (`F_SEAL_FUTURE_WRITE`, no shrinking,
+//!   growing or further seals): a receiver that reopens its descriptor read-write through
+//!   `/proc` still cannot map it writable, write it, punch holes in it or `mprotect` its
+//!   mapping writable. The kernel refuses them write access whatever they do.
 //! - **Chunks and quota** (§3.3): the path's space is handed out in fixed-size chunks, at most
 //!   `quota_chunks` of them; a path that never frees gets [`FbufError::Quota`] and no other path
 //!   is affected (each has its own memfd). Memory is pageable and populated lazily: a chunk
 //!   costs nothing until its pages are touched.
 //! - **Caching** (§3.2.2): a freed fbuf goes on its size's LIFO free list with its pages and
-//!   mappings kept, and is reused as it is, without clearing. Uncached paths give the pages back
-//!   on free (they read as zeros after) and receivers map and unmap each fbuf per transfer.
+//!   mappings kept, and is reused as it is, without clearing. Uncached paths clear an fbuf on
+//!   free (it reads as zeros after) and receivers map and unmap each fbuf per transfer. The
+//!   seal forbids punching holes, so a sealed uncached path keeps the pages it has touched
+//!   (at most its quota) until it ends; where the kernel cannot seal, the pages go back.
 //! - **Volatile fbufs** (§3.2.4): the originator keeps write access after a send. On a
 //!   non-volatile path the send makes the fbuf read-only in the originator (a write faults)
 //!   until every receiver has freed it; a receiver may ask to *secure* a volatile fbuf the same
@@ -232,13 +237,28 @@ pub struct Originator {
     out: HashMap<u64, (usize, u64, bool)>,
     /// Chunks this allocator has been granted (the whole quota unless an owner grants them).
     granted: usize,
+    /// The path's memory is sealed against every other writer (`F_SEAL_FUTURE_WRITE`); its
+    /// uncached fbufs are then cleared on free instead of giving their pages back.
+    sealed: bool,
 }
 
 impl Originator {
-    /// Map the path read-write at its address in this process.
+    /// Map the path read-write at its address in this process, then seal the path's memory
+    /// against every later writer ([`zcio_vm::mapping::seal_future_writes`]): this mapping is
+    /// the only one that can ever write the path, so a receiver that reopens its descriptor
+    /// read-write, or `mprotect`s its mapping, is refused by the kernel. A second originator of
+    /// the same path is refused too.
     pub fn new(fd: BorrowedFd<'_>, info: PathInfo) -> Result<Originator, FbufError> {
+        if zcio_vm::mapping::is_sealed_for_writes(fd) {
+            return Err(FbufError::InvalidPath(format!(
+                "the path at {:#x} has an originator already: its memory is sealed against any other writer",
+                info.addr
+            )));
+        }
         let map = SharedWords::map(fd, 0, info.len(), info.addr, Access::ReadWrite)?;
+        let sealed = zcio_vm::mapping::seal_future_writes(fd)?;
         Ok(Originator {
+            sealed,
             map,
             info,
             next: 0,
@@ -409,7 +429,7 @@ impl Originator {
     }
 
     /// A receiver's deallocation notice for `r`. When the last receiver has freed it, the fbuf
-    /// becomes writable again and goes on its free list (cached) or gives its pages back.
+    /// becomes writable again and goes on its free list, as it is (cached) or cleared.
     pub fn freed(&mut self, r: FbufRef) -> Result<(), FbufError> {
         let Some(e) = self.out.get_mut(&r.addr) else {
             return Err(FbufError::BadRef {
@@ -438,7 +458,12 @@ impl Originator {
             self.map.set_access(off, cap as usize, Access::ReadWrite)?;
         }
         if !self.info.variant.cached {
-            self.map.discard(off, cap as usize)?;
+            if self.sealed {
+                // The seal forbids giving pages back (a punched hole is a write): clear them.
+                self.map.clear(off, cap as usize);
+            } else {
+                self.map.discard(off, cap as usize)?;
+            }
         }
         self.free
             .entry(cap as usize / page_size())

@@ -90,7 +90,7 @@ fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
         assert_eq!(g.addr(), addrs[2]);
         let h = o.alloc(8000).unwrap();
         assert_eq!(h.addr(), addrs[0]);
-        // Cached fbufs keep their contents (no clearing); uncached ones gave their pages back.
+        // Cached fbufs keep their contents (no clearing); uncached ones were cleared.
         let mut b = [0u8; 4];
         assert!(o.read_bytes(g.addr(), &mut b));
         assert_eq!(b, if cached { [3; 4] } else { [0; 4] });
@@ -222,6 +222,67 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
         assert!(o.read_bytes(r.addr, &mut back));
         assert_eq!(back, data);
     }
+}
+
+#[test]
+fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_kernel() {
+    let p = PathMemory::create(1 << 20, 2, CACHED).unwrap();
+    let info = p.info();
+    assert!(!zcio_vm::mapping::is_sealed_for_writes(p.fd()));
+    let mut o = Originator::new(p.fd(), info).unwrap();
+    assert!(
+        zcio_vm::mapping::is_sealed_for_writes(p.fd()),
+        "the originator's mapping seals the path"
+    );
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 253) as u8).collect();
+    let f = o.alloc(data.len()).unwrap();
+    o.write(&f, 0, &data).unwrap();
+    let r = o.send(f, 1).unwrap();
+    let args = [
+        format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd()),
+        info.addr.to_string(),
+        info.chunk_bytes.to_string(),
+        info.quota_chunks.to_string(),
+        "true".into(),
+        "true".into(),
+        r.addr.to_string(),
+        r.len.to_string(),
+    ];
+    let out = peer()
+        .arg("receive-then-reopen-rw")
+        .args(&args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Reopening succeeds (the memfd's mode allows it); nothing written through it does.
+    assert!(stdout.contains("reopen read-write GRANTED"), "{stdout}");
+    for attempt in [
+        "writable mapping",
+        "write",
+        "shrink",
+        "punch hole",
+        "mprotect writable",
+    ] {
+        assert!(
+            stdout.contains(&format!("{attempt} refused")),
+            "{attempt} was not refused:\n{stdout}"
+        );
+    }
+    // The fbuf is as the originator wrote it, and the originator still writes its path.
+    let mut back = vec![0u8; data.len()];
+    assert!(o.read_bytes(r.addr, &mut back));
+    assert_eq!(back, data);
+    o.freed(r).unwrap();
+    let g = o.alloc(64).unwrap();
+    o.write(&g, 0, &[9; 64]).unwrap();
+    // A second originator of the path is refused, by name.
+    let e = Originator::new(p.fd(), info).unwrap_err().to_string();
+    assert!(e.contains("has an originator already"), "{e}");
 }
 
 #[test]

@@ -384,6 +384,33 @@ pub fn reopen_read_only(fd: BorrowedFd<'_>) -> Result<std::os::fd::OwnedFd> {
     .map_err(|e| VmError::sys("reopen read-only (/proc/self/fd)", e.into()))
 }
 
+/// Seal a memory file against every write from now on: `F_SEAL_FUTURE_WRITE` (no new writable
+/// shared mapping, no `write`, no hole punched), `F_SEAL_SHRINK`, `F_SEAL_GROW`, and
+/// `F_SEAL_SEAL` so that the set cannot change. Mappings made writable before the seal stay
+/// writable: the process that made them is the file's only writer. Whoever else holds the
+/// file, even through a descriptor reopened read-write from `/proc/<pid>/fd`, can then only
+/// map it readable, and cannot make such a mapping writable with `mprotect`.
+///
+/// Returns `false`, sealing nothing, where the kernel has no `F_SEAL_FUTURE_WRITE` (before
+/// Linux 5.1): read-only descriptors are then the only protection.
+pub fn seal_future_writes(fd: BorrowedFd<'_>) -> Result<bool> {
+    use rustix::fs::SealFlags;
+    let seals = SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+    match rustix::fs::fcntl_add_seals(fd, seals) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::INVAL) => Ok(false),
+        Err(e) => Err(VmError::sys(
+            "fcntl(F_ADD_SEALS, F_SEAL_FUTURE_WRITE)",
+            e.into(),
+        )),
+    }
+}
+
+/// Whether a memory file is sealed against writes from now on ([`seal_future_writes`]).
+pub fn is_sealed_for_writes(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fcntl_get_seals(fd).is_ok_and(|s| s.contains(rustix::fs::SealFlags::FUTURE_WRITE))
+}
+
 /// Number of mappings (VMAs) of this process, read from `/proc/self/maps`.
 pub fn vma_count() -> usize {
     std::fs::read_to_string("/proc/self/maps")

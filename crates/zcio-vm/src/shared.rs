@@ -123,6 +123,15 @@ impl SharedWords {
         unsafe { crate::protect::set_access(r, access) }
     }
 
+    /// Clear `[offset, offset + len)` (8-byte aligned) to zeros with word stores: the clearing
+    /// of a memory file sealed against hole punching ([`crate::mapping::seal_future_writes`]),
+    /// whose pages stay allocated.
+    pub fn clear(&self, offset: usize, len: usize) {
+        for w in self.words(offset, len) {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Give the pages of `[offset, offset + len)` back to the kernel (`MADV_REMOVE`: the memfd's
     /// pages are freed, and read as zeros afterwards): the clearing of uncached fbufs.
     pub fn discard(&self, offset: usize, len: usize) -> Result<()> {

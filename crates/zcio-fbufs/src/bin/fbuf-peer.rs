@@ -7,6 +7,10 @@
 //! - `fbuf-peer receive-then-write ...` (same arguments): then try to write what was received:
 //!   first by asking for a writable mapping (refused: printed), then by storing through the
 //!   read-only mapping (faults: the process dies by SIGSEGV).
+//! - `fbuf-peer receive-then-reopen-rw ...` (same arguments): then reopen its read-only
+//!   descriptor read-write through `/proc/self/fd` and try every way to write through it: a
+//!   writable mapping, `write`, shrinking, punching a hole, and `mprotect` of a read-only
+//!   mapping; prints `ATTEMPT refused: ERROR` or `ATTEMPT GRANTED` for each.
 //! - `fbuf-peer originator-writes-after-send VOLATILE`: make a path, send an fbuf, then write it.
 //! - `fbuf-peer receiver-loop SOCKET COUNT [hold]`: connect, receive COUNT fbufs, check each
 //!   byte against the pattern of its sequence number, free them (or, with `hold`, keep them
@@ -48,7 +52,7 @@ fn arg<T: std::str::FromStr>(a: &[String], i: usize) -> T {
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     match a.get(1).map(String::as_str) {
-        Some(mode @ ("receive" | "receive-then-write")) => {
+        Some(mode @ ("receive" | "receive-then-write" | "receive-then-reopen-rw")) => {
             let fd = rustix::fs::open(
                 a[2].as_str(),
                 rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
@@ -76,6 +80,9 @@ fn main() {
                 "{}",
                 buf.iter().map(|b| format!("{b:02x}")).collect::<String>()
             );
+            if mode == "receive-then-reopen-rw" {
+                reopen_rw_and_write(rx.fd(), info);
+            }
             if mode == "receive-then-write" {
                 let fd = rustix::fs::open(
                     a[2].as_str(),
@@ -354,4 +361,75 @@ fn main() {
             std::process::exit(2);
         }
     }
+}
+
+/// A receiver turned attacker: its read-only descriptor of the path reopened read-write through
+/// `/proc/self/fd`, then every way of writing through it tried, each outcome printed.
+fn reopen_rw_and_write(ro: std::os::fd::BorrowedFd<'_>, info: PathInfo) {
+    use std::os::fd::AsRawFd;
+    let outcome = |what: &str, r: Result<(), String>| match r {
+        Ok(()) => println!("{what} GRANTED"),
+        Err(e) => println!("{what} refused: {e}"),
+    };
+    let rw = match rustix::fs::open(
+        format!("/proc/self/fd/{}", ro.as_raw_fd()).as_str(),
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        Ok(fd) => {
+            println!("reopen read-write GRANTED");
+            fd
+        }
+        Err(e) => {
+            println!("reopen read-write refused: {e}");
+            return;
+        }
+    };
+    let elsewhere = zcio_vm::arena::random_address(info.len());
+    outcome(
+        "writable mapping",
+        zcio_vm::shared::SharedWords::map(
+            rw.as_fd(),
+            0,
+            info.len(),
+            elsewhere,
+            zcio_vm::protect::Access::ReadWrite,
+        )
+        .map(drop)
+        .map_err(|e| e.to_string()),
+    );
+    outcome(
+        "write",
+        rustix::io::pwrite(&rw, &[0xba; 64], 0)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+    );
+    outcome(
+        "shrink",
+        rustix::fs::ftruncate(&rw, 0).map_err(|e| e.to_string()),
+    );
+    outcome(
+        "punch hole",
+        rustix::fs::fallocate(
+            &rw,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            0,
+            info.len() as u64,
+        )
+        .map_err(|e| e.to_string()),
+    );
+    let ro_map = zcio_vm::shared::SharedWords::map(
+        rw.as_fd(),
+        0,
+        info.len(),
+        elsewhere,
+        zcio_vm::protect::Access::ReadOnly,
+    )
+    .expect("a read-only mapping through the reopened descriptor");
+    outcome(
+        "mprotect writable",
+        ro_map
+            .set_access(0, info.len(), zcio_vm::protect::Access::ReadWrite)
+            .map_err(|e| e.to_string()),
+    );
 }
