@@ -37,6 +37,7 @@ pub mod mapping;
 pub mod page;
 pub mod protect;
 pub mod remap;
+pub mod resources;
 pub mod runtime;
 pub mod sealed;
 pub mod shared;

@@ -7,6 +7,7 @@ pub mod fbufs_bench;
 pub mod frames_bench;
 pub mod iceoryx;
 pub mod report;
+pub mod soak;
 pub mod splice_bench;
 pub mod transfer;
 pub mod uio_bench;

@@ -44,6 +44,9 @@ enum Cmd {
     /// The reproduction report: run every experiment, write index.html, REPORT.md,
     /// results.json and plots.
     Report(zcio::report::ReportArgs),
+    /// Random transfers (semantics, modules, lengths, offsets, overwrites) to receiving
+    /// processes, every byte checked, for a given time; then the tally and the resources held.
+    Soak(zcio::soak::SoakArgs),
     /// Benchmarks, side by side in one run.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -214,6 +217,7 @@ fn main() -> ExitCode {
             messages,
         } => zcio::iceoryx::sink(&connect, &service, &touch, bytes, messages),
         Cmd::Report(a) => zcio::report::run(a),
+        Cmd::Soak(a) => zcio::soak::run(a),
         Cmd::Probe { dir, check_skips } => {
             let p = zcio_genie::probe::probe(&dir);
             println!(

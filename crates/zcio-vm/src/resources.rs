@@ -1,0 +1,90 @@
+//! What a process holds of the kernel's resources that zcio's mechanisms create: descriptors,
+//! memory files, mappings, POSIX shared-memory objects and threads. Long runs and tests compare
+//! a snapshot taken before with one taken after to see that nothing leaked.
+
+use serde::{Deserialize, Serialize};
+
+/// A snapshot of this process's resources (and of `/dev/shm`, which is the machine's).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// Open file descriptors (`/proc/self/fd`).
+    pub fds: usize,
+    /// Of those, memory files (`memfd:` links).
+    pub memfds: usize,
+    /// Mappings (`/proc/self/maps` lines).
+    pub vmas: usize,
+    /// Objects in `/dev/shm` (every process's).
+    pub shm_objects: usize,
+    /// Threads of this process.
+    pub threads: usize,
+}
+
+impl Resources {
+    /// The resources held now. An entry that cannot be read counts as zero.
+    pub fn now() -> Resources {
+        let mut fds = 0usize;
+        let mut memfds = 0usize;
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            for e in dir.flatten() {
+                fds += 1;
+                if std::fs::read_link(e.path())
+                    .is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"))
+                {
+                    memfds += 1;
+                }
+            }
+        }
+        let count = |p: &str| std::fs::read_dir(p).map_or(0, |d| d.count());
+        Resources {
+            // The directory being read holds one descriptor of its own.
+            fds: fds.saturating_sub(1),
+            memfds,
+            vmas: crate::mapping::vma_count(),
+            shm_objects: count("/dev/shm"),
+            threads: count("/proc/self/task"),
+        }
+    }
+
+    /// What grew from `before` to `self`, as "name before → after" phrases (empty if nothing
+    /// did). Mappings may grow by `vma_slack` (caches that fill up to a bound).
+    pub fn grown_since(&self, before: &Resources, vma_slack: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |name: &str, b: usize, a: usize, slack: usize| {
+            if a > b + slack {
+                out.push(format!("{name} {b} → {a}"));
+            }
+        };
+        check("descriptors", before.fds, self.fds, 0);
+        check("memory files", before.memfds, self.memfds, 0);
+        check("mappings", before.vmas, self.vmas, vma_slack);
+        check("/dev/shm objects", before.shm_objects, self.shm_objects, 0);
+        check("threads", before.threads, self.threads, 0);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_file_and_a_mapping_are_counted_and_their_release_seen() {
+        let before = Resources::now();
+        let fd = rustix::fs::memfd_create("zcio-resources-test", rustix::fs::MemfdFlags::CLOEXEC)
+            .unwrap();
+        let m = crate::Mapping::anonymous(3 * crate::page_size(), Default::default()).unwrap();
+        let during = Resources::now();
+        assert_eq!(during.memfds, before.memfds + 1, "{before:?} {during:?}");
+        assert_eq!(during.fds, before.fds + 1, "{before:?} {during:?}");
+        assert!(during.vmas > before.vmas, "{before:?} {during:?}");
+        let grown = during.grown_since(&before, 0);
+        assert!(
+            grown.iter().any(|g| g.starts_with("memory files")),
+            "{grown:?}"
+        );
+        drop((fd, m));
+        let after = Resources::now();
+        assert_eq!(after.memfds, before.memfds);
+        assert_eq!(after.fds, before.fds);
+    }
+}
