@@ -182,8 +182,31 @@ fn check_skips_against(
     }
 }
 
+impl Cmd {
+    /// Whether the command was asked for JSON on stdout (`--json`): its error then goes there
+    /// too, as `{"error": ...}`, beside the message on stderr.
+    fn json(&self) -> bool {
+        match self {
+            Cmd::Transfer(a) => a.json,
+            Cmd::Soak(a) => a.json,
+            Cmd::Bench(b) => match b {
+                BenchCmd::Memnet(a) => a.json,
+                BenchCmd::Genie(a) => a.json,
+                BenchCmd::Fbufs(a) => a.json,
+                BenchCmd::Vmmr(a) => a.json,
+                BenchCmd::Checksum(a) => a.json,
+                BenchCmd::Splice(a) => a.json,
+                BenchCmd::Containers(a) => a.json,
+                BenchCmd::Uio(a) => a.json,
+            },
+            _ => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.cmd.json();
     let r = match cli.cmd {
         Cmd::Transfer(a) => transfer::run(a),
         Cmd::Peer { connect } => transfer::peer(&connect),
@@ -234,9 +257,10 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let msg = serde_json::json!({ "error": e.to_string() });
             eprintln!("zcio: {e}");
-            println!("{msg}");
+            if json {
+                println!("{}", serde_json::json!({ "error": e.to_string() }));
+            }
             ExitCode::FAILURE
         }
     }

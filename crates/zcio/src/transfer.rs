@@ -345,16 +345,40 @@ enum Out {
     Stream(StreamEnd),
 }
 
+impl TransferArgs {
+    /// Refuse what no process of the transfer could carry out, before any process starts.
+    pub fn validate(&self) -> Res<()> {
+        if self.bytes == 0 {
+            return Err(
+                "invalid argument `--bytes`: length 0: a transfer carries at least one byte".into(),
+            );
+        }
+        if self.count == 0 {
+            return Err("invalid argument `--count`: at least one message".into());
+        }
+        // Each end maps its buffer with the offset and a page (or a huge page) of slack.
+        let slack = if self.huge {
+            zcio_vm::page::HUGE_PAGE_SIZE
+        } else {
+            page_size()
+        };
+        let limit = zcio_vm::mapping::MAX_MAPPING - 2 * slack;
+        if self.bytes > limit || self.offset > limit - self.bytes {
+            return Err(format!(
+                "invalid argument `--bytes`/`--offset`: {} bytes at offset {}: a buffer ends at most {limit} bytes from its mapping's start (zcio maps at most {} bytes at once)",
+                self.bytes,
+                self.offset,
+                zcio_vm::mapping::MAX_MAPPING
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
 /// Run a transfer and print the result.
 pub fn run(a: TransferArgs) -> Res<()> {
-    if a.bytes == 0 {
-        return Err(
-            "invalid argument `--bytes`: length 0: a transfer carries at least one byte".into(),
-        );
-    }
-    if a.count == 0 {
-        return Err("invalid argument `--count`: at least one message".into());
-    }
+    a.validate()?;
     let vma_before = zcio_vm::mapping::vma_count();
     let result = if a.module == ModuleKind::File {
         run_file_json(&a)?
@@ -465,6 +489,7 @@ pub fn zcio_command() -> Res<std::process::Command> {
 
 /// Run a transfer to a second process and return its result object (what `--json` prints).
 pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
+    a.validate()?;
     let dir = tempfile::tempdir()?;
     let sock_path = dir.path().join("ctl");
     let listener = UnixListener::bind(&sock_path)?;
@@ -671,6 +696,7 @@ pub fn children_and_self_cpu_ns() -> u64 {
 /// Run a file transfer (write the file, read it back in this process) and return its result
 /// object.
 pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
+    a.validate()?;
     let dir = match &a.dir {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir_in(".")?,

@@ -399,6 +399,31 @@ fn help_is_complete_and_errors_name_the_argument() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--bytes"));
 
+    // A length no mapping can hold is refused before any process starts, once, on stderr
+    // (JSON on stdout only with --json).
+    for json in [false, true] {
+        let mut c = zcio();
+        c.args(["transfer", "--semantics", "copy", "--bytes", "99999999999"]);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--bytes") && err.contains("99999999999") && !err.contains("pipe"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if json {
+            let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+            assert!(v["error"].as_str().unwrap().contains("99999999999"), "{v}");
+        } else {
+            assert!(stdout.is_empty(), "{stdout}");
+        }
+    }
+
     let out = zcio()
         .args(["transfer", "--semantics", "teleport", "--bytes", "1"])
         .output()
