@@ -1299,6 +1299,10 @@ impl VmRuntime {
     /// address from the old one, so such a range must not be reused.
     pub fn watch(&self, r: RawRange) -> Option<WatchId> {
         self.uffd.as_ref().filter(|_| self.is_live())?;
+        // Let the handler finish the events it has read: the unmap of an earlier mapping at
+        // this very address returns once its event is read, not handled, and handled after
+        // this watch it would be taken for the unmapping of this range.
+        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
         let mut st = self.lock();
         if st.watches.len() == MAX_WATCHES {
             return None;
