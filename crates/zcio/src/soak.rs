@@ -33,6 +33,12 @@ pub struct SoakArgs {
     /// Directory for the file module's files (default: the current directory).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Only these semantics (comma-separated; default: all eight).
+    #[arg(long, value_delimiter = ',')]
+    pub semantics: Vec<Semantics>,
+    /// Only these modules (comma-separated; default: memnet, unix, tcp, pipe, file).
+    #[arg(long, value_delimiter = ',')]
+    pub modules: Vec<ModuleKind>,
     /// Print the tally as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -108,10 +114,16 @@ pub struct Tally {
     pub grown: Vec<String>,
 }
 
-/// A random case.
-fn case(rng: &mut fastrand::Rng, max_bytes: usize, huge_ok: bool) -> TransferArgs {
-    let semantics = Semantics::ALL[rng.usize(..Semantics::ALL.len())];
-    let module = MODULES[rng.usize(..MODULES.len())];
+/// A random case of one of `sems` over one of `modules`.
+fn case(
+    rng: &mut fastrand::Rng,
+    sems: &[Semantics],
+    modules: &[ModuleKind],
+    max_bytes: usize,
+    huge_ok: bool,
+) -> TransferArgs {
+    let semantics = sems[rng.usize(..sems.len())];
+    let module = modules[rng.usize(..modules.len())];
     let ps = zcio_vm::page_size();
     let max = max_bytes.max(1);
     // A third short (within two pages), a third medium, a third long.
@@ -229,6 +241,16 @@ pub fn run(args: SoakArgs) -> Res<()> {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     let mut rng = fastrand::Rng::with_seed(seed);
+    let sems = if args.semantics.is_empty() {
+        Semantics::ALL.to_vec()
+    } else {
+        args.semantics.clone()
+    };
+    let modules = if args.modules.is_empty() {
+        MODULES.to_vec()
+    } else {
+        args.modules.clone()
+    };
     let huge_ok = zcio_vm::huge::unavailable_reason().is_none();
     let dir = match &args.dir {
         Some(d) => d.clone(),
@@ -257,7 +279,7 @@ pub fn run(args: SoakArgs) -> Res<()> {
     };
     let t0 = Instant::now();
     while t0.elapsed() < budget || t.cases < WARM_CASES {
-        let mut a = case(&mut rng, args.max_bytes, huge_ok);
+        let mut a = case(&mut rng, &sems, &modules, args.max_bytes, huge_ok);
         a.dir = Some(dir.clone());
         run_case(&a, &mut t);
         if t.cases == WARM_CASES {
