@@ -22,6 +22,22 @@ const MOVE_MODE_DONTWAKE: u64 = 1;
 /// `UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES`.
 const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 2;
 
+/// One userfaultfd ioctl: `request` on `fd` with `arg`, the error named `op` with the errno.
+///
+/// # Safety
+///
+/// `T` must be the structure `request` reads and writes, and what the request does to memory
+/// must be covered by the caller's own contract (each caller says why it is).
+unsafe fn ioctl<T>(fd: &OwnedFd, request: u32, op: &'static str, arg: &mut T) -> Result<()> {
+    // SAFETY: `arg` is a live, exclusive `T` for the call; the caller vouches for `T` and the
+    // request's effect.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, std::ptr::from_mut(arg)) };
+    if rc < 0 {
+        return Err(VmError::last_os(op));
+    }
+    Ok(())
+}
+
 bitflags::bitflags! {
     /// Features negotiated with `UFFDIO_API`.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,17 +200,8 @@ impl Userfaultfd {
             features: features.bits(),
             ioctls: 0,
         };
-        // SAFETY: UFFDIO_API reads and writes exactly one uffdio_api.
-        let rc = unsafe {
-            libc::ioctl(
-                fd.as_raw_fd(),
-                linux_raw_sys::ioctl::UFFDIO_API as _,
-                &mut api,
-            )
-        };
-        if rc < 0 {
-            return Err(VmError::last_os("UFFDIO_API"));
-        }
+        // SAFETY: UFFDIO_API reads and writes exactly one uffdio_api; it touches no memory.
+        unsafe { ioctl(fd, linux_raw_sys::ioctl::UFFDIO_API, "UFFDIO_API", &mut api)? };
         Ok(Features::from_bits_truncate(api.features))
     }
 
@@ -220,17 +227,14 @@ impl Userfaultfd {
             ioctls: 0,
         };
         // SAFETY: UFFDIO_REGISTER reads and writes one uffdio_register; it changes only VMA flags.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                linux_raw_sys::ioctl::UFFDIO_REGISTER as _,
+        unsafe {
+            ioctl(
+                &self.fd,
+                linux_raw_sys::ioctl::UFFDIO_REGISTER,
+                "UFFDIO_REGISTER",
                 &mut reg,
             )
-        };
-        if rc < 0 {
-            return Err(VmError::last_os("UFFDIO_REGISTER"));
         }
-        Ok(())
     }
 
     /// Unregister a page-aligned range.
@@ -239,18 +243,15 @@ impl Userfaultfd {
             start: r.addr as u64,
             len: r.len as u64,
         };
-        // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                linux_raw_sys::ioctl::UFFDIO_UNREGISTER as _,
+        // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range; it changes only VMA flags.
+        unsafe {
+            ioctl(
+                &self.fd,
+                linux_raw_sys::ioctl::UFFDIO_UNREGISTER,
+                "UFFDIO_UNREGISTER",
                 &mut range,
             )
-        };
-        if rc < 0 {
-            return Err(VmError::last_os("UFFDIO_UNREGISTER"));
         }
-        Ok(())
     }
 
     /// Write-protect (`protect = true`) or unprotect a registered range. Unprotecting wakes the
@@ -271,17 +272,14 @@ impl Userfaultfd {
             mode,
         };
         // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect; it changes only PTE write bits.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                linux_raw_sys::ioctl::UFFDIO_WRITEPROTECT as _,
+        unsafe {
+            ioctl(
+                &self.fd,
+                linux_raw_sys::ioctl::UFFDIO_WRITEPROTECT,
+                "UFFDIO_WRITEPROTECT",
                 &mut wp,
             )
-        };
-        if rc < 0 {
-            return Err(VmError::last_os("UFFDIO_WRITEPROTECT"));
         }
-        Ok(())
     }
 
     /// Move the pages of `src` to `dst` (equal, page-aligned, `dst` registered and empty).
@@ -321,11 +319,11 @@ impl Userfaultfd {
                 move_: 0,
             };
             // SAFETY: UFFDIO_MOVE reads and writes one uffdio_move; the memory effect is the caller's contract.
-            let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_MOVE as _, &mut mv) };
+            let r = unsafe { ioctl(&self.fd, UFFDIO_MOVE, "UFFDIO_MOVE", &mut mv) };
             let moved = if mv.move_ > 0 { mv.move_ as usize } else { 0 };
             done += moved;
-            if rc < 0 {
-                let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if let Err(e) = r {
+                let errno = e.errno().unwrap_or(0);
                 // EAGAIN included: it means the address space is changing (an unmap event is
                 // pending delivery to *this* userfaultfd's reader), and retrying here from the
                 // handler thread would wait for itself. Callers fall back (copy or sleep-on-write).
@@ -354,16 +352,14 @@ impl Userfaultfd {
             copy: 0,
         };
         // SAFETY: UFFDIO_COPY reads and writes one uffdio_copy; the memory effect is the caller's contract.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                linux_raw_sys::ioctl::UFFDIO_COPY as _,
+        unsafe {
+            ioctl(
+                &self.fd,
+                linux_raw_sys::ioctl::UFFDIO_COPY,
+                "UFFDIO_COPY",
                 &mut cp,
-            )
+            )?
         };
-        if rc < 0 {
-            return Err(VmError::last_os("UFFDIO_COPY"));
-        }
         Ok(cp.copy.max(0) as usize)
     }
 
@@ -377,18 +373,16 @@ impl Userfaultfd {
             mode: 0,
             zeropage: 0,
         };
-        // SAFETY: UFFDIO_ZEROPAGE only fills missing pages with zeros; it never replaces a page.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                linux_raw_sys::ioctl::UFFDIO_ZEROPAGE as _,
+        // SAFETY: UFFDIO_ZEROPAGE reads and writes one uffdio_zeropage and only fills missing
+        // pages with zeros; it never replaces a page.
+        unsafe {
+            ioctl(
+                &self.fd,
+                linux_raw_sys::ioctl::UFFDIO_ZEROPAGE,
+                "UFFDIO_ZEROPAGE",
                 &mut z,
             )
-        };
-        if rc < 0 {
-            return Err(VmError::last_os("UFFDIO_ZEROPAGE"));
         }
-        Ok(())
     }
 
     /// Wake threads waiting on faults in a range.
@@ -398,17 +392,14 @@ impl Userfaultfd {
             len: r.len as u64,
         };
         // SAFETY: UFFDIO_WAKE reads one uffdio_range and only wakes waiters.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                linux_raw_sys::ioctl::UFFDIO_WAKE as _,
+        unsafe {
+            ioctl(
+                &self.fd,
+                linux_raw_sys::ioctl::UFFDIO_WAKE,
+                "UFFDIO_WAKE",
                 &mut range,
             )
-        };
-        if rc < 0 {
-            return Err(VmError::last_os("UFFDIO_WAKE"));
         }
-        Ok(())
     }
 
     /// Read pending events without blocking (empty when none).
