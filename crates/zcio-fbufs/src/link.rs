@@ -6,7 +6,21 @@
 //!   of its memory, and the link's rings ([`offer_path`], `SCM_RIGHTS`; [`crate::ring`]).
 //! - A send puts a three-word reference on the sends ring: no system call, and the data never
 //!   moves. A receiver asleep on the socket is woken with one frame; when the ring is full the
-//!   reference goes over the socket as a 24-byte frame instead.
+//!   reference goes over the socket as a 24-byte frame instead, and so do the ones after it
+//!   until the receiver has taken those from the socket (it reads the ring first), so that
+//!   references arrive in the order sent.
+//! - No end ever waits for the other to read: a frame the socket does not take now waits in a
+//!   backlog for that peer, in order, and goes out when the end next touches that peer (a send,
+//!   a poll, an allocation; a receive, a free) or, while the end sleeps, when the peer's socket
+//!   takes more. One stuck receiver thus holds up no send and no other receiver of the path.
+//!   The backlog is bounded: the references waiting for a receiver are at most those it holds
+//!   (each fbuf is at least a page, and is sent to a receiver once until it comes back), and
+//!   past an explicit limit ([`DEFAULT_BACKLOG_FRAMES`]) the peer counts as failed: an
+//!   originator drops that receiver and releases its references as if it had died, a receiver
+//!   gives up on its originator. A backlog goes with its end when that is dropped
+//!   ([`OriginatorEnd::backlog_bytes`] tells what still waits). Nor does an end wait for the
+//!   rest of a frame cut short: it keeps the part until the rest comes. Only
+//!   [`ReceiverEnd::secure`] waits for the originator, for its answer.
 //! - A receiver frees fbufs locally; each notice goes on the frees ring at once, so the
 //!   originator never starves for free fbufs and gets no message for notices at all. Where the
 //!   ring is full, the notices wait: they ride along with any request the receiver sends
@@ -31,7 +45,6 @@ use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, Receiver, Vari
 use crate::region::RegionRead;
 use crate::ring::{Dir, Rings};
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -67,7 +80,25 @@ pub enum LinkError {
         /// What we were doing.
         during: &'static str,
     },
+    /// The peer stopped reading its socket: more frames wait for it than the limit allows.
+    #[error(
+        "fbuf link: {peer} stopped reading its socket: {frames} frames wait for it, more than the limit of {limit}"
+    )]
+    Stalled {
+        /// Which peer ("the originator", "the downstream receiver").
+        peer: &'static str,
+        /// Frames waiting for it.
+        frames: usize,
+        /// The most allowed.
+        limit: usize,
+    },
 }
+
+/// Most frames that may wait for a peer whose socket is full before the peer counts as failed
+/// (1.5 MiB of frames). References alone never reach it on a path of up to 256 MiB (65536
+/// pages): a peer has each fbuf at most once at a time. Only a receiver that also floods
+/// requests, or an originator that sends what it has not had back, gets that far.
+pub const DEFAULT_BACKLOG_FRAMES: usize = 1 << 16;
 
 pub(crate) fn frame(kind: u64, r: FbufRef) -> [u8; FRAME] {
     let mut b = [0u8; FRAME];
@@ -129,8 +160,9 @@ impl Frames {
                 self.hi -= self.lo;
                 self.lo = 0;
             }
-            // A partial frame is finished even when not waiting: its rest is on the way.
-            let flags = if wait || self.hi > 0 {
+            // A frame cut short stays buffered until its rest comes, and is not waited for: the
+            // rest may wait in the writer's backlog, or never come from a hostile peer.
+            let flags = if wait {
                 RecvFlags::empty()
             } else {
                 RecvFlags::DONTWAIT
@@ -200,30 +232,134 @@ pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd, Option<Owned
             volatile: w(3) & 2 != 0,
         },
     };
+    // The length is computed checked: the words are the peer's, and `PathInfo::len` trusts
+    // its geometry.
+    let len = info.chunk_bytes.checked_mul(info.quota_chunks);
     if info.chunk_bytes == 0
         || info.chunk_bytes % zcio_vm::page_size() != 0
-        || info.len() > zcio_vm::mapping::MAX_MAPPING
+        || len.is_none_or(|l| l == 0 || l > zcio_vm::mapping::MAX_MAPPING)
         || info.addr % zcio_vm::page_size() != 0
+        || len.is_none_or(|l| info.addr.checked_add(l).is_none())
     {
         return Err(LinkError::Protocol(format!(
             "implausible path offered: {info:?}"
         )));
     }
     let rings = (fds.len() == 2).then(|| fds.pop().expect("two descriptors"));
-    Ok((info, fds.pop().expect("one descriptor"), rings))
+    let fd = fds.pop().expect("one descriptor");
+    // A path longer than its memory would be mapped past the end of the file, where a read
+    // faults (SIGBUS) instead of failing.
+    let size = rustix::fs::fstat(&fd)
+        .map_err(|e| LinkError::Io(e.into()))?
+        .st_size as u64;
+    if size < info.len() as u64 {
+        return Err(LinkError::Protocol(format!(
+            "path offered with {} bytes of range ({} chunks of {}) but {size} bytes of memory",
+            info.len(),
+            info.quota_chunks,
+            info.chunk_bytes
+        )));
+    }
+    Ok((info, fd, rings))
 }
 
-/// Wake the other end, asleep on the socket: a WAKE frame, unless the socket is full (then it
-/// has unread frames and is awake to them anyway).
-fn wake(sock: &UnixStream) {
+/// Wait until `sock` has something to read (or closed), or takes more.
+fn wait_in_or_out(sock: &UnixStream) -> Result<(), LinkError> {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds = [PollFd::new(sock, PollFlags::IN | PollFlags::OUT)];
+    match rustix::event::poll(&mut fds, None) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(std::io::Error::from(e).into()),
+    }
+}
+
+/// Write as much of `b` as `sock` takes now, without waiting and without `SIGPIPE`; how much.
+fn send_now(sock: &UnixStream, b: &[u8]) -> std::io::Result<usize> {
     use rustix::net::SendFlags;
-    let f = frame(WAKE, FbufRef { addr: 0, len: 0 });
-    match rustix::net::send(sock, &f, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
-        // A frame cut short would break the framing: finish it.
-        Ok(n) if n < FRAME => {
-            let _ = (&*sock).write_all(&f[n..]);
+    let mut n = 0;
+    while n < b.len() {
+        match rustix::net::send(sock, &b[n..], SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+            Ok(0) | Err(rustix::io::Errno::AGAIN) => break,
+            Ok(k) => n += k,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
-        _ => {}
+    }
+    Ok(n)
+}
+
+/// The frames for one peer that its socket has not taken yet (the backlog), in the order they
+/// were written: whatever is written later goes out behind them. Writing never waits.
+#[derive(Default)]
+struct Outbox {
+    bytes: Vec<u8>,
+    /// How much of `bytes` went out already.
+    sent: usize,
+}
+
+impl Outbox {
+    /// Bytes waiting.
+    fn len(&self) -> usize {
+        self.bytes.len() - self.sent
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Frames waiting (one partly sent counts whole).
+    fn frames(&self) -> usize {
+        self.len().div_ceil(FRAME)
+    }
+
+    /// Write `b` behind what waits, as far as the socket takes it now; the bytes that went out.
+    fn write(&mut self, sock: &UnixStream, b: &[u8]) -> std::io::Result<usize> {
+        if self.is_empty() {
+            let n = send_now(sock, b)?;
+            self.bytes.clear();
+            self.sent = 0;
+            self.bytes.extend_from_slice(&b[n..]);
+            return Ok(n);
+        }
+        self.bytes.extend_from_slice(b);
+        self.flush(sock)
+    }
+
+    /// Write what waits, as far as the socket takes it now; the bytes that went out.
+    fn flush(&mut self, sock: &UnixStream) -> std::io::Result<usize> {
+        if self.is_empty() {
+            return Ok(0);
+        }
+        let n = send_now(sock, &self.bytes[self.sent..])?;
+        self.sent += n;
+        if self.is_empty() {
+            self.bytes.clear();
+            self.sent = 0;
+        } else if self.sent >= self.bytes.len() / 2 {
+            self.bytes.drain(..self.sent);
+            self.sent = 0;
+        }
+        Ok(n)
+    }
+
+    /// Forget what waits, and the memory it took (the peer is gone or given up on).
+    fn clear(&mut self) {
+        *self = Outbox::default();
+    }
+}
+
+/// Wake the other end, asleep on the socket: a WAKE frame, unless frames already wait for its
+/// socket (it is full: the other end has unread frames and is awake to them anyway) or the
+/// socket is full now. A frame cut short waits in `out` for the rest to go out.
+fn wake(sock: &UnixStream, out: &mut Outbox) {
+    if !out.is_empty() {
+        return;
+    }
+    let f = frame(WAKE, FbufRef { addr: 0, len: 0 });
+    if let Ok(n) = send_now(sock, &f)
+        && n > 0
+    {
+        out.bytes.extend_from_slice(&f[n..]);
     }
 }
 
@@ -239,19 +375,27 @@ pub(crate) fn peer_pidfd(sock: &UnixStream) -> Option<OwnedFd> {
 }
 
 /// What [`poll_ends`] saw: which of the extra descriptors are ready, which ends' sockets are
-/// readable and which ends' processes are gone (indices into the ends given).
+/// readable (or closed), which take more, and which ends' processes are gone (indices into the
+/// ends given).
 pub(crate) struct Polled {
     pub(crate) extra: Vec<bool>,
     pub(crate) readable: Vec<usize>,
+    pub(crate) writable: Vec<usize>,
     pub(crate) ended: Vec<usize>,
 }
 
+/// Whether poll's `revents` say the socket has something to read, or has closed or failed.
+fn readable(revents: rustix::event::PollFlags) -> bool {
+    use rustix::event::PollFlags;
+    revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL)
+}
+
 /// Wait, up to `timeout` (forever with `None`), until one of `extra` (a listener) is ready, one
-/// of the ends' sockets is readable, or one of their processes has exited (its pidfd turns
-/// readable).
+/// of the ends' sockets is readable, one of their processes has exited (its pidfd turns
+/// readable), or one of the sockets marked for it (a backlog waits for it) takes more.
 pub(crate) fn poll_ends(
     extra: &[BorrowedFd<'_>],
-    ends: &[(&UnixStream, Option<&OwnedFd>)],
+    ends: &[(&UnixStream, Option<&OwnedFd>, bool)],
     timeout: Option<Duration>,
 ) -> Result<Polled, LinkError> {
     use rustix::event::{PollFd, PollFlags};
@@ -259,8 +403,13 @@ pub(crate) fn poll_ends(
         .iter()
         .map(|f| PollFd::new(f, PollFlags::IN))
         .collect();
-    for (sock, pidfd) in ends {
-        fds.push(PollFd::new(*sock, PollFlags::IN));
+    for (sock, pidfd, out) in ends {
+        let flags = if *out {
+            PollFlags::IN | PollFlags::OUT
+        } else {
+            PollFlags::IN
+        };
+        fds.push(PollFd::new(*sock, flags));
         if let Some(p) = pidfd {
             fds.push(PollFd::new(*p, PollFlags::IN));
         }
@@ -277,12 +426,16 @@ pub(crate) fn poll_ends(
     let mut out = Polled {
         extra: (0..extra.len()).map(ready).collect(),
         readable: Vec::new(),
+        writable: Vec::new(),
         ended: Vec::new(),
     };
     let mut k = extra.len();
-    for (i, (_, pidfd)) in ends.iter().enumerate() {
-        if ready(k) {
+    for (i, (_, pidfd, _)) in ends.iter().enumerate() {
+        if readable(fds[k].revents()) {
             out.readable.push(i);
+        }
+        if fds[k].revents().contains(PollFlags::OUT) {
+            out.writable.push(i);
         }
         k += 1;
         if pidfd.is_some() {
@@ -336,6 +489,26 @@ impl Held {
     }
 }
 
+/// Why a receiver was cut off, where it was for something it did (not for being gone).
+enum Failure {
+    /// It stopped reading its socket: `frames` waited for it, more than `limit`.
+    Stalled { frames: usize, limit: usize },
+    /// It spoiled the sends ring.
+    Spoiled(crate::ring::RingError),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Stalled { frames, limit } => write!(
+                f,
+                "stopped reading its socket: {frames} frames wait for it, more than the limit of {limit}"
+            ),
+            Failure::Spoiled(e) => write!(f, "spoiled its ring: {e}"),
+        }
+    }
+}
+
 /// The sending side of a link to one receiver (an originator's, or a forwarding server's
 /// downstream): sends go on the rings, what comes back is collected from them and from the
 /// socket.
@@ -353,15 +526,26 @@ struct Peer {
     pidfd: Option<OwnedFd>,
     held: Held,
     alive: bool,
+    /// Frames the socket has not taken yet (the backlog).
+    out: Outbox,
+    /// References sent on the socket rather than the ring, in all: until the receiver has
+    /// taken as many from its socket, the ring is not used.
+    mailed: u64,
+    /// Most frames that may wait in `out`.
+    limit: usize,
+    /// Why the receiver failed a send, when it was its doing.
+    failed: Option<Failure>,
 }
 
 impl Peer {
-    /// Offer the path on `sock` with fresh rings of `slots` slots.
+    /// Offer the path on `sock` with fresh rings of `slots` slots; at most `limit` frames may
+    /// wait for the receiver's socket.
     fn offer(
         sock: UnixStream,
         info: PathInfo,
         ro_fd: BorrowedFd<'_>,
         slots: usize,
+        limit: usize,
     ) -> Result<Peer, LinkError> {
         let rings = Rings::create(slots)?;
         offer_path(&sock, info, ro_fd, Some(rings.fd()))?;
@@ -376,32 +560,82 @@ impl Peer {
             pidfd,
             held: Held::default(),
             alive: true,
+            out: Outbox::default(),
+            mailed: 0,
+            limit,
+            failed: None,
         })
     }
 
-    /// Hand `r` to the receiver: on the sends ring (waking it if it sleeps), or on the socket
-    /// when the ring is full. `false` when the receiver is gone or spoiled the ring.
+    /// Hand `r` to the receiver, never waiting for it: on the sends ring (waking it if it
+    /// sleeps), or on the socket when the ring is full or references sent there before are not
+    /// all taken yet (on the ring, this one would overtake them). `false` when the receiver is
+    /// gone, spoiled the ring, or stopped reading (see [`Peer::failed`]).
     fn post(&mut self, kind: u64, r: FbufRef) -> bool {
-        match self
-            .rings
-            .push(Dir::Sends, &mut self.tx, [kind, r.addr, r.len])
-        {
-            Ok(true) => {
-                if self.rings.must_wake(Dir::Sends) {
-                    wake(&self.sock);
+        if !self.flush() {
+            return false;
+        }
+        if self.out.is_empty() && self.rings.mail_taken(Dir::Sends) == self.mailed {
+            match self
+                .rings
+                .push(Dir::Sends, &mut self.tx, [kind, r.addr, r.len])
+            {
+                Ok(true) => {
+                    if self.rings.must_wake(Dir::Sends) {
+                        wake(&self.sock, &mut self.out);
+                    }
+                    return true;
                 }
+                Ok(false) => {}
+                Err(e) => {
+                    self.failed = Some(Failure::Spoiled(e));
+                    return false;
+                }
+            }
+        }
+        self.mailed += 1;
+        self.mail(&frame(kind, r))
+    }
+
+    /// Frames on the socket behind the backlog, never waiting; what the socket does not take
+    /// joins the backlog. What went out is announced on the sends ring for a receiver that
+    /// looks there. `false` when the socket failed or the backlog passed the limit.
+    fn mail(&mut self, bytes: &[u8]) -> bool {
+        match self.out.write(&self.sock, bytes) {
+            Ok(0) => {}
+            Ok(_) => self.rings.post_mail(Dir::Sends),
+            Err(_) => return false,
+        }
+        let frames = self.out.frames();
+        if frames > self.limit {
+            self.failed = Some(Failure::Stalled {
+                frames,
+                limit: self.limit,
+            });
+            return false;
+        }
+        true
+    }
+
+    /// Send the backlog as far as the socket takes it now; `false` when the socket failed.
+    fn flush(&mut self) -> bool {
+        match self.out.flush(&self.sock) {
+            Ok(0) => true,
+            Ok(_) => {
+                self.rings.post_mail(Dir::Sends);
                 true
             }
-            Ok(false) => self.mail(&frame(kind, r)),
             Err(_) => false,
         }
     }
 
-    /// A message on the socket, announced on the sends ring for a receiver that looks there.
-    fn mail(&mut self, bytes: &[u8]) -> bool {
-        let ok = self.sock.write_all(bytes).is_ok();
-        self.rings.post_mail(Dir::Sends);
-        ok
+    /// Cut the receiver off: no more sends, the backlog forgotten. What it held is the
+    /// caller's to release.
+    fn cut(&mut self) {
+        self.alive = false;
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.pidfd = None;
+        self.out.clear();
     }
 
     /// Whether something came back that [`Peer::collect`] would take.
@@ -448,12 +682,16 @@ pub struct OriginatorEnd {
     peers: Vec<Peer>,
     /// References released for receivers that went away.
     pub released_for_dead: usize,
-    /// Receivers dropped for breaking the protocol, and why (their references are released).
+    /// Receivers dropped for breaking the protocol or for not reading their socket, and why
+    /// (their references are released).
     pub misbehaved: Vec<String>,
     /// How long a blocking [`OriginatorEnd::poll`] keeps looking before it sleeps.
     pub spin: Duration,
     /// Slots of each ring of the links made from now on.
     pub ring_slots: usize,
+    /// Most frames that may wait for a receiver whose socket is full before it is dropped as
+    /// failed, for the links made from now on ([`DEFAULT_BACKLOG_FRAMES`]).
+    pub backlog_frames: usize,
     /// Aggregate messages out, by root node: the fbufs holding their nodes and data, and how
     /// many receivers still hold each.
     msgs: HashMap<u64, SentMsg>,
@@ -482,6 +720,7 @@ impl OriginatorEnd {
             misbehaved: Vec::new(),
             spin: DEFAULT_SPIN,
             ring_slots: crate::ring::DEFAULT_SLOTS,
+            backlog_frames: DEFAULT_BACKLOG_FRAMES,
             msgs: HashMap::new(),
         }
     }
@@ -493,7 +732,13 @@ impl OriginatorEnd {
         sock: UnixStream,
         ro_fd: BorrowedFd<'_>,
     ) -> Result<usize, LinkError> {
-        let p = Peer::offer(sock, self.originator.info(), ro_fd, self.ring_slots)?;
+        let p = Peer::offer(
+            sock,
+            self.originator.info(),
+            ro_fd,
+            self.ring_slots,
+            self.backlog_frames,
+        )?;
         self.peers.push(p);
         Ok(self.peers.len() - 1)
     }
@@ -509,6 +754,12 @@ impl OriginatorEnd {
         self.peers.iter().filter(|p| p.alive).count()
     }
 
+    /// Bytes of frames waiting for receiver `i` that its socket has not taken yet (it is not
+    /// reading, or not as fast as this end sends).
+    pub fn backlog_bytes(&self, i: usize) -> usize {
+        self.peers.get(i).map_or(0, |p| p.out.len())
+    }
+
     /// Send `fbuf` to the receivers `to`.
     pub fn send(&mut self, fbuf: Fbuf, to: &[usize]) -> Result<FbufRef, LinkError> {
         let live: Vec<usize> = to
@@ -521,9 +772,9 @@ impl OriginatorEnd {
             if self.peers[i].post(SEND, r) {
                 self.peers[i].held.add(r);
             } else {
-                // Gone meanwhile: it will never free this one.
+                // Gone meanwhile, or failed: it will never free this one.
                 self.originator.freed(r)?;
-                self.drop_peer(i)?;
+                self.fail_peer(i)?;
             }
         }
         Ok(r)
@@ -598,7 +849,7 @@ impl OriginatorEnd {
                 self.peers[i].held.add(root);
             } else {
                 self.release(root)?;
-                self.drop_peer(i)?;
+                self.fail_peer(i)?;
             }
         }
         Ok(root)
@@ -631,12 +882,30 @@ impl OriginatorEnd {
         if !p.alive {
             return Ok(());
         }
-        p.alive = false;
-        let _ = p.sock.shutdown(std::net::Shutdown::Both);
-        p.pidfd = None;
+        p.cut();
         for r in p.held.drain() {
             self.release(r)?;
             self.released_for_dead += 1;
+        }
+        Ok(())
+    }
+
+    /// Receiver `i` failed a send (or a flush of its backlog): it is dropped like a receiver
+    /// that died, and where that was its doing (it stopped reading, spoiled its ring) the
+    /// reason is kept in [`OriginatorEnd::misbehaved`].
+    fn fail_peer(&mut self, i: usize) -> Result<(), LinkError> {
+        if let Some(why) = self.peers[i].failed.take() {
+            self.misbehaved.push(format!("receiver {i}: {why}"));
+        }
+        self.drop_peer(i)
+    }
+
+    /// Send what waits for each receiver as far as its socket takes it now.
+    fn flush_all(&mut self) -> Result<(), LinkError> {
+        for i in 0..self.peers.len() {
+            if self.peers[i].alive && !self.peers[i].flush() {
+                self.fail_peer(i)?;
+            }
         }
         Ok(())
     }
@@ -663,6 +932,7 @@ impl OriginatorEnd {
         let mut done = 0;
         let mut spun = None;
         loop {
+            self.flush_all()?;
             for i in 0..self.peers.len() {
                 if self.peers[i].alive {
                     done += self.collect(i, false)?;
@@ -708,7 +978,9 @@ impl OriginatorEnd {
                     }
                     None => self.originator.secure(r)?,
                 }
-                self.peers[i].mail(&frame(SECURED, r));
+                if !self.peers[i].mail(&frame(SECURED, r)) {
+                    return self.fail_peer(i);
+                }
                 None
             }
             Ok(Next::Frame(SECURE, r)) => Some(format!(
@@ -730,7 +1002,8 @@ impl OriginatorEnd {
         Ok(())
     }
 
-    /// Sleep until a receiver sends something or its process ends; what was taken in.
+    /// Sleep until a receiver sends something or its process ends, or the socket of one with a
+    /// backlog takes more (then it gets it); what was taken in.
     fn wait(&mut self) -> Result<usize, LinkError> {
         let live: Vec<usize> = (0..self.peers.len())
             .filter(|i| self.peers[*i].alive)
@@ -750,15 +1023,26 @@ impl OriginatorEnd {
         }
         let ends: Vec<_> = live
             .iter()
-            .map(|i| (&self.peers[*i].sock, self.peers[*i].pidfd.as_ref()))
+            .map(|i| {
+                let p = &self.peers[*i];
+                (&p.sock, p.pidfd.as_ref(), !p.out.is_empty())
+            })
             .collect();
         let polled = poll_ends(&[], &ends, None)?;
         let readable: Vec<usize> = polled.readable.iter().map(|k| live[*k]).collect();
+        let writable: Vec<usize> = polled.writable.iter().map(|k| live[*k]).collect();
         let ended: Vec<usize> = polled.ended.iter().map(|k| live[*k]).collect();
         awake(self);
+        for &i in &writable {
+            if self.peers[i].alive && !self.peers[i].flush() {
+                self.fail_peer(i)?;
+            }
+        }
         let mut done = 0;
         for &i in &readable {
-            done += self.collect(i, true)?;
+            if self.peers[i].alive {
+                done += self.collect(i, true)?;
+            }
         }
         for &i in &ended {
             // What it sent before it ended still counts (its last notices).
@@ -774,6 +1058,7 @@ impl OriginatorEnd {
     /// An fbuf of `len` bytes, waiting for deallocation notices while the path's quota is used
     /// up (fails if it stays so with no receiver left to free anything).
     pub fn alloc_waiting(&mut self, len: usize) -> Result<Fbuf, LinkError> {
+        self.flush_all()?;
         // Notices that came back refill the free lists (LIFO): take them in first, so that the
         // fbufs used last, warm in the caches and TLBs of both sides, are used again. For a
         // small fbuf, whose reuse saves little, only when none is free; for a large one always.
@@ -823,7 +1108,13 @@ pub struct ReceiverEnd {
     mail_seen: u64,
     /// Deliveries read from the socket and not yet taken.
     early: VecDeque<Received>,
+    /// Deliveries taken from the socket, in all (published on the sends ring).
+    taken: u64,
     closed: bool,
+    /// This end gave up on the originator (it stopped reading): nothing more is delivered.
+    given_up: bool,
+    /// Frames the socket has not taken yet (the backlog): notices and requests.
+    out: Outbox,
     info: PathInfo,
     /// Notices the frees ring had no room for, waiting for a socket message.
     notices: Vec<FbufRef>,
@@ -840,6 +1131,9 @@ pub struct ReceiverEnd {
     pub notices_piggybacked: usize,
     /// How long [`ReceiverEnd::recv`] keeps looking for the next fbuf before it sleeps.
     pub spin: Duration,
+    /// Most frames that may wait for the originator's socket before this end gives up on it
+    /// ([`DEFAULT_BACKLOG_FRAMES`]).
+    pub backlog_frames: usize,
 }
 
 impl ReceiverEnd {
@@ -858,7 +1152,10 @@ impl ReceiverEnd {
             tx: 0,
             mail_seen: 0,
             early: VecDeque::new(),
+            taken: 0,
             closed: false,
+            given_up: false,
+            out: Outbox::default(),
             info,
             notices: Vec::new(),
             notice_bytes: 0,
@@ -868,6 +1165,7 @@ impl ReceiverEnd {
             notices_sent: 0,
             notices_piggybacked: 0,
             spin: DEFAULT_SPIN,
+            backlog_frames: DEFAULT_BACKLOG_FRAMES,
         })
     }
 
@@ -932,10 +1230,15 @@ impl ReceiverEnd {
     }
 
     fn next_fbuf(&mut self, wait: bool) -> Result<Received, LinkError> {
+        if self.given_up {
+            return Ok(Received::Closed);
+        }
+        // What waits for the originator goes first (a gone originator shows as the end below).
+        let _ = self.flush_out();
         loop {
-            if let Some(d) = self.early.pop_front() {
-                return Ok(d);
-            }
+            // The ring before the socket: what is on the ring was sent before anything not yet
+            // taken from the socket, since the sender puts nothing on the ring until every
+            // reference it sent on the socket has been taken (counted here, below).
             match self.rings.pop(Dir::Sends, &mut self.rx) {
                 Ok(Some([k, addr, len])) => match self.take(k, FbufRef { addr, len })? {
                     Some(d) => return Ok(d),
@@ -943,6 +1246,11 @@ impl ReceiverEnd {
                 },
                 Ok(None) => {}
                 Err(e) => return Err(LinkError::Protocol(e.to_string())),
+            }
+            if let Some(d) = self.early.pop_front() {
+                self.taken += 1;
+                self.rings.set_mail_taken(Dir::Sends, self.taken);
+                return Ok(d);
             }
             let mail = self.rings.mail(Dir::Sends);
             if mail != self.mail_seen {
@@ -962,9 +1270,38 @@ impl ReceiverEnd {
                 self.rings.awake(Dir::Sends);
                 continue;
             }
-            let r = self.absorb(true);
+            let r = self.sleep();
             self.rings.awake(Dir::Sends);
             r?;
+        }
+    }
+
+    /// Sleep on the socket until the originator sends something or closes the link, or, while
+    /// frames wait for its socket, until it takes more (they go out then).
+    fn sleep(&mut self) -> Result<(), LinkError> {
+        if self.out.is_empty() {
+            return self.absorb(true);
+        }
+        wait_in_or_out(&self.sock)?;
+        let _ = self.flush_out();
+        self.absorb(false)
+    }
+
+    /// Send what waits for the originator as far as its socket takes it now. A socket that
+    /// failed is an originator gone: what waited is dropped.
+    fn flush_out(&mut self) -> Result<(), LinkError> {
+        match self.out.flush(&self.sock) {
+            Ok(0) => Ok(()),
+            Ok(_) => {
+                self.rings.post_mail(Dir::Frees);
+                Ok(())
+            }
+            Err(_) => {
+                self.out.clear();
+                Err(LinkError::PeerGone {
+                    during: "writing to the originator",
+                })
+            }
         }
     }
 
@@ -1046,7 +1383,9 @@ impl ReceiverEnd {
             return Ok(());
         }
         self.notices.push(r);
-        self.notice_bytes += r.len;
+        // Saturating: an aggregate message's length is the originator's word, and may be
+        // anything up to `u64::MAX` (its walk takes no more than the data it finds).
+        self.notice_bytes = self.notice_bytes.saturating_add(r.len);
         // A quarter of the path held back is too much to keep from the originator, whatever
         // the count.
         if self.notices.len() >= self.batch || self.notice_bytes >= self.info.len() as u64 / 4 {
@@ -1064,14 +1403,17 @@ impl ReceiverEnd {
         if pushed {
             self.notices_sent += 1;
             if self.rings.must_wake(Dir::Frees) {
-                wake(&self.sock);
+                let _ = self.flush_out();
+                wake(&self.sock, &mut self.out);
             }
         }
         Ok(pushed)
     }
 
     /// Send the notices held back now: on the ring as far as it has room, the rest in one
-    /// socket message.
+    /// socket message. Nothing here waits for the originator: what its socket does not take
+    /// now goes out when this end is next used, or when it takes more while this end waits
+    /// for the next fbuf.
     pub fn flush(&mut self) -> Result<(), LinkError> {
         let mut k = 0;
         while k < self.notices.len() && self.push_notice(self.notices[k])? {
@@ -1080,27 +1422,52 @@ impl ReceiverEnd {
         self.notices.drain(..k);
         if self.notices.is_empty() {
             self.notice_bytes = 0;
-            return Ok(());
+            return self.flush_out();
         }
         self.send_frames(&[])?;
         self.notice_messages += 1;
         Ok(())
     }
 
-    /// Write the notices held back followed by `then`, in one socket message.
+    /// Write the notices held back followed by `then`, in one socket message behind the
+    /// backlog, never waiting: what the socket does not take joins the backlog. Past its limit,
+    /// this end gives up on the originator (it stopped reading).
     fn send_frames(&mut self, then: &[u8]) -> Result<(), LinkError> {
+        if self.given_up {
+            return Err(LinkError::PeerGone {
+                during: "writing to the originator",
+            });
+        }
         let mut bytes: Vec<u8> = self.notices.iter().flat_map(|r| frame(FREED, *r)).collect();
         bytes.extend_from_slice(then);
-        self.sock
-            .write_all(&bytes)
-            .map_err(|_| LinkError::PeerGone {
-                during: "writing to the originator",
-            })?;
-        self.rings.post_mail(Dir::Frees);
-        // The originator may sleep on the socket: the message itself wakes it.
+        match self.out.write(&self.sock, &bytes) {
+            // The originator may sleep on the socket: the message itself wakes it.
+            Ok(0) => {}
+            Ok(_) => self.rings.post_mail(Dir::Frees),
+            Err(_) => {
+                self.out.clear();
+                return Err(LinkError::PeerGone {
+                    during: "writing to the originator",
+                });
+            }
+        }
         self.notices_sent += self.notices.len();
         self.notices.clear();
         self.notice_bytes = 0;
+        let frames = self.out.frames();
+        if frames > self.backlog_frames {
+            // As if the originator were gone: the link ends here, and the originator, seeing
+            // it end, takes back what this end held.
+            self.given_up = true;
+            self.closed = true;
+            self.out.clear();
+            let _ = self.sock.shutdown(std::net::Shutdown::Both);
+            return Err(LinkError::Stalled {
+                peer: "the originator",
+                frames,
+                limit: self.backlog_frames,
+            });
+        }
         Ok(())
     }
 
@@ -1119,7 +1486,13 @@ impl ReceiverEnd {
         self.notices_piggybacked += self.notices.len();
         self.send_frames(&frame(SECURE, r))?;
         loop {
-            match self.frames.next(&self.sock, true)? {
+            // While the request is not all out, wait for the socket to take more as well.
+            let wait = self.out.is_empty();
+            if !wait {
+                wait_in_or_out(&self.sock)?;
+                self.flush_out()?;
+            }
+            match self.frames.next(&self.sock, wait)? {
                 Next::Closed => {
                     self.closed = true;
                     return Err(LinkError::PeerGone {
@@ -1158,7 +1531,13 @@ pub struct Forwarder {
 impl Forwarder {
     /// Offer upstream's path to the downstream receiver on `down`.
     pub fn new(up: ReceiverEnd, down: UnixStream) -> Result<Forwarder, LinkError> {
-        let down = Peer::offer(down, up.info(), up.path_fd(), crate::ring::DEFAULT_SLOTS)?;
+        let down = Peer::offer(
+            down,
+            up.info(),
+            up.path_fd(),
+            crate::ring::DEFAULT_SLOTS,
+            DEFAULT_BACKLOG_FRAMES,
+        )?;
         Ok(Forwarder {
             up,
             down,
@@ -1181,7 +1560,39 @@ impl Forwarder {
         Ok(())
     }
 
-    /// Forward until upstream closes and downstream has freed everything (or is gone).
+    /// Downstream failed a send or a flush (`unsent`, the reference it failed, never reached
+    /// it): everything it held goes back upstream, it is cut off, and the error says why.
+    fn down_failed(&mut self, unsent: Option<(u64, FbufRef)>) -> Result<usize, LinkError> {
+        let e = match self.down.failed.take() {
+            Some(Failure::Stalled { frames, limit }) => LinkError::Stalled {
+                peer: "the downstream receiver",
+                frames,
+                limit,
+            },
+            Some(Failure::Spoiled(e)) => {
+                LinkError::Protocol(format!("the downstream receiver spoiled its ring: {e}"))
+            }
+            None => LinkError::PeerGone {
+                during: "forwarding downstream",
+            },
+        };
+        self.down.cut();
+        match unsent {
+            Some((SEND, r)) => self.up.free(r)?,
+            Some((_, r)) => self.up.free_msg(Msg {
+                root: r.addr,
+                len: r.len,
+            })?,
+            None => {}
+        }
+        self.release_all()?;
+        self.up.flush()?;
+        Err(e)
+    }
+
+    /// Forward until upstream closes and downstream has freed everything (or is gone). Neither
+    /// side waits for the other to read: a downstream receiver that stops reading holds up
+    /// nothing upstream until its backlog passes the limit, and then fails the run.
     pub fn run(&mut self) -> Result<usize, LinkError> {
         use rustix::event::{PollFd, PollFlags};
         let mut up_open = true;
@@ -1189,6 +1600,9 @@ impl Forwarder {
         'run: loop {
             if !up_open && self.down.held.is_empty() && self.held_msgs.is_empty() {
                 break;
+            }
+            if !self.down.flush() {
+                return self.down_failed(None);
             }
             let mut progressed = false;
             let mut back = Vec::new();
@@ -1231,9 +1645,7 @@ impl Forwarder {
                 };
                 if kind != 0 {
                     if !self.down.post(kind, r) {
-                        return Err(LinkError::PeerGone {
-                            during: "forwarding downstream",
-                        });
+                        return self.down_failed(Some((kind, r)));
                     }
                     if kind == SEND {
                         self.down.held.add(r);
@@ -1264,19 +1676,46 @@ impl Forwarder {
                 self.up.rings.announce_sleep(Dir::Sends);
             }
             if !(self.down.pending() || up_open && self.up.pending()) {
-                let mut fds = vec![PollFd::new(&self.down.sock, PollFlags::IN)];
-                if up_open {
-                    fds.push(PollFd::new(&self.up.sock, PollFlags::IN));
+                // Sleep on both sockets, and, where frames wait for one, until it takes more.
+                let with_out = |waiting: bool| {
+                    if waiting {
+                        PollFlags::IN | PollFlags::OUT
+                    } else {
+                        PollFlags::IN
+                    }
+                };
+                let mut fds = vec![PollFd::new(
+                    &self.down.sock,
+                    with_out(!self.down.out.is_empty()),
+                )];
+                let up_out = !self.up.out.is_empty();
+                if up_open || up_out {
+                    let flags = if up_open {
+                        with_out(up_out)
+                    } else {
+                        PollFlags::OUT
+                    };
+                    fds.push(PollFd::new(&self.up.sock, flags));
                 }
                 match rustix::event::poll(&mut fds, None) {
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     Err(e) => return Err(std::io::Error::from(e).into()),
                 }
-                let up_ready = fds.get(1).is_some_and(|f| !f.revents().is_empty());
-                socket = !fds[0].revents().is_empty();
+                let up_ready = fds.get(1).map(|f| f.revents());
+                let down_ready = fds[0].revents();
                 drop(fds);
-                if up_ready {
-                    self.up.absorb(false)?;
+                socket = readable(down_ready);
+                if down_ready.contains(PollFlags::OUT) && !self.down.flush() {
+                    return self.down_failed(None);
+                }
+                if let Some(r) = up_ready {
+                    // Taking more, or closed (the flush then says so).
+                    if !r.is_empty() && !self.up.out.is_empty() {
+                        self.up.flush_out()?;
+                    }
+                    if up_open && readable(r) {
+                        self.up.absorb(false)?;
+                    }
                 }
             }
             self.down.rings.awake(Dir::Frees);

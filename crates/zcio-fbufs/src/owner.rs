@@ -121,7 +121,10 @@ impl Owner {
             .collect();
         let ends: Vec<_> = live
             .iter()
-            .map(|i| (&self.clients[*i].sock, self.clients[*i].pidfd.as_ref()))
+            .map(|i| {
+                let c = &self.clients[*i];
+                (&c.sock, c.pidfd.as_ref(), false)
+            })
             .collect();
         let polled = poll_ends(&[self.listener.as_fd()], &ends, timeout)?;
         let accept = polled.extra[0];

@@ -5,8 +5,9 @@
 //! sleeps, secure requests, the overflow of a full ring, and the end of a process.
 //!
 //! Each ring is a run of words: a header (consumer position, producer position, the consumer's
-//! "asleep" flag, the producer's count of socket messages, the slot count), each on its own
-//! cache line, then the slots of three words (kind, address, length).
+//! "asleep" flag, the producer's count of socket messages, the slot count, the consumer's count
+//! of references it took from the socket), each on its own cache line, then the slots of three
+//! words (kind, address, length).
 //!
 //! Both processes can write the whole memfd, so neither trusts what the other wrote there: a
 //! position that runs backwards or further than the ring holds is a [`RingError`], and
@@ -23,7 +24,8 @@ const TAIL: usize = 8;
 const ASLEEP: usize = 16;
 const MAIL: usize = 24;
 const CAP: usize = 32;
-const SLOTS: usize = 40;
+const TAKEN: usize = 40;
+const SLOTS: usize = 48;
 
 /// Slots per ring unless told otherwise.
 pub const DEFAULT_SLOTS: usize = 4096;
@@ -196,6 +198,20 @@ impl Rings {
     /// The count of socket messages the producer of ring `d` has posted.
     pub fn mail(&self, d: Dir) -> u64 {
         self.words(d)[MAIL].load(Ordering::Acquire)
+    }
+
+    /// The consumer of ring `d` has taken `n` references in all from the socket (those its
+    /// producer sent there because the ring was full, or while earlier ones were still on the
+    /// way): the producer keeps sending on the socket until the consumer has taken all of them,
+    /// so that no reference on the ring overtakes one on the socket.
+    pub fn set_mail_taken(&self, d: Dir, n: u64) {
+        self.words(d)[TAKEN].store(n, Ordering::Release);
+    }
+
+    /// The count of references the consumer of ring `d` says it took from the socket (any
+    /// value: the consumer may lie, and then only its own references are held up or reordered).
+    pub fn mail_taken(&self, d: Dir) -> u64 {
+        self.words(d)[TAKEN].load(Ordering::Acquire)
     }
 }
 

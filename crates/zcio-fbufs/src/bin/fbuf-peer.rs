@@ -12,9 +12,11 @@
 //!   writable mapping, `write`, shrinking, punching a hole, and `mprotect` of a read-only
 //!   mapping; prints `ATTEMPT refused: ERROR` or `ATTEMPT GRANTED` for each.
 //! - `fbuf-peer originator-writes-after-send VOLATILE`: make a path, send an fbuf, then write it.
-//! - `fbuf-peer receiver-loop SOCKET COUNT [hold]`: connect, receive COUNT fbufs, check each
-//!   byte against the pattern of its sequence number, free them (or, with `hold`, keep them
-//!   and wait to be killed); print `ok COUNT notices N in M messages`.
+//! - `fbuf-peer receiver-loop SOCKET COUNT [stall] [hold]`: connect, receive COUNT fbufs, check
+//!   each byte against the pattern of its sequence number, free them (or, with `hold`, keep them
+//!   and wait to be killed); print `ok COUNT notices N in M messages`. With `stall`, a receiver
+//!   that stops reading first: it takes the path, prints `joined`, and reads nothing more from
+//!   the link until a line (or the end) comes on its standard input.
 //! - `fbuf-peer forward UP_SOCKET DOWN_SOCKET`: the server of a three-process path.
 //! - `fbuf-peer originator-then-exit SOCKET COUNT`: connect, offer a path, send COUNT fbufs,
 //!   and exit without waiting for them to be freed.
@@ -139,11 +141,20 @@ fn main() {
         }
         Some("receiver-loop") => {
             let count: usize = arg(&a, 3);
-            let leave = a.get(4).map(String::as_str) == Some("leave-socket-to-child");
-            let hold = leave || a.get(4).map(String::as_str) == Some("hold");
+            let has = |o: &str| a.iter().skip(4).any(|x| x == o);
+            let leave = has("leave-socket-to-child");
+            let hold = leave || has("hold");
+            let stall = has("stall");
             let sock = UnixStream::connect(&a[2]).expect("connect");
             let keep = sock.try_clone().expect("dup the socket");
             let mut rx = ReceiverEnd::connect(sock).expect("join the path");
+            if stall {
+                use std::io::{BufRead, Write};
+                println!("joined");
+                std::io::stdout().flush().ok();
+                let mut line = String::new();
+                std::io::stdin().lock().read_line(&mut line).ok();
+            }
             let mut got = 0;
             while got < count {
                 let Some(r) = rx.recv().expect("receive") else {
