@@ -194,6 +194,29 @@ pub fn offer_path(
     ro_fd: BorrowedFd<'_>,
     rings: Option<BorrowedFd<'_>>,
 ) -> Result<(), LinkError> {
+    let (bytes, fds) = path_offer(info, ro_fd, rings);
+    zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
+    Ok(())
+}
+
+/// [`offer_path`] without waiting for the peer to read: an error where its socket cannot take
+/// the offer now (the owner's answer to a client that does not read its answers).
+pub(crate) fn offer_path_now(
+    sock: &UnixStream,
+    info: PathInfo,
+    ro_fd: BorrowedFd<'_>,
+) -> Result<(), LinkError> {
+    let (bytes, fds) = path_offer(info, ro_fd, None);
+    zcio_vm::wire::send_with_fds_now(sock.as_fd(), &bytes, &fds)?;
+    Ok(())
+}
+
+/// The message offering a path: its geometry in four words, and its descriptors.
+fn path_offer<'a>(
+    info: PathInfo,
+    ro_fd: BorrowedFd<'a>,
+    rings: Option<BorrowedFd<'a>>,
+) -> (Vec<u8>, Vec<BorrowedFd<'a>>) {
     let words = [
         info.addr as u64,
         info.chunk_bytes as u64,
@@ -202,8 +225,7 @@ pub fn offer_path(
     ];
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let fds: Vec<BorrowedFd<'_>> = std::iter::once(ro_fd).chain(rings).collect();
-    zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
-    Ok(())
+    (bytes, fds)
 }
 
 /// Accept a path offered with [`offer_path`]: its geometry, its memory's descriptor, and the

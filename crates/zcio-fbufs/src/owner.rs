@@ -21,7 +21,7 @@
 //! own path's memfd, up to its quota; the kernel charges those pages to it.
 
 use crate::link::{
-    FRAME, Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path, parse,
+    FRAME, Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path_now, parse,
     peer_pidfd, poll_ends,
 };
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, PathMemory, Variant};
@@ -179,11 +179,16 @@ impl Owner {
         Ok(())
     }
 
+    /// Answer client `i`, never waiting for it: an honest client has at most one answer
+    /// outstanding, so its socket always takes it; one that does not read its answers is cut
+    /// off (`false`) rather than allowed to stall every path the owner serves.
     fn reply(&mut self, i: usize, kind: u64, a: u64, b: u64) -> bool {
-        self.clients[i]
-            .sock
-            .write_all(&frame(kind, FbufRef { addr: a, len: b }))
-            .is_ok()
+        use rustix::net::SendFlags;
+        let f = frame(kind, FbufRef { addr: a, len: b });
+        matches!(
+            rustix::net::send(&self.clients[i].sock, &f, SendFlags::DONTWAIT | SendFlags::NOSIGNAL),
+            Ok(n) if n == FRAME
+        )
     }
 
     /// Serve one request; `false` ends the client (it broke the protocol or is gone).
@@ -200,7 +205,7 @@ impl Owner {
                     Ok(mem) => {
                         let info = mem.info();
                         let sent = self.reply(i, OK, info.addr as u64, 0)
-                            && offer_path(&self.clients[i].sock, info, mem.fd(), None).is_ok();
+                            && offer_path_now(&self.clients[i].sock, info, mem.fd()).is_ok();
                         self.paths.insert(
                             info.addr as u64,
                             OwnedPath {
@@ -225,7 +230,7 @@ impl Owner {
                     p.members += 1;
                     self.clients[i].path = Some(a);
                     self.reply(i, OK, a, 0)
-                        && offer_path(&self.clients[i].sock, info, ro.as_fd(), None).is_ok()
+                        && offer_path_now(&self.clients[i].sock, info, ro.as_fd()).is_ok()
                 }
             },
             GRANT => {

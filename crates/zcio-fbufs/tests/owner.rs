@@ -141,3 +141,47 @@ fn an_originator_killed_mid_stream_leaves_its_chunks_to_its_receivers_until_they
     stop.store(true, Ordering::Relaxed);
     t.join().unwrap();
 }
+
+/// A client that floods requests and never reads the answers is cut off; the owner never waits
+/// for it, and goes on answering the others.
+#[test]
+fn a_client_that_never_reads_its_answers_stalls_no_one() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (at, stop, t) = owner(dir.path(), 6);
+    let mut flooder = std::os::unix::net::UnixStream::connect(&at).unwrap();
+    // STATS requests (kind 19, no arguments), far more answers than a socket holds.
+    let mut req = [0u8; 24];
+    req[..8].copy_from_slice(&19u64.to_le_bytes());
+    let many: Vec<u8> = req.iter().copied().cycle().take(24 * 200_000).collect();
+    let writer = std::thread::spawn(move || {
+        // Ends with an error once the owner has cut this client off.
+        let _ = flooder.write_all(&many);
+        flooder
+    });
+    let at2 = at.clone();
+    let (done, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut honest = OwnerClient::connect(&at2).unwrap();
+        for _ in 0..50 {
+            assert_eq!(honest.stats().unwrap(), (0, 0));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = done.send(());
+    });
+    // A watchdog: an owner stalled by the flooder fails the test instead of hanging it.
+    answered
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the owner stopped answering an honest client while another flooded it");
+    let flooder = writer.join().unwrap();
+    // The flooder was cut off: its socket reads the answers that fitted, then end of file.
+    flooder
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut sink = Vec::new();
+    let r = std::io::Read::read_to_end(&mut &flooder, &mut sink);
+    assert!(r.is_ok(), "the owner kept the flooder's connection: {r:?}");
+    assert!(sink.len() < 24 * 200_000, "every answer was delivered");
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}

@@ -227,6 +227,26 @@ pub const MAX_FDS: usize = 8;
 /// Send `bytes` with the descriptors `fds` (at most [`MAX_FDS`]) over a Unix socket
 /// (`SCM_RIGHTS`), in one message.
 pub fn send_with_fds(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+    send_with_fds_flags(sock, bytes, fds, rustix::net::SendFlags::NOSIGNAL)
+}
+
+/// [`send_with_fds`] without waiting: where the socket cannot take the whole message now, an
+/// error (`EAGAIN`, or a message sent in part), never a wait for the reader.
+pub fn send_with_fds_now(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+    send_with_fds_flags(
+        sock,
+        bytes,
+        fds,
+        rustix::net::SendFlags::NOSIGNAL | rustix::net::SendFlags::DONTWAIT,
+    )
+}
+
+fn send_with_fds_flags(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+    flags: rustix::net::SendFlags,
+) -> Result<()> {
     use std::mem::MaybeUninit;
     if fds.len() > MAX_FDS {
         return Err(VmError::TooLarge {
@@ -240,13 +260,8 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>])
     if !fds.is_empty() {
         anc.push(rustix::net::SendAncillaryMessage::ScmRights(fds));
     }
-    let n = rustix::net::sendmsg(
-        sock,
-        &[std::io::IoSlice::new(bytes)],
-        &mut anc,
-        rustix::net::SendFlags::NOSIGNAL,
-    )
-    .map_err(|e| VmError::sys("sendmsg(SCM_RIGHTS)", e.into()))?;
+    let n = rustix::net::sendmsg(sock, &[std::io::IoSlice::new(bytes)], &mut anc, flags)
+        .map_err(|e| VmError::sys("sendmsg(SCM_RIGHTS)", e.into()))?;
     if n != bytes.len() {
         return Err(VmError::sys(
             "sendmsg(SCM_RIGHTS)",
