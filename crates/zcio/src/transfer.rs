@@ -244,10 +244,16 @@ impl Buf {
     }
 }
 
+/// How many messages took each path (the accounting's `path`, per message).
+pub type PathTally = std::collections::BTreeMap<String, usize>;
+
 /// What the receiver reports.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct PeerReport {
     messages: usize,
+    /// Messages per input path.
+    #[serde(default)]
+    paths: PathTally,
     mismatches: usize,
     first_mismatch: Option<(usize, usize)>,
     accounting: Accounting,
@@ -524,6 +530,7 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     };
     let mut buf = Buf::new(a.bytes, a.offset, a.huge)?;
     let mut lat = Vec::with_capacity(a.count);
+    let mut out_paths = PathTally::new();
     let mut acc = Accounting::default();
     let vm0 = VmRuntime::get().stats();
     let mut cpu_sender = 0;
@@ -566,6 +573,7 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         match r {
             Ok(x) => {
                 lat.push(elapsed);
+                *out_paths.entry(x.path.clone()).or_default() += 1;
                 if i == 0 {
                     vma_first = zcio_vm::mapping::vma_count();
                 }
@@ -609,6 +617,7 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         vm0,
         vm1,
     );
+    v["paths"] = paths_json(&out_paths, &report.paths);
     let mut ops = sender_ops;
     ops.extend(report.ops.iter().cloned());
     if a.breakdown {
@@ -708,6 +717,7 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
     let mut buf = Buf::new(a.bytes, a.offset, a.huge)?;
     let mut rbuf = Buf::new(a.bytes, a.offset, a.huge)?;
     let (mut send_acc, mut recv_acc) = (Accounting::default(), Accounting::default());
+    let (mut out_paths, mut in_paths) = (PathTally::new(), PathTally::new());
     let mut lat = Vec::new();
     let mut mismatches = 0;
     let mut first = None;
@@ -746,6 +756,8 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
             mismatches += 1;
             first.get_or_insert((i, p));
         }
+        *out_paths.entry(s.path.clone()).or_default() += 1;
+        *in_paths.entry(r.path.clone()).or_default() += 1;
         if i == 0 {
             send_acc = s;
             recv_acc = r;
@@ -768,7 +780,7 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
     if let Some(r) = f.direct_unavailable() {
         send_acc.path = format!("{} [O_DIRECT unavailable: {r}]", send_acc.path);
     }
-    Ok(summarize(
+    let mut v = summarize(
         a,
         send_acc,
         recv_acc,
@@ -778,7 +790,15 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
         first,
         vm0,
         vm1,
-    ))
+    );
+    v["paths"] = paths_json(&out_paths, &in_paths);
+    Ok(v)
+}
+
+/// The paths taken, message by message, as `{"output": {path: messages}, "input": {...}}`:
+/// the path of the first message alone (`path`) can hide a fallback later ones took.
+fn paths_json(out: &PathTally, inp: &PathTally) -> serde_json::Value {
+    serde_json::json!({ "output": out, "input": inp })
 }
 
 /// The receiving process.
@@ -865,6 +885,7 @@ pub fn peer(connect: &Path) -> Res<()> {
                 report.mismatches += 1;
                 report.first_mismatch.get_or_insert((i, p));
             }
+            *report.paths.entry(acc.path.clone()).or_default() += 1;
             if i == 0 {
                 report.accounting = acc;
             } else {
