@@ -51,7 +51,7 @@ const WARM_CASES: usize = 12;
 /// Mappings the run may gain after the warm cases: the runtime's caches (regions, staging,
 /// registrations) grow to bounds of their own as new lengths come along, and each growth can
 /// split or add a mapping.
-const VMA_SLACK: usize = 256;
+const VMA_SLACK: usize = 64;
 
 /// The modules a case may take (UDP loopback can drop datagrams under load: not a test of
 /// zcio, so it is left to the matrix tests).
