@@ -4,10 +4,19 @@
 //!
 //! `ZCIO_FUZZ_MS` sets the time budget (default 1000 ms; a longer run: `ZCIO_FUZZ_MS=600000
 //! cargo test --release -p zcio-fbufs --test fuzz_aggregate`). A failure prints the seed to
-//! replay with `ZCIO_FUZZ_SEED`.
+//! replay with `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in `REGRESSIONS` are
+//! replayed first, every run.
 
+use arbtest::arbitrary::{Result, Unstructured};
 use zcio_fbufs::aggregate::{Limits, NODE_BYTES, walk};
 use zcio_fbufs::region::{LocalRegion, RegionRead, RegionWrite};
+
+/// Seeds replayed before the timed search: all-zero input and a few sizes.
+const REGRESSIONS: &[u64] = &[
+    0x0000_0000_0000_1000,
+    0x9e37_79b9_0000_0400,
+    0x2545_f491_0000_4000,
+];
 
 const BASE: u64 = 0x7f00_0000_0000;
 const DATA_LEN: u64 = 16 * 1024;
@@ -21,7 +30,7 @@ fn any_nodes_and_any_root_walk_to_an_end_within_the_region() {
         max_visits: 4096,
         max_depth: 64,
     };
-    let mut test = arbtest::arbtest(|u| {
+    let mut property = |u: &mut Unstructured<'_>| -> Result<()> {
         // The node area: words that mostly point back into the region, sometimes anywhere.
         let mut words = Vec::with_capacity((NODES_LEN / 8) as usize);
         for _ in 0..NODES_LEN / 8 {
@@ -55,8 +64,11 @@ fn any_nodes_and_any_root_walk_to_an_end_within_the_region() {
             );
         }
         Ok(())
-    });
-    test = test.budget_ms(zcio_vm::skip::fuzz_budget_ms());
+    };
+    for &seed in REGRESSIONS {
+        arbtest::arbtest(&mut property).seed(seed).run();
+    }
+    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
     if let Some(seed) = zcio_vm::skip::fuzz_seed() {
         test = test.seed(seed);
     }

@@ -65,6 +65,62 @@ fn arena_len() -> usize {
     ring_offset(4)
 }
 
+/// A descriptor as the receiver takes it from the ring, every word checked
+/// ([`decode_descriptor`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor {
+    /// The sender's ticket, echoed in the completion.
+    pub ticket: u64,
+    /// The message's length: 1 to [`MAX_MESSAGE`] bytes.
+    pub len: usize,
+    /// The message's offset in its first page in the sender's memory (below the page size).
+    pub offset: usize,
+}
+
+/// Decode a descriptor slot the sender posted. The slot is in memory the sender writes at
+/// will, so every word used is checked: the magic, a length of 1 to [`MAX_MESSAGE`] bytes, an
+/// offset below the page size. The error names the word that broke its rule.
+#[doc(hidden)]
+pub fn decode_descriptor(w: &[u64; SLOT_WORDS]) -> Result<Descriptor> {
+    let bad = |why: String| Err(GenieError::Protocol(format!("bad descriptor: {why}")));
+    if w[0] != DESC_MAGIC {
+        return bad(format!("magic {:#x}, want {DESC_MAGIC:#x}", w[0]));
+    }
+    let len = w[2];
+    if len == 0 || len > MAX_MESSAGE as u64 {
+        return bad(format!(
+            "length {len}, want 1 to {MAX_MESSAGE} bytes (magic {:#x})",
+            w[0]
+        ));
+    }
+    let ps = zcio_vm::page_size() as u64;
+    if w[3] >= ps {
+        return bad(format!(
+            "page offset {}, want below the page size ({ps})",
+            w[3]
+        ));
+    }
+    Ok(Descriptor {
+        ticket: w[1],
+        len: len as usize,
+        offset: w[3] as usize,
+    })
+}
+
+/// Decode a completion slot the receiver posted: its ticket, once the magic is checked (the
+/// caller looks the ticket up among its outputs).
+#[doc(hidden)]
+pub fn decode_completion(w: &[u64; SLOT_WORDS]) -> Result<u64> {
+    if w[0] != DONE_MAGIC {
+        return Err(GenieError::Protocol(format!(
+            "completion slot without magic: {:#x}, want {DONE_MAGIC:#x}",
+            w[0]
+        )));
+    }
+    Ok(w[1])
+}
+
 /// A completion handle for an output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ticket(pub u64);
@@ -526,16 +582,10 @@ impl MemnetEndpoint {
                 Ok(None) => return Ok(n),
                 Err(e) => return Err(GenieError::Protocol(e.to_string())),
             };
-            if w[0] != DONE_MAGIC {
+            let ticket = decode_completion(&w)?;
+            let Some(i) = self.pending.iter().position(|p| p.ticket == ticket) else {
                 return Err(GenieError::Protocol(format!(
-                    "completion slot without magic: {:#x}",
-                    w[0]
-                )));
-            }
-            let Some(i) = self.pending.iter().position(|p| p.ticket == w[1]) else {
-                return Err(GenieError::Protocol(format!(
-                    "completion for unknown ticket {}",
-                    w[1]
+                    "completion for unknown ticket {ticket}"
                 )));
             };
             let p = self.pending.remove(i);
@@ -610,15 +660,13 @@ impl MemnetEndpoint {
         loop {
             match self.desc_rx.pop(&self.arena) {
                 Ok(Some(w)) => {
-                    let len = w[2] as usize;
-                    if w[0] != DESC_MAGIC || len == 0 || len > MAX_MESSAGE {
-                        return Err(GenieError::Protocol(format!(
-                            "bad descriptor: magic {:#x}, length {len}",
-                            w[0]
-                        )));
-                    }
-                    self.cur_ticket = w[1];
-                    self.cur_offset = w[3] as usize % zcio_vm::page_size();
+                    let Descriptor {
+                        ticket,
+                        len,
+                        offset,
+                    } = decode_descriptor(&w)?;
+                    self.cur_ticket = ticket;
+                    self.cur_offset = offset;
                     // The data follows its descriptor closely: spin for it rather than sleep in
                     // the read.
                     let fd = self.in_rx[0].as_fd(); // every message starts in the first pipe

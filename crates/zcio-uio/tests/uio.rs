@@ -455,9 +455,16 @@ fn completions_wait_for_their_thread_and_come_in_the_order_they_were_taken() {
 /// biased towards a real handler, target, opcode and buffer so that records reach the checks
 /// behind those, are either refused at once (no handler) or complete exactly once, to their
 /// handler, with data or an error; the layer stays usable. `ZCIO_FUZZ_MS` sets the budget
-/// (default 1000 ms), `ZCIO_FUZZ_SEED` replays a failure's seed.
+/// (default 1000 ms), `ZCIO_FUZZ_SEED` replays a failure's seed. Arbtest keeps no corpus: the
+/// seeds in `FUZZ_REGRESSIONS` are replayed first, every run.
 #[test]
 fn fuzz_any_64_bytes_are_refused_or_complete_once() {
+    /// Seeds replayed before the timed search: all-zero input and a few sizes.
+    const FUZZ_REGRESSIONS: &[u64] = &[
+        0x0000_0000_0000_1000,
+        0x9e37_79b9_0000_0400,
+        0x2545_f491_0000_4000,
+    ];
     let Some(uio) = layer(Initiation::Syscall, Translation::Registered, 8) else {
         return;
     };
@@ -468,7 +475,7 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
     let h = uio.handler(move |_c| {
         d.fetch_add(1, Ordering::Relaxed);
     });
-    let mut test = arbtest::arbtest(|u| {
+    let mut property = |u: &mut arbtest::arbitrary::Unstructured<'_>| {
         let mut b: [u8; RECORD] = u.arbitrary()?;
         let Some(buf) = uio.buffer() else {
             panic!("every buffer came back, yet none is free");
@@ -511,8 +518,11 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
             Err(NotQueued::Full { .. }) => panic!("the ring was full with nothing in flight"),
         }
         Ok(())
-    });
-    test = test.budget_ms(zcio_vm::skip::fuzz_budget_ms());
+    };
+    for &seed in FUZZ_REGRESSIONS {
+        arbtest::arbtest(&mut property).seed(seed).run();
+    }
+    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
     if let Some(seed) = zcio_vm::skip::fuzz_seed() {
         test = test.seed(seed);
     }

@@ -165,6 +165,18 @@ impl Mapping {
             value: len,
             limit: MAX_MAPPING,
         })?;
+        if addr == Some(0) {
+            // A privileged process may be given the null page (below `mmap_min_addr`), and
+            // no mapping here may start at a null pointer: an address a peer chose is refused.
+            return Err(VmError::ArenaPlacement {
+                addr: 0,
+                len,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "address 0 is the null page",
+                ),
+            });
+        }
         let mut flags = libc::MAP_SHARED;
         if addr.is_some() {
             flags |= libc::MAP_FIXED_NOREPLACE;

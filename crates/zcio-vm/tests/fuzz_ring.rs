@@ -4,9 +4,18 @@
 //!
 //! `ZCIO_FUZZ_MS` sets the time budget (default 1000 ms; a longer run: `ZCIO_FUZZ_MS=600000
 //! cargo test --release -p zcio-vm --test fuzz_ring`). A failure prints the seed to replay with
-//! `ZCIO_FUZZ_SEED`.
+//! `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in `REGRESSIONS` are replayed first,
+//! every run.
 
+use arbtest::arbitrary::{Result, Unstructured};
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
+
+/// Seeds replayed before the timed search: all-zero input and a few sizes.
+const REGRESSIONS: &[u64] = &[
+    0x0000_0000_0000_1000,
+    0x9e37_79b9_0000_0400,
+    0x2545_f491_0000_4000,
+];
 
 #[test]
 fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
@@ -14,7 +23,7 @@ fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
     let arena = SharedArena::create("fuzz-ring", 1 << 16).unwrap();
     let off = SharedArena::user_offset().div_ceil(64) * 64;
     let span = SharedRing::footprint(CAP);
-    let mut test = arbtest::arbtest(|u| {
+    let mut property = |u: &mut Unstructured<'_>| -> Result<()> {
         let mut rx = SharedRing::new(&arena, off, CAP).unwrap();
         let mut tx = SharedRing::new(&arena, off, CAP).unwrap();
         for w in 0..span / 8 {
@@ -48,8 +57,11 @@ fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
             }
         }
         Ok(())
-    });
-    test = test.budget_ms(zcio_vm::skip::fuzz_budget_ms());
+    };
+    for &seed in REGRESSIONS {
+        arbtest::arbtest(&mut property).seed(seed).run();
+    }
+    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
     if let Some(seed) = zcio_vm::skip::fuzz_seed() {
         test = test.seed(seed);
     }

@@ -656,41 +656,9 @@ pub fn run(a: ReportArgs) -> Res<()> {
         return Ok(());
     }
     if let Some(f) = &a.from {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| format!("invalid argument `--from {}`: {e}", f.display()))?;
-        // Only the raw samples are read: the fits, models and conclusions are made anew (so a
-        // file written by an older zcio, whose models had other fields, still serves).
-        let mut raw: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("invalid argument `--from {}`: not JSON: {e}", f.display()))?;
-        if let Some(g) = raw.get_mut("genie").and_then(|g| g.as_object_mut()) {
-            g.remove("model");
-            g.remove("conclusions");
-            if let Some(r) = g.get_mut("results").and_then(|r| r.as_object_mut()) {
-                r.remove("fits");
-            }
-        }
-        let mut results: Results = serde_json::from_value(raw).map_err(|e| {
-            format!(
-                "invalid argument `--from {}`: not a zcio results.json: {e}",
-                f.display()
-            )
-        })?;
-        if results.schema != SCHEMA {
-            return Err(format!(
-                "invalid argument `--from {}`: schema {:?}, this zcio reads {SCHEMA:?}",
-                f.display(),
-                results.schema
-            )
-            .into());
-        }
-        if let Some(v) = &mut results.vmmr {
-            v.derived = crate::vmmr_bench::derive(&v.rows);
-        }
-        if let Some(g) = &mut results.genie {
-            g.results.fits = genie::fits(&g.results.latency, &g.results.cpu);
-            g.model = model::fit_model(&g.results, results.machine.logical_cpus);
-            g.conclusions = model::conclusions(&g.results, &g.model);
-        }
+        let bad = |e: String| format!("invalid argument `--from {}`: {e}", f.display());
+        let text = std::fs::read_to_string(f).map_err(|e| bad(e.to_string()))?;
+        let results = load(&text).map_err(|e| bad(e.to_string()))?;
         write(&results, &a.out)?;
         eprintln!(
             "report rewritten from {} into {}",
@@ -770,6 +738,43 @@ pub fn run(a: ReportArgs) -> Res<()> {
         .into());
     }
     Ok(())
+}
+
+/// The results of an earlier run from the text of its `results.json` (`zcio report --from`):
+/// only the raw samples are read, and the fits, models and conclusions are made anew (so a
+/// file written by an older zcio, whose models had other fields, still serves). Any text gives
+/// the results or an error saying what is wrong with it: not JSON, not a results file (the
+/// field at fault), or another schema.
+pub fn load(text: &str) -> Res<Results> {
+    let mut raw: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if let Some(g) = raw.get_mut("genie").and_then(|g| g.as_object_mut()) {
+        g.remove("model");
+        g.remove("conclusions");
+        if let Some(r) = g.get_mut("results").and_then(|r| r.as_object_mut()) {
+            r.remove("fits");
+        }
+    }
+    // Likewise what is derived from the VMMR rows: as written, it may hold values JSON cannot
+    // (a fit to samples that do not fit, written as `null`), and it is made anew below.
+    if let Some(v) = raw.get_mut("vmmr").and_then(|v| v.as_object_mut()) {
+        let empty = serde_json::to_value(crate::vmmr_bench::Derived::default())?;
+        v.insert("derived".into(), empty);
+    }
+    let mut results: Results =
+        serde_json::from_value(raw).map_err(|e| format!("not a zcio results.json: {e}"))?;
+    if results.schema != SCHEMA {
+        return Err(format!("schema {:?}, this zcio reads {SCHEMA:?}", results.schema).into());
+    }
+    if let Some(v) = &mut results.vmmr {
+        v.derived = crate::vmmr_bench::derive(&v.rows);
+    }
+    if let Some(g) = &mut results.genie {
+        g.results.fits = genie::fits(&g.results.latency, &g.results.cpu);
+        g.model = model::fit_model(&g.results, results.machine.logical_cpus);
+        g.conclusions = model::conclusions(&g.results, &g.model);
+    }
+    Ok(results)
 }
 
 /// Write `results.json` and the documents for `results` into `out`.

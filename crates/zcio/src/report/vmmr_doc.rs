@@ -365,14 +365,17 @@ fn method(v: &VmmrSection) -> String {
 /// What the rebuilds were, if any: points and maps measured again because the VM layer copied
 /// pages the kernel would not move.
 fn rebuilds_text(v: &VmmrSection) -> Option<String> {
-    let rows: usize = v.rows.iter().map(|r| r.rebuilds).sum();
-    let maps: usize = v
+    // Saturating: the counts may come from a results file (`zcio report --from`), any size.
+    let rows = v
+        .rows
+        .iter()
+        .fold(0usize, |n, r| n.saturating_add(r.rebuilds));
+    let maps = v
         .random
         .iter()
         .flat_map(|r| &r.maps)
-        .map(|m| m.rebuilds)
-        .sum();
-    if rows + maps == 0 {
+        .fold(0usize, |n, m| n.saturating_add(m.rebuilds));
+    if rows == 0 && maps == 0 {
         return None;
     }
     let first = v
