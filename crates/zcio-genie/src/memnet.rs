@@ -712,6 +712,7 @@ impl MemnetEndpoint {
             &self.arena,
             &mut self.comp_tx,
             &self.peer_bell,
+            self.in_rx[0].as_fd(),
             self.cur_ticket,
         )
         .post()
@@ -775,6 +776,7 @@ impl MemnetEndpoint {
             &self.arena,
             &mut self.comp_tx,
             &self.peer_bell,
+            self.in_rx[0].as_fd(),
             self.cur_ticket,
         );
         let mut src =
@@ -819,6 +821,7 @@ impl MemnetEndpoint {
                 &self.arena,
                 &mut self.comp_tx,
                 &self.peer_bell,
+                self.in_rx[0].as_fd(),
                 self.cur_ticket,
             );
             let mut src = PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset)
@@ -874,6 +877,8 @@ struct Completion<'a> {
     arena: &'a SharedArena,
     ring: &'a mut SharedRing,
     bell: BorrowedFd<'a>,
+    /// The first pipe of the wire in: its writers closed means the sender is gone.
+    wire: BorrowedFd<'a>,
     ticket: u64,
     posted: bool,
 }
@@ -883,18 +888,23 @@ impl<'a> Completion<'a> {
         arena: &'a SharedArena,
         ring: &'a mut SharedRing,
         bell: &'a OwnedFd,
+        wire: BorrowedFd<'a>,
         ticket: u64,
     ) -> Completion<'a> {
         Completion {
             arena,
             ring,
             bell: bell.as_fd(),
+            wire,
             ticket,
             posted: false,
         }
     }
 
-    /// Post the completion (once) and ring the sender's doorbell.
+    /// Post the completion (once) and ring the sender's doorbell. A full ring waits for the
+    /// sender to take completions in (it does before each output and in each wait): spinning a
+    /// while, then a millisecond at a time, watching the wire; a sender gone meanwhile (killed
+    /// before it took them in) would never make room, and is [`GenieError::PeerGone`].
     fn post(&mut self) -> Result<()> {
         if self.posted {
             return Ok(());
@@ -902,10 +912,27 @@ impl<'a> Completion<'a> {
         let mut w = [0u64; SLOT_WORDS];
         w[0] = DONE_MAGIC;
         w[1] = self.ticket;
+        let t0 = std::time::Instant::now();
         loop {
             match self.ring.push(self.arena, &w) {
                 Ok(true) => break,
-                Ok(false) => std::thread::yield_now(),
+                Ok(false) if t0.elapsed() < SPIN => std::thread::yield_now(),
+                Ok(false) => {
+                    let mut fds = [PollFd::new(&self.wire, PollFlags::empty())];
+                    let ms = rustix::time::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 1_000_000,
+                    };
+                    match rustix::event::poll(&mut fds, Some(&ms)) {
+                        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => return Err(GenieError::io("poll", e)),
+                    }
+                    if fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) {
+                        return Err(GenieError::PeerGone {
+                            during: "input (the sender's completion ring full)",
+                        });
+                    }
+                }
                 Err(e) => return Err(GenieError::Protocol(e.to_string())),
             }
         }

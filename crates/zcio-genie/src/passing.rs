@@ -56,15 +56,27 @@ pub(crate) struct Held {
 
 impl Held {
     /// Dispose: unreference, unwire, return bounce buffers.
-    pub(crate) fn dispose(self, pool: &mut BouncePool) {
-        if let Some(r) = self.refs {
+    pub(crate) fn dispose(mut self, pool: &mut BouncePool) {
+        if let Some(r) = self.refs.take() {
             time(Op::Unreference, || r.release());
         }
-        if let Some(w) = self.wired {
+        if let Some(w) = self.wired.take() {
             let _ = time(Op::Unwire, || zcio_vm::protect::unwire(w));
         }
-        if let Some(b) = self.bounce {
+        if let Some(b) = self.bounce.take() {
             pool.put(b);
+        }
+    }
+}
+
+/// An output dropped without its completion (its endpoint went first, its peer died): the
+/// reference goes with its own drop and the bounce buffer is unmapped, but wired pages must be
+/// unwired here, or they would stay locked in the application's memory (and split its mapping)
+/// for as long as the application keeps the buffer.
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(w) = self.wired.take() {
+            let _ = zcio_vm::protect::unwire(w);
         }
     }
 }
@@ -210,8 +222,9 @@ pub(crate) fn output_app(
         };
         Ok((
             Held {
+                refs: None,
+                wired: None,
                 bounce: Some(b),
-                ..Default::default()
             },
             acc,
         ))

@@ -1,0 +1,583 @@
+//! Kill tests of the memory network (paper 000, §7): a sender and a receiver in two processes,
+//! one of them killed with SIGKILL at a random point, over many rounds.
+//!
+//! The test process is the survivor: the sender in some rounds (the receiver is killed), the
+//! receiver in others (the sender is killed), under the four application-buffer semantics and
+//! two of the region semantics, and every input buffering. The other party is this test binary run again with
+//! `$ZCIO_KILL_PEER` set (the `peer` test below, which does nothing in an ordinary run). Some
+//! rounds kill the peer while it starts and joins the link; the others after the first message
+//! has gone through and been checked, while messages flow (the sender keeps several outputs
+//! pending and, under emulated copy, overwrites each buffer during its output).
+//!
+//! Each round checks that the survivor fails with [`GenieError::PeerGone`] (or, killed before
+//! the link was up, with an error of the setup) within [`DETECT`] of the kill, never hangs (a
+//! watchdog fails the round after [`HANG`]), that every message it received was intact, and
+//! that its descriptors, memory files, threads and mappings, and the machine's `/dev/shm`
+//! objects named after zcio, are back to what they were before the rounds.
+//!
+//! One point random kills are unlikely to hit is tried on purpose: a sender killed after it
+//! published a message and before it took in the completions of those before it, its
+//! completion ring full (the receiver must not wait for room for ever).
+//!
+//! `$ZCIO_KILL_SEED` (hexadecimal, as a run prints it) replays a run.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+use zcio_genie::memnet::{LinkParts, MemnetEndpoint, Ticket};
+use zcio_genie::profile::{PROFILE_ENV, Profile};
+use zcio_genie::{GenieError, InputBuffering, Semantics};
+use zcio_vm::resources::Resources;
+use zcio_vm::{MapOptions, Mapping, page_size};
+
+/// Environment variable that makes this binary the peer: `ROLE SEMANTICS BUFFERING LEN SOCKET`.
+const PEER_ENV: &str = "ZCIO_KILL_PEER";
+/// Environment variable replaying a run's seed.
+const SEED_ENV: &str = "ZCIO_KILL_SEED";
+/// Rounds counted (after one that warms the runtime, the pools and the thread caches up).
+const ROUNDS: usize = 40;
+/// Longest a survivor may take to fail after its peer was killed.
+const DETECT: Duration = Duration::from_secs(3);
+/// Longest a round may take before it counts as hung.
+const HANG: Duration = Duration::from_secs(15);
+/// Outputs the sender keeps pending.
+const WINDOW: usize = 3;
+/// Mappings a round may leave beyond the baseline: glibc keeps the stacks of exited threads
+/// for reuse and gives a new thread its own malloc arena, so the watchdog and killer threads of
+/// a round may leave a stack or an arena mapped (each a mapping and its guard). A leak per
+/// round would pass this bound within a few of the forty rounds.
+const VMA_SLACK: usize = 6;
+
+/// The tests count this process's descriptors and mappings: they take turns.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const SEMANTICS: [Semantics; 6] = [
+    Semantics::Copy,
+    Semantics::EmulatedCopy,
+    Semantics::Share,
+    Semantics::EmulatedShare,
+    Semantics::Move,
+    Semantics::WeakMove,
+];
+
+/// A small generator (xorshift64*), seeded per run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn seed() -> u64 {
+    match std::env::var(SEED_ENV) {
+        Ok(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16)
+            .unwrap_or_else(|_| panic!("${SEED_ENV} is not hexadecimal: {s}")),
+        Err(_) => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos() as u64;
+            (t ^ u64::from(std::process::id()) << 32) | 1
+        }
+    }
+}
+
+/// Byte `j` of message `i`.
+fn byte(i: u64, j: usize) -> u8 {
+    (i.wrapping_mul(131) as usize ^ j.wrapping_mul(7) ^ j >> 12) as u8
+}
+
+fn fill(buf: &mut [u8], i: u64) {
+    for (j, b) in buf.iter_mut().enumerate() {
+        *b = byte(i, j);
+    }
+}
+
+/// Where message `i` differs from its pattern, if it does.
+fn mismatch(buf: &[u8], i: u64) -> Option<usize> {
+    buf.iter().enumerate().position(|(j, b)| *b != byte(i, j))
+}
+
+fn is_region(sem: Semantics) -> bool {
+    sem.allocation() == zcio_genie::semantics::Allocation::System
+}
+
+/// Send messages 0, 1, 2, … until the link fails, keeping [`WINDOW`] outputs pending (from
+/// `bufs`, one each, under the application-buffer semantics); `delivered` is called after each
+/// completion. Returns the error.
+fn send_loop(
+    ep: &mut MemnetEndpoint,
+    sem: Semantics,
+    bufs: &mut [Mapping],
+    delivered: &mut dyn FnMut(u64),
+) -> GenieError {
+    let len = bufs[0].len();
+    let mut out: VecDeque<Ticket> = VecDeque::new();
+    let mut i = 0u64;
+    loop {
+        if out.len() == WINDOW {
+            let t = out.pop_front().expect("a full window");
+            if let Err(e) = ep.wait(t) {
+                return e;
+            }
+            delivered(i - WINDOW as u64);
+        }
+        let sent = if is_region(sem) {
+            ep.alloc_region(len, sem).and_then(|mut r| {
+                fill(r.as_mut_slice(), i);
+                ep.send_region(sem, r)
+            })
+        } else {
+            let b = bufs[i as usize % WINDOW].as_mut_slice();
+            fill(b, i);
+            let sent = ep.send(sem, b);
+            if sem == Semantics::EmulatedCopy {
+                // Overwritten during the output: the receiver still gets the bytes of the call.
+                b.fill(0xEE);
+            }
+            sent
+        };
+        match sent {
+            Ok((t, _)) => out.push_back(t),
+            Err(e) => return e,
+        }
+        i += 1;
+    }
+}
+
+/// Receive messages 0, 1, 2, … until the link fails, checking each; `checked` is called after
+/// each. Returns the error (a message that arrived damaged panics).
+fn recv_loop(
+    ep: &mut MemnetEndpoint,
+    sem: Semantics,
+    buffering: InputBuffering,
+    len: usize,
+    checked: &mut dyn FnMut(u64),
+) -> GenieError {
+    let mut buf = Mapping::anonymous(len, MapOptions::default()).expect("a buffer");
+    for i in 0u64.. {
+        if is_region(sem) {
+            match ep.recv_region(sem, buffering) {
+                Ok((r, _)) => {
+                    assert_eq!(r.len(), len, "message {i}: length");
+                    if let Some(at) = mismatch(r.as_slice(), i) {
+                        panic!("{sem}: message {i} damaged at byte {at}");
+                    }
+                    ep.recycle(r, sem);
+                }
+                Err(e) => return e,
+            }
+        } else {
+            match ep.recv(sem, buf.as_mut_slice(), buffering) {
+                Ok((n, _)) => {
+                    assert_eq!(n, len, "message {i}: length");
+                    if let Some(at) = mismatch(buf.as_slice(), i) {
+                        panic!("{sem}: message {i} damaged at byte {at}");
+                    }
+                }
+                Err(e) => return e,
+            }
+        }
+        checked(i);
+    }
+    unreachable!("the loop ends only with an error")
+}
+
+/// The peer process: join the link offered on the socket and play the role until it fails
+/// (or until it is killed, which is what the test does).
+#[test]
+fn peer() {
+    let Ok(spec) = std::env::var(PEER_ENV) else {
+        return; // an ordinary run: this is only the peer processes' entry
+    };
+    let f: Vec<&str> = spec.split(' ').collect();
+    let sem: Semantics = f[1].parse().expect("semantics");
+    let buffering: InputBuffering = f[2].parse().expect("input buffering");
+    let len: usize = f[3].parse().expect("length");
+    let sock = UnixStream::connect(f[4]).expect("connect to the survivor");
+    let parts = LinkParts::recv_from(&sock).expect("the link's parts");
+    let mut ep = MemnetEndpoint::join(parts, None).expect("join the link");
+    ep.set_profile(Profile::zero_copy());
+    let e = match f[0] {
+        "sender" => send_loop(&mut ep, sem, &mut buffers(len), &mut |_| {}),
+        _ => recv_loop(&mut ep, sem, buffering, len, &mut |_| {}),
+    };
+    // The survivor went first: not what the test does, but not this process's fault.
+    eprintln!("peer: {e}");
+    std::process::exit(4);
+}
+
+/// The sender's buffers, one per pending output.
+fn buffers(len: usize) -> Vec<Mapping> {
+    (0..WINDOW)
+        .map(|_| Mapping::anonymous(len, MapOptions::default()).expect("a buffer"))
+        .collect()
+}
+
+/// Memory this process has locked (`VmLck`, KiB).
+fn locked_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("/proc/self/status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What the killer saw: when it killed the peer, and how the peer ended.
+struct Killed {
+    at: Instant,
+    status: std::process::ExitStatus,
+    stderr: String,
+}
+
+/// Kill `child` `delay` after the word on `go` (or after the sender of `go` is dropped).
+/// `killed` is set just before the signal goes.
+fn killer(
+    mut child: std::process::Child,
+    go: mpsc::Receiver<()>,
+    delay: Duration,
+    killed: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Killed> {
+    std::thread::Builder::new()
+        .name("killer".into())
+        .spawn(move || {
+            let _ = go.recv();
+            std::thread::sleep(delay);
+            let at = Instant::now();
+            killed.store(true, Ordering::SeqCst);
+            let _ = child.kill(); // SIGKILL
+            let status = child.wait().expect("reap the peer");
+            let mut stderr = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut stderr);
+            }
+            Killed { at, status, stderr }
+        })
+        .expect("spawn the killer")
+}
+
+/// Run `f` on a thread of its own; fail if it has not returned after `limit` (a hang).
+fn watchdog<T: Send + 'static>(
+    what: String,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::Builder::new()
+        .name("survivor".into())
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let _ = tx.send(r);
+        })
+        .expect("spawn the survivor");
+    match rx.recv_timeout(limit) {
+        Ok(Ok(v)) => {
+            h.join().expect("the survivor ended");
+            v
+        }
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("{what}: the survivor has not returned after {limit:?}: hung"),
+    }
+}
+
+/// How the survivor's side of a round ended.
+struct Outcome {
+    /// The link was joined (else the error came while setting it up).
+    joined: bool,
+    error: String,
+    peer_gone: bool,
+    at: Instant,
+    /// Messages completed (sender) or received and checked (receiver).
+    messages: u64,
+}
+
+/// Accept the peer's connection, unless it died first or `limit` passes.
+fn accept(l: &UnixListener, limit: Duration) -> Result<UnixStream, String> {
+    l.set_nonblocking(true).expect("non-blocking listener");
+    let t0 = Instant::now();
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).expect("blocking socket");
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if t0.elapsed() > limit {
+                    return Err("the peer never connected".into());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+    }
+}
+
+/// The survivor's side: offer the link on `l`, then send or receive until the link fails.
+/// `go` is dropped after the first message (the killer's cue in late rounds).
+fn survive(
+    l: UnixListener,
+    sends: bool,
+    sem: Semantics,
+    buffering: InputBuffering,
+    len: usize,
+    go: Option<mpsc::Sender<()>>,
+    alive: impl Fn() -> bool,
+) -> Outcome {
+    let setup = |e: String| Outcome {
+        joined: false,
+        error: e,
+        peer_gone: false,
+        at: Instant::now(),
+        messages: 0,
+    };
+    // The peer killed before it connects: the listener waits in vain, and `alive` says why.
+    let sock = loop {
+        match accept(&l, Duration::from_millis(50)) {
+            Ok(s) => break s,
+            Err(_) if alive() => continue,
+            Err(e) => return setup(e),
+        }
+    };
+    let (mine, theirs, arena) = zcio_genie::memnet::link_parts().expect("the link's parts");
+    if let Err(e) = theirs.send_over(&sock) {
+        return setup(e.to_string());
+    }
+    let mut ep = MemnetEndpoint::join(mine, Some(arena)).expect("join our end");
+    ep.set_profile(Profile::zero_copy());
+    // The buffers outlive the endpoint, as an application's would.
+    let mut bufs = buffers(len);
+    let locked = locked_kib();
+    let mut go = go;
+    let mut messages = 0;
+    let mut progress = |i: u64| {
+        messages = i + 1;
+        go.take();
+    };
+    let e = if sends {
+        send_loop(&mut ep, sem, &mut bufs, &mut progress)
+    } else {
+        recv_loop(&mut ep, sem, buffering, len, &mut progress)
+    };
+    let at = Instant::now();
+    drop(ep);
+    // The outputs that never completed gave their buffers back: unwired, writable at once (a
+    // write-protection left behind would make this wait for a completion that cannot come).
+    assert_eq!(
+        locked_kib(),
+        locked,
+        "{sem}: pages of outputs that never completed are still wired"
+    );
+    for b in &mut bufs {
+        b.as_mut_slice().fill(0x5A);
+    }
+    Outcome {
+        joined: true,
+        peer_gone: matches!(e, GenieError::PeerGone { .. }),
+        error: e.to_string(),
+        at,
+        messages,
+    }
+}
+
+/// Objects in `/dev/shm` named after zcio.
+fn zcio_shm() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("zcio"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// One round; returns whether data went through before the kill.
+fn round(rng: &mut Rng, n: usize, profile: &std::path::Path) -> bool {
+    let sem = SEMANTICS[rng.below(SEMANTICS.len() as u64) as usize];
+    let buffering = InputBuffering::ALL[rng.below(InputBuffering::ALL.len() as u64) as usize];
+    let sends = rng.below(2) == 0;
+    let early = rng.below(6) == 0;
+    let len = (16 + rng.below(112) as usize) * page_size();
+    let delay = Duration::from_micros(rng.below(if early { 8_000 } else { 20_000 }));
+    let what = format!(
+        "round {n}: {sem}, {buffering} input, {len} bytes, {} killed {delay:?} after {}",
+        if sends { "receiver" } else { "sender" },
+        if early {
+            "its start"
+        } else {
+            "the first message"
+        }
+    );
+    let dir = tempfile::tempdir().expect("a directory for the socket");
+    let path = dir.path().join("link");
+    let l = UnixListener::bind(&path).expect("listen");
+    let spec = format!(
+        "{} {sem} {buffering} {len} {}",
+        if sends { "receiver" } else { "sender" },
+        path.display()
+    );
+    let child = Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "peer", "--nocapture", "--test-threads=1"])
+        .env(PEER_ENV, spec)
+        .env(PROFILE_ENV, profile)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the peer");
+    let (go_tx, go_rx) = mpsc::channel();
+    let killed = Arc::new(AtomicBool::new(false));
+    let k = killer(child, go_rx, delay, killed.clone());
+    let go = if early {
+        drop(go_tx);
+        None
+    } else {
+        Some(go_tx)
+    };
+    let alive = move || !killed.load(Ordering::SeqCst);
+    let out = watchdog(what.clone(), HANG, move || {
+        survive(l, sends, sem, buffering, len, go, alive)
+    });
+    let killed = k.join().expect("the killer");
+    assert_eq!(
+        killed.status.signal(),
+        Some(9),
+        "{what}: the peer ended before it was killed ({}): {}",
+        killed.status,
+        killed.stderr
+    );
+    assert!(
+        out.at >= killed.at,
+        "{what}: the survivor failed before its peer was killed: {}",
+        out.error
+    );
+    let took = out.at - killed.at;
+    assert!(
+        took <= DETECT,
+        "{what}: the survivor took {took:?} to notice (more than {DETECT:?}): {}",
+        out.error
+    );
+    if out.joined {
+        assert!(
+            out.peer_gone,
+            "{what}: the survivor failed, but not with PeerGone: {}",
+            out.error
+        );
+    }
+    println!(
+        "{what}: {} after {took:?}, {} messages ({})",
+        if out.joined {
+            "peer gone"
+        } else {
+            "setup failed"
+        },
+        out.messages,
+        out.error
+    );
+    out.messages > 0
+}
+
+#[test]
+fn a_killed_peer_makes_the_survivor_fail_at_once_and_leak_nothing() {
+    if std::env::var(PEER_ENV).is_ok() {
+        return;
+    }
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = seed();
+    println!("seed {seed:#x} (replay with {SEED_ENV}={seed:x})");
+    let mut rng = Rng(seed);
+    // The peers load the profile instead of calibrating one each.
+    let dir = tempfile::tempdir().expect("a directory for the profile");
+    let profile = dir.path().join("profile.json");
+    Profile::current().save(&profile).expect("save the profile");
+    // The runtime (its userfaultfd, handler thread and stash) starts once, on first use: before
+    // the count, whatever the first round uses.
+    zcio_vm::VmRuntime::get();
+    let t0 = Instant::now();
+    round(&mut rng, 0, &profile);
+    let before = Resources::now();
+    let shm = zcio_shm();
+    let mut flowed = 0;
+    for n in 1..=ROUNDS {
+        flowed += round(&mut rng, n, &profile) as usize;
+        let now = Resources::now();
+        let grown = now.grown_since(&before, VMA_SLACK);
+        assert!(
+            grown.is_empty(),
+            "round {n} (seed {seed:#x}) leaked: {grown:?}"
+        );
+        assert!(
+            now.vmas + VMA_SLACK >= before.vmas,
+            "round {n}: mappings {} → {}",
+            before.vmas,
+            now.vmas
+        );
+        assert_eq!(zcio_shm(), shm, "round {n}: /dev/shm objects of zcio's");
+    }
+    println!("{ROUNDS} rounds in {:?}", t0.elapsed());
+    assert!(
+        flowed >= ROUNDS / 2,
+        "data went through in {flowed} rounds of {ROUNDS} only (seed {seed:#x})"
+    );
+}
+
+/// A sender killed between publishing a message and taking in the completions of those before
+/// it, with its completion ring full (a receiver that caught up with 257 one-page messages in
+/// one go, the ring holding 256): the receiver, whose completion has no room, must see the
+/// sender gone instead of waiting for room for ever. Both ends in this process; the sender's
+/// end dropped is its death (every descriptor of it closed).
+#[test]
+fn a_sender_killed_with_its_completion_ring_full_fails_its_receiver() {
+    if std::env::var(PEER_ENV).is_ok() {
+        return;
+    }
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut tx, mut rx) = zcio_genie::memnet::pair().expect("a link");
+    tx.set_profile(Profile::zero_copy());
+    rx.set_profile(Profile::zero_copy());
+    let ps = page_size();
+    let sent = std::thread::spawn(move || {
+        let page = vec![7u8; ps];
+        for _ in 0..257 {
+            tx.send(Semantics::Copy, &page).expect("send");
+        }
+        // Killed here: the 257th descriptor is out, the completions not taken in.
+        drop(tx);
+    });
+    // The sender fills the descriptor ring and the wire, and waits for room.
+    std::thread::sleep(Duration::from_millis(100));
+    let got = watchdog(
+        "a receiver with its completion ring full".into(),
+        HANG,
+        move || {
+            let mut buf = vec![0u8; ps];
+            let mut n = 0;
+            let e = loop {
+                match rx.recv(Semantics::Copy, &mut buf, InputBuffering::EarlyDemux) {
+                    Ok(_) => n += 1,
+                    Err(e) => break e,
+                }
+            };
+            (n, e.to_string(), matches!(e, GenieError::PeerGone { .. }))
+        },
+    );
+    sent.join().expect("the sender");
+    assert!(got.2, "after {} messages: {}", got.0, got.1);
+    println!("{} messages, then: {}", got.0, got.1);
+}
