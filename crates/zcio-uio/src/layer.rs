@@ -6,14 +6,20 @@
 //! in the kernel without holding the ring, so that other threads submit meanwhile; each
 //! completion goes to the queue of the thread that issued it, in completion order, and its
 //! handler runs when that thread polls or waits.
+//!
+//! A thread that ends with requests in flight (it returned, or a handler of its panicked) can
+//! run no handler any more, and no other thread may run them for it: its completions are
+//! dropped as they come, their buffers going back to the region ([`UioStats::orphaned`]). The
+//! layer learns of the end from the thread's own thread-local state, which every thread that
+//! submits to a layer holds a weak reference to that layer's queues in.
 
 use crate::request::{HandlerId, Opcode, PENDING, RECORD, Request, Target};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use zcio_vm::VmError;
 use zcio_vm::direct::{BufferRegion, DirectRing, IoBuf, Op, PushError, RingWaiter};
 
@@ -236,6 +242,9 @@ pub struct UioStats {
     pub submit_enters: u64,
     /// Kernel entries to wait.
     pub wait_enters: u64,
+    /// Completions dropped because the thread that issued them had ended (their handlers not
+    /// run, their buffers back to the region).
+    pub orphaned: u64,
 }
 
 struct TargetInfo {
@@ -255,7 +264,66 @@ struct Inner {
 struct Notify {
     queues: HashMap<u32, VecDeque<Completion>>,
     outstanding: HashMap<u32, usize>,
+    /// Threads whose thread-local state knows this layer (told of their end).
+    issuers: HashSet<u32>,
+    /// Threads that ended with requests in flight: their completions are dropped as they come.
+    ended: HashSet<u32>,
+    /// Completions dropped so (and those an ending thread left queued).
+    orphaned: u64,
     reaper: bool,
+}
+
+impl Notify {
+    /// The thread of `ctx` ended: what it left queued goes (returned, to be dropped outside the
+    /// lock), and what it has in flight will go as it completes.
+    fn thread_ended(&mut self, ctx: u32) -> Option<VecDeque<Completion>> {
+        let left = self.queues.remove(&ctx);
+        self.orphaned += left.as_ref().map_or(0, |q| q.len() as u64);
+        self.issuers.remove(&ctx);
+        if self.outstanding.get(&ctx).is_some_and(|o| *o > 0) {
+            self.ended.insert(ctx);
+        } else {
+            self.outstanding.remove(&ctx);
+        }
+        left
+    }
+
+    /// Route a reaped completion to its thread's queue; `Some` (to drop outside the lock) if
+    /// that thread has ended.
+    fn route(&mut self, c: Completion) -> Option<Completion> {
+        let ctx = c.record.context;
+        let left = self.outstanding.get_mut(&ctx).map(|o| {
+            *o = o.saturating_sub(1);
+            *o
+        });
+        if self.ended.contains(&ctx) {
+            self.orphaned += 1;
+            if left.unwrap_or(0) == 0 {
+                self.ended.remove(&ctx);
+                self.outstanding.remove(&ctx);
+            }
+            return Some(c);
+        }
+        self.queues.entry(ctx).or_default().push_back(c);
+        None
+    }
+}
+
+/// The layers a thread has submitted to, told when the thread ends (its thread-local state is
+/// dropped), so that they drop its completions instead of keeping them for it forever.
+struct Issuer {
+    ctx: u32,
+    layers: Vec<Weak<Mutex<Notify>>>,
+}
+
+impl Drop for Issuer {
+    fn drop(&mut self) {
+        for layer in self.layers.drain(..) {
+            let Some(n) = layer.upgrade() else { continue };
+            let left = n.lock().ok().and_then(|mut n| n.thread_ended(self.ctx));
+            drop(left); // the buffers go back to the region
+        }
+    }
 }
 
 type Handler = Arc<dyn Fn(Completion) + Send + Sync>;
@@ -269,6 +337,10 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 thread_local! {
     static CONTEXT: u32 = NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed);
     static BLOCKED: RefCell<HashMap<u64, Completion>> = RefCell::new(HashMap::new());
+    static ISSUER: RefCell<Issuer> = RefCell::new(Issuer {
+        ctx: context(),
+        layers: Vec::new(),
+    });
 }
 
 fn context() -> u32 {
@@ -283,7 +355,8 @@ pub struct Uio {
     waiter: RingWaiter,
     targets: RwLock<Vec<Option<TargetInfo>>>,
     handlers: RwLock<Vec<Option<Handler>>>,
-    notify: Mutex<Notify>,
+    /// Shared with the thread-local state of the threads that submit ([`Issuer`]).
+    notify: Arc<Mutex<Notify>>,
     cv: Condvar,
     refused: AtomicU64,
     delivered: AtomicU64,
@@ -323,7 +396,7 @@ impl Uio {
             targets: RwLock::new((0..zcio_vm::direct::RING_FILES).map(|_| None).collect()),
             // Handler 0 is the blocking calls'.
             handlers: RwLock::new(vec![None]),
-            notify: Mutex::new(Notify::default()),
+            notify: Arc::new(Mutex::new(Notify::default())),
             cv: Condvar::new(),
             refused: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
@@ -346,6 +419,7 @@ impl Uio {
             delivered: self.delivered.load(Ordering::Relaxed),
             submit_enters: r.submit_enters,
             wait_enters: r.wait_enters + self.wait_enters.load(Ordering::Relaxed),
+            orphaned: self.notify.lock().expect("notify").orphaned,
         }
     }
 
@@ -519,13 +593,20 @@ impl Uio {
                 return Ok(());
             }
         };
-        *self
-            .notify
-            .lock()
-            .expect("notify")
-            .outstanding
-            .entry(me)
-            .or_default() += 1;
+        let first = {
+            let mut n = self.notify.lock().expect("notify");
+            *n.outstanding.entry(me).or_default() += 1;
+            n.issuers.insert(me)
+        };
+        if first {
+            // This thread's first request here: the layer is told when the thread ends.
+            let weak = Arc::downgrade(&self.notify);
+            let _ = ISSUER.try_with(|i| {
+                let mut i = i.borrow_mut();
+                i.layers.retain(|l| l.strong_count() > 0);
+                i.layers.push(weak);
+            });
+        }
         let mut inner = self.inner.lock().expect("ring");
         let index = match inner.free.pop() {
             Some(i) => i,
@@ -616,15 +697,13 @@ impl Uio {
         let n = out.len();
         if n > 0 {
             let mut q = self.notify.lock().expect("notify");
+            let mut orphans = Vec::new();
             for mut c in out {
                 c.sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
-                let ctx = c.record.context;
-                if let Some(o) = q.outstanding.get_mut(&ctx) {
-                    *o = o.saturating_sub(1);
-                }
-                q.queues.entry(ctx).or_default().push_back(c);
+                orphans.extend(q.route(c));
             }
             drop(q);
+            drop(orphans); // their buffers go back to the region
             self.cv.notify_all();
         }
         n
