@@ -923,8 +923,11 @@ fn originate(
                 end.poll(true)?;
             }
             let ns = start.expect("count > 0").elapsed().as_nanos() as f64 / count as f64;
+            // Closed in order: the receiver takes the goodbye for the end of the stream.
+            let outstanding = end.originator.outstanding();
+            end.close()?;
             sock.shutdown(std::net::Shutdown::Both)?;
-            if end.originator.outstanding() > 0 {
+            if outstanding > 0 {
                 return Err(LinkError::PeerGone {
                     during: "the benchmark (fbufs not freed)",
                 }

@@ -38,7 +38,16 @@
 //!   receivers that map it: the kernel keeps the pages while any mapping holds them.
 //! - A forwarding process (the server of a three-process path) is a receiver that offers the
 //!   same path onward, with rings of its own, and frees an fbuf upstream when its own receiver
-//!   frees it.
+//!   frees it. Known limit: the originator sees only the forwarder, so a forwarder that dies
+//!   releases the fbufs its own receiver still holds as well, and the originator may reuse
+//!   (write, or clear) them while that receiver still reads them, until the receiver sees its
+//!   link fail.
+//! - An end that closes its link in order says goodbye first (a frame of its own): dropping an
+//!   [`OriginatorEnd`] or a [`ReceiverEnd`] does, and so does a [`Forwarder`] whose run ended
+//!   well. A socket that closes without it lost its process (killed, crashed) or an end that
+//!   failed, and the other side says so instead of taking it for the end of the stream: a
+//!   receiver's next [`ReceiverEnd::recv`] fails with [`LinkError::PeerGone`], a forwarding
+//!   server's run fails, and an originator's send to no receiver left fails.
 
 use crate::aggregate::{Msg, NODE_BYTES};
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, Receiver, Variant};
@@ -57,6 +66,12 @@ const SECURED: u64 = 4;
 const MSG: u64 = 5;
 /// A wake-up for an end asleep on the socket (something is on its ring).
 const WAKE: u64 = 6;
+/// Goodbye: the sender of this frame closes its end of the link in order (it is done, not
+/// killed), and sends nothing more.
+const BYE: u64 = 8;
+/// What a receiver whose sender went without a goodbye gets (after "peer closed the
+/// connection").
+const SENDER_GONE: &str = "without a goodbye (killed, crashed or failed) while receiving";
 pub(crate) const FRAME: usize = 24;
 
 /// What went wrong on a link.
@@ -557,6 +572,10 @@ struct Peer {
     limit: usize,
     /// Why the receiver failed a send, when it was its doing.
     failed: Option<Failure>,
+    /// The receiver said goodbye: its end closed in order.
+    bye: bool,
+    /// This end cut the receiver off for what it did (see [`OriginatorEnd::misbehaved`]).
+    cut_off: bool,
 }
 
 impl Peer {
@@ -586,7 +605,17 @@ impl Peer {
             mailed: 0,
             limit,
             failed: None,
+            bye: false,
+            cut_off: false,
         })
+    }
+
+    /// Say goodbye to the receiver (behind the backlog, as far as the socket takes it now):
+    /// this end closes in order and sends nothing more.
+    fn farewell(&mut self) {
+        if self.alive {
+            let _ = self.mail(&frame(BYE, FbufRef { addr: 0, len: 0 }));
+        }
     }
 
     /// Hand `r` to the receiver, never waiting for it: on the sends ring (waking it if it
@@ -782,8 +811,51 @@ impl OriginatorEnd {
         self.peers.get(i).map_or(0, |p| p.out.len())
     }
 
-    /// Send `fbuf` to the receivers `to`.
+    /// Close every link in order: each receiver still connected gets a goodbye (its
+    /// [`ReceiverEnd::recv`] then ends with `None` once it has taken what was sent) and is let
+    /// go, what it held released. Dropping the end says goodbye too.
+    pub fn close(&mut self) -> Result<(), LinkError> {
+        for i in 0..self.peers.len() {
+            if self.peers[i].alive {
+                self.peers[i].farewell();
+                self.drop_peer(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Why none of the receivers `to` can be sent to (they are all gone), if so.
+    fn all_gone(&self, to: &[usize]) -> Option<LinkError> {
+        if to.is_empty()
+            || to
+                .iter()
+                .any(|i| self.peers.get(*i).is_some_and(|p| p.alive))
+        {
+            return None;
+        }
+        // Sends to receivers this end cut off itself go nowhere, as before: why they were cut
+        // off is in `misbehaved`.
+        let named: Vec<&Peer> = to.iter().filter_map(|i| self.peers.get(*i)).collect();
+        if !named.is_empty() && named.iter().all(|p| p.cut_off) {
+            return None;
+        }
+        let died = named.iter().any(|p| !p.bye && !p.cut_off);
+        Some(LinkError::PeerGone {
+            during: if died {
+                "without a goodbye (killed, crashed or failed) before this send"
+            } else {
+                "before this send: no receiver named is connected"
+            },
+        })
+    }
+
+    /// Send `fbuf` to the receivers `to`. If every one of them is gone (and `to` names one),
+    /// the fbuf goes back to the free lists and the error says how they went.
     pub fn send(&mut self, fbuf: Fbuf, to: &[usize]) -> Result<FbufRef, LinkError> {
+        if let Some(e) = self.all_gone(to) {
+            self.originator.free(fbuf)?;
+            return Err(e);
+        }
         let live: Vec<usize> = to
             .iter()
             .copied()
@@ -845,6 +917,12 @@ impl OriginatorEnd {
         }
         if self.msgs.contains_key(&msg.root) {
             return fail(self, parts, "busy");
+        }
+        if let Some(e) = self.all_gone(to) {
+            for f in parts {
+                self.originator.free(f)?;
+            }
+            return Err(e);
         }
         let live: Vec<usize> = to
             .iter()
@@ -918,6 +996,7 @@ impl OriginatorEnd {
     fn fail_peer(&mut self, i: usize) -> Result<(), LinkError> {
         if let Some(why) = self.peers[i].failed.take() {
             self.misbehaved.push(format!("receiver {i}: {why}"));
+            self.peers[i].cut_off = true;
         }
         self.drop_peer(i)
     }
@@ -1010,6 +1089,12 @@ impl OriginatorEnd {
                 r.addr, r.len
             )),
             Ok(Next::Frame(WAKE, _)) | Ok(Next::Empty) => None,
+            Ok(Next::Frame(BYE, _)) => {
+                // Closed in order: what it still held is released as for a receiver gone.
+                self.peers[i].bye = true;
+                self.drop_peer(i)?;
+                None
+            }
             Ok(Next::Frame(k, _)) => Some(format!("sent frame kind {k}")),
             Ok(Next::Closed) | Err(LinkError::Io(_)) => {
                 self.drop_peer(i)?;
@@ -1019,6 +1104,7 @@ impl OriginatorEnd {
         };
         if let Some(why) = bad {
             self.misbehaved.push(format!("receiver {i}: {why}"));
+            self.peers[i].cut_off = true;
             self.drop_peer(i)?;
         }
         Ok(())
@@ -1101,6 +1187,18 @@ impl OriginatorEnd {
     }
 }
 
+/// The links close in order (a goodbye to each receiver still connected), unless the end goes
+/// in a panic: that is no orderly close, and the receivers say so.
+impl Drop for OriginatorEnd {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            for p in &mut self.peers {
+                p.farewell();
+            }
+        }
+    }
+}
+
 /// What a receiver found when it looked for the next fbuf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Received {
@@ -1111,7 +1209,8 @@ pub enum Received {
     Msg(Msg),
     /// Nothing yet.
     NotYet,
-    /// The sender closed the link.
+    /// The sender closed the link in order (it said goodbye); one that went without is
+    /// [`LinkError::PeerGone`].
     Closed,
 }
 
@@ -1133,6 +1232,12 @@ pub struct ReceiverEnd {
     /// Deliveries taken from the socket, in all (published on the sends ring).
     taken: u64,
     closed: bool,
+    /// The sender said goodbye: its end closed in order, and the socket's close that follows
+    /// is the end of the stream, not its death.
+    bye: bool,
+    /// Whether dropping this end says goodbye to the sender (not after a forwarding run
+    /// failed: the path broke, and upstream learns it so).
+    farewell: bool,
     /// This end gave up on the originator (it stopped reading): nothing more is delivered.
     given_up: bool,
     /// Frames the socket has not taken yet (the backlog): notices and requests.
@@ -1176,6 +1281,8 @@ impl ReceiverEnd {
             early: VecDeque::new(),
             taken: 0,
             closed: false,
+            bye: false,
+            farewell: true,
             given_up: false,
             out: Outbox::default(),
             info,
@@ -1224,6 +1331,12 @@ impl ReceiverEnd {
             }
             // A wake-up, or an answer to a secure request that was already given up on.
             WAKE | SECURED => Ok(None),
+            // Closed in order: nothing more comes (what it sent before is still taken).
+            BYE => {
+                self.bye = true;
+                self.closed = true;
+                Ok(None)
+            }
             k => Err(LinkError::Protocol(format!(
                 "originator sent frame kind {k}"
             ))),
@@ -1281,6 +1394,11 @@ impl ReceiverEnd {
                 continue;
             }
             if self.closed {
+                if !self.bye {
+                    return Err(LinkError::PeerGone {
+                        during: SENDER_GONE,
+                    });
+                }
                 return Ok(Received::Closed);
             }
             if !wait {
@@ -1332,8 +1450,10 @@ impl ReceiverEnd {
         self.next_fbuf(false)
     }
 
-    /// The next fbuf sent to us (`None` when the sender has closed the link); an aggregate
-    /// message where an fbuf is expected is a protocol error (see [`ReceiverEnd::recv_any`]).
+    /// The next fbuf sent to us (`None` when the sender has closed the link in order;
+    /// [`LinkError::PeerGone`] when it went without a goodbye: killed, crashed or failed); an
+    /// aggregate message where an fbuf is expected is a protocol error (see
+    /// [`ReceiverEnd::recv_any`]).
     pub fn recv(&mut self) -> Result<Option<FbufRef>, LinkError> {
         match self.recv_any()? {
             Received::Fbuf(r) => Ok(Some(r)),
@@ -1353,7 +1473,8 @@ impl ReceiverEnd {
     }
 
     /// The next fbuf or aggregate message sent to us ([`Received::Closed`] when the sender has
-    /// closed the link). Sends come from the ring without a system call; before this end
+    /// closed the link in order, [`LinkError::PeerGone`] when it went without a goodbye). Sends
+    /// come from the ring without a system call; before this end
     /// sleeps, the notices held back go out and it looks again for a while.
     pub fn recv_any(&mut self) -> Result<Received, LinkError> {
         let mut got = self.next_fbuf(false)?;
@@ -1522,6 +1643,13 @@ impl ReceiverEnd {
                     });
                 }
                 Next::Frame(SECURED, s) if s == r => return Ok(()),
+                Next::Frame(BYE, _) => {
+                    self.bye = true;
+                    self.closed = true;
+                    return Err(LinkError::PeerGone {
+                        during: "with a goodbye while securing an fbuf",
+                    });
+                }
                 Next::Frame(k @ (SEND | MSG | WAKE), x) => {
                     if let Some(d) = self.take(k, x)? {
                         self.early.push_back(d);
@@ -1533,6 +1661,20 @@ impl ReceiverEnd {
                         "originator answered a secure request with frame kind {k}"
                     )));
                 }
+            }
+        }
+    }
+}
+
+/// The link closes in order (a goodbye behind the notices still waiting, as far as the socket
+/// takes them now), unless the sender closed it first, a forwarding run failed, or the end goes
+/// in a panic.
+impl Drop for ReceiverEnd {
+    fn drop(&mut self) {
+        if self.farewell && !self.closed && !self.given_up && !std::thread::panicking() {
+            let bye = frame(BYE, FbufRef { addr: 0, len: 0 });
+            if self.out.write(&self.sock, &bye).is_ok_and(|n| n > 0) {
+                self.rings.post_mail(Dir::Frees);
             }
         }
     }
@@ -1612,10 +1754,22 @@ impl Forwarder {
         Err(e)
     }
 
-    /// Forward until upstream closes and downstream has freed everything (or is gone). Neither
-    /// side waits for the other to read: a downstream receiver that stops reading holds up
-    /// nothing upstream until its backlog passes the limit, and then fails the run.
+    /// Forward until upstream closes and downstream has freed everything, or downstream closes
+    /// its link; then say goodbye downstream. Neither side waits for the other to read: a
+    /// downstream receiver that stops reading holds up nothing upstream until its backlog
+    /// passes the limit, and then fails the run. An end that goes without a goodbye (its
+    /// process killed or crashed) fails the run too, what downstream held given back upstream;
+    /// the ends are then closed without a goodbye, so that the failure travels along the path.
     pub fn run(&mut self) -> Result<usize, LinkError> {
+        let r = self.forward();
+        match &r {
+            Ok(_) => self.down.farewell(),
+            Err(_) => self.up.farewell = false,
+        }
+        r
+    }
+
+    fn forward(&mut self) -> Result<usize, LinkError> {
         use rustix::event::{PollFd, PollFlags};
         let mut up_open = true;
         let mut socket = false;
@@ -1640,11 +1794,30 @@ impl Forwarder {
                         })?
                     }
                     Ok(Next::Frame(WAKE, _)) => {}
-                    // Done, died, or broke the protocol: what downstream held is freed for it,
-                    // and the path ends here; upstream learns it when this end closes.
-                    _ => {
+                    // Done: what downstream held is freed for it, and the path ends here;
+                    // upstream learns it when this end closes.
+                    Ok(Next::Frame(BYE, _)) => {
                         self.release_all()?;
                         break 'run;
+                    }
+                    // Died, or broke the protocol: the same, and the run fails.
+                    other => {
+                        self.release_all()?;
+                        self.down.cut();
+                        self.up.flush()?;
+                        return Err(match other {
+                            Err(e) => e,
+                            Ok(Next::Frame(FREED, r)) => LinkError::Protocol(format!(
+                                "the downstream receiver freed [{:#x}, +{}), which it does not hold",
+                                r.addr, r.len
+                            )),
+                            Ok(Next::Frame(k, _)) => LinkError::Protocol(format!(
+                                "the downstream receiver sent frame kind {k}"
+                            )),
+                            _ => LinkError::PeerGone {
+                                during: "downstream without a goodbye (killed, crashed or failed) while forwarding",
+                            },
+                        });
                     }
                 }
                 progressed = true;
