@@ -49,9 +49,9 @@ const RECEIVER_REGRESSIONS: &[u64] = &[
 const CHUNK: usize = 64 * 1024;
 const CHUNKS: usize = 4;
 const PATH: u64 = (CHUNK * CHUNKS) as u64;
-/// The link's frame kinds (send, freed, secure, secured, aggregate message, wake-up) and one
-/// that is none of them.
-const KINDS: [u64; 7] = [1, 2, 3, 4, 5, 6, 7];
+/// The link's frame kinds (send, freed, secure, secured, aggregate message, wake-up, goodbye)
+/// and one that is none of them.
+const KINDS: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 const SEND: u64 = 1;
 const FREED: u64 = 2;
 const SECURE: u64 = 3;
