@@ -7,9 +7,9 @@
 //! replay with `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in `REGRESSIONS` are
 //! replayed first, every run.
 
-use arbtest::arbitrary::{Result, Unstructured};
 use zcio_fbufs::aggregate::{Limits, NODE_BYTES, walk};
 use zcio_fbufs::region::{LocalRegion, RegionRead, RegionWrite};
+use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 
 /// Seeds replayed before the timed search: all-zero input and a few sizes.
 const REGRESSIONS: &[u64] = &[
@@ -30,7 +30,7 @@ fn any_nodes_and_any_root_walk_to_an_end_within_the_region() {
         max_visits: 4096,
         max_depth: 64,
     };
-    let mut property = |u: &mut Unstructured<'_>| -> Result<()> {
+    let property = |u: &mut Unstructured<'_>| -> Result<()> {
         // The node area: words that mostly point back into the region, sometimes anywhere.
         let mut words = Vec::with_capacity((NODES_LEN / 8) as usize);
         for _ in 0..NODES_LEN / 8 {
@@ -65,12 +65,5 @@ fn any_nodes_and_any_root_walk_to_an_end_within_the_region() {
         }
         Ok(())
     };
-    for &seed in REGRESSIONS {
-        arbtest::arbtest(&mut property).seed(seed).run();
-    }
-    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
-    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
-        test = test.seed(seed);
-    }
-    drop(test);
+    fuzz(REGRESSIONS, property);
 }

@@ -11,7 +11,6 @@
 //! prints the seed to replay with `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in
 //! `*_REGRESSIONS` (among them those that once found a bug) are replayed first, every run.
 
-use arbtest::arbitrary::{Result, Unstructured};
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
@@ -20,6 +19,7 @@ use zcio_fbufs::link::{OriginatorEnd, Received, ReceiverEnd, accept_path, offer_
 use zcio_fbufs::path::{FbufRef, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::ring::{Dir, Rings};
+use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 use zcio_vm::protect::Access;
 use zcio_vm::shared::SharedWords;
 
@@ -72,18 +72,6 @@ const EDGES: [u64; 8] = [
 
 fn page() -> u64 {
     zcio_vm::page_size() as u64
-}
-
-/// Replay `regressions`, then search for the time budget (or replay `ZCIO_FUZZ_SEED`).
-fn run(regressions: &[u64], mut property: impl FnMut(&mut Unstructured<'_>) -> Result<()>) {
-    for &seed in regressions {
-        arbtest::arbtest(&mut property).seed(seed).run();
-    }
-    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
-    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
-        test = test.seed(seed);
-    }
-    drop(test);
 }
 
 /// `make()`, tried again while it fails: paths and rings are mapped at random addresses,
@@ -266,7 +254,7 @@ fn check(end: &ReceiverEnd, got: Received, fbufs: &mut Vec<FbufRef>, msgs: &mut 
 
 #[test]
 fn a_hostile_originator_never_breaks_a_receiver() {
-    run(ORIGINATOR_REGRESSIONS, |u| {
+    fuzz(ORIGINATOR_REGRESSIONS, |u| {
         let variant = Variant {
             cached: u.arbitrary()?,
             volatile: u.arbitrary()?,
@@ -367,7 +355,7 @@ fn a_hostile_originator_never_breaks_a_receiver() {
 
 #[test]
 fn a_hostile_receiver_never_breaks_its_originator() {
-    run(RECEIVER_REGRESSIONS, |u| {
+    fuzz(RECEIVER_REGRESSIONS, |u| {
         let variant = Variant {
             cached: u.arbitrary()?,
             volatile: u.arbitrary()?,

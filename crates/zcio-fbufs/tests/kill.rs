@@ -22,10 +22,8 @@
 //!
 //! `$ZCIO_KILL_SEED` (hexadecimal, as a run prints it) replays a run.
 
-use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,12 +33,10 @@ use zcio_fbufs::link::{Forwarder, LinkError, OriginatorEnd, ReceiverEnd};
 use zcio_fbufs::path::{Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
-use zcio_vm::resources::Resources;
+use zcio_testkit::kill::{Rng, Tolerance, ended_within, killer, rounds, watchdog};
 
 /// Environment variable that makes this binary a party: `ROLE DIR VARIANT`.
 const PEER_ENV: &str = "ZCIO_KILL_PEER";
-/// Environment variable replaying a run's seed.
-const SEED_ENV: &str = "ZCIO_KILL_SEED";
 /// Rounds counted (after one that warms the thread caches up).
 const ROUNDS: usize = 30;
 /// Longest a survivor may take to fail after a party was killed.
@@ -77,36 +73,6 @@ const VARIANTS: [Variant; 3] = [
         volatile: false,
     },
 ];
-
-/// A small generator (xorshift64*), seeded per run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var(SEED_ENV) {
-        Ok(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16)
-            .unwrap_or_else(|_| panic!("${SEED_ENV} is not hexadecimal: {s}")),
-        Err(_) => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("after 1970")
-                .as_nanos() as u64;
-            (t ^ u64::from(std::process::id()) << 32) | 1
-        }
-    }
-}
 
 /// How a party's part ended: its link failed, or something else went wrong (a test failure).
 enum End {
@@ -327,44 +293,6 @@ fn peer() {
     }
 }
 
-/// Run `f` on a thread of its own; fail if it has not returned after `limit` (a hang).
-fn watchdog<T: Send + 'static>(
-    what: String,
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    let h = std::thread::Builder::new()
-        .name("survivor".into())
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let _ = tx.send(r);
-        })
-        .expect("spawn the survivor");
-    match rx.recv_timeout(limit) {
-        Ok(Ok(v)) => {
-            h.join().expect("the survivor ended");
-            v
-        }
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("{what}: the survivor has not returned after {limit:?}: hung"),
-    }
-}
-
-/// Objects in `/dev/shm` named after zcio.
-fn zcio_shm() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains("zcio"))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 fn start(role: &str, dir: &Path, variant: usize) -> std::process::Child {
     Command::new(std::env::current_exe().expect("this test binary"))
         .args(["--exact", "peer", "--nocapture", "--test-threads=1"])
@@ -390,41 +318,28 @@ struct Outcome {
 
 /// One round; returns whether fbufs went through before the kill.
 fn round(rng: &mut Rng, n: usize) -> bool {
-    let vi = rng.below(VARIANTS.len() as u64) as usize;
-    let mine = ROLES[rng.below(3) as usize];
+    let vi = rng.usize(..VARIANTS.len());
+    let mine = ROLES[rng.usize(..3)];
     let others: Vec<&'static str> = ROLES.iter().copied().filter(|r| *r != mine).collect();
-    let victim = others[rng.below(2) as usize];
+    let victim = others[rng.usize(..2)];
     let other = others
         .iter()
         .copied()
         .find(|r| *r != victim)
         .expect("two others");
-    let early = rng.below(6) == 0;
-    let delay = Duration::from_micros(rng.below(if early { 8_000 } else { 20_000 }));
+    let early = rng.u64(..6) == 0;
+    let delay = Duration::from_micros(rng.u64(..if early { 8_000 } else { 20_000 }));
     let what = format!(
         "round {n}: {:?}, here the {mine}, the {victim} killed {delay:?} after {}",
         VARIANTS[vi],
         if early { "its start" } else { "data flowed" }
     );
     let dir = tempfile::tempdir().expect("a directory for the sockets");
-    let mut v = start(victim, dir.path(), vi);
+    let v = start(victim, dir.path(), vi);
     let mut o = start(other, dir.path(), vi);
     let killed = Arc::new(AtomicBool::new(false));
     let (go_tx, go_rx) = mpsc::channel::<()>();
-    let killer = {
-        let killed = killed.clone();
-        std::thread::Builder::new()
-            .name("killer".into())
-            .spawn(move || {
-                let _ = go_rx.recv();
-                std::thread::sleep(delay);
-                let at = Instant::now();
-                killed.store(true, Ordering::SeqCst);
-                let _ = v.kill(); // SIGKILL
-                (at, v)
-            })
-            .expect("spawn the killer")
-    };
+    let k = killer(v, go_rx, delay, killed.clone());
     let go = if early {
         drop(go_tx);
         None
@@ -434,7 +349,7 @@ fn round(rng: &mut Rng, n: usize) -> bool {
     let outcome = {
         let path = dir.path().to_path_buf();
         let killed = killed.clone();
-        watchdog(what.clone(), HANG, move || {
+        watchdog(&what, HANG, move || {
             let mut go = go;
             let mut progress = 0;
             let gone = || killed.load(Ordering::SeqCst);
@@ -461,33 +376,16 @@ fn round(rng: &mut Rng, n: usize) -> bool {
             }
         })
     };
-    let (killed_at, mut victim_child) = killer.join().expect("the killer");
-    let status = victim_child.wait().expect("reap the victim");
-    let mut stderr = String::new();
-    if let Some(mut e) = victim_child.stderr.take() {
-        let _ = e.read_to_string(&mut stderr);
-    }
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "{what}: the {victim} ended before it was killed ({status}): {stderr}"
-    );
+    let killed = k.join().expect("the killer");
+    killed.assert_by_the_kill(&what, victim);
+    let killed_at = killed.at;
     // The other survivor ends too, with an error, in time.
-    let other_status = loop {
-        if let Some(s) = o.try_wait().expect("the other party") {
-            break s;
-        }
-        if killed_at.elapsed() > DETECT {
-            let _ = o.kill();
-            let _ = o.wait();
-            panic!("{what}: the {other} (a survivor) still runs {DETECT:?} after the kill: hung");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    let mut other_err = String::new();
-    if let Some(mut e) = o.stderr.take() {
-        let _ = e.read_to_string(&mut other_err);
-    }
+    let (other_status, other_err) = ended_within(
+        &mut o,
+        killed_at,
+        DETECT,
+        &format!("{what}: the {other} (a survivor)"),
+    );
     let forwarder_killed = victim == "forwarder";
     assert!(
         other_status.code() == Some(FAILED)
@@ -530,25 +428,8 @@ fn a_killed_party_makes_the_others_fail_at_once_and_leak_nothing() {
     if std::env::var(PEER_ENV).is_ok() {
         return;
     }
-    let seed = seed();
-    println!("seed {seed:#x} (replay with {SEED_ENV}={seed:x})");
-    let mut rng = Rng(seed);
-    let t0 = Instant::now();
-    round(&mut rng, 0);
-    let before = Resources::now();
-    let shm = zcio_shm();
-    let mut flowed = 0;
-    for n in 1..=ROUNDS {
-        flowed += round(&mut rng, n) as usize;
-        let now = Resources::now();
-        let grown = now.grown_since(&before, VMA_SLACK);
-        assert!(
-            grown.is_empty(),
-            "round {n} (seed {seed:#x}) leaked: {grown:?}"
-        );
-        assert_eq!(zcio_shm(), shm, "round {n}: /dev/shm objects of zcio's");
-    }
-    println!("{ROUNDS} rounds in {:?}", t0.elapsed());
+    let seed = zcio_testkit::kill::seed();
+    let flowed = rounds(seed, ROUNDS, &Tolerance::nothing_grows(VMA_SLACK), round);
     assert!(
         flowed >= ROUNDS / 2,
         "fbufs went through in {flowed} rounds of {ROUNDS} only (seed {seed:#x})"

@@ -16,13 +16,13 @@
 //! prints the seed to replay with `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in
 //! `REGRESSIONS` are replayed first, every run.
 
-use arbtest::arbitrary::{Result, Unstructured};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use zcio_genie::memnet::{
     self, Descriptor, MAX_MESSAGE, MemnetEndpoint, decode_completion, decode_descriptor,
 };
 use zcio_genie::{InputBuffering, Semantics};
+use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 
 /// Seeds replayed before the timed search: all-zero input and a few sizes.
@@ -67,18 +67,6 @@ fn read_slot(arena: &SharedArena, ring: usize, index: u64) -> [u64; SLOT_WORDS] 
             .atomic_u64(slot_at(ring, index) + k * 8)
             .load(Ordering::Relaxed)
     })
-}
-
-/// Replay `REGRESSIONS`, then search for the time budget (or replay `ZCIO_FUZZ_SEED`).
-fn run(mut property: impl FnMut(&mut Unstructured<'_>) -> Result<()>) {
-    for &seed in REGRESSIONS {
-        arbtest::arbtest(&mut property).seed(seed).run();
-    }
-    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
-    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
-        test = test.seed(seed);
-    }
-    drop(test);
 }
 
 /// A link between two endpoints of this process, with its arena.
@@ -131,7 +119,7 @@ fn mutate(u: &mut Unstructured<'_>, honest: [u64; SLOT_WORDS]) -> Result<[u64; S
 fn any_descriptor_or_completion_words_decode_to_checked_values_or_a_named_error() {
     let (desc, done) = honest_slots();
     let ps = zcio_vm::page_size();
-    run(|u| {
+    fuzz(REGRESSIONS, |u| {
         let w = mutate(u, desc)?;
         match decode_descriptor(&w) {
             Ok(d) => {
@@ -208,7 +196,7 @@ fn tamper(
 #[test]
 fn a_peer_rewriting_the_rings_gets_errors_never_a_panic_or_a_hang() {
     let (desc, done) = honest_slots();
-    run(|u| {
+    fuzz(REGRESSIONS, |u| {
         let (mut a, mut b, arena) = link();
         // Side 0 sends a few messages; side 1 takes some of them honestly.
         let mut lens = Vec::new();

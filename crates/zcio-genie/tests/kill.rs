@@ -22,9 +22,7 @@
 //! `$ZCIO_KILL_SEED` (hexadecimal, as a run prints it) replays a run.
 
 use std::collections::VecDeque;
-use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
@@ -32,13 +30,11 @@ use std::time::{Duration, Instant};
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint, Ticket};
 use zcio_genie::profile::{PROFILE_ENV, Profile};
 use zcio_genie::{GenieError, InputBuffering, Semantics};
-use zcio_vm::resources::Resources;
+use zcio_testkit::kill::{Rng, Tolerance, killer, rounds, watchdog};
 use zcio_vm::{MapOptions, Mapping, page_size};
 
 /// Environment variable that makes this binary the peer: `ROLE SEMANTICS BUFFERING LEN SOCKET`.
 const PEER_ENV: &str = "ZCIO_KILL_PEER";
-/// Environment variable replaying a run's seed.
-const SEED_ENV: &str = "ZCIO_KILL_SEED";
 /// Rounds counted (after one that warms the runtime, the pools and the thread caches up).
 const ROUNDS: usize = 40;
 /// Longest a survivor may take to fail after its peer was killed.
@@ -52,6 +48,12 @@ const WINDOW: usize = 3;
 /// a round may leave a stack or an arena mapped (each a mapping and its guard). A leak per
 /// round would pass this bound within a few of the forty rounds.
 const VMA_SLACK: usize = 6;
+/// Nothing may grow but the mappings, by [`VMA_SLACK`]; nor may the mappings fall more than
+/// [`VMA_SLACK`] below the baseline.
+const TOLERANCE: Tolerance = Tolerance {
+    vma_shrink: Some(VMA_SLACK),
+    ..Tolerance::nothing_grows(VMA_SLACK)
+};
 
 /// The tests count this process's descriptors and mappings: they take turns.
 static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -64,36 +66,6 @@ const SEMANTICS: [Semantics; 6] = [
     Semantics::Move,
     Semantics::WeakMove,
 ];
-
-/// A small generator (xorshift64*), seeded per run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var(SEED_ENV) {
-        Ok(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16)
-            .unwrap_or_else(|_| panic!("${SEED_ENV} is not hexadecimal: {s}")),
-        Err(_) => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("after 1970")
-                .as_nanos() as u64;
-            (t ^ u64::from(std::process::id()) << 32) | 1
-        }
-    }
-}
 
 /// Byte `j` of message `i`.
 fn byte(i: u64, j: usize) -> u8 {
@@ -237,63 +209,6 @@ fn locked_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// What the killer saw: when it killed the peer, and how the peer ended.
-struct Killed {
-    at: Instant,
-    status: std::process::ExitStatus,
-    stderr: String,
-}
-
-/// Kill `child` `delay` after the word on `go` (or after the sender of `go` is dropped).
-/// `killed` is set just before the signal goes.
-fn killer(
-    mut child: std::process::Child,
-    go: mpsc::Receiver<()>,
-    delay: Duration,
-    killed: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<Killed> {
-    std::thread::Builder::new()
-        .name("killer".into())
-        .spawn(move || {
-            let _ = go.recv();
-            std::thread::sleep(delay);
-            let at = Instant::now();
-            killed.store(true, Ordering::SeqCst);
-            let _ = child.kill(); // SIGKILL
-            let status = child.wait().expect("reap the peer");
-            let mut stderr = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut stderr);
-            }
-            Killed { at, status, stderr }
-        })
-        .expect("spawn the killer")
-}
-
-/// Run `f` on a thread of its own; fail if it has not returned after `limit` (a hang).
-fn watchdog<T: Send + 'static>(
-    what: String,
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    let h = std::thread::Builder::new()
-        .name("survivor".into())
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let _ = tx.send(r);
-        })
-        .expect("spawn the survivor");
-    match rx.recv_timeout(limit) {
-        Ok(Ok(v)) => {
-            h.join().expect("the survivor ended");
-            v
-        }
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("{what}: the survivor has not returned after {limit:?}: hung"),
-    }
-}
-
 /// How the survivor's side of a round ended.
 struct Outcome {
     /// The link was joined (else the error came while setting it up).
@@ -393,28 +308,14 @@ fn survive(
     }
 }
 
-/// Objects in `/dev/shm` named after zcio.
-fn zcio_shm() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains("zcio"))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// One round; returns whether data went through before the kill.
 fn round(rng: &mut Rng, n: usize, profile: &std::path::Path) -> bool {
-    let sem = SEMANTICS[rng.below(SEMANTICS.len() as u64) as usize];
-    let buffering = InputBuffering::ALL[rng.below(InputBuffering::ALL.len() as u64) as usize];
-    let sends = rng.below(2) == 0;
-    let early = rng.below(6) == 0;
-    let len = (16 + rng.below(112) as usize) * page_size();
-    let delay = Duration::from_micros(rng.below(if early { 8_000 } else { 20_000 }));
+    let sem = SEMANTICS[rng.usize(..SEMANTICS.len())];
+    let buffering = InputBuffering::ALL[rng.usize(..InputBuffering::ALL.len())];
+    let sends = rng.u64(..2) == 0;
+    let early = rng.u64(..6) == 0;
+    let len = (16 + rng.usize(..112)) * page_size();
+    let delay = Duration::from_micros(rng.u64(..if early { 8_000 } else { 20_000 }));
     let what = format!(
         "round {n}: {sem}, {buffering} input, {len} bytes, {} killed {delay:?} after {}",
         if sends { "receiver" } else { "sender" },
@@ -451,17 +352,11 @@ fn round(rng: &mut Rng, n: usize, profile: &std::path::Path) -> bool {
         Some(go_tx)
     };
     let alive = move || !killed.load(Ordering::SeqCst);
-    let out = watchdog(what.clone(), HANG, move || {
+    let out = watchdog(&what, HANG, move || {
         survive(l, sends, sem, buffering, len, go, alive)
     });
     let killed = k.join().expect("the killer");
-    assert_eq!(
-        killed.status.signal(),
-        Some(9),
-        "{what}: the peer ended before it was killed ({}): {}",
-        killed.status,
-        killed.stderr
-    );
+    killed.assert_by_the_kill(&what, "peer");
     assert!(
         out.at >= killed.at,
         "{what}: the survivor failed before its peer was killed: {}",
@@ -499,9 +394,7 @@ fn a_killed_peer_makes_the_survivor_fail_at_once_and_leak_nothing() {
         return;
     }
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = seed();
-    println!("seed {seed:#x} (replay with {SEED_ENV}={seed:x})");
-    let mut rng = Rng(seed);
+    let seed = zcio_testkit::kill::seed();
     // The peers load the profile instead of calibrating one each.
     let dir = tempfile::tempdir().expect("a directory for the profile");
     let profile = dir.path().join("profile.json");
@@ -509,28 +402,7 @@ fn a_killed_peer_makes_the_survivor_fail_at_once_and_leak_nothing() {
     // The runtime (its userfaultfd, handler thread and stash) starts once, on first use: before
     // the count, whatever the first round uses.
     zcio_vm::VmRuntime::get();
-    let t0 = Instant::now();
-    round(&mut rng, 0, &profile);
-    let before = Resources::now();
-    let shm = zcio_shm();
-    let mut flowed = 0;
-    for n in 1..=ROUNDS {
-        flowed += round(&mut rng, n, &profile) as usize;
-        let now = Resources::now();
-        let grown = now.grown_since(&before, VMA_SLACK);
-        assert!(
-            grown.is_empty(),
-            "round {n} (seed {seed:#x}) leaked: {grown:?}"
-        );
-        assert!(
-            now.vmas + VMA_SLACK >= before.vmas,
-            "round {n}: mappings {} → {}",
-            before.vmas,
-            now.vmas
-        );
-        assert_eq!(zcio_shm(), shm, "round {n}: /dev/shm objects of zcio's");
-    }
-    println!("{ROUNDS} rounds in {:?}", t0.elapsed());
+    let flowed = rounds(seed, ROUNDS, &TOLERANCE, |rng, n| round(rng, n, &profile));
     assert!(
         flowed >= ROUNDS / 2,
         "data went through in {flowed} rounds of {ROUNDS} only (seed {seed:#x})"
@@ -563,7 +435,7 @@ fn a_sender_killed_with_its_completion_ring_full_fails_its_receiver() {
     // The sender fills the descriptor ring and the wire, and waits for room.
     std::thread::sleep(Duration::from_millis(100));
     let got = watchdog(
-        "a receiver with its completion ring full".into(),
+        "a receiver with its completion ring full",
         HANG,
         move || {
             let mut buf = vec![0u8; ps];

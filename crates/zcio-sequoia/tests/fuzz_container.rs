@@ -12,12 +12,12 @@
 //! replay with `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in `REGRESSIONS` are
 //! replayed first, every run.
 
-use arbtest::arbitrary::{Result, Unstructured};
 use rustix::fs::SealFlags;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use zcio_sequoia::container::Domain;
+use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 use zcio_vm::mapping::Mapping;
 
 /// Seeds replayed before the timed search: all-zero input and a few sizes.
@@ -98,21 +98,9 @@ fn other(u: &mut Unstructured<'_>, sock: &UnixStream) -> Result<Sent> {
     })
 }
 
-/// Replay `REGRESSIONS`, then search for the time budget (or replay `ZCIO_FUZZ_SEED`).
-fn run(mut property: impl FnMut(&mut Unstructured<'_>) -> Result<()>) {
-    for &seed in REGRESSIONS {
-        arbtest::arbtest(&mut property).seed(seed).run();
-    }
-    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
-    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
-        test = test.seed(seed);
-    }
-    drop(test);
-}
-
 #[test]
 fn any_header_and_descriptors_give_a_whole_container_or_an_error() {
-    run(|u| {
+    fuzz(REGRESSIONS, |u| {
         let (peer, ours) = UnixStream::pair().unwrap();
         let mut dom = if u.arbitrary()? {
             Domain::accepting_volatile()

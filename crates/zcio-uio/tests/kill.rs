@@ -28,13 +28,11 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
+use zcio_testkit::kill::{Baseline, Rng, Tolerance, watchdog};
 use zcio_uio::{Config, Initiation, NotQueued, Opcode, Request, Translation, Uio, UioError};
-use zcio_vm::resources::Resources;
 
 /// Environment variable that makes this binary the process killed: `CONFIG DATA SCRATCH`.
 const PEER_ENV: &str = "ZCIO_KILL_PEER";
-/// Environment variable replaying a run's seed.
-const SEED_ENV: &str = "ZCIO_KILL_SEED";
 /// Longest a killed process may take to end, and a survivor to be done after a kill.
 const DETECT: Duration = Duration::from_secs(3);
 /// Longest a round may take before it counts as hung.
@@ -64,36 +62,6 @@ const CONFIGS: [(Initiation, Translation); 4] = [
     (Initiation::Polled, Translation::Registered),
     (Initiation::Polled, Translation::PerRequest),
 ];
-
-/// A small generator (xorshift64*), seeded per run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var(SEED_ENV) {
-        Ok(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16)
-            .unwrap_or_else(|_| panic!("${SEED_ENV} is not hexadecimal: {s}")),
-        Err(_) => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("after 1970")
-                .as_nanos() as u64;
-            (t ^ u64::from(std::process::id()) << 32) | 1
-        }
-    }
-}
 
 /// Byte `i` of the file read.
 fn data_byte(i: usize) -> u8 {
@@ -234,59 +202,17 @@ fn peer() {
     }
 }
 
-/// Run `f` on a thread of its own; fail if it has not returned after `limit` (a hang).
-fn watchdog<T: Send + 'static>(
-    what: String,
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    let h = std::thread::Builder::new()
-        .name("survivor".into())
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let _ = tx.send(r);
-        })
-        .expect("spawn the survivor");
-    match rx.recv_timeout(limit) {
-        Ok(Ok(v)) => {
-            h.join().expect("the survivor ended");
-            v
-        }
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("{what}: not done after {limit:?}: hung"),
-    }
-}
-
-/// Objects in `/dev/shm` named after zcio.
-fn zcio_shm() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains("zcio"))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-/// What the test process's accounting must come back to: descriptors, memory files and
-/// mappings (threads are left out: io_uring's worker threads of the survivor's layer linger
-/// a while after its ring is gone, as the kernel decides).
-fn check_accounting(before: &Resources, shm: &[String], what: &str) {
-    let now = Resources::now();
-    assert_eq!(now.fds, before.fds, "{what}: descriptors");
-    assert_eq!(now.memfds, before.memfds, "{what}: memory files");
-    assert!(
-        now.vmas <= before.vmas + VMA_SLACK,
-        "{what}: mappings {} → {}",
-        before.vmas,
-        now.vmas
-    );
-    assert_eq!(zcio_shm(), shm, "{what}: /dev/shm objects of zcio's");
-}
+/// What the test process's accounting must come back to: as many descriptors and memory
+/// files, mappings within [`VMA_SLACK`], and zcio's `/dev/shm` objects. Threads are left out:
+/// io_uring's worker threads of the survivor's layer linger a while after its ring is gone, as
+/// the kernel decides.
+const TOLERANCE: Tolerance = Tolerance {
+    vma_slack: VMA_SLACK,
+    vma_shrink: None,
+    exact_descriptors: true,
+    threads: false,
+    all_shm_objects: false,
+};
 
 /// The survivor of a kill: a layer of this process reading `path` (the file the killed
 /// process reads) until `stop`, checking every byte; how many reads it made.
@@ -342,9 +268,9 @@ fn process_round(
     data: &std::path::Path,
     scratch: &std::path::Path,
 ) -> bool {
-    let c = rng.below(CONFIGS.len() as u64) as usize;
-    let early = rng.below(6) == 0;
-    let delay = Duration::from_micros(rng.below(if early { 8_000 } else { 30_000 }));
+    let c = rng.usize(..CONFIGS.len());
+    let early = rng.u64(..6) == 0;
+    let delay = Duration::from_micros(rng.u64(..if early { 8_000 } else { 30_000 }));
     let what = format!(
         "round {n}: {:?}, killed {delay:?} after {}",
         CONFIGS[c],
@@ -449,9 +375,7 @@ fn a_process_killed_mid_request_leaves_its_files_whole_and_nothing_behind() {
         return;
     }
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = seed();
-    println!("seed {seed:#x} (replay with {SEED_ENV}={seed:x})");
-    let mut rng = Rng(seed);
+    let seed = zcio_testkit::kill::seed();
     // On the target's file system, where O_DIRECT works (tmpfs refuses it).
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a directory");
     let data = dir.path().join("data");
@@ -466,22 +390,15 @@ fn a_process_killed_mid_request_leaves_its_files_whole_and_nothing_behind() {
     }
     f.sync_all().expect("sync");
     drop(f);
-    let t0 = Instant::now();
     let rounds = 20;
-    process_round(&mut rng, 0, &data, &scratch);
-    let before = Resources::now();
-    let shm = zcio_shm();
-    let mut went = 0;
-    for n in 1..=rounds {
-        let what = format!("round {n} (seed {seed:#x})");
-        went += watchdog(what.clone(), HANG, {
-            let (data, scratch) = (data.clone(), scratch.clone());
-            let mut rng = Rng(rng.next() | 1);
-            move || process_round(&mut rng, n, &data, &scratch) as usize
-        });
-        check_accounting(&before, &shm, &what);
-    }
-    println!("{rounds} rounds in {:?}", t0.elapsed());
+    // Each round on a thread of its own, under the watchdog, with a generator of its own.
+    let went = zcio_testkit::kill::rounds(seed, rounds, &TOLERANCE, |rng, n| {
+        let (data, scratch) = (data.clone(), scratch.clone());
+        let mut rng = rng.fork();
+        watchdog(&format!("round {n} (seed {seed:#x})"), HANG, move || {
+            process_round(&mut rng, n, &data, &scratch)
+        })
+    });
     let written = std::fs::read(&scratch)
         .expect("read the scratch file")
         .chunks_exact(BLOCK)
@@ -635,9 +552,8 @@ fn an_issuing_thread_that_ends_mid_stream_leaves_the_others_going_and_every_buff
         return;
     }
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = seed();
-    println!("seed {seed:#x} (replay with {SEED_ENV}={seed:x})");
-    let mut rng = Rng(seed);
+    let seed = zcio_testkit::kill::seed();
+    let mut rng = zcio_testkit::kill::rng(seed);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a directory");
     let data = dir.path().join("data");
     let bytes: Vec<u8> = (0..FILE).map(data_byte).collect();
@@ -659,22 +575,20 @@ fn an_issuing_thread_that_ends_mid_stream_leaves_the_others_going_and_every_buff
                 continue;
             }
         };
-        let ending = if rng.below(2) == 0 {
-            Ending::HandlerPanics(1 + rng.below(40))
+        let ending = if rng.u64(..2) == 0 {
+            Ending::HandlerPanics(1 + rng.u64(..40))
         } else {
-            Ending::Returns(1 + rng.below(40))
+            Ending::Returns(1 + rng.u64(..40))
         };
         let what = format!("round {n}: ({i:?}, {t:?}), thread 0 {ending:?} (seed {seed:#x})");
         let path = data.clone();
-        let dropped = watchdog(what.clone(), HANG, move || {
-            thread_round(uio, &path, ending, 60)
-        });
+        let dropped = watchdog(&what, HANG, move || thread_round(uio, &path, ending, 60));
         orphaned += dropped;
         println!("{what}: the others went on, every buffer came back ({dropped} dropped)");
         // The first round warms up the thread caches.
         match &before {
-            None => before = Some((Resources::now(), zcio_shm())),
-            Some((b, shm)) => check_accounting(b, shm, &what),
+            None => before = Some(Baseline::take()),
+            Some(b) => b.check(&what, &TOLERANCE),
         }
     }
     let _ = std::panic::take_hook();

@@ -475,7 +475,7 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
     let h = uio.handler(move |_c| {
         d.fetch_add(1, Ordering::Relaxed);
     });
-    let mut property = |u: &mut arbtest::arbitrary::Unstructured<'_>| {
+    let property = |u: &mut zcio_testkit::fuzz::Unstructured<'_>| {
         let mut b: [u8; RECORD] = u.arbitrary()?;
         let Some(buf) = uio.buffer() else {
             panic!("every buffer came back, yet none is free");
@@ -519,14 +519,7 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
         }
         Ok(())
     };
-    for &seed in FUZZ_REGRESSIONS {
-        arbtest::arbtest(&mut property).seed(seed).run();
-    }
-    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
-    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
-        test = test.seed(seed);
-    }
-    drop(test);
+    zcio_testkit::fuzz::fuzz(FUZZ_REGRESSIONS, property);
     // Still usable: a well-formed read returns the file's bytes.
     let buf = uio.buffer().expect("a buffer");
     let got: Arc<Mutex<Vec<u8>>> = Arc::default();

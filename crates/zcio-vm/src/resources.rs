@@ -45,6 +45,22 @@ impl Resources {
         }
     }
 
+    /// The names of the objects in `/dev/shm` (every process's) that contain `part`, sorted:
+    /// what a test compares where the count of every object would take in other programs' too.
+    /// A directory that cannot be read holds none.
+    pub fn shm_objects_named(part: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.contains(part))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
     /// What grew from `before` to `self`, as "name before → after" phrases (empty if nothing
     /// did). Mappings may grow by `vma_slack` (caches that fill up to a bound).
     pub fn grown_since(&self, before: &Resources, vma_slack: usize) -> Vec<String> {

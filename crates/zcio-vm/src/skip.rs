@@ -120,22 +120,6 @@ pub fn read_log(text: &str) -> Result<Vec<Skip>, String> {
         .collect()
 }
 
-/// The time budget of a fuzz target in milliseconds: `$ZCIO_FUZZ_MS`, 1000 by default (the
-/// short run of every test run; `ZCIO_FUZZ_MS=600000` runs one for ten minutes).
-pub fn fuzz_budget_ms() -> u64 {
-    std::env::var("ZCIO_FUZZ_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-}
-
-/// The seed a fuzz target replays, from `$ZCIO_FUZZ_SEED` (hexadecimal, as a failure prints it).
-pub fn fuzz_seed() -> Option<u64> {
-    std::env::var("ZCIO_FUZZ_SEED")
-        .ok()
-        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

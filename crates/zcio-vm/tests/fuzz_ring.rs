@@ -7,7 +7,7 @@
 //! `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in `REGRESSIONS` are replayed first,
 //! every run.
 
-use arbtest::arbitrary::{Result, Unstructured};
+use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 
 /// Seeds replayed before the timed search: all-zero input and a few sizes.
@@ -23,7 +23,7 @@ fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
     let arena = SharedArena::create("fuzz-ring", 1 << 16).unwrap();
     let off = SharedArena::user_offset().div_ceil(64) * 64;
     let span = SharedRing::footprint(CAP);
-    let mut property = |u: &mut Unstructured<'_>| -> Result<()> {
+    let property = |u: &mut Unstructured<'_>| -> Result<()> {
         let mut rx = SharedRing::new(&arena, off, CAP).unwrap();
         let mut tx = SharedRing::new(&arena, off, CAP).unwrap();
         for w in 0..span / 8 {
@@ -58,12 +58,5 @@ fn a_ring_written_by_a_hostile_peer_never_breaks_its_consumer() {
         }
         Ok(())
     };
-    for &seed in REGRESSIONS {
-        arbtest::arbtest(&mut property).seed(seed).run();
-    }
-    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
-    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
-        test = test.seed(seed);
-    }
-    drop(test);
+    fuzz(REGRESSIONS, property);
 }

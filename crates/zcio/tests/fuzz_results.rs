@@ -15,10 +15,10 @@
 //! the seed to replay with `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in
 //! `*_REGRESSIONS` are replayed first, every run.
 
-use arbtest::arbitrary::{Result, Unstructured};
 use serde_json::{Map, Value, json};
 use zcio::report::{Results, SCHEMA, doc, genie_doc, load, schema};
 use zcio_genie::{InputBuffering, Semantics};
+use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 
 /// Seeds replayed before the timed search of any bytes: all-zero input and a few sizes.
 const BYTES_REGRESSIONS: &[u64] = &[
@@ -39,18 +39,6 @@ const SCHEMA_REGRESSIONS: &[u64] = &[
     0xfda7_0b68_0000_0d22,
 ];
 
-/// Replay `regressions`, then search for the time budget (or replay `ZCIO_FUZZ_SEED`).
-fn run(regressions: &[u64], mut property: impl FnMut(&mut Unstructured<'_>) -> Result<()>) {
-    for &seed in regressions {
-        arbtest::arbtest(&mut property).seed(seed).run();
-    }
-    let mut test = arbtest::arbtest(property).budget_ms(zcio_vm::skip::fuzz_budget_ms());
-    if let Some(seed) = zcio_vm::skip::fuzz_seed() {
-        test = test.seed(seed);
-    }
-    drop(test);
-}
-
 /// What a loaded value must allow: its documents, and loading again from its JSON.
 fn render_and_reload(r: &Results) {
     let d = genie_doc::document(r);
@@ -66,7 +54,7 @@ fn render_and_reload(r: &Results) {
 
 #[test]
 fn any_bytes_are_refused_or_loaded() {
-    run(BYTES_REGRESSIONS, |u| {
+    fuzz(BYTES_REGRESSIONS, |u| {
         let bytes: Vec<u8> = u.arbitrary()?;
         if let Ok(r) = load(&String::from_utf8_lossy(&bytes)) {
             render_and_reload(&r);
@@ -300,7 +288,7 @@ fn damage(u: &mut Unstructured<'_>, text: &mut String) -> Result<()> {
 #[test]
 fn any_results_file_the_schema_allows_loads_and_renders_or_is_refused() {
     let g = Gen { schema: schema() };
-    run(SCHEMA_REGRESSIONS, |u| {
+    fuzz(SCHEMA_REGRESSIONS, |u| {
         let wild = u.ratio(1, 4)?;
         let v = g.value(u, &g.schema, "", 0, wild)?;
         let mut text = serde_json::to_string(&v).unwrap();
