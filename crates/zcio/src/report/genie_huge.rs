@@ -339,64 +339,68 @@ pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
     out
 }
 
-/// Median latency per semantics with input buffering `i` at each of `lengths` with huge-page
-/// buffers, and the 4 KiB pages' latency over it where the 4 KiB series has the point.
-fn latency_table(g: &GenieResults, i: InputBuffering, lengths: &[usize], caption: &str) -> Block {
+/// A table of one row per semantics and two columns per length: `heads(x)` names the columns
+/// at length `x`, `cells(s, x)` fills them.
+fn per_length_table(
+    caption: &str,
+    lengths: &[usize],
+    heads: impl Fn(usize) -> [String; 2],
+    cells: impl Fn(Semantics, usize) -> [String; 2],
+) -> Block {
     let rows = Semantics::ALL
         .iter()
         .map(|s| {
             let mut row = vec![s.to_string()];
             for &x in lengths {
-                let hv = lat_in(&g.huge, *s, i, x);
-                row.push(hv.map_or("-".into(), us));
-                row.push(
-                    hv.zip(lat_in(&g.latency, *s, i, x))
-                        .map_or("-".into(), |(hv, bv)| format!("{:.2}", bv / hv)),
-                );
+                row.extend(cells(*s, x));
             }
             row
         })
         .collect();
-    let heads: Vec<String> = lengths
-        .iter()
-        .flat_map(|x| [format!("µs at {}", size(*x)), "4 KiB / 2 MiB".into()])
-        .collect();
+    let heads: Vec<String> = lengths.iter().flat_map(|x| heads(*x)).collect();
     let mut header = vec!["semantics"];
     header.extend(heads.iter().map(String::as_str));
     table(caption, &header, rows)
 }
 
+/// Median latency per semantics with input buffering `i` at each of `lengths` with huge-page
+/// buffers, and the 4 KiB pages' latency over it where the 4 KiB series has the point.
+fn latency_table(g: &GenieResults, i: InputBuffering, lengths: &[usize], caption: &str) -> Block {
+    per_length_table(
+        caption,
+        lengths,
+        |x| [format!("µs at {}", size(x)), "4 KiB / 2 MiB".into()],
+        |s, x| {
+            let hv = lat_in(&g.huge, s, i, x);
+            [
+                hv.map_or("-".into(), us),
+                hv.zip(lat_in(&g.latency, s, i, x))
+                    .map_or("-".into(), |(hv, bv)| format!("{:.2}", bv / hv)),
+            ]
+        },
+    )
+}
+
 /// The fast mode's median latency and the share of slow messages per semantics and length
 /// (early demultiplexing, zero-copy thresholds).
 fn modes_table(pts: &[Point], lengths: &[usize]) -> Block {
-    let rows = Semantics::ALL
-        .iter()
-        .map(|s| {
-            let mut row = vec![s.to_string()];
-            for &x in lengths {
-                let m = modes(pts, *s, x);
-                row.push(m.and_then(|m| m.fast()).map_or("-".into(), us));
-                row.push(m.map_or("-".into(), |m| {
-                    format!("{:.0} % of {}", 100.0 * m.slow_share, m.messages)
-                }));
-            }
-            row
-        })
-        .collect();
-    let heads: Vec<String> = lengths
-        .iter()
-        .flat_map(|x| [format!("fast µs at {}", size(*x)), "slow".into()])
-        .collect();
-    let mut header = vec!["semantics"];
-    header.extend(heads.iter().map(String::as_str));
-    table(
+    per_length_table(
         &format!(
             "The same messages split by the host's scheduling: the median of the fast mode (messages within {}× the 10th percentile of their point) and the share of slow messages, which waited for an idle CPU to wake or for another process; \"-\" where fewer than {} messages are fast",
             Modes::SLOW_FACTOR,
             Modes::MIN_FAST
         ),
-        &header,
-        rows,
+        lengths,
+        |x| [format!("fast µs at {}", size(x)), "slow".into()],
+        |s, x| {
+            let m = modes(pts, s, x);
+            [
+                m.and_then(|m| m.fast()).map_or("-".into(), us),
+                m.map_or("-".into(), |m| {
+                    format!("{:.0} % of {}", 100.0 * m.slow_share, m.messages)
+                }),
+            ]
+        },
     )
 }
 
