@@ -98,13 +98,9 @@ impl Rings {
     }
 
     fn map(fd: OwnedFd, len: usize, slots: usize) -> Result<Rings, zcio_vm::VmError> {
-        let map = SharedWords::map(
-            fd.as_fd(),
-            0,
-            len,
-            zcio_vm::arena::random_address(len),
-            Access::ReadWrite,
-        )?;
+        // The rings are read by offset at both ends: any address will do, and a fixed one
+        // could be taken here.
+        let map = SharedWords::map_anywhere(fd.as_fd(), 0, len, Access::ReadWrite)?;
         Ok(Rings { map, fd, slots })
     }
 

@@ -35,6 +35,18 @@ impl SharedWords {
         Ok(SharedWords { map, access })
     }
 
+    /// Map `len` bytes of `fd` from `offset` with `access` wherever the kernel places them: for
+    /// shared memory whose address means nothing to the other processes (offsets do).
+    pub fn map_anywhere(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<SharedWords> {
+        let map = Mapping::shared_fd_access(fd, offset, len, None, access)?;
+        Ok(SharedWords { map, access })
+    }
+
     /// Start address.
     pub fn addr(&self) -> usize {
         self.map.addr()
