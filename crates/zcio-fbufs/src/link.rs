@@ -311,7 +311,7 @@ fn wait_in_or_out(sock: &UnixStream) -> Result<(), LinkError> {
 }
 
 /// Write as much of `b` as `sock` takes now, without waiting and without `SIGPIPE`; how much.
-fn send_now(sock: &UnixStream, b: &[u8]) -> std::io::Result<usize> {
+pub(crate) fn send_now(sock: &UnixStream, b: &[u8]) -> std::io::Result<usize> {
     use rustix::net::SendFlags;
     let mut n = 0;
     while n < b.len() {

@@ -22,7 +22,7 @@
 
 use crate::link::{
     FRAME, Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path_now, parse,
-    peer_pidfd, poll_ends,
+    peer_pidfd, poll_ends, send_now,
 };
 use crate::path::{Fbuf, FbufError, FbufRef, Originator, PathInfo, PathMemory, Variant};
 use std::collections::HashMap;
@@ -183,12 +183,8 @@ impl Owner {
     /// outstanding, so its socket always takes it; one that does not read its answers is cut
     /// off (`false`) rather than allowed to stall every path the owner serves.
     fn reply(&mut self, i: usize, kind: u64, a: u64, b: u64) -> bool {
-        use rustix::net::SendFlags;
         let f = frame(kind, FbufRef { addr: a, len: b });
-        matches!(
-            rustix::net::send(&self.clients[i].sock, &f, SendFlags::DONTWAIT | SendFlags::NOSIGNAL),
-            Ok(n) if n == FRAME
-        )
+        matches!(send_now(&self.clients[i].sock, &f), Ok(n) if n == FRAME)
     }
 
     /// Serve one request; `false` ends the client (it broke the protocol or is gone).

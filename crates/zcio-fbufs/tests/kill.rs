@@ -33,7 +33,7 @@ use zcio_fbufs::link::{Forwarder, LinkError, OriginatorEnd, ReceiverEnd};
 use zcio_fbufs::path::{Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
-use zcio_testkit::kill::{Rng, Tolerance, ended_within, killer, rounds, watchdog};
+use zcio_testkit::kill::{Rng, Tolerance, accept_within, ended_within, killer, rounds, watchdog};
 
 /// Environment variable that makes this binary a party: `ROLE DIR VARIANT`.
 const PEER_ENV: &str = "ZCIO_KILL_PEER";
@@ -119,25 +119,9 @@ fn setup(e: LinkError) -> End {
 /// Accept a neighbour's connection within [`CONNECT`], or give up early if `gone` says it was
 /// killed.
 fn accept(l: &UnixListener, gone: &dyn Fn() -> bool) -> Result<UnixStream, End> {
-    l.set_nonblocking(true).expect("non-blocking listener");
-    let t0 = Instant::now();
-    loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).expect("blocking socket");
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if gone() || t0.elapsed() > CONNECT {
-                    return Err(End::Setup(
-                        "the neighbour downstream never connected".into(),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(End::Other(format!("accept: {e}"))),
-        }
-    }
+    accept_within(l, CONNECT, gone)
+        .map_err(|e| End::Other(format!("accept: {e}")))?
+        .ok_or_else(|| End::Setup("the neighbour downstream never connected".into()))
 }
 
 /// Connect to a neighbour's socket once it listens (within [`CONNECT`]).

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint, Ticket};
 use zcio_genie::profile::{PROFILE_ENV, Profile};
 use zcio_genie::{GenieError, InputBuffering, Semantics};
-use zcio_testkit::kill::{Rng, Tolerance, killer, rounds, watchdog};
+use zcio_testkit::kill::{Rng, Tolerance, accept_within, killer, rounds, watchdog};
 use zcio_vm::{MapOptions, Mapping, page_size};
 
 /// Environment variable that makes this binary the peer: `ROLE SEMANTICS BUFFERING LEN SOCKET`.
@@ -220,27 +220,6 @@ struct Outcome {
     messages: u64,
 }
 
-/// Accept the peer's connection, unless it died first or `limit` passes.
-fn accept(l: &UnixListener, limit: Duration) -> Result<UnixStream, String> {
-    l.set_nonblocking(true).expect("non-blocking listener");
-    let t0 = Instant::now();
-    loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).expect("blocking socket");
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if t0.elapsed() > limit {
-                    return Err("the peer never connected".into());
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(format!("accept: {e}")),
-        }
-    }
-}
-
 /// The survivor's side: offer the link on `l`, then send or receive until the link fails.
 /// `go` is dropped after the first message (the killer's cue in late rounds).
 fn survive(
@@ -260,12 +239,10 @@ fn survive(
         messages: 0,
     };
     // The peer killed before it connects: the listener waits in vain, and `alive` says why.
-    let sock = loop {
-        match accept(&l, Duration::from_millis(50)) {
-            Ok(s) => break s,
-            Err(_) if alive() => continue,
-            Err(e) => return setup(e),
-        }
+    let sock = match accept_within(&l, Duration::MAX, || !alive()) {
+        Ok(Some(s)) => s,
+        Ok(None) => return setup("the peer never connected".into()),
+        Err(e) => return setup(format!("accept: {e}")),
     };
     let (mine, theirs, arena) = zcio_genie::memnet::link_parts().expect("the link's parts");
     if let Err(e) = theirs.send_over(&sock) {

@@ -7,6 +7,7 @@
 //! states (and justifies) itself: [`rounds`] runs them.
 
 use std::io::Read;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,7 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use zcio_vm::resources::Resources;
+pub use zcio_vm::resources::Tolerance;
 
 pub use fastrand::Rng;
 
@@ -193,33 +195,29 @@ pub fn rounds(
     flowed
 }
 
-/// How far a kill test lets its process's resources stray from the [`Baseline`]. The test
-/// states its own, with why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tolerance {
-    /// Mappings there may be beyond the baseline.
-    pub vma_slack: usize,
-    /// Mappings there may be fewer than at the baseline (`None`: any number fewer).
-    pub vma_shrink: Option<usize>,
-    /// Descriptors and memory files must be as many as at the baseline, not only no more.
-    pub exact_descriptors: bool,
-    /// Threads may be no more than at the baseline (else they are not compared).
-    pub threads: bool,
-    /// The objects in `/dev/shm` of every program may be no more than at the baseline (else
-    /// only zcio's are compared, by name).
-    pub all_shm_objects: bool,
-}
-
-impl Tolerance {
-    /// Nothing may grow, but mappings by `vma_slack`: descriptors, memory files, threads and
-    /// `/dev/shm` objects no more than at the baseline, and zcio's `/dev/shm` objects the same.
-    pub const fn nothing_grows(vma_slack: usize) -> Tolerance {
-        Tolerance {
-            vma_slack,
-            vma_shrink: None,
-            exact_descriptors: false,
-            threads: true,
-            all_shm_objects: true,
+/// Accept a connection on `l` within `limit` (the socket returned blocking), looking every
+/// millisecond; `Ok(None)` when the time is up, or earlier when `gone` says the peer that
+/// should connect was killed.
+pub fn accept_within(
+    l: &UnixListener,
+    limit: Duration,
+    gone: impl Fn() -> bool,
+) -> std::io::Result<Option<UnixStream>> {
+    l.set_nonblocking(true)?;
+    let t0 = Instant::now();
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(Some(s));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if gone() || t0.elapsed() > limit {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -246,29 +244,7 @@ impl Baseline {
     /// How what is held now strays from the baseline beyond `tolerance`, as "name before →
     /// after" phrases (empty if it does not).
     pub fn strayed(&self, tolerance: &Tolerance) -> Vec<String> {
-        let (b, now) = (&self.resources, Resources::now());
-        let mut out = Vec::new();
-        let mut check = |name: &str, b: usize, a: usize, more: usize, fewer: Option<usize>| {
-            if a > b + more || fewer.is_some_and(|f| a + f < b) {
-                out.push(format!("{name} {b} → {a}"));
-            }
-        };
-        let exact = tolerance.exact_descriptors.then_some(0);
-        check("descriptors", b.fds, now.fds, 0, exact);
-        check("memory files", b.memfds, now.memfds, 0, exact);
-        check(
-            "mappings",
-            b.vmas,
-            now.vmas,
-            tolerance.vma_slack,
-            tolerance.vma_shrink,
-        );
-        if tolerance.all_shm_objects {
-            check("/dev/shm objects", b.shm_objects, now.shm_objects, 0, None);
-        }
-        if tolerance.threads {
-            check("threads", b.threads, now.threads, 0, None);
-        }
+        let mut out = Resources::now().strayed_from(&self.resources, tolerance);
         let shm = zcio_shm();
         if shm != self.zcio_shm {
             out.push(format!(

@@ -61,21 +61,69 @@ impl Resources {
         names
     }
 
-    /// What grew from `before` to `self`, as "name before → after" phrases (empty if nothing
-    /// did). Mappings may grow by `vma_slack` (caches that fill up to a bound).
-    pub fn grown_since(&self, before: &Resources, vma_slack: usize) -> Vec<String> {
+    /// How `self` strays from `before` beyond `tolerance`, as "name before → after" phrases
+    /// (empty if it does not).
+    pub fn strayed_from(&self, before: &Resources, tolerance: &Tolerance) -> Vec<String> {
         let mut out = Vec::new();
-        let mut check = |name: &str, b: usize, a: usize, slack: usize| {
-            if a > b + slack {
+        let mut check = |name: &str, b: usize, a: usize, more: usize, fewer: Option<usize>| {
+            if a > b + more || fewer.is_some_and(|f| a + f < b) {
                 out.push(format!("{name} {b} → {a}"));
             }
         };
-        check("descriptors", before.fds, self.fds, 0);
-        check("memory files", before.memfds, self.memfds, 0);
-        check("mappings", before.vmas, self.vmas, vma_slack);
-        check("/dev/shm objects", before.shm_objects, self.shm_objects, 0);
-        check("threads", before.threads, self.threads, 0);
+        let exact = tolerance.exact_descriptors.then_some(0);
+        check("descriptors", before.fds, self.fds, 0, exact);
+        check("memory files", before.memfds, self.memfds, 0, exact);
+        check(
+            "mappings",
+            before.vmas,
+            self.vmas,
+            tolerance.vma_slack,
+            tolerance.vma_shrink,
+        );
+        if tolerance.all_shm_objects {
+            check(
+                "/dev/shm objects",
+                before.shm_objects,
+                self.shm_objects,
+                0,
+                None,
+            );
+        }
+        if tolerance.threads {
+            check("threads", before.threads, self.threads, 0, None);
+        }
         out
+    }
+}
+
+/// How far resources may stray from an earlier snapshot ([`Resources::strayed_from`]). Whoever
+/// compares states its own, with why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tolerance {
+    /// Mappings there may be beyond the earlier snapshot.
+    pub vma_slack: usize,
+    /// Mappings there may be fewer than at the earlier snapshot (`None`: any number fewer).
+    pub vma_shrink: Option<usize>,
+    /// Descriptors and memory files must be as many as before, not only no more.
+    pub exact_descriptors: bool,
+    /// Threads may be no more than before (else they are not compared).
+    pub threads: bool,
+    /// The objects in `/dev/shm` of every program may be no more than before (else they are not
+    /// compared).
+    pub all_shm_objects: bool,
+}
+
+impl Tolerance {
+    /// Nothing may grow, but mappings by `vma_slack` (caches that fill up to a bound):
+    /// descriptors, memory files, threads and `/dev/shm` objects no more than before.
+    pub const fn nothing_grows(vma_slack: usize) -> Tolerance {
+        Tolerance {
+            vma_slack,
+            vma_shrink: None,
+            exact_descriptors: false,
+            threads: true,
+            all_shm_objects: true,
+        }
     }
 }
 
@@ -93,7 +141,7 @@ mod tests {
         assert_eq!(during.memfds, before.memfds + 1, "{before:?} {during:?}");
         assert_eq!(during.fds, before.fds + 1, "{before:?} {during:?}");
         assert!(during.vmas > before.vmas, "{before:?} {during:?}");
-        let grown = during.grown_since(&before, 0);
+        let grown = during.strayed_from(&before, &Tolerance::nothing_grows(0));
         assert!(
             grown.iter().any(|g| g.starts_with("memory files")),
             "{grown:?}"

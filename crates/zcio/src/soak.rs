@@ -297,9 +297,10 @@ pub fn run(args: SoakArgs) -> Res<()> {
     bar.finish_and_clear();
     t.seconds = t0.elapsed().as_secs_f64();
     t.resources_end = Resources::now();
-    t.grown = t
-        .resources_end
-        .grown_since(&t.resources_baseline, VMA_SLACK);
+    t.grown = t.resources_end.strayed_from(
+        &t.resources_baseline,
+        &zcio_vm::resources::Tolerance::nothing_grows(VMA_SLACK),
+    );
     if args.json {
         println!("{}", serde_json::to_string(&t)?);
     } else {

@@ -384,7 +384,7 @@ impl TransferArgs {
 
 /// Run a transfer and print the result.
 pub fn run(a: TransferArgs) -> Res<()> {
-    a.validate()?;
+    // Both paths validate the arguments before anything starts.
     let vma_before = zcio_vm::mapping::vma_count();
     let result = if a.module == ModuleKind::File {
         run_file_json(&a)?

@@ -128,28 +128,21 @@ fn lat(pts: &[Point], s: Semantics, bytes: usize) -> Option<f64> {
     lat_in(pts, s, InputBuffering::EarlyDemux, bytes)
 }
 
+/// The point of `s` with input buffering `i` (zero-copy thresholds) at `bytes` among `pts`.
+fn point_at(pts: &[Point], s: Semantics, i: InputBuffering, bytes: usize) -> Option<&Point> {
+    pts.iter().find(|p| {
+        p.semantics == s && p.input == i && p.thresholds == Thresholds::ZeroCopy && p.bytes == bytes
+    })
+}
+
 /// Latency of `s` with input buffering `i` (zero-copy thresholds) at `bytes` among `pts`.
 fn lat_in(pts: &[Point], s: Semantics, i: InputBuffering, bytes: usize) -> Option<f64> {
-    pts.iter()
-        .find(|p| {
-            p.semantics == s
-                && p.input == i
-                && p.thresholds == Thresholds::ZeroCopy
-                && p.bytes == bytes
-        })
-        .map(|p| p.latency_ns)
+    point_at(pts, s, i, bytes).map(|p| p.latency_ns)
 }
 
 /// The modes of `s`'s messages (zero-copy thresholds, early demultiplexing) at `bytes`.
 fn modes(pts: &[Point], s: Semantics, bytes: usize) -> Option<Modes> {
-    pts.iter()
-        .find(|p| {
-            p.semantics == s
-                && p.input == InputBuffering::EarlyDemux
-                && p.thresholds == Thresholds::ZeroCopy
-                && p.bytes == bytes
-        })
-        .and_then(|p| p.modes)
+    point_at(pts, s, InputBuffering::EarlyDemux, bytes).and_then(|p| p.modes)
 }
 
 /// The 4 KiB points (Figure 3's zero-copy early-demultiplexed runs) at the lengths the 2 MiB
@@ -648,6 +641,18 @@ mod tests {
         )
     }
 
+    /// The answer to "does emulated copy approach emulated share?" from these two points.
+    fn near_share(ec: Point, es: Point) -> Conclusion {
+        let g = GenieResults {
+            huge: vec![ec, es],
+            ..Default::default()
+        };
+        conclusions(&g)
+            .into_iter()
+            .find(|c| c.id == "emulated-copy-near-share-2m")
+            .expect("answered")
+    }
+
     #[test]
     fn the_fast_modes_decide_when_the_host_delays_half_the_messages() {
         // Emulated copy: 210-216 µs, but 1.2 ms every other message, so its median of all
@@ -661,15 +666,7 @@ mod tests {
         assert_eq!(m.slow_share, 0.5);
         assert!((210_000.0..=216_000.0).contains(&m.fast_median_ns), "{m:?}");
         assert!(ec.latency_ns > 1_000_000.0);
-        let g = GenieResults {
-            huge: vec![ec, es],
-            ..Default::default()
-        };
-        let c = conclusions(&g);
-        let near = c
-            .iter()
-            .find(|c| c.id == "emulated-copy-near-share-2m")
-            .expect("answered");
+        let near = near_share(ec, es);
         assert_eq!(near.holds, Some(true), "{}", near.answer);
         assert!(
             near.answer.contains("Over the fast modes"),
@@ -689,15 +686,7 @@ mod tests {
         let ec = point(Semantics::EmulatedCopy, 210, 2, 4);
         let es = point(Semantics::EmulatedShare, 200, 2, 4);
         assert_eq!(ec.modes.and_then(|m| m.fast()), None);
-        let g = GenieResults {
-            huge: vec![ec, es],
-            ..Default::default()
-        };
-        let c = conclusions(&g);
-        let near = c
-            .iter()
-            .find(|c| c.id == "emulated-copy-near-share-2m")
-            .expect("answered");
+        let near = near_share(ec, es);
         assert!(
             near.answer.contains("the medians of all messages decide"),
             "{}",
