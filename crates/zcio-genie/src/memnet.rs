@@ -468,7 +468,11 @@ impl MemnetEndpoint {
             &mut self.pool,
             self.profile,
         )?;
+        let wait = held.wait;
         self.pending.push(PendingOut { ticket, held });
+        if wait {
+            self.wait(Ticket(ticket))?;
+        }
         Ok((Ticket(ticket), acc))
     }
 

@@ -52,6 +52,9 @@ pub(crate) struct Held {
     pub refs: Option<OutputRef>,
     pub wired: Option<RawRange>,
     pub bounce: Option<Mapping>,
+    /// The output could not be protected after its pages were queued: the call must wait for
+    /// its completion before returning, or a write after it would reach the receiver.
+    pub wait: bool,
 }
 
 impl Held {
@@ -161,8 +164,10 @@ fn tcow_output(
             b.as_mut_slice()[head..head + tail].copy_from_slice(&buf[len - tail..]);
         });
     }
-    // Read only first, then reference: a write racing with the call faults into TCOW.
-    let refs = time(Op::ReadOnly, || rt.reference_output(inner, true))?;
+    // Referenced and queued first, write-protected after: the receiver starts reading while
+    // the page tables change. No write can come between (the caller holds `buf` borrowed),
+    // and the protection is in place before the call returns.
+    let mut refs = rt.reference_output(inner, false)?;
     let res = time(Op::Reference, || {
         wire.vmsplice_message(&[
             &b.as_slice()[..head],
@@ -176,6 +181,13 @@ fn tcow_output(
         pool.put(b);
         return Err(e);
     }
+    let mut path = path;
+    let mut wait = false;
+    if let Err(e) = time(Op::ReadOnly, || refs.protect()) {
+        // Queued but writable: keep the promise by waiting for the receiver instead.
+        path = format!("{path} (write-protect failed: {e}; the call waited for the receiver)");
+        wait = true;
+    }
     let acc = Accounting {
         cpu_copied_bytes: (head + tail) as u64,
         kernel_copied_bytes: Some(0),
@@ -188,6 +200,7 @@ fn tcow_output(
             refs: Some(refs),
             bounce: Some(b),
             wired: None,
+            wait,
         },
         acc,
     ))
@@ -225,6 +238,7 @@ pub(crate) fn output_app(
                 refs: None,
                 wired: None,
                 bounce: Some(b),
+                wait: false,
             },
             acc,
         ))
@@ -298,6 +312,7 @@ pub(crate) fn output_app(
                     refs: Some(refs),
                     wired,
                     bounce: None,
+                    wait: false,
                 }
                 .dispose(pool);
                 return Err(e);
@@ -320,6 +335,7 @@ pub(crate) fn output_app(
                     refs: Some(refs),
                     wired,
                     bounce: None,
+                    wait: false,
                 },
                 acc,
             ))

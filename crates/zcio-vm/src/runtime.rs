@@ -609,7 +609,19 @@ impl VmRuntime {
     /// only*): the output then keeps the data of this moment whatever the application writes.
     ///
     /// Only full pages are protected; the caller copies the partial head and tail pages.
+    ///
+    /// A caller that queues the pages itself may reference them unprotected, queue them, and
+    /// then [`OutputRef::protect`] them before returning to the application: the queueing then
+    /// does not wait for the page-table work.
     pub fn reference_output(&'static self, buf: RawRange, protect: bool) -> Result<OutputRef> {
+        let mut r = self.reference_unprotected(buf)?;
+        if protect {
+            r.protect()?;
+        }
+        Ok(r)
+    }
+
+    fn reference_unprotected(&'static self, buf: RawRange) -> Result<OutputRef> {
         self.check_live()?;
         let full = buf.full_pages();
         // Let the handler finish the events it has read: an unmap that returned before this
@@ -626,67 +638,68 @@ impl VmRuntime {
         }
         let id = st.next_id;
         st.next_id += 1;
-        let since_start = st.unmap_gen;
-        let mut protected = false;
-        if protect && !full.is_empty() {
-            match &self.uffd {
-                Some(u) => {
-                    let (mut stale, mut busy) = (false, 0);
-                    loop {
-                        self.ensure_registered_locked(&mut st, full)?;
-                        match u.writeprotect(full, true, false) {
-                            Ok(()) => break,
-                            // Our record was stale: the old mapping was unmapped and its unmap
-                            // event is not yet processed. Register the new mapping and retry.
-                            Err(e) if e.errno() == Some(libc::ENOENT) && !stale => {
-                                stale = true;
-                                st.registered.retain(|g| g.range.intersect(&full).is_none());
-                            }
-                            // The address space is changing: an event awaits the handler
-                            // thread, which may need the state lock to get to it.
-                            Err(e) if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
-                                busy += 1;
-                                drop(st);
-                                std::thread::yield_now();
-                                st = self.lock();
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    protected = true;
-                }
-                None => {
-                    crate::fallback::protect(id, full)?;
-                    protected = true;
-                }
-            }
-        }
-        if st.outputs.len() == MAX_OUTPUTS {
-            // Filled up while the lock was given up above; undo the protection.
-            drop(st);
-            if protected {
-                self.unprotect_unless_needed(id, full, since_start);
-            }
-            return Err(VmError::TooLarge {
-                what: "pending outputs",
-                value: MAX_OUTPUTS + 1,
-                limit: MAX_OUTPUTS,
-            });
-        }
         let since = st.unmap_gen;
         st.outputs.push(ActiveOutput {
             id,
             range: full,
-            protected,
+            protected: false,
             since,
         });
         Ok(OutputRef {
             rt: self,
             id,
             range: full,
-            protected,
+            protected: false,
             released: false,
         })
+    }
+
+    /// Write-protect the full pages of output `id` (see [`OutputRef::protect`]). The output is
+    /// marked protected under the same lock hold as the `UFFDIO_WRITEPROTECT`, so that a write
+    /// fault that follows finds it and resolves by TCOW.
+    fn protect_output(&self, id: u64, full: RawRange) -> Result<()> {
+        if full.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.lock();
+        if !st.outputs.iter().any(|o| o.id == id) {
+            return Err(VmError::Misuse {
+                what: "protecting an output already released",
+            });
+        }
+        match &self.uffd {
+            Some(u) => {
+                let (mut stale, mut busy) = (false, 0);
+                loop {
+                    self.ensure_registered_locked(&mut st, full)?;
+                    match u.writeprotect(full, true, false) {
+                        Ok(()) => break,
+                        // Our record was stale: the old mapping was unmapped and its unmap
+                        // event is not yet processed. Register the new mapping and retry.
+                        Err(e) if e.errno() == Some(libc::ENOENT) && !stale => {
+                            stale = true;
+                            st.registered.retain(|g| g.range.intersect(&full).is_none());
+                        }
+                        // The address space is changing: an event awaits the handler
+                        // thread, which may need the state lock to get to it.
+                        Err(e) if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
+                            busy += 1;
+                            drop(st);
+                            std::thread::yield_now();
+                            st = self.lock();
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            None => crate::fallback::protect(id, full)?,
+        }
+        // The lock may have been given up above, but only `release_output` removes outputs
+        // and the caller's `OutputRef` holds this one.
+        if let Some(o) = st.outputs.iter_mut().find(|o| o.id == id) {
+            o.protected = true;
+        }
+        Ok(())
     }
 
     fn release_output(&self, id: u64) {
@@ -1918,6 +1931,17 @@ impl OutputRef {
     /// Whether the pages are write-protected (TCOW) while this reference lives.
     pub fn is_protected(&self) -> bool {
         self.protected
+    }
+
+    /// Remove write access to the referenced full pages (*read only*), once: from now on a
+    /// write resolves by TCOW and the output keeps the bytes of this moment. On an error the
+    /// pages stay writable and the reference stays (drop or release it).
+    pub fn protect(&mut self) -> Result<()> {
+        if !self.protected {
+            self.rt.protect_output(self.id, self.range)?;
+            self.protected = true;
+        }
+        Ok(())
     }
 
     /// Release now (dispose time).

@@ -65,6 +65,45 @@ fn tcow_keeps_the_original_for_the_output_and_gives_the_writer_a_copy() {
 }
 
 #[test]
+fn an_output_protected_after_it_was_queued_still_keeps_the_data_of_the_call() {
+    // The order the memory network uses: reference, queue, then write-protect (the receiver
+    // reads meanwhile). Writes after `protect` must not reach the output.
+    let rt = VmRuntime::get();
+    let ps = page_size();
+    let n = 8;
+    let mut m = Mapping::anonymous(n * ps, MapOptions::default()).unwrap();
+    pattern(m.as_mut_slice(), 11);
+    let expect = m.as_slice().to_vec();
+    let p = Pipe::new(n * ps).unwrap();
+    let before = rt.stats();
+    let mut out = rt.reference_output(m.range(), false).unwrap();
+    assert!(!out.is_protected());
+    vmsplice_all(p.tx.as_fd(), &[m.as_slice()]).unwrap();
+    out.protect().unwrap();
+    out.protect().unwrap(); // once is enough; again changes nothing
+    assert!(out.is_protected());
+    let mut got = vec![0u8; n * ps];
+    let buf = m.as_mut_slice();
+    let tcow = rt.capabilities().tcow;
+    std::thread::scope(|s| {
+        let w = s.spawn(|| buf.fill(0x5A));
+        if tcow == TcowMode::UffdMove {
+            w.join().unwrap();
+        }
+        read_exact(p.rx.as_fd(), &mut got).unwrap();
+        out.release();
+    });
+    assert_eq!(got, expect, "the output delivers the data as of the call");
+    assert!(
+        m.as_slice().iter().all(|&b| b == 0x5A),
+        "the writer sees its write"
+    );
+    if tcow == TcowMode::UffdMove {
+        assert!(rt.stats().tcow_copies - before.tcow_copies >= n as u64);
+    }
+}
+
+#[test]
 fn swap_exchanges_pages_without_copying() {
     let rt = VmRuntime::get();
     if !rt.capabilities().swap {
