@@ -20,6 +20,17 @@ pub(crate) fn check_writable(buf: &mut [u8]) -> Result<()> {
     })
 }
 
+/// How a system buffer of `len` bytes is mapped: in transparent huge pages from 2 MiB up,
+/// where they can be had. Copying into or out of 4 KiB pages costs here several times what
+/// it costs in huge pages (the kernel's pipe copy most), and the copy semantics deserve the
+/// system's best buffers as the emulated ones get them.
+pub(crate) fn system_buffer_options(len: usize) -> MapOptions {
+    MapOptions {
+        huge: len >= zcio_vm::page::HUGE_PAGE_SIZE && zcio_vm::huge::unavailable_reason().is_none(),
+        ..MapOptions::default()
+    }
+}
+
 /// Page-aligned bounce buffers (Genie's system buffers), reused across transfers.
 #[derive(Debug, Default)]
 pub(crate) struct BouncePool {
@@ -36,7 +47,7 @@ impl BouncePool {
         {
             return Ok(self.free.swap_remove(i));
         }
-        Ok(Mapping::anonymous(len.max(1), MapOptions::default())?)
+        Ok(Mapping::anonymous(len.max(1), system_buffer_options(len))?)
     }
 
     pub(crate) fn put(&mut self, m: Mapping) {
@@ -353,7 +364,7 @@ pub(crate) struct InputBuffers {
     staging: Option<Staging>,
     /// Staging in huge pages, for inputs into huge buffers.
     hstaging: Option<Staging>,
-    bounce: Vec<u8>,
+    bounce: Option<Mapping>,
 }
 
 /// How input bytes are read from the module.
@@ -376,6 +387,16 @@ pub(crate) trait Source {
 }
 
 impl InputBuffers {
+    /// The system buffer of copying inputs, at least `len` bytes: page-aligned, in huge pages
+    /// from 2 MiB up (as the staging is), kept for the next input.
+    fn bounce(&mut self, len: usize) -> Result<&mut [u8]> {
+        if self.bounce.as_ref().is_none_or(|b| b.len() < len) {
+            self.bounce = None;
+            self.bounce = Some(Mapping::anonymous(len.max(1), system_buffer_options(len))?);
+        }
+        Ok(self.bounce.as_mut().expect("just made").as_mut_slice())
+    }
+
     fn staging(&mut self, len: usize) -> Result<&mut Staging> {
         let need = len.max(64 * 1024);
         if self.staging.as_ref().is_none_or(|s| s.capacity() < len) {
@@ -508,9 +529,9 @@ impl InputBuffers {
         };
         match sem {
             Semantics::Copy => {
-                self.bounce.resize(len, 0);
-                src.read_exact(&mut self.bounce[..len])?;
-                time(Op::Copyout, || buf.copy_from_slice(&self.bounce[..len]));
+                let b = self.bounce(len)?;
+                src.read_exact(&mut b[..len])?;
+                time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
                 acc.cpu_copied_bytes = len as u64;
                 acc.path = "copy: system buffer+copyout".into();
             }
@@ -542,9 +563,9 @@ impl InputBuffers {
                 let (head, tail) = r.partial_lens();
                 let reverse = head.max(tail) >= profile.thresholds.reverse_copyout_bytes;
                 if full < min_pages && !reverse {
-                    self.bounce.resize(len, 0);
-                    src.read_exact(&mut self.bounce[..len])?;
-                    time(Op::Copyout, || buf.copy_from_slice(&self.bounce[..len]));
+                    let b = self.bounce(len)?;
+                    src.read_exact(&mut b[..len])?;
+                    time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
                     acc.cpu_copied_bytes = len as u64;
                     acc.path = if min_pages == usize::MAX {
                         "copy-fallback: swapping costs more than copying here".into()
@@ -629,5 +650,39 @@ impl InputBuffers {
             }
         }
         Ok(acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcio_vm::huge::{Granule, scan, unavailable_reason};
+    use zcio_vm::page::HUGE_PAGE_SIZE;
+
+    #[test]
+    fn system_buffers_of_2_mib_and_up_are_huge_pages_and_kept() {
+        let mut pool = BouncePool::default();
+        let mut small = pool.get(64 * 1024).unwrap();
+        small.as_mut_slice().fill(1);
+        assert_eq!(scan(small.range()).granule(), Granule::Base);
+        let mut inputs = InputBuffers::default();
+        let b = inputs.bounce(2 * HUGE_PAGE_SIZE).unwrap();
+        b.fill(2);
+        let addr = b.as_ptr() as usize;
+        let r = RawRange { addr, len: b.len() };
+        // Kept for the next input of the same length or shorter.
+        assert_eq!(
+            inputs.bounce(HUGE_PAGE_SIZE).unwrap().as_ptr() as usize,
+            addr
+        );
+        let mut big = pool.get(2 * HUGE_PAGE_SIZE).unwrap();
+        big.as_mut_slice().fill(3);
+        match unavailable_reason() {
+            Some(why) => eprintln!("huge pages absent here ({why}): 4 KiB system buffers"),
+            None => {
+                assert_eq!(scan(r).granule(), Granule::Huge, "input system buffer");
+                assert_eq!(scan(big.range()).granule(), Granule::Huge, "output bounce");
+            }
+        }
     }
 }
