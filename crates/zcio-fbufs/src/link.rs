@@ -210,7 +210,8 @@ pub fn offer_path(
     rings: Option<BorrowedFd<'_>>,
 ) -> Result<(), LinkError> {
     let (bytes, fds) = path_offer(info, ro_fd, rings);
-    zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
+    zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)
+        .map_err(|e| gone_if_closed(e, "offering the path"))?;
     Ok(())
 }
 
@@ -222,8 +223,23 @@ pub(crate) fn offer_path_now(
     ro_fd: BorrowedFd<'_>,
 ) -> Result<(), LinkError> {
     let (bytes, fds) = path_offer(info, ro_fd, None);
-    zcio_vm::wire::send_with_fds_now(sock.as_fd(), &bytes, &fds)?;
+    zcio_vm::wire::send_with_fds_now(sock.as_fd(), &bytes, &fds)
+        .map_err(|e| gone_if_closed(e, "offering the path"))?;
     Ok(())
+}
+
+/// A socket error that means the peer is gone (it closed its end, or died: `EPIPE`,
+/// `ECONNRESET`) as [`LinkError::PeerGone`]; any other as it is.
+fn gone_if_closed(e: zcio_vm::VmError, during: &'static str) -> LinkError {
+    match e.errno() {
+        Some(e)
+            if e == rustix::io::Errno::PIPE.raw_os_error()
+                || e == rustix::io::Errno::CONNRESET.raw_os_error() =>
+        {
+            LinkError::PeerGone { during }
+        }
+        _ => LinkError::Vm(e),
+    }
 }
 
 /// The message offering a path: its geometry in four words, and its descriptors.
@@ -247,7 +263,8 @@ fn path_offer<'a>(
 /// link's rings if they came with it.
 pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd, Option<OwnedFd>), LinkError> {
     let mut b = [0u8; 32];
-    let (n, mut fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut b)?;
+    let (n, mut fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut b)
+        .map_err(|e| gone_if_closed(e, "waiting for the path"))?;
     if n == 0 {
         return Err(LinkError::PeerGone {
             during: "waiting for the path",

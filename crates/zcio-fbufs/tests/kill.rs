@@ -108,12 +108,11 @@ impl From<LinkError> for End {
     }
 }
 
-/// An error while the path is offered or taken: the neighbour was gone (killed first).
+/// An error while the path is offered or taken: the neighbour was gone (killed first), which
+/// the link must say as [`LinkError::PeerGone`] like any other death (a socket error such as
+/// "Broken pipe" is not an answer the application can act on).
 fn setup(e: LinkError) -> End {
-    match e {
-        LinkError::PeerGone { .. } => End::Link(e),
-        e => End::Setup(format!("the path never came up: {e}")),
-    }
+    End::Link(e)
 }
 
 /// Accept a neighbour's connection within [`CONNECT`], or give up early if `gone` says it was
