@@ -193,6 +193,14 @@ fn tamper(
     Ok(())
 }
 
+/// The system-allocated semantics, whose input allocates a region of the announced length.
+const MOVES: [Semantics; 4] = [
+    Semantics::Move,
+    Semantics::EmulatedMove,
+    Semantics::WeakMove,
+    Semantics::EmulatedWeakMove,
+];
+
 #[test]
 fn a_peer_rewriting_the_rings_gets_errors_never_a_panic_or_a_hang() {
     let (desc, done) = honest_slots();
@@ -230,15 +238,27 @@ fn a_peer_rewriting_the_rings_gets_errors_never_a_panic_or_a_hang() {
         drop(a);
         let mut ended = false;
         for _ in 0..64 {
-            let mut buf = vec![0u8; u.int_in_range(1..=4 * 4096)?];
             let buffering = *u.choose(&InputBuffering::ALL)?;
-            match b.recv(Semantics::Copy, &mut buf, buffering) {
-                Ok((n, _)) => assert!(n >= 1 && n <= buf.len(), "{n} bytes in {}", buf.len()),
-                Err(e) => {
-                    assert!(!e.to_string().is_empty());
-                    ended = true;
-                    break;
-                }
+            let got = if u.ratio(1, 3)? {
+                // Into a region the receiver allocates from the forged length (up to 1 GiB and
+                // beyond: EDGES): refused or failed with the sender gone, never a region filled
+                // from nowhere.
+                let sem = *u.choose(&MOVES)?;
+                b.recv_region(sem, buffering).map(|(r, _)| {
+                    assert!(!r.is_empty() && r.len() <= MAX_MESSAGE, "{} bytes", r.len());
+                    r.len()
+                })
+            } else {
+                let mut buf = vec![0u8; u.int_in_range(1..=4 * 4096)?];
+                b.recv(Semantics::Copy, &mut buf, buffering).map(|(n, _)| {
+                    assert!(n >= 1 && n <= buf.len(), "{n} bytes in {}", buf.len());
+                    n
+                })
+            };
+            if let Err(e) = got {
+                assert!(!e.to_string().is_empty());
+                ended = true;
+                break;
             }
         }
         assert!(ended, "the receiver never saw the sender leave");
