@@ -62,9 +62,17 @@ pub enum ContainerError {
         /// Why.
         why: &'static str,
     },
-    /// The path ended (the peer closed it) before a container came.
+    /// The path ended before a container came: the file has no more bytes, or the writer at
+    /// the other end of the socket said it was done ([`Domain::finish`]).
     #[error("the path ended before a container came")]
     End,
+    /// The socket closed without the writer saying it was done ([`Domain::finish`]): the
+    /// writer died, or dropped its end mid-stream. Containers may have been lost.
+    #[error("the path closed without its end ({during}): the writer died or dropped it")]
+    PeerGone {
+        /// What this domain was doing.
+        during: &'static str,
+    },
     /// The peer sent something that is not a container.
     #[error("the peer sent a malformed container: {0}")]
     Malformed(String),
@@ -146,6 +154,8 @@ impl std::fmt::Debug for Domain {
 const HEADER: usize = 16;
 const KIND_SEALED: u64 = 0;
 const KIND_VOLATILE: u64 = 1;
+/// No container: the writer is done with the path ([`Domain::finish`]).
+const KIND_END: u64 = 2;
 
 fn not_empty(len: usize) -> Result<(), ContainerError> {
     if len == 0 {
@@ -382,6 +392,21 @@ impl Domain {
         })
     }
 
+    /// Say that no more containers come on the I/O path `path`: the reader's next
+    /// [`Domain::read`] on a socket returns [`ContainerError::End`]. A socket that closes
+    /// without it reads as [`ContainerError::PeerGone`], since a writer killed mid-stream
+    /// closes its sockets too. On a file, the end of its bytes is the end: nothing is written.
+    pub fn finish(&mut self, path: BorrowedFd<'_>) -> Result<(), ContainerError> {
+        let st = rustix::fs::fstat(path).map_err(|e| ContainerError::Io {
+            op: "fstat(path)",
+            source: e.into(),
+        })?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket {
+            zcio_vm::wire::send_with_fds(path, &header(0, KIND_END), &[])?;
+        }
+        Ok(())
+    }
+
     /// `cs_write`: give the container to the I/O path `path`. To a Unix socket, its pages move
     /// to the domain at the other end; to a file, its bytes go there inside the kernel. Either
     /// way this domain loses it: a second write, or a map, is refused.
@@ -487,6 +512,14 @@ impl Domain {
                 let mut head = [0u8; HEADER];
                 let (n, mut fds) = zcio_vm::wire::recv_with_fds(path, &mut head)?;
                 if n == 0 && fds.is_empty() {
+                    return Err(ContainerError::PeerGone {
+                        during: "reading a container",
+                    });
+                }
+                if n == HEADER
+                    && fds.is_empty()
+                    && u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) == KIND_END
+                {
                     return Err(ContainerError::End);
                 }
                 if n != HEADER || fds.len() != 1 {

@@ -94,11 +94,17 @@ fn a_sender_that_keeps_the_pages_writable_is_refused() {
     zcio_vm::wire::send_with_fds(tx.as_fd(), b"12345678", &[]).unwrap();
     let e = b.read(rx.as_fd(), 0, true).unwrap_err();
     assert!(matches!(e, ContainerError::Malformed(_)), "{e}");
-    drop(tx);
+    // The writer says it is done: the path ends; a closed socket without that is a writer
+    // gone mid-stream, not an end.
+    Domain::new().finish(tx.as_fd()).unwrap();
     assert!(matches!(
         b.read(rx.as_fd(), 0, true),
         Err(ContainerError::End)
     ));
+    drop(tx);
+    let e = b.read(rx.as_fd(), 0, true).unwrap_err();
+    assert!(matches!(e, ContainerError::PeerGone { .. }), "{e}");
+    assert!(e.to_string().contains("died"), "{e}");
 }
 
 #[test]

@@ -430,7 +430,8 @@ fn round(rng: &mut Rng, n: usize) -> bool {
                 println!("  (setup: {h})");
             }
             Outcome {
-                path_error: matches!(e, End::Path(_)),
+                // A killed neighbour is never a clean end of the path.
+                path_error: matches!(e, End::Path(ref p) if !matches!(p, ContainerError::End)),
                 error: e.to_string(),
                 at,
                 frames,

@@ -254,7 +254,10 @@ pub fn stage(variant: &str, listen: &Path, to: Option<&Path>, release: Option<&P
                     }
                     d.write(output.as_fd(), id)?;
                 }
-                Err(ContainerError::End) => break,
+                Err(ContainerError::End) => {
+                    d.finish(output.as_fd())?;
+                    break;
+                }
                 Err(e) => return Err(e.into()),
             }
         } else {
@@ -437,6 +440,9 @@ fn send(
                 d.write(sock.as_fd(), id)?;
             }
         }
+    }
+    if variant != "read_write" {
+        d.finish(sock.as_fd())?;
     }
     Ok(back)
 }
