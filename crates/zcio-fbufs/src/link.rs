@@ -38,10 +38,12 @@
 //!   receivers that map it: the kernel keeps the pages while any mapping holds them.
 //! - A forwarding process (the server of a three-process path) is a receiver that offers the
 //!   same path onward, with rings of its own, and frees an fbuf upstream when its own receiver
-//!   frees it. Known limit: the originator sees only the forwarder, so a forwarder that dies
-//!   releases the fbufs its own receiver still holds as well, and the originator may reuse
-//!   (write, or clear) them while that receiver still reads them, until the receiver sees its
-//!   link fail.
+//!   frees it. It announces the process it forwards to (a frame with its pid; a forwarder
+//!   further down announces its own, passed on), and the originator watches those processes:
+//!   a forwarder that dies without a goodbye leaves what it held quarantined, not reused,
+//!   until every process downstream of it has ended, since those may still be reading it
+//!   ([`OriginatorEnd::quarantined`]). A downstream process in another pid namespace cannot
+//!   be watched, and is not waited for.
 //! - An end that closes its link in order says goodbye first (a frame of its own): dropping an
 //!   [`OriginatorEnd`] or a [`ReceiverEnd`] does, and so does a [`Forwarder`] whose run ended
 //!   well. A socket that closes without it lost its process (killed, crashed) or an end that
@@ -69,6 +71,13 @@ const WAKE: u64 = 6;
 /// Goodbye: the sender of this frame closes its end of the link in order (it is done, not
 /// killed), and sends nothing more.
 const BYE: u64 = 8;
+/// The sender of this frame forwards what it receives to the process whose pid the frame
+/// carries (in its address word): if the sender dies, the fbufs it held may still be read
+/// there, and must not be reused before that process has ended.
+const DOWNSTREAM: u64 = 9;
+/// Most downstream processes an originator watches for one receiver (a path of forwarders
+/// announces each of them; more is a receiver flooding the originator).
+const MAX_DOWNSTREAM: usize = 64;
 /// What a receiver whose sender went without a goodbye gets (after "peer closed the
 /// connection").
 const SENDER_GONE: &str = "without a goodbye (killed, crashed or failed) while receiving";
@@ -593,6 +602,9 @@ struct Peer {
     bye: bool,
     /// This end cut the receiver off for what it did (see [`OriginatorEnd::misbehaved`]).
     cut_off: bool,
+    /// The processes the receiver forwards to (it announced them: [`DOWNSTREAM`]), watched
+    /// through pidfds: what it held when it died waits for their end.
+    downstream: Vec<OwnedFd>,
 }
 
 impl Peer {
@@ -624,6 +636,7 @@ impl Peer {
             failed: None,
             bye: false,
             cut_off: false,
+            downstream: Vec::new(),
         })
     }
 
@@ -763,6 +776,26 @@ pub struct OriginatorEnd {
     /// Aggregate messages out, by root node: the fbufs holding their nodes and data, and how
     /// many receivers still hold each.
     msgs: HashMap<u64, SentMsg>,
+    /// What forwarding receivers held when they went without a goodbye, kept from reuse until
+    /// every process they forwarded to has ended (those may still be reading it).
+    quarantine: Vec<Quarantined>,
+}
+
+/// Fbufs a dead forwarder held, and the processes downstream of it that may still read them.
+struct Quarantined {
+    downstream: Vec<OwnedFd>,
+    refs: Vec<FbufRef>,
+}
+
+/// Whether the process behind `pidfd` has ended (a pidfd turns readable then).
+fn ended(pidfd: &OwnedFd) -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
 }
 
 struct SentMsg {
@@ -790,7 +823,31 @@ impl OriginatorEnd {
             ring_slots: crate::ring::DEFAULT_SLOTS,
             backlog_frames: DEFAULT_BACKLOG_FRAMES,
             msgs: HashMap::new(),
+            quarantine: Vec::new(),
         }
+    }
+
+    /// Fbufs held back from reuse because a forwarding receiver died holding them and a
+    /// process it forwarded to may still be reading them.
+    pub fn quarantined(&self) -> usize {
+        self.quarantine.iter().map(|q| q.refs.len()).sum()
+    }
+
+    /// Release the quarantined fbufs whose downstream processes have all ended.
+    fn release_quarantined(&mut self) -> Result<(), LinkError> {
+        let mut k = 0;
+        while k < self.quarantine.len() {
+            if self.quarantine[k].downstream.iter().all(ended) {
+                let q = self.quarantine.swap_remove(k);
+                for r in q.refs {
+                    self.release(r)?;
+                    self.released_for_dead += 1;
+                }
+            } else {
+                k += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Offer the path to a receiver connected on `sock` (with `ro_fd`, a read-only descriptor
@@ -1000,6 +1057,15 @@ impl OriginatorEnd {
             return Ok(());
         }
         p.cut();
+        let downstream = std::mem::take(&mut p.downstream);
+        if !p.bye && !downstream.is_empty() {
+            // A forwarder gone without a goodbye: what it held may be mapped downstream, in
+            // processes this end has no link to. Reused now, a receiver there could read
+            // another message's bytes in an fbuf it still holds.
+            let refs = p.held.drain();
+            self.quarantine.push(Quarantined { downstream, refs });
+            return self.release_quarantined();
+        }
         for r in p.held.drain() {
             self.release(r)?;
             self.released_for_dead += 1;
@@ -1050,6 +1116,9 @@ impl OriginatorEnd {
         let mut done = 0;
         let mut spun = None;
         loop {
+            if !self.quarantine.is_empty() {
+                self.release_quarantined()?;
+            }
             self.flush_all()?;
             for i in 0..self.peers.len() {
                 if self.peers[i].alive {
@@ -1106,6 +1175,21 @@ impl OriginatorEnd {
                 r.addr, r.len
             )),
             Ok(Next::Frame(WAKE, _)) | Ok(Next::Empty) => None,
+            Ok(Next::Frame(DOWNSTREAM, r)) if self.peers[i].downstream.len() < MAX_DOWNSTREAM => {
+                // A process that has already ended (or never was) reads nothing: no pidfd.
+                let pid = i32::try_from(r.addr)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw);
+                if let Some(fd) = pid.and_then(|pid| {
+                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+                }) {
+                    self.peers[i].downstream.push(fd);
+                }
+                None
+            }
+            Ok(Next::Frame(DOWNSTREAM, _)) => Some(format!(
+                "announced more than {MAX_DOWNSTREAM} processes downstream"
+            )),
             Ok(Next::Frame(BYE, _)) => {
                 // Closed in order: what it still held is released as for a receiver gone.
                 self.peers[i].bye = true;
@@ -1197,6 +1281,11 @@ impl OriginatorEnd {
                     if self.originator.outstanding() > 0 && self.receivers_alive() > 0 =>
                 {
                     self.poll(true)?;
+                }
+                Err(FbufError::Quota { .. }) if self.quarantined() > 0 => {
+                    return Err(LinkError::PeerGone {
+                        during: "(a forwarder, without a goodbye): what it held waits, unused, until the processes it forwarded to end",
+                    });
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -1631,6 +1720,12 @@ impl ReceiverEnd {
         Ok(())
     }
 
+    /// Tell the originator that this end forwards what it receives to process `pid` (see
+    /// [`Forwarder::new`]).
+    fn announce_downstream(&mut self, pid: u64) -> Result<(), LinkError> {
+        self.send_frames(&frame(DOWNSTREAM, FbufRef { addr: pid, len: 0 }))
+    }
+
     /// [`ReceiverEnd::secure`] for an aggregate message: every fbuf holding its nodes and data.
     pub fn secure_msg(&mut self, m: Msg) -> Result<(), LinkError> {
         self.secure(FbufRef {
@@ -1711,7 +1806,10 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// Offer upstream's path to the downstream receiver on `down`.
-    pub fn new(up: ReceiverEnd, down: UnixStream) -> Result<Forwarder, LinkError> {
+    ///
+    /// The downstream process is announced upstream, so that if this forwarder dies, what it
+    /// held (which downstream may still be reading) is not reused before downstream has ended.
+    pub fn new(mut up: ReceiverEnd, down: UnixStream) -> Result<Forwarder, LinkError> {
         let down = Peer::offer(
             down,
             up.info(),
@@ -1719,6 +1817,9 @@ impl Forwarder {
             crate::ring::DEFAULT_SLOTS,
             DEFAULT_BACKLOG_FRAMES,
         )?;
+        if let Ok(c) = rustix::net::sockopt::socket_peercred(&down.sock) {
+            up.announce_downstream(c.pid.as_raw_nonzero().get() as u64)?;
+        }
         Ok(Forwarder {
             up,
             down,
@@ -1811,6 +1912,8 @@ impl Forwarder {
                         })?
                     }
                     Ok(Next::Frame(WAKE, _)) => {}
+                    // A forwarder further down: the originator watches its downstream too.
+                    Ok(Next::Frame(DOWNSTREAM, r)) => self.up.announce_downstream(r.addr)?,
                     // Done: what downstream held is freed for it, and the path ends here;
                     // upstream learns it when this end closes.
                     Ok(Next::Frame(BYE, _)) => {

@@ -15,10 +15,9 @@
 //! memory files, threads and mappings, and the machine's `/dev/shm` objects named after zcio,
 //! are back to what they were before the rounds.
 //!
-//! One thing is let through, and printed when it happens: when the forwarder is killed, the
-//! originator releases and reuses the fbufs the receiver still holds (it cannot tell them from
-//! the forwarder's own), so the receiver may find one changed just before its link fails
-//! ([`End::Recycled`]); the fbuf link's documentation names this limit.
+//! When the forwarder is killed, the fbufs it held, which the receiver may still be reading,
+//! must not be reused before the receiver has ended: a receiver that finds one changed
+//! ([`End::Recycled`]) fails the round.
 //!
 //! `$ZCIO_KILL_SEED` (hexadecimal, as a run prints it) replays a run.
 
@@ -186,12 +185,9 @@ fn forwarder(
 /// The receiver: joins the path on `dir/down`, checks and frees every fbuf, until the path
 /// ends (`Ok`: it was closed) or fails; `progress` after each fbuf.
 ///
-/// A forwarder that dies takes with it the record of what its receiver holds: the originator
-/// releases everything the forwarder held, this receiver's fbufs among them, and reuses them
-/// (writes them, or clears them on an uncached path) while this receiver may still be reading
-/// them. A changed fbuf is then no test failure if the link fails right after (it was read
-/// after the forwarder's death): [`End::Recycled`], which the test accepts only in rounds that
-/// kill the forwarder.
+/// A forwarder that dies takes with it the record of what its receiver holds; the originator,
+/// told of this receiver when the path came up, keeps those fbufs from reuse until it has
+/// ended. A changed fbuf followed by a failed link is [`End::Recycled`]: a failed round.
 fn receiver(
     dir: &Path,
     gone: &dyn Fn() -> bool,
@@ -369,11 +365,9 @@ fn round(rng: &mut Rng, n: usize) -> bool {
         DETECT,
         &format!("{what}: the {other} (a survivor)"),
     );
-    let forwarder_killed = victim == "forwarder";
+    // A receiver that read a recycled fbuf exits with RECYCLED: a failure like any other.
     assert!(
-        other_status.code() == Some(FAILED)
-            || other_status.code() == Some(NEVER)
-            || forwarder_killed && other_status.code() == Some(RECYCLED),
+        other_status.code() == Some(FAILED) || other_status.code() == Some(NEVER),
         "{what}: the {other} (a survivor) did not end with a failed link ({other_status}): {other_err}"
     );
     let took = outcome.at.saturating_duration_since(killed_at);
@@ -392,12 +386,13 @@ fn round(rng: &mut Rng, n: usize) -> bool {
     // Killed before the path was up, a neighbour may simply never have connected, or have
     // gone while the path was offered.
     assert!(
-        outcome.peer_gone || outcome.setup || forwarder_killed && outcome.recycled,
+        !outcome.recycled,
+        "{what}: the {mine} read an fbuf changed while it held it: {mine_said}"
+    );
+    assert!(
+        outcome.peer_gone || outcome.setup,
         "{what}: the {mine} failed, but not because its peer was gone: {mine_said}"
     );
-    if outcome.recycled || other_status.code() == Some(RECYCLED) {
-        println!("{what}: the receiver read an fbuf recycled after the forwarder's death");
-    }
     println!(
         "{what}: the {mine} failed after {took:?} ({} done): {mine_said}; the {other}: {}",
         outcome.progress,

@@ -256,6 +256,89 @@ fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
 }
 
 #[test]
+fn a_killed_forwarder_leaves_what_its_receiver_holds_unused_until_the_receiver_ends() {
+    use std::io::{BufRead, Write};
+    let (dir, l, p, mut end) = originator(Variant {
+        cached: true,
+        volatile: false,
+    });
+    let up = dir.path().join("up");
+    let down = dir.path().join("down");
+    let mut server = peer()
+        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    server_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening");
+    let mut receiver = peer()
+        .args([
+            "receiver-loop",
+            down.to_str().unwrap(),
+            "4",
+            "recheck-on-line",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rx_out = std::io::BufReader::new(receiver.stdout.take().unwrap());
+    send_stream(&mut end, 4, &[0]);
+    line.clear();
+    rx_out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("ok 4"), "{line}");
+    // The receiver holds all four. The forwarder dies without a goodbye.
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let t = Instant::now();
+    while end.receivers_alive() > 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "death not seen");
+        end.poll(true).unwrap();
+    }
+    // The originator takes all the memory it can get and writes it: none of it may be an
+    // fbuf the receiver still holds.
+    // (The lengths of the four sent: a cached path reuses an fbuf for its own length.)
+    let mut taken = Vec::new();
+    for i in 0.. {
+        let len = pattern_len(i % 4);
+        let Ok(f) = end.originator.alloc(len) else {
+            break;
+        };
+        end.originator.write(&f, 0, &vec![0xEE; len]).unwrap();
+        taken.push(f);
+    }
+    assert_eq!(
+        end.quarantined(),
+        4,
+        "held back for the receiver downstream"
+    );
+    let e = end.alloc_waiting(pattern_len(0)).unwrap_err();
+    assert!(e.to_string().contains("forwarder"), "{e}");
+    receiver.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    rx_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "changed 0 of 4");
+    assert!(receiver.wait().unwrap().success());
+    // Downstream has ended: the four come back.
+    let t = Instant::now();
+    while end.quarantined() > 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "never released");
+        end.poll(false).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(end.released_for_dead, 4);
+    for f in taken {
+        end.originator.free(f).unwrap();
+    }
+    assert_eq!(end.originator.outstanding(), 0);
+}
+
+#[test]
 fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
     let (dir, l, p, mut end) = originator(Variant {
         cached: true,

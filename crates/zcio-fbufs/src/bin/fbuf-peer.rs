@@ -143,7 +143,10 @@ fn main() {
             let count: usize = arg(&a, 3);
             let has = |o: &str| a.iter().skip(4).any(|x| x == o);
             let leave = has("leave-socket-to-child");
-            let hold = leave || has("hold");
+            // Hold every fbuf, then, at a line on stdin, read them all again and say whether
+            // they are as received (their originator must not reuse them meanwhile).
+            let recheck = has("recheck-on-line");
+            let hold = leave || recheck || has("hold");
             let stall = has("stall");
             let sock = UnixStream::connect(&a[2]).expect("connect");
             let keep = sock.try_clone().expect("dup the socket");
@@ -156,6 +159,7 @@ fn main() {
                 std::io::stdin().lock().read_line(&mut line).ok();
             }
             let mut got = 0;
+            let mut held = Vec::new();
             while got < count {
                 let Some(r) = rx.recv().expect("receive") else {
                     break;
@@ -167,6 +171,7 @@ fn main() {
                 if !hold {
                     rx.free(r).expect("free");
                 }
+                held.push((got as u64, r));
                 got += 1;
             }
             rx.flush().expect("flush");
@@ -175,6 +180,23 @@ fn main() {
                 rx.notices_sent, rx.notice_messages
             );
             use std::io::Write;
+            if recheck {
+                use std::io::BufRead;
+                std::io::stdout().flush().ok();
+                let mut line = String::new();
+                std::io::stdin().lock().read_line(&mut line).ok();
+                let changed = held
+                    .iter()
+                    .filter(|(n, r)| {
+                        let mut buf = vec![0u8; r.len as usize];
+                        !rx.receiver.read_bytes(r.addr, &mut buf)
+                            || buf != zcio_fbufs::pattern(*n, r.len as usize)
+                    })
+                    .count();
+                println!("changed {changed} of {}", held.len());
+                std::io::stdout().flush().ok();
+                std::process::exit(0);
+            }
             if leave {
                 // A child inherits our end of the socket and outlives us: the socket stays
                 // open, so only our process's end can tell the originator we are gone.
