@@ -1177,9 +1177,11 @@ impl OriginatorEnd {
             Ok(Next::Frame(WAKE, _)) | Ok(Next::Empty) => None,
             Ok(Next::Frame(DOWNSTREAM, r)) if self.peers[i].downstream.len() < MAX_DOWNSTREAM => {
                 // A process that has already ended (or never was) reads nothing: no pidfd.
+                // Nor does this process count: it owns the memory.
                 let pid = i32::try_from(r.addr)
                     .ok()
-                    .and_then(rustix::process::Pid::from_raw);
+                    .and_then(rustix::process::Pid::from_raw)
+                    .filter(|pid| *pid != rustix::process::getpid());
                 if let Some(fd) = pid.and_then(|pid| {
                     rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
                 }) {
