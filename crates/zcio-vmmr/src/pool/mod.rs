@@ -75,7 +75,8 @@ pub enum PoolError {
         /// The pool's capacity in granules.
         capacity: usize,
         /// The largest request that would succeed right now (0 if none): the longest free run
-        /// for a bitmap, the largest free block for size classes and buddy.
+        /// for a bitmap, the largest free block for buddy, and for size classes the largest
+        /// free block or the overflow region's longest free run, whichever is longer.
         largest: usize,
     },
     /// A run of zero granules was asked for or given back.
