@@ -173,7 +173,8 @@ impl Model {
         self.check(pool)
     }
 
-    /// Give back `[first + skip, first + skip + len)` of live allocation `i`, a part of it
+    /// Give back a run of held granules starting `skip` granules into live allocation `i`:
+    /// a part of it, or reaching on into the allocations right after it
     /// ([`Frees::AnyAllocated`] pools only, whose allocations set aside exactly `n`).
     fn free_part(
         &mut self,
@@ -182,35 +183,36 @@ impl Model {
         skip: usize,
         len: usize,
     ) -> Result<(), TestCaseError> {
-        let (first, n, d) = self.live.swap_remove(i);
-        prop_assert_eq!(
-            d,
-            n,
-            "{}: a pool taking back parts set aside more",
-            pool.name()
-        );
-        let skip = skip % n;
-        let len = 1 + len % (n - skip);
+        let name = pool.name();
+        let (first, n, _) = self.live[i];
+        let start = first + skip % n;
+        let held = (start..self.capacity)
+            .take_while(|&g| self.owned[g])
+            .count();
+        let len = 1 + len % held;
+        let end = start + len;
         let before = pool.free_granules();
-        let r = pool.free(first + skip, len);
-        prop_assert_eq!(
-            r,
-            Ok(()),
-            "{}: free part of [{}, +{})",
-            pool.name(),
-            first,
-            n
-        );
-        prop_assert_eq!(pool.free_granules(), before + len, "{}", pool.name());
-        self.owned[first + skip..first + skip + len].fill(false);
-        self.freed.push((first + skip, len));
-        if skip > 0 {
-            self.live.push((first, skip, skip));
+        let r = pool.free(start, len);
+        prop_assert_eq!(r, Ok(()), "{}: free held [{}, +{})", name, start, len);
+        prop_assert_eq!(pool.free_granules(), before + len, "{}", name);
+        self.owned[start..end].fill(false);
+        self.freed.push((start, len));
+        // Cut [start, end) out of the allocations it touches.
+        let mut live = Vec::with_capacity(self.live.len() + 1);
+        for &(f, m, d) in &self.live {
+            if f + m <= start || f >= end {
+                live.push((f, m, d));
+                continue;
+            }
+            prop_assert_eq!(d, m, "{}: a pool taking back parts set aside more", name);
+            if f < start {
+                live.push((f, start - f, start - f));
+            }
+            if f + m > end {
+                live.push((end, f + m - end, f + m - end));
+            }
         }
-        let rest = n - skip - len;
-        if rest > 0 {
-            self.live.push((first + skip + len, rest, rest));
-        }
+        self.live = live;
         self.check(pool)
     }
 
@@ -545,7 +547,8 @@ enum Op {
     Alloc(usize),
     /// Give back the live allocation picked by this number.
     Free(usize),
-    /// Give back a part of a live allocation (skip, length), where the pool allows it.
+    /// Give back held granules from inside a live allocation on (allocation, skip, length),
+    /// where the pool allows it.
     FreePart(usize, usize, usize),
     /// A free the pool must refuse, of the kind and picks given.
     BadFree(u8, usize, usize),
