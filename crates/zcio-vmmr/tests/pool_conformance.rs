@@ -36,7 +36,7 @@ enum Frees {
 }
 
 /// Capacities the fixed checks build pools of: tiny, around a bitmap word, not powers of two.
-const CAPACITIES: [usize; 8] = [1, 2, 5, 64, 65, 300, 1000, 4096];
+const CAPACITIES: [usize; 10] = [1, 2, 5, 64, 65, 300, 1000, 1024, 4096, 6000];
 
 /// Request sizes the fixed checks cycle through.
 const SIZES: [usize; 9] = [1, 3, 8, 17, 64, 5, 300, 2, 1000];
