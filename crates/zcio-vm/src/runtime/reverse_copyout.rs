@@ -1,7 +1,8 @@
 //! Reverse copyout (paper 000, §5.2): a partially filled input page completed with the
 //! application's bytes and swapped in.
 
-use super::{EAGAIN_RETRIES, VmRuntime, moves::retry_eagain};
+use super::moves::{Budget, Run, Step, retry_eagain};
+use super::{EAGAIN_RETRIES, VmRuntime};
 use crate::error::{Result, VmError};
 use crate::page::{RawRange, page_size};
 use std::sync::atomic::Ordering;
@@ -89,32 +90,29 @@ impl VmRuntime {
         }
         // 3. Swap: the application page out to scratch (a page pinned or shared with a child
         // stays), the staging page in.
+        // One page each, a fresh EAGAIN budget each; a refused page ends the move.
         let move_page = |dst: usize, src: usize, dontwake: bool| {
-            retry_eagain(
-                |e: &crate::uffd::MoveError| Some(e.errno),
-                || {
-                    self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
-                    // SAFETY: the caller's contract covers the three pages; `dst` is empty
-                    // (scratch, or the app page once moved out).
-                    unsafe { u.move_pages(dst, src, ps, false, dontwake) }
-                },
-            )
+            let run = Run {
+                dst,
+                src,
+                len: ps,
+                allow_src_holes: false,
+                dontwake,
+            };
+            // SAFETY: the caller's contract covers the three pages; `dst` is empty
+            // (scratch, or the app page once moved out).
+            unsafe { self.move_run(u, run, &mut Budget::new(), |_, _| Step::Stop(())) }
         };
         let out = move_page(scratch_page, app_page, true).is_ok();
         // The completion copy of step 2.
         let mut copied = ps - (data.end - data.start);
-        if out {
-            self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
-            if move_page(app_page, staging_page, false).is_ok() {
-                self.counters.pages_moved.fetch_add(1, Ordering::Relaxed);
-            } else {
-                copied += ps;
-                // SAFETY: as above; fills the empty page with a copy and wakes waiters.
-                unsafe { self.fill_page(u, app_page, staging_page) };
-                self.counters
-                    .move_fallback_copies
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+        if out && move_page(app_page, staging_page, false).is_err() {
+            copied += ps;
+            // SAFETY: as above; fills the empty page with a copy and wakes waiters.
+            unsafe { self.fill_page(u, app_page, staging_page) };
+            self.counters
+                .move_fallback_copies
+                .fetch_add(1, Ordering::Relaxed);
         }
         // 4. Out of transition; lift the protection (of the old page if it stayed), waking
         // writers that waited, and wake readers that met the page empty.

@@ -1,7 +1,8 @@
 //! Page swapping: application pages exchanged with staging pages through an empty scratch
 //! range, and plain moves of a range into an empty one.
 
-use super::{EAGAIN_RETRIES, MAX_TRANSIENT, VmRuntime};
+use super::moves::{Budget, Run, Step};
+use super::{MAX_TRANSIENT, VmRuntime};
 use crate::error::{Result, VmError};
 use crate::page::{RawRange, complement_into, page_size};
 use crate::uffd::Userfaultfd;
@@ -35,53 +36,33 @@ impl VmRuntime {
             return Ok(src.len);
         };
         let mut copied = 0;
-        let mut off = 0;
-        let mut retries = 0;
-        while off < src.len {
-            self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: the caller's contract covers exactly these ranges.
-            let r =
-                unsafe { u.move_pages(dst.addr + off, src.addr + off, src.len - off, true, false) };
-            match r {
-                Ok(n) => {
-                    self.counters
-                        .pages_moved
-                        .fetch_add((n / page_size()) as u64, Ordering::Relaxed);
-                    off += n;
-                }
-                Err(e) => {
-                    self.counters
-                        .pages_moved
-                        .fetch_add((e.moved / page_size()) as u64, Ordering::Relaxed);
-                    off += e.moved;
-                    match e.errno {
-                        // The page is pinned or shared (fork), or the address space is
-                        // changing: copy this one page, leave the source as it is (the caller
-                        // treats the source as free memory).
-                        libc::EAGAIN if retries < EAGAIN_RETRIES => {
-                            retries += 1;
-                            std::thread::yield_now();
-                            continue;
-                        }
-                        libc::EBUSY | libc::EAGAIN => {
-                            // SAFETY: one page of the caller's ranges, content-preserving copy.
-                            unsafe { self.fill_page(u, dst.addr + off, src.addr + off) };
-                            self.counters
-                                .move_fallback_copies
-                                .fetch_add(1, Ordering::Relaxed);
-                            copied += page_size();
-                            off += page_size();
-                        }
-                        errno => {
-                            return Err(VmError::sys(
-                                "UFFDIO_MOVE",
-                                std::io::Error::from_raw_os_error(errno),
-                            ));
-                        }
-                    }
-                }
+        let run = Run {
+            dst: dst.addr,
+            src: src.addr,
+            len: src.len,
+            allow_src_holes: true,
+            dontwake: false,
+        };
+        let on_refused = |off: usize, errno: i32| match errno {
+            // The page is pinned or shared (fork), or the address space kept changing:
+            // copy this one page, leave the source as it is (the caller treats the source
+            // as free memory).
+            libc::EBUSY | libc::EAGAIN => {
+                // SAFETY: one page of the caller's ranges, content-preserving copy.
+                unsafe { self.fill_page(u, dst.addr + off, src.addr + off) };
+                self.counters
+                    .move_fallback_copies
+                    .fetch_add(1, Ordering::Relaxed);
+                copied += page_size();
+                Step::Skip
             }
-        }
+            errno => Step::Stop(VmError::sys(
+                "UFFDIO_MOVE",
+                std::io::Error::from_raw_os_error(errno),
+            )),
+        };
+        // SAFETY: the caller's contract covers exactly these ranges.
+        unsafe { self.move_run(u, run, &mut Budget::new(), on_refused)? };
         Ok(copied)
     }
 
@@ -203,98 +184,63 @@ impl VmRuntime {
         let u = self.uffd.as_ref().expect("swap_run only with UFFDIO_MOVE");
         let ps = page_size();
         let mut copied = 0;
-        // Phase 1: application pages out. `stay` marks pages that could not be moved.
-        let mut off = 0;
+        // One EAGAIN budget for both phases.
+        let mut budget = Budget::new();
+        // Phase 1: application pages out. `stay_from` marks pages that could not be moved.
         let mut stay_from = Vec::new();
-        let mut retries = 0;
-        while off < app.len {
-            self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: the caller owns app for writing and scratch (empty) for writing.
-            match unsafe {
-                u.move_pages(
-                    scratch.addr + off,
-                    app.addr + off,
-                    app.len - off,
-                    true,
-                    true,
-                )
-            } {
-                Ok(n) => {
-                    self.counters
-                        .pages_moved
-                        .fetch_add((n / ps) as u64, Ordering::Relaxed);
-                    off += n;
-                }
-                Err(e) => {
-                    self.counters
-                        .pages_moved
-                        .fetch_add((e.moved / ps) as u64, Ordering::Relaxed);
-                    off += e.moved;
-                    match e.errno {
-                        // The address space is changing: an event awaits the handler thread.
-                        libc::EAGAIN if retries < EAGAIN_RETRIES => {
-                            retries += 1;
-                            std::thread::yield_now();
-                        }
-                        libc::EBUSY | libc::EAGAIN => {
-                            stay_from.push(off);
-                            off += ps;
-                        }
-                        errno => {
-                            // Put back what moved out: the application keeps its bytes.
-                            // SAFETY: the pages of [0, off) that moved are in scratch, their
-                            // places in app empty; both ranges are the caller's.
-                            unsafe { self.unswap_out(u, app, scratch, off, &stay_from) };
-                            return Err(VmError::sys(
-                                "UFFDIO_MOVE(app out)",
-                                std::io::Error::from_raw_os_error(errno),
-                            ));
-                        }
-                    }
-                }
+        let out = Run {
+            dst: scratch.addr,
+            src: app.addr,
+            len: app.len,
+            allow_src_holes: true,
+            dontwake: true,
+        };
+        let on_refused = |off: usize, errno: i32| match errno {
+            // Pinned, shared with a forked child, or the address space kept changing:
+            // the page stays and gets the staging bytes by copy in phase 2.
+            libc::EBUSY | libc::EAGAIN => {
+                stay_from.push(off);
+                Step::Skip
             }
-        }
+            errno => {
+                // Put back what moved out: the application keeps its bytes.
+                // SAFETY: the pages of [0, off) that moved are in scratch, their
+                // places in app empty; both ranges are the caller's.
+                unsafe { self.unswap_out(u, app, scratch, off, &stay_from) };
+                Step::Stop(VmError::sys(
+                    "UFFDIO_MOVE(app out)",
+                    std::io::Error::from_raw_os_error(errno),
+                ))
+            }
+        };
+        // SAFETY: the caller owns app for writing and scratch (empty) for writing.
+        unsafe { self.move_run(u, out, &mut budget, on_refused)? };
         // Phase 2: staging pages in, run by run between the pages that stayed.
         let mut start = 0;
         for end in stay_from.iter().copied().chain(std::iter::once(app.len)) {
-            let mut off = start;
-            while off < end {
-                self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
-                // SAFETY: the app pages of [start, end) are empty after phase 1; staging is the caller's.
-                match unsafe {
-                    u.move_pages(app.addr + off, staging.addr + off, end - off, true, false)
-                } {
-                    Ok(n) => {
-                        self.counters
-                            .pages_moved
-                            .fetch_add((n / ps) as u64, Ordering::Relaxed);
-                        off += n;
-                    }
-                    Err(e) => {
-                        self.counters
-                            .pages_moved
-                            .fetch_add((e.moved / ps) as u64, Ordering::Relaxed);
-                        off += e.moved;
-                        if e.errno == libc::EAGAIN && retries < EAGAIN_RETRIES {
-                            retries += 1;
-                            std::thread::yield_now();
-                            continue;
-                        }
-                        // The app page got populated meanwhile (a concurrent touch) or the staging
-                        // page is pinned: copy this page.
-                        // UFFDIO_COPY fills an empty page atomically and wakes anyone waiting on
-                        // it (a plain write would fault into the handler, which leaves transient
-                        // pages alone); a page populated meanwhile takes a plain copy.
-                        // SAFETY: one page of the caller's ranges.
-                        unsafe { self.fill_page(u, app.addr + off, staging.addr + off) };
-                        self.counters
-                            .move_fallback_copies
-                            .fetch_add(1, Ordering::Relaxed);
-                        copied += ps;
-                        off += ps;
-                    }
-                }
-            }
+            let run = Run {
+                dst: app.addr + start,
+                src: staging.addr + start,
+                len: end - start,
+                allow_src_holes: true,
+                dontwake: false,
+            };
+            let on_refused = |off: usize, _errno: i32| {
+                // The app page got populated meanwhile (a concurrent touch) or the staging
+                // page is pinned: copy this page.
+                // UFFDIO_COPY fills an empty page atomically and wakes anyone waiting on
+                // it (a plain write would fault into the handler, which leaves transient
+                // pages alone); a page populated meanwhile takes a plain copy.
+                // SAFETY: one page of the caller's ranges.
+                unsafe { self.fill_page(u, run.dst + off, run.src + off) };
+                self.counters
+                    .move_fallback_copies
+                    .fetch_add(1, Ordering::Relaxed);
+                copied += ps;
+                Step::<std::convert::Infallible>::Skip
+            };
+            // SAFETY: the app pages of [start, end) are empty after phase 1; staging is the caller's.
+            let Ok(()) = unsafe { self.move_run(u, run, &mut budget, on_refused) };
             if end < app.len {
                 // SAFETY: the page that stayed is the caller's; copying into it breaks COW sharing.
                 unsafe { self.fill_page(u, app.addr + end, staging.addr + end) };
@@ -324,6 +270,9 @@ impl VmRuntime {
         stayed: &[usize],
     ) {
         let ps = page_size();
+        // Not through [`VmRuntime::move_run`], and kept so: this undo of a failed swap is not
+        // counted in `move_calls` or `pages_moved`, and it does not wait out `EAGAIN`: a page
+        // that does not move back at once is copied back.
         let mut off = 0;
         while off < upto {
             if stayed.contains(&off) {

@@ -1,6 +1,11 @@
 //! TCOW fault resolution: a write to a page under output moves the original out to a stash
 //! slot (or a bounce slot, or copies it where it cannot move) and installs a private copy; 2 MiB
 //! transparent huge pages are handled whole where they can be.
+//!
+//! TCOW's moves do not go through [`VmRuntime::move_run`]: they run on the handler thread, which
+//! must not wait out `EAGAIN` (only its own next read of events ends it), so a fault that meets
+//! `EAGAIN` is deferred and handled again after that read; and they are counted by the TCOW
+//! counters, not in `move_calls` or `pages_moved`.
 
 use super::{
     ActiveOutput, BOUNCE_SLOT, HSPARES_KEPT, Stashed, State, VmRuntime, moves::retry_eagain,
@@ -199,7 +204,9 @@ impl VmRuntime {
                 HUGE_PAGE_SIZE,
             )
         };
-        // Step 3: the copy in at the PMD, writable; this wakes the writer.
+        // Step 3: the copy in at the PMD, writable; this wakes the writer. Unlike the other TCOW
+        // moves, this one retries `EAGAIN` (although on the handler thread, see
+        // [`retry_eagain`]); when the retries run out, the PMD is filled by copy below.
         // SAFETY: the PMD is empty since step 1; the spare slot is ours.
         let moved_in = retry_eagain(
             |e: &crate::uffd::MoveError| Some(e.errno),
