@@ -7,7 +7,7 @@
 use crate::error::{Result, VmError};
 use crate::page::RawRange;
 use linux_raw_sys::general as uapi;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// `_IOWR(UFFDIO, _UFFDIO_MOVE, struct uffdio_move)`.
 const UFFDIO_MOVE: u32 = (3 << 30)
@@ -22,7 +22,30 @@ const MOVE_MODE_DONTWAKE: u64 = 1;
 /// `UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES`.
 const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 2;
 
-/// One userfaultfd ioctl: `request` on `fd` with `arg`, the error named `op` with the errno.
+/// Every userfaultfd ioctl goes through here: `request` on `fd` with `arg` (a pointer to the
+/// structure the request reads and writes, or a value the request takes as is), the error named
+/// `op` with the errno. Returns what the ioctl returned.
+///
+/// # Safety
+///
+/// `arg` must be what `request` expects (a pointer to a live, exclusive structure of its type,
+/// or its by-value argument), and what the request does to memory must be covered by the
+/// caller's own contract (each caller says why it is).
+unsafe fn execute(
+    fd: BorrowedFd<'_>,
+    request: u32,
+    op: &'static str,
+    arg: *mut libc::c_void,
+) -> Result<i32> {
+    // SAFETY: the caller vouches for `arg` and the request's effect.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, arg) };
+    if rc < 0 {
+        return Err(VmError::last_os(op));
+    }
+    Ok(rc)
+}
+
+/// One userfaultfd ioctl on a structure: `request` on `fd` with `arg`, through [`execute`].
 ///
 /// # Safety
 ///
@@ -31,11 +54,7 @@ const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 2;
 unsafe fn ioctl<T>(fd: &OwnedFd, request: u32, op: &'static str, arg: &mut T) -> Result<()> {
     // SAFETY: `arg` is a live, exclusive `T` for the call; the caller vouches for `T` and the
     // request's effect.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, std::ptr::from_mut(arg)) };
-    if rc < 0 {
-        return Err(VmError::last_os(op));
-    }
-    Ok(())
+    unsafe { execute(fd.as_fd(), request, op, std::ptr::from_mut(arg).cast()) }.map(drop)
 }
 
 bitflags::bitflags! {
@@ -176,18 +195,26 @@ impl Userfaultfd {
                         feature: "userfaultfd",
                         reason: format!("userfaultfd(2): {sys_err}; /dev/userfaultfd: {e}"),
                     })?;
-                let flags = (libc::O_CLOEXEC | libc::O_NONBLOCK) as libc::c_ulong;
+                let flags = (libc::O_CLOEXEC | libc::O_NONBLOCK) as usize;
                 // SAFETY: USERFAULTFD_IOC_NEW takes the open flags by value and returns a new fd.
-                let rc = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
-                if rc < 0 {
-                    return Err(VmError::Unsupported {
-                        feature: "userfaultfd",
-                        reason: format!(
-                            "userfaultfd(2): {sys_err}; USERFAULTFD_IOC_NEW: {}",
-                            std::io::Error::last_os_error()
-                        ),
-                    });
+                let rc = unsafe {
+                    execute(
+                        dev.as_fd(),
+                        USERFAULTFD_IOC_NEW,
+                        "USERFAULTFD_IOC_NEW",
+                        std::ptr::without_provenance_mut(flags),
+                    )
                 }
+                .map_err(|e| {
+                    let ioc = e.errno().map_or_else(
+                        || e.to_string(),
+                        |n| std::io::Error::from_raw_os_error(n).to_string(),
+                    );
+                    VmError::Unsupported {
+                        feature: "userfaultfd",
+                        reason: format!("userfaultfd(2): {sys_err}; USERFAULTFD_IOC_NEW: {ioc}"),
+                    }
+                })?;
                 // SAFETY: the ioctl returned a new file descriptor that we now own.
                 Ok(unsafe { OwnedFd::from_raw_fd(rc) })
             }

@@ -1,0 +1,182 @@
+//! The fault-handler thread: it reads the userfaultfd's events and resolves them (missing pages,
+//! TCOW write faults, unmaps); and the region checks that unmap events feed.
+
+use super::tcow::{Deferred, Held};
+use super::{MAX_REGISTRATIONS, MAX_WATCHES, Registration, VmRuntime, Watch};
+use crate::page::{RawRange, page_size};
+use crate::uffd::{Event, Userfaultfd};
+use std::sync::atomic::Ordering;
+
+impl VmRuntime {
+    /// Watch `r`, a mapping made by [`VmRuntime::registered_mapping`], for unmapping by anyone
+    /// (the region check of paper 000, §6.2.1: a cached region the application removed must not
+    /// be reused). Returns `None` when it cannot be watched (no userfaultfd, or too many
+    /// watches): a probe of the address range could not tell a new mapping placed at the same
+    /// address from the old one, so such a range must not be reused.
+    pub fn watch(&self, r: RawRange) -> Option<WatchId> {
+        self.uffd.as_ref().filter(|_| self.is_live())?;
+        // Let the handler finish the events it has read: the unmap of an earlier mapping at
+        // this very address returns once its event is read, not handled, and handled after
+        // this watch it would be taken for the unmapping of this range.
+        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut st = self.lock();
+        if st.watches.len() == MAX_WATCHES {
+            return None;
+        }
+        let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
+        st.watches.push(Watch {
+            id,
+            range: r,
+            gone: false,
+        });
+        Some(WatchId(id))
+    }
+
+    /// Whether (part of) a watched range was unmapped since [`VmRuntime::watch`].
+    pub fn watch_gone(&self, w: WatchId) -> bool {
+        // An unmap whose event the handler has read is handled before this lock is ours.
+        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        let st = self.lock();
+        st.watches
+            .iter()
+            .find(|x| x.id == w.0)
+            .is_none_or(|x| x.gone)
+    }
+
+    /// Stop watching.
+    pub fn unwatch(&self, w: WatchId) {
+        self.lock().watches.retain(|x| x.id != w.0);
+    }
+
+    pub(super) fn handler_loop(&'static self, fd: i32) {
+        let mut events: Vec<Event> = Vec::with_capacity(64);
+        // Write-protect faults whose resolution said EAGAIN: retried after the next read.
+        let mut deferred: Vec<Deferred> = Vec::with_capacity(256);
+        loop {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let timeout = if deferred.is_empty() { -1 } else { 1 };
+            // SAFETY: one valid pollfd.
+            let rc = unsafe { libc::poll(&mut pfd, 1, timeout) };
+            if rc < 0 {
+                continue;
+            }
+            events.clear();
+            let u = self
+                .uffd
+                .as_ref()
+                .expect("handler runs only with userfaultfd");
+            let _batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
+            if u.read_events(&mut events).is_err() {
+                continue;
+            }
+            let retry = deferred.len();
+            for i in 0..retry {
+                let (page, held) = deferred[i];
+                if let Some(d) = self.handle_wp(u, page, held) {
+                    deferred.push(d);
+                }
+            }
+            deferred.drain(..retry);
+            for &ev in &events {
+                if let Some(d) = self.handle(u, ev) {
+                    deferred.push(d);
+                }
+            }
+        }
+    }
+
+    /// Handle one event; returns a page whose write-protect fault must be handled again later.
+    fn handle(&self, u: &Userfaultfd, ev: Event) -> Option<Deferred> {
+        let ps = page_size();
+        match ev {
+            Event::PageFault { addr, wp: true, .. } => {
+                let page = addr & !(ps - 1);
+                return self.handle_wp(u, page, Held::Nothing);
+            }
+            Event::PageFault {
+                addr,
+                write,
+                wp: false,
+            } => {
+                let page = RawRange {
+                    addr: addr & !(ps - 1),
+                    len: ps,
+                };
+                let transient = self.lock().transient.iter().any(|t| t.contains(&page));
+                if transient {
+                    return None; // the swap in progress fills the page and wakes the waiter
+                }
+                self.counters.missing_faults.fetch_add(1, Ordering::Relaxed);
+                let r = if write {
+                    // SAFETY: page is a registered, missing page; the zero page is ours and readable.
+                    unsafe { u.copy(page.addr, self.zero.addr(), ps, false) }.map(|_| ())
+                } else {
+                    u.zeropage(page)
+                };
+                if r.is_err() {
+                    let _ = u.wake(page); // populated meanwhile: just wake the waiter
+                }
+            }
+            Event::Unmap { start, end } => self.forget(RawRange {
+                addr: start,
+                len: end - start,
+            }),
+            Event::Remap { from, len, .. } => self.forget(RawRange { addr: from, len }),
+            Event::Remove { .. } | Event::Other(_) => {}
+        }
+        None
+    }
+
+    fn forget(&self, r: RawRange) {
+        self.counters.unmaps.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let mut i = 0;
+        while i < st.registered.len() {
+            let g = st.registered[i].range;
+            if g.intersect(&r).is_some() {
+                st.registered.swap_remove(i);
+                // What remains registered in the kernel on either side stays known to us.
+                let left = RawRange {
+                    addr: g.addr,
+                    len: r.addr.saturating_sub(g.addr).min(g.len),
+                };
+                let right_start = r.end().max(g.addr);
+                let right = RawRange {
+                    addr: right_start,
+                    len: g.end().saturating_sub(right_start),
+                };
+                for rest in [left, right] {
+                    if !rest.is_empty() && st.registered.len() < MAX_REGISTRATIONS {
+                        st.registered.push(Registration {
+                            range: rest,
+                            last_use: 0,
+                        });
+                    }
+                }
+            } else {
+                i += 1;
+            }
+        }
+        let g = st.unmap_gen + 1;
+        if st.outputs.iter().any(|o| o.range.intersect(&r).is_some())
+            && st.gone.len() < st.gone.capacity()
+        {
+            st.gone.push((g, r));
+        }
+        for w in st.watches.iter_mut() {
+            if w.range.intersect(&r).is_some() {
+                w.gone = true;
+            }
+        }
+        st.unmap_gen = g;
+    }
+}
+
+/// A range watched for unmapping ([`VmRuntime::watch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchId(u64);

@@ -1,0 +1,144 @@
+//! Moving pages: the one loop that moves a run of pages with `UFFDIO_MOVE`
+//! ([`VmRuntime::move_run`]), the retry policy for `EAGAIN` ([`Budget`]), and filling a page by
+//! copy where a page cannot be moved.
+
+use super::{EAGAIN_RETRIES, VmRuntime};
+use crate::error::VmError;
+use crate::page::page_size;
+use crate::uffd::Userfaultfd;
+use std::sync::atomic::Ordering;
+
+/// The `EAGAIN` retries an operation has left: [`EAGAIN_RETRIES`] in all, shared by every call
+/// the operation makes (one budget for both phases of a swap, a fresh one per single move).
+pub(super) struct Budget(u32);
+
+impl Budget {
+    /// A full budget.
+    pub(super) fn new() -> Budget {
+        Budget(0)
+    }
+
+    /// Whether one more retry is allowed after an `EAGAIN`; counts it.
+    fn spend(&mut self) -> bool {
+        if self.0 < EAGAIN_RETRIES {
+            self.0 += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// A run of pages to move with [`VmRuntime::move_run`]: `len` bytes from `src` to `dst`, with
+/// the `UFFDIO_MOVE` modes.
+#[derive(Clone, Copy)]
+pub(super) struct Run {
+    pub(super) dst: usize,
+    pub(super) src: usize,
+    pub(super) len: usize,
+    /// `UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES`.
+    pub(super) allow_src_holes: bool,
+    /// `UFFDIO_MOVE_MODE_DONTWAKE`.
+    pub(super) dontwake: bool,
+}
+
+/// What [`VmRuntime::move_run`] does about a page the kernel would not move, as its caller says.
+pub(super) enum Step<E> {
+    /// The caller dealt with the page (copied it, or left it where it is): go on after it.
+    Skip,
+    /// End the run with this.
+    Stop(E),
+}
+
+/// Run `op` again while it fails with `EAGAIN` (the address space is changing: an event awaits
+/// the handler thread), at most [`EAGAIN_RETRIES`] times. Not for the handler thread, nor with
+/// the state lock held: only the handler's next read of its events ends the `EAGAIN`.
+pub(super) fn retry_eagain<T, E>(
+    errno: impl Fn(&E) -> Option<i32>,
+    mut op: impl FnMut() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    let mut budget = Budget::new();
+    loop {
+        match op() {
+            Err(e) if errno(&e) == Some(libc::EAGAIN) && budget.spend() => {
+                std::thread::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
+impl VmRuntime {
+    /// Put a copy of the page at `src` at `dst`, whether `dst` is populated or empty. An empty
+    /// page is filled with `UFFDIO_COPY` (a plain write to it could fault into the handler, which
+    /// leaves pages in transition alone: the writer would wait for itself); `EAGAIN` (the
+    /// address space is changing, an event awaits the handler thread) is retried.
+    ///
+    /// # Safety
+    /// `dst` is one page the caller owns for writing, in a range registered with this runtime's
+    /// userfaultfd; `src` is one readable page.
+    pub(super) unsafe fn fill_page(&self, u: &Userfaultfd, dst: usize, src: usize) {
+        let ps = page_size();
+        // SAFETY: the caller's contract.
+        if retry_eagain(VmError::errno, || unsafe { u.copy(dst, src, ps, false) }).is_ok() {
+            return;
+        }
+        // EEXIST: the page is populated, so a plain write cannot fault.
+        // SAFETY: the caller's contract; the page is populated.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, ps) };
+    }
+
+    /// Move the pages of `run` with as many `UFFDIO_MOVE` calls as it takes, counting each call
+    /// in `move_calls` and each page moved in `pages_moved`. Where the kernel says `EAGAIN` (the
+    /// address space is changing: an event awaits the handler thread), yield and call again
+    /// while `budget` lasts. A page the kernel refuses otherwise (`EBUSY`: pinned, or shared
+    /// with a forked child; `EAGAIN` with the budget spent; any other errno) goes to
+    /// `on_refused` with its offset in the run and the errno, and the caller decides: skip it
+    /// and go on, or stop the run with an error of its own. Not for the handler thread, nor
+    /// with the state lock held (see [`retry_eagain`]).
+    ///
+    /// # Safety
+    /// The caller owns both ranges of `run` for writing, `dst` empty where pages are to land
+    /// (the contract of [`Userfaultfd::move_pages`]); the same for what `on_refused` does.
+    pub(super) unsafe fn move_run<E>(
+        &self,
+        u: &Userfaultfd,
+        run: Run,
+        budget: &mut Budget,
+        mut on_refused: impl FnMut(usize, i32) -> Step<E>,
+    ) -> std::result::Result<(), E> {
+        let ps = page_size();
+        let mut off = 0;
+        while off < run.len {
+            self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller's contract covers the run.
+            let r = unsafe {
+                u.move_pages(
+                    run.dst + off,
+                    run.src + off,
+                    run.len - off,
+                    run.allow_src_holes,
+                    run.dontwake,
+                )
+            };
+            let moved = match r {
+                Ok(n) => n,
+                Err(ref e) => e.moved,
+            };
+            self.counters
+                .pages_moved
+                .fetch_add((moved / ps) as u64, Ordering::Relaxed);
+            off += moved;
+            let Err(e) = r else { continue };
+            if e.errno == libc::EAGAIN && budget.spend() {
+                std::thread::yield_now();
+                continue;
+            }
+            match on_refused(off, e.errno) {
+                Step::Skip => off += ps,
+                Step::Stop(x) => return Err(x),
+            }
+        }
+        Ok(())
+    }
+}
