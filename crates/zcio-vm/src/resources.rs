@@ -126,29 +126,3 @@ impl Tolerance {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_memory_file_and_a_mapping_are_counted_and_their_release_seen() {
-        let before = Resources::now();
-        let fd = rustix::fs::memfd_create("zcio-resources-test", rustix::fs::MemfdFlags::CLOEXEC)
-            .unwrap();
-        let m = crate::Mapping::anonymous(3 * crate::page_size(), Default::default()).unwrap();
-        let during = Resources::now();
-        assert_eq!(during.memfds, before.memfds + 1, "{before:?} {during:?}");
-        assert_eq!(during.fds, before.fds + 1, "{before:?} {during:?}");
-        assert!(during.vmas > before.vmas, "{before:?} {during:?}");
-        let grown = during.strayed_from(&before, &Tolerance::nothing_grows(0));
-        assert!(
-            grown.iter().any(|g| g.starts_with("memory files")),
-            "{grown:?}"
-        );
-        drop((fd, m));
-        let after = Resources::now();
-        assert_eq!(after.memfds, before.memfds);
-        assert_eq!(after.fds, before.fds);
-    }
-}
