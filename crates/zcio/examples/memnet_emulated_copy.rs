@@ -15,6 +15,7 @@ use std::process::Command;
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint};
 use zcio_genie::profile::Profile;
 use zcio_genie::{AppBuffer, InputBuffering, Semantics};
+use zcio_vm::runtime::TcowMode;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -51,11 +52,33 @@ fn run() -> Result<()> {
     let (ticket, acc) = link.send(Semantics::EmulatedCopy, &buf)?;
     println!("sender: send returned, path taken: {}", acc.path);
 
-    // Overwrite the buffer right away, before the receiver has read anything.
-    buf.fill(0xEE);
-    ctl.write_all(b"g")?; // now the receiver may take the message
+    // Overwrite the buffer right away. With userfaultfd the write takes a fault that gives
+    // this process fresh copies of the pages (TCOW) while the output keeps the originals, so it
+    // is done before the receiver has read anything. Without userfaultfd (the fallback) the
+    // write sleeps until the output completes, which this thread sees in `wait`: so the write
+    // is made on a thread of its own, and the receiver goes first.
+    let runtime = zcio_vm::VmRuntime::get();
+    let sleeps = runtime.capabilities().tcow == TcowMode::MprotectSleepOnWrite;
+    if sleeps {
+        println!("sender: fallback: no userfaultfd, the overwrite waits for the receiver");
+    }
+    let before = runtime.stats().tcow_copies;
+    std::thread::scope(|s| -> Result<()> {
+        let writer = s.spawn(|| buf.fill(0xEE));
+        if sleeps {
+            ctl.write_all(b"g")?; // the receiver takes the message...
+            link.wait(ticket)?; // ...its completion wakes the writer
+            writer.join().map_err(|_| "the writer panicked")?;
+        } else {
+            writer.join().map_err(|_| "the writer panicked")?; // done at once
+            ctl.write_all(b"g")?; // only now may the receiver take the message
+            link.wait(ticket)?; // the receiver has it
+        }
+        Ok(())
+    })?;
+    let copies = runtime.stats().tcow_copies - before;
+    println!("sender: overwrote its buffer ({copies} pages copied on write)");
 
-    link.wait(ticket)?; // the receiver has the message
     let mut verdict = [0u8; 1];
     ctl.read_exact(&mut verdict)?;
     let status = receiver.wait()?;
@@ -65,7 +88,7 @@ fn run() -> Result<()> {
     if buf.iter().any(|&b| b != 0xEE) {
         return Err("the sender's overwrite did not stick in its own buffer".into());
     }
-    println!("sender: overwrote its buffer after send; the receiver still got the old bytes");
+    println!("sender: the receiver got the bytes as they were when send was called");
     Ok(())
 }
 
@@ -77,7 +100,7 @@ fn receiver() -> Result<()> {
     link.set_profile(Profile::zero_copy());
 
     let mut go = [0u8; 1];
-    ctl.read_exact(&mut go)?; // the sender has overwritten its buffer by now
+    ctl.read_exact(&mut go)?; // the sender's go-ahead (given after its overwrite, with TCOW)
     let mut buf = AppBuffer::new(LEN)?;
     let (len, acc) = link.recv(
         Semantics::EmulatedCopy,
