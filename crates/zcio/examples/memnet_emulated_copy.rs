@@ -36,7 +36,14 @@ fn run() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let sock_path = dir.path().join("ctl");
     let listener = UnixListener::bind(&sock_path)?;
-    let mut receiver = peer_command("receiver")?.env(SOCKET, &sock_path).spawn()?;
+    // The calibration profile (costs of copying and of the VM's primitives) this process
+    // loaded, or measured if it found none: handed to the receiver so that it need not measure.
+    let profile = dir.path().join("profile.json");
+    Profile::current().save(&profile)?;
+    let mut receiver = peer_command("receiver")?
+        .env(SOCKET, &sock_path)
+        .env(zcio_genie::profile::PROFILE_ENV, &profile)
+        .spawn()?;
     let (mut ctl, _) = listener.accept()?;
 
     // Make a link and hand the receiver its side (descriptors over the Unix socket).
