@@ -9,6 +9,7 @@
 use std::io::Write;
 use std::sync::mpsc;
 use zcio_uio::{Config, HandlerId, Initiation, Opcode, Request, Translation, Uio};
+use zcio_vm::skip::Capability;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -17,8 +18,9 @@ const CHUNK: usize = 64 << 10;
 
 /// The layer in the best setup this kernel allows: ring polled by a kernel thread with
 /// buffers registered ahead, else one system call per request, else buffers pinned per
-/// request. Says which it got.
-fn layer() -> Result<Uio> {
+/// request. Says which it got; `None`, said as a skip, where io_uring is refused altogether (a
+/// kernel with `io_uring_disabled`, a sandbox that filters it): the layer has no other way in.
+fn layer() -> Option<Uio> {
     let mut why = Vec::new();
     for (initiation, translation) in [
         (Initiation::Polled, Translation::Registered),
@@ -38,12 +40,13 @@ fn layer() -> Result<Uio> {
                 for w in &why {
                     println!("  fallback: {w}");
                 }
-                return Ok(uio);
+                return Some(uio);
             }
             Err(e) => why.push(format!("{initiation:?}/{translation:?} refused: {e}")),
         }
     }
-    Err(format!("no io_uring setup works here: {}", why.join("; ")).into())
+    zcio_vm::skip::skip(Capability::IoUring, &why.join("; "));
+    None
 }
 
 fn run() -> Result<()> {
@@ -57,7 +60,9 @@ fn run() -> Result<()> {
     f.sync_all()?;
     drop(f);
 
-    let uio = layer()?;
+    let Some(uio) = layer() else {
+        return Ok(()); // said above, as a skip
+    };
     let target = uio.open(&path, false)?;
     match uio.buffered_because(target) {
         None => println!("file opened with O_DIRECT"),
