@@ -233,6 +233,19 @@ fn copy_wide_best(src: &[u8], dst: &mut [u8]) -> u64 {
 }
 
 /// The Internet checksum of `data` (the complement of its sum), with the best kernel.
+///
+/// # Examples
+///
+/// ```
+/// // The example of RFC 1071, section 3: these eight bytes sum to 0xddf2.
+/// let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+/// let c = zcio_checksum::checksum(&data);
+/// assert_eq!(c, !0xddf2);
+/// // A receiver sums the data with the checksum appended, and finds zero.
+/// let mut packet = data.to_vec();
+/// packet.extend_from_slice(&c.to_be_bytes());
+/// assert_eq!(zcio_checksum::checksum(&packet), 0);
+/// ```
 pub fn checksum(data: &[u8]) -> u16 {
     !Kernel::best().sum(data)
 }

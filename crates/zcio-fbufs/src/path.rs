@@ -225,6 +225,33 @@ impl PathMemory {
 
 /// The originator's side of a path: its allocator (LIFO free lists per size, chunk quota) and
 /// its writable mapping of the path's range.
+///
+/// # Examples
+///
+/// An fbuf's life in the originator alone; the receivers' side, in other processes, is
+/// [`crate::link`] (see `crates/zcio/examples/fbuf_path.rs`).
+///
+/// ```
+/// use zcio_fbufs::path::{Originator, PathMemory, Variant};
+/// use zcio_fbufs::region::RegionRead;
+///
+/// // A path of 2 chunks of 64 KiB; cached: freed fbufs come back uncleared, for reuse.
+/// let variant = Variant { cached: true, volatile: true };
+/// let path = PathMemory::create(64 * 1024, 2, variant)?;
+/// let mut o = Originator::new(path.fd(), path.info())?;
+///
+/// let fbuf = o.alloc(5000)?;
+/// o.write(&fbuf, 0, b"hello, path")?;
+/// let addr = fbuf.addr(); // the same address in every process of the path
+/// let sent = o.send(fbuf, 1)?; // a reference for one receiver
+/// let mut got = [0u8; 11];
+/// assert!(o.read_bytes(sent.addr, &mut got));
+/// assert_eq!(&got, b"hello, path");
+///
+/// o.freed(sent)?; // the receiver's deallocation notice
+/// assert_eq!(o.alloc(4097)?.addr(), addr); // LIFO: the fbuf just freed comes back first
+/// # Ok::<(), zcio_fbufs::path::FbufError>(())
+/// ```
 #[derive(Debug)]
 pub struct Originator {
     map: SharedWords,

@@ -144,6 +144,30 @@ pub struct LinkParts {
 }
 
 /// One end of a memory-network link.
+///
+/// # Examples
+///
+/// Both ends in one process ([`pair`]); between two processes, one side makes the parts with
+/// [`link_parts`] and hands the other its side with [`LinkParts::send_over`] (see
+/// `crates/zcio/examples/memnet_emulated_copy.rs`).
+///
+/// ```
+/// use zcio_genie::memnet::pair;
+/// use zcio_genie::{AppBuffer, InputBuffering, Semantics};
+///
+/// let (mut tx, mut rx) = pair()?;
+/// let mut out = AppBuffer::new(4 * 4096)?; // page-aligned, as the VM paths want
+/// out.fill(7);
+/// // Returns once the data is queued (it fits the link's pipes, so no reader is needed yet).
+/// let (ticket, sent) = tx.send(Semantics::EmulatedCopy, &out)?;
+/// let mut input = AppBuffer::new(4 * 4096)?;
+/// let (len, _) = rx.recv(Semantics::EmulatedCopy, &mut input, InputBuffering::EarlyDemux)?;
+/// tx.wait(ticket)?; // the receiver has it: the sender's pages are its own again
+/// assert_eq!(len, out.len());
+/// assert!(input.iter().all(|&b| b == 7));
+/// println!("output path: {}", sent.path); // which mechanism, or which fallback
+/// # Ok::<(), zcio_genie::GenieError>(())
+/// ```
 pub struct MemnetEndpoint {
     arena: Arc<SharedArena>,
     /// The data wire out: pipes used in turn, a chunk each (`zcio_vm::wire::Striped`).

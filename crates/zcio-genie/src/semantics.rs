@@ -6,6 +6,26 @@ use std::fmt;
 use std::str::FromStr;
 
 /// How data is passed between an application buffer and an I/O module.
+///
+/// # Examples
+///
+/// What each semantics promises (paper 000, Table 1), and its name on the command line:
+///
+/// ```
+/// use zcio_genie::semantics::Allocation;
+/// use zcio_genie::{Integrity, Semantics};
+///
+/// let s: Semantics = "emulated-copy".parse()?;
+/// assert_eq!(s, Semantics::EmulatedCopy);
+/// // The application's own buffer; the receiver gets the data as of the call.
+/// assert_eq!(s.allocation(), Allocation::Application);
+/// assert_eq!(s.integrity(), Integrity::Strong);
+/// // Emulated: no wiring, VM tricks (TCOW, page swapping) instead of copies.
+/// assert!(s.is_emulated() && !s.wires());
+/// // The move family passes system-allocated regions instead.
+/// assert_eq!(Semantics::Move.allocation(), Allocation::System);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Semantics {

@@ -130,6 +130,30 @@ type FileKey = (u64, u64);
 const REGION_CACHE: usize = 64;
 
 /// A protection domain's containers: what this process owns.
+///
+/// # Examples
+///
+/// Two domains of one process, for brevity (each is usually a process holding one end of the
+/// socket):
+///
+/// ```
+/// use std::os::fd::AsFd;
+/// use std::os::unix::net::UnixStream;
+/// use zcio_sequoia::container::Domain;
+///
+/// let (a_end, b_end) = UnixStream::pair()?;
+/// let (mut a, mut b) = (Domain::new(), Domain::new());
+///
+/// let id = a.alloc(10_000)?;
+/// a.map(id)?.fill(42);
+/// a.write(a_end.as_fd(), id)?; // given away: `a` can map it no more
+/// assert!(a.map(id).is_err());
+///
+/// let got = b.read(b_end.as_fd(), 0, true)?; // the next container on the socket, mapped
+/// assert!(b.map_read(got)?.iter().all(|&x| x == 42));
+/// b.free(got)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Default)]
 pub struct Domain {
     next: u64,

@@ -141,6 +141,28 @@ pub enum SpliceError {
 }
 
 /// A kernel-managed data path from a source descriptor to a sink descriptor.
+///
+/// # Examples
+///
+/// A file to a file, 64 KiB per flow:
+///
+/// ```
+/// use std::os::fd::AsFd;
+/// use zcio_sequoia::ppio::{Increment, Splice};
+///
+/// let dir = tempfile::tempdir()?;
+/// let data = vec![7u8; 200_000];
+/// std::fs::write(dir.path().join("from"), &data)?;
+/// let source = std::fs::File::open(dir.path().join("from"))?;
+/// let sink = std::fs::File::create(dir.path().join("to"))?;
+///
+/// let mut splice = Splice::new(source.as_fd(), sink.as_fd())?;
+/// println!("{}: {}", splice.mechanism().name(), splice.why());
+/// while !splice.start_flow(Increment::Bytes(64 * 1024))?.end {}
+/// assert_eq!(splice.moved(), data.len() as u64);
+/// assert_eq!(std::fs::read(dir.path().join("to"))?, data);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Splice<'fd> {
     source: BorrowedFd<'fd>,

@@ -348,6 +348,34 @@ fn context() -> u32 {
 }
 
 /// A user-level I/O layer: see the crate's documentation.
+///
+/// # Examples
+///
+/// A blocking read of a file's first 4 KiB (records and handlers: see [`Uio::submit`] and
+/// `crates/zcio/examples/uio_read.rs`):
+///
+/// ```
+/// use zcio_uio::{Config, Uio};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("table");
+/// std::fs::write(&path, vec![9u8; 8192])?;
+///
+/// let uio = match Uio::new(Config::default()) {
+///     Ok(uio) => uio,
+///     Err(e) => {
+///         // A kernel or sandbox without io_uring: said, by capability.
+///         zcio_vm::skip::skip(zcio_vm::skip::Capability::IoUring, &e.to_string());
+///         return Ok(());
+///     }
+/// };
+/// let target = uio.open(&path, false)?; // O_DIRECT where the file system allows
+/// let buf = uio.buffer().expect("a free buffer");
+/// let done = uio.read_blocking(target, 0, buf, 0, 4096)?;
+/// assert!(done.error.is_none());
+/// assert_eq!(done.data(), &[9u8; 4096][..]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Uio {
     config: Config,
     region: BufferRegion,

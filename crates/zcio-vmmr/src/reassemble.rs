@@ -157,6 +157,42 @@ impl Message {
 }
 
 /// A remap space and the page pool that says which of its granules are free.
+///
+/// # Examples
+///
+/// Three pages scattered in a store, made one contiguous message by moving them (a real
+/// producer fills the slots: see [`crate::producer`] and
+/// `crates/zcio/examples/vmmr_reassembly.rs`).
+///
+/// ```
+/// use zcio_vm::remap::{Granule, PageStore};
+/// use zcio_vmmr::pool::BitmapPool;
+/// use zcio_vmmr::reassemble::Reassembler;
+///
+/// let g = Granule::Page.bytes();
+/// let mut store = PageStore::new(8, Granule::Page)?;
+/// // Slots 5, 1 and 3 of the store hold the message's pages, in that order.
+/// let mut slots = Vec::new();
+/// for (k, index) in [5, 1, 3].into_iter().enumerate() {
+///     let s = store.take_index(index).expect("a free slot");
+///     store.bytes_mut(&s)?.fill(b'a' + k as u8);
+///     slots.push(s);
+/// }
+/// let len = 2 * g + 100; // the last page partly filled
+///
+/// let mut r = Reassembler::new(BitmapPool::new(store.capacity()), Granule::Page)?;
+/// let m = r.reassemble(&mut store, slots, len).map_err(|refused| refused.error)?;
+/// let bytes = r.bytes(&m)?; // contiguous
+/// assert_eq!(bytes.len(), len);
+/// assert!(bytes[..g].iter().all(|&b| b == b'a') && bytes[2 * g..].iter().all(|&b| b == b'c'));
+/// println!("{}: {:?}", m.path().name(), m.moved()); // moved, or copied where it cannot be
+///
+/// // Freeing moves the pages back into their slots.
+/// for s in r.free(&mut store, m).map_err(|refused| refused.error)? {
+///     store.put(s)?;
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Reassembler<P: PagePool> {
     space: RemapSpace,
     pool: P,

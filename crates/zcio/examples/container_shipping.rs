@@ -1,0 +1,112 @@
+//! Container shipping between two processes (paper 003, Sequoia 2000): a container is pages
+//! owned by one domain at a time. Writing it to an I/O path gives it up; reading one from a
+//! path gains it. No bytes are copied on the way: on Linux a container is a memory file that
+//! travels, sealed against writes, over a Unix socket.
+//!
+//! Run it with `cargo run -p zcio --example container_shipping`. The receiving domain is this
+//! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE=receiver`.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::Command;
+use zcio_sequoia::container::{ContainerError, Domain};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Which part this process plays; unset in the process you start.
+const ROLE: &str = "ZCIO_EXAMPLE_ROLE";
+/// The socket the receiver connects to: the I/O path containers travel on.
+const SOCKET: &str = "ZCIO_EXAMPLE_SOCKET";
+
+/// The container's bytes: three pages less five bytes.
+fn data() -> Vec<u8> {
+    (0..3 * 4096 - 5).map(|i| (i % 253) as u8).collect()
+}
+
+/// The sending domain (the process you start).
+fn run() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sock_path = dir.path().join("path");
+    let listener = UnixListener::bind(&sock_path)?;
+    let mut receiver = peer_command("receiver")?.env(SOCKET, &sock_path).spawn()?;
+    let (sock, _) = listener.accept()?;
+
+    // alloc + map: a container, filled by its owner.
+    let mut domain = Domain::new();
+    let data = data();
+    let id = domain.alloc(data.len())?;
+    domain.map(id)?.copy_from_slice(&data);
+
+    // write: the container goes to the receiver and this domain loses it.
+    domain.write(sock.as_fd(), id)?;
+    match domain.map(id) {
+        Err(ContainerError::NotOwned(_)) => println!("sender: the container is gone from here"),
+        Ok(_) => return Err("the sender can still map a container it gave away".into()),
+        Err(e) => return Err(e.into()),
+    }
+
+    let status = receiver.wait()?;
+    if !status.success() {
+        return Err(format!("the receiver failed ({status}); see its message above").into());
+    }
+    Ok(())
+}
+
+/// The receiving domain (the second process).
+fn receiver() -> Result<()> {
+    let sock_path = std::env::var_os(SOCKET).ok_or("ZCIO_EXAMPLE_SOCKET is not set")?;
+    let sock = UnixStream::connect(sock_path)?;
+    let mut domain = Domain::new();
+
+    // read: the next container on the path, mapped at once (`true`).
+    let id = domain.read(sock.as_fd(), 0, true)?;
+    let (got, want) = (domain.map_read(id)?, data());
+    if got != want.as_slice() {
+        let at = got.iter().zip(&want).position(|(a, b)| a != b);
+        return Err(format!(
+            "receiver: {} bytes, {} were sent; first difference at {at:?}",
+            got.len(),
+            want.len()
+        )
+        .into());
+    }
+    println!("receiver: {} bytes arrived intact", got.len());
+    domain.free(id)?; // done with it
+    Ok(())
+}
+
+/// A command starting this program again in the given role. Under `cargo test` the program is
+/// the test harness: run just this example's test, which then plays the role.
+fn peer_command(role: &str) -> Result<Command> {
+    let mut c = Command::new(std::env::current_exe()?);
+    c.env(ROLE, role);
+    if cfg!(test) {
+        c.args([
+            "example_container_shipping",
+            "--exact",
+            "--nocapture",
+            "--quiet",
+        ]);
+    }
+    Ok(c)
+}
+
+/// Play the role the environment names, or start as the sender.
+fn dispatch() -> Result<()> {
+    match std::env::var(ROLE).as_deref() {
+        Ok("receiver") => receiver(),
+        Ok(other) => Err(format!("unknown role {other:?}").into()),
+        Err(_) => run(),
+    }
+}
+
+fn main() -> Result<()> {
+    dispatch()
+}
+
+#[test]
+fn example_container_shipping() {
+    if let Err(e) = dispatch() {
+        panic!("{e}");
+    }
+}

@@ -1,0 +1,155 @@
+//! An fbuf data path through three processes (paper 001, fbufs): originator → forwarder →
+//! receiver.
+//!
+//! The originator writes each message once into an fbuf, memory of the path mapped at the same
+//! address in every process, and sends a reference. The forwarder passes the reference on
+//! without touching the data; the receiver reads the bytes in place, read-only, and frees the
+//! fbuf, which travels back as a deallocation notice so that the originator can reuse it.
+//!
+//! Run it with `cargo run -p zcio --example fbuf_path`. The forwarder and the receiver are this
+//! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE` set.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use zcio_fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
+use zcio_fbufs::path::{Originator, PathMemory, Variant};
+use zcio_fbufs::region::RegionRead;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Which part this process plays; unset in the process you start.
+const ROLE: &str = "ZCIO_EXAMPLE_ROLE";
+/// The directory holding the sockets `up` (originator ↔ forwarder) and `down`.
+const DIR: &str = "ZCIO_EXAMPLE_DIR";
+/// Messages sent: more than the path holds at once, so fbufs must come back to be reused.
+const MESSAGES: u64 = 50;
+
+/// Message `i`: a line of text repeated to about 40 KiB.
+fn message(i: u64) -> Vec<u8> {
+    format!("message {i} from the originator\n")
+        .into_bytes()
+        .repeat(1300)
+}
+
+/// The originator (the process you start).
+fn run() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = UnixListener::bind(dir.path().join("up"))?;
+    // The path's memory: 4 chunks of 256 KiB. Non-volatile: once sent, an fbuf is read-only
+    // in the originator too until every receiver has freed it.
+    let variant = Variant {
+        cached: true,
+        volatile: false,
+    };
+    let path = PathMemory::create(256 * 1024, 4, variant)?;
+    let mut end = OriginatorEnd::new(Originator::new(path.fd(), path.info())?);
+
+    let mut forwarder = peer_command("forwarder")?.env(DIR, dir.path()).spawn()?;
+    let (sock, _) = up.accept()?;
+    // Offer the path to the forwarder (with a read-only descriptor of its memory).
+    end.add_receiver(sock, path.receiver_fd()?.as_fd())?;
+    let mut receiver = peer_command("receiver")?.env(DIR, dir.path()).spawn()?;
+
+    for i in 0..MESSAGES {
+        let data = message(i);
+        let fbuf = end.alloc_waiting(data.len())?; // waits for notices if the path is full
+        end.originator.write(&fbuf, 0, &data)?;
+        end.send(fbuf, &[0])?; // to receiver 0 of this end: the forwarder
+        end.poll(false)?; // take in the deallocation notices that came back
+    }
+    // Wait until every fbuf has been freed at the far end.
+    let start = Instant::now();
+    while end.originator.outstanding() > 0 {
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err("fbufs never came back from the receiver".into());
+        }
+        end.poll(true)?;
+    }
+    drop(end); // closes the link in order: the forwarder ends once downstream is done
+
+    let r = receiver.wait()?;
+    let f = forwarder.wait()?;
+    if !r.success() || !f.success() {
+        return Err(format!("receiver: {r}, forwarder: {f}; see their messages above").into());
+    }
+    println!("originator: {MESSAGES} messages sent through the forwarder, every fbuf back");
+    Ok(())
+}
+
+/// The forwarder (second process): passes references on, never reads the data.
+fn forwarder(dir: PathBuf) -> Result<()> {
+    // Listen downstream before joining upstream: the receiver, started once the originator
+    // has accepted us, then always finds the socket.
+    let down = UnixListener::bind(dir.join("down"))?;
+    let up = ReceiverEnd::connect(UnixStream::connect(dir.join("up"))?)?;
+    let (sock, _) = down.accept()?;
+    let n = Forwarder::new(up, sock)?.run()?;
+    println!("forwarder: forwarded {n} fbufs without touching them");
+    Ok(())
+}
+
+/// The receiver (third process): reads each fbuf in place, checks it, frees it.
+fn receiver(dir: PathBuf) -> Result<()> {
+    let mut rx = ReceiverEnd::connect(UnixStream::connect(dir.join("down"))?)?;
+    for i in 0..MESSAGES {
+        let r = rx.recv()?.ok_or("the path closed early")?;
+        let mut got = vec![0u8; r.len as usize];
+        if !rx.receiver.read_bytes(r.addr, &mut got) {
+            return Err(format!("message {i}: its fbuf is not readable here").into());
+        }
+        let want = message(i);
+        if got != want {
+            let at = got.iter().zip(&want).position(|(a, b)| a != b);
+            return Err(format!(
+                "message {i}: {} bytes, expected {}; first difference at {at:?}",
+                got.len(),
+                want.len()
+            )
+            .into());
+        }
+        rx.free(r)?; // the notice goes back along the path
+    }
+    rx.flush()?;
+    println!("receiver: {MESSAGES} messages checked byte for byte");
+    Ok(())
+}
+
+/// A command starting this program again in the given role. Under `cargo test` the program is
+/// the test harness: run just this example's test, which then plays the role.
+fn peer_command(role: &str) -> Result<Command> {
+    let mut c = Command::new(std::env::current_exe()?);
+    c.env(ROLE, role);
+    if cfg!(test) {
+        c.args(["example_fbuf_path", "--exact", "--nocapture", "--quiet"]);
+    }
+    Ok(c)
+}
+
+/// Play the role the environment names, or start as the originator.
+fn dispatch() -> Result<()> {
+    let dir = || {
+        std::env::var_os(DIR)
+            .map(PathBuf::from)
+            .ok_or("ZCIO_EXAMPLE_DIR is not set")
+    };
+    match std::env::var(ROLE).as_deref() {
+        Ok("forwarder") => forwarder(dir()?),
+        Ok("receiver") => receiver(dir()?),
+        Ok(other) => Err(format!("unknown role {other:?}").into()),
+        Err(_) => run(),
+    }
+}
+
+fn main() -> Result<()> {
+    dispatch()
+}
+
+#[test]
+fn example_fbuf_path() {
+    if let Err(e) = dispatch() {
+        panic!("{e}");
+    }
+}

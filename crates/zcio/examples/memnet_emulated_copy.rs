@@ -1,0 +1,168 @@
+//! Emulated copy between two processes over the memory network (paper 000, Genie).
+//!
+//! The sender passes a buffer with `Semantics::EmulatedCopy`: the call returns as soon as the
+//! data is queued, without copying it, and the sender may then write into its buffer at once.
+//! Copy semantics is kept all the same: the receiver gets the bytes as they were when `send`
+//! was called, because the pages were write-protected (TCOW) and the overwrite went to new
+//! copies of them.
+//!
+//! Run it with `cargo run -p zcio --example memnet_emulated_copy`. The receiver is this same
+//! program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE=receiver`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::Command;
+use zcio_genie::memnet::{LinkParts, MemnetEndpoint};
+use zcio_genie::profile::Profile;
+use zcio_genie::{AppBuffer, InputBuffering, Semantics};
+use zcio_vm::runtime::TcowMode;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Which part this process plays; unset in the process you start.
+const ROLE: &str = "ZCIO_EXAMPLE_ROLE";
+/// The control socket the receiver connects to.
+const SOCKET: &str = "ZCIO_EXAMPLE_SOCKET";
+/// The message: 16 pages, small enough to sit in the link's pipes while nobody reads them.
+const LEN: usize = 16 * 4096;
+
+/// The bytes the sender sends: the receiver regenerates them to check what it got.
+fn message() -> Vec<u8> {
+    (0..LEN).map(|i| (i % 251) as u8).collect()
+}
+
+/// The sender (the process you start).
+fn run() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sock_path = dir.path().join("ctl");
+    let listener = UnixListener::bind(&sock_path)?;
+    // The calibration profile (costs of copying and of the VM's primitives) this process
+    // loaded, or measured if it found none: handed to the receiver so that it need not measure.
+    let profile = dir.path().join("profile.json");
+    Profile::current().save(&profile)?;
+    let mut receiver = peer_command("receiver")?
+        .env(SOCKET, &sock_path)
+        .env(zcio_genie::profile::PROFILE_ENV, &profile)
+        .spawn()?;
+    let (mut ctl, _) = listener.accept()?;
+
+    // Make a link and hand the receiver its side (descriptors over the Unix socket).
+    let (mine, theirs, arena) = zcio_genie::memnet::link_parts()?;
+    theirs.send_over(&ctl)?;
+    let mut link = MemnetEndpoint::join(mine, Some(arena))?;
+    // Take the VM path even where this machine finds copying 16 pages cheaper: that path is
+    // what this example is about (the default profile would choose by cost).
+    link.set_profile(Profile::zero_copy());
+
+    let mut buf = AppBuffer::new(LEN)?; // page-aligned, as TCOW wants
+    buf.copy_from_slice(&message());
+    let (ticket, acc) = link.send(Semantics::EmulatedCopy, &buf)?;
+    println!("sender: send returned, path taken: {}", acc.path);
+
+    // Overwrite the buffer right away. With userfaultfd the write takes a fault that gives
+    // this process fresh copies of the pages (TCOW) while the output keeps the originals, so it
+    // is done before the receiver has read anything. Without userfaultfd (the fallback) the
+    // write sleeps until the output completes, which this thread sees in `wait`: so the write
+    // is made on a thread of its own, and the receiver goes first.
+    let runtime = zcio_vm::VmRuntime::get();
+    let sleeps = runtime.capabilities().tcow == TcowMode::MprotectSleepOnWrite;
+    if sleeps {
+        println!("sender: fallback: no userfaultfd, the overwrite waits for the receiver");
+    }
+    let before = runtime.stats().tcow_copies;
+    std::thread::scope(|s| -> Result<()> {
+        let writer = s.spawn(|| buf.fill(0xEE));
+        if sleeps {
+            ctl.write_all(b"g")?; // the receiver takes the message...
+            link.wait(ticket)?; // ...its completion wakes the writer
+            writer.join().map_err(|_| "the writer panicked")?;
+        } else {
+            writer.join().map_err(|_| "the writer panicked")?; // done at once
+            ctl.write_all(b"g")?; // only now may the receiver take the message
+            link.wait(ticket)?; // the receiver has it
+        }
+        Ok(())
+    })?;
+    let copies = runtime.stats().tcow_copies - before;
+    println!("sender: overwrote its buffer ({copies} pages copied on write)");
+
+    let mut verdict = [0u8; 1];
+    ctl.read_exact(&mut verdict)?;
+    let status = receiver.wait()?;
+    if !status.success() || verdict != *b"y" {
+        return Err(format!("the receiver failed ({status}); see its message above").into());
+    }
+    if buf.iter().any(|&b| b != 0xEE) {
+        return Err("the sender's overwrite did not stick in its own buffer".into());
+    }
+    println!("sender: the receiver got the bytes as they were when send was called");
+    Ok(())
+}
+
+/// The receiver (the second process).
+fn receiver() -> Result<()> {
+    let sock_path = std::env::var_os(SOCKET).ok_or("ZCIO_EXAMPLE_SOCKET is not set")?;
+    let mut ctl = UnixStream::connect(sock_path)?;
+    let mut link = MemnetEndpoint::join(LinkParts::recv_from(&ctl)?, None)?;
+    link.set_profile(Profile::zero_copy());
+
+    let mut go = [0u8; 1];
+    ctl.read_exact(&mut go)?; // the sender's go-ahead (given after its overwrite, with TCOW)
+    let mut buf = AppBuffer::new(LEN)?;
+    let (len, acc) = link.recv(
+        Semantics::EmulatedCopy,
+        &mut buf,
+        InputBuffering::EarlyDemux,
+    )?;
+    println!("receiver: got {len} bytes, path taken: {}", acc.path);
+
+    let want = message();
+    if len != LEN {
+        return Err(format!("receiver: got {len} bytes, expected {LEN}").into());
+    }
+    if let Some(i) = (0..LEN).find(|&i| buf[i] != want[i]) {
+        return Err(format!(
+            "receiver: byte {i} is {:#04x}, expected {:#04x}: the sender's overwrite leaked through",
+            buf[i], want[i]
+        )
+        .into());
+    }
+    ctl.write_all(b"y")?;
+    Ok(())
+}
+
+/// A command starting this program again in the given role. Under `cargo test` the program is
+/// the test harness: run just this example's test, which then plays the role.
+fn peer_command(role: &str) -> Result<Command> {
+    let mut c = Command::new(std::env::current_exe()?);
+    c.env(ROLE, role);
+    if cfg!(test) {
+        c.args([
+            "example_memnet_emulated_copy",
+            "--exact",
+            "--nocapture",
+            "--quiet",
+        ]);
+    }
+    Ok(c)
+}
+
+/// Play the role the environment names, or start as the sender.
+fn dispatch() -> Result<()> {
+    match std::env::var(ROLE).as_deref() {
+        Ok("receiver") => receiver(),
+        Ok(other) => Err(format!("unknown role {other:?}").into()),
+        Err(_) => run(),
+    }
+}
+
+fn main() -> Result<()> {
+    dispatch()
+}
+
+#[test]
+fn example_memnet_emulated_copy() {
+    if let Err(e) = dispatch() {
+        panic!("{e}");
+    }
+}
