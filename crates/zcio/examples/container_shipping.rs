@@ -44,6 +44,9 @@ fn run() -> Result<()> {
         Ok(_) => return Err("the sender can still map a container it gave away".into()),
         Err(e) => return Err(e.into()),
     }
+    // finish: no more containers on this path. The receiver reads the end as an end; a
+    // socket that closes without it would read as a sender that died mid-stream.
+    domain.finish(sock.as_fd())?;
 
     let status = receiver.wait()?;
     if !status.success() {
@@ -72,6 +75,11 @@ fn receiver() -> Result<()> {
     }
     println!("receiver: {} bytes arrived intact", got.len());
     domain.free(id)?; // done with it
+    match domain.read(sock.as_fd(), 0, true) {
+        Err(ContainerError::End) => println!("receiver: the sender finished the path"),
+        Ok(_) => return Err("a second container came, one was sent".into()),
+        Err(e) => return Err(e.into()),
+    }
     Ok(())
 }
 
