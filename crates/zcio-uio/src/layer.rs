@@ -229,6 +229,10 @@ impl std::fmt::Display for NotQueued {
     }
 }
 
+/// So that `uio.submit(..)?` works in a function returning `Box<dyn Error>` (the record and
+/// its buffer then go back to the layer with the error).
+impl std::error::Error for NotQueued {}
+
 /// Counters of a layer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UioStats {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use zcio_uio::request::{PENDING, RECORD};
 use zcio_uio::{
-    Config, Initiation, NotQueued, Opcode, Request, Target, Translation, Uio, UioError,
+    Config, HandlerId, Initiation, NotQueued, Opcode, Request, Target, Translation, Uio, UioError,
 };
 
 fn pattern(len: usize) -> Vec<u8> {
@@ -532,4 +532,27 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
     uio.submit(rec, buf).unwrap();
     uio.wait().unwrap();
     assert_eq!(&got.lock().unwrap()[..], &data[..4096]);
+}
+
+/// A submission refused with no handler, through `?` into a `Box<dyn Error>`: the error
+/// names the handler and holds the buffer, which goes back to the layer when it is dropped.
+#[test]
+fn a_refused_submission_is_an_error_that_question_mark_carries() {
+    let Some(uio) = layer(Initiation::Syscall, Translation::Registered, 8) else {
+        return;
+    };
+    let (_dir, path, _data) = data_file(8192);
+    let target = uio.open(&path, false).unwrap();
+    let free = uio.buffers_free();
+    let submit = || -> Result<(), Box<dyn std::error::Error>> {
+        let buf = uio.buffer().ok_or("no buffer")?;
+        let rec = Request::new(Opcode::Read, target, 0, buf.addr(), 4096, HandlerId(77), 0);
+        uio.submit(rec, buf)?;
+        Ok(())
+    };
+    let e = submit().unwrap_err();
+    assert!(e.to_string().contains("no handler 77"), "{e}");
+    assert_eq!(uio.buffers_free(), free - 1, "the error holds the buffer");
+    drop(e);
+    assert_eq!(uio.buffers_free(), free, "the buffer came back with the error's end");
 }
