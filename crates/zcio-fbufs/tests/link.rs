@@ -202,6 +202,37 @@ fn what_an_exiting_originator_sent_stays_readable() {
     assert_eq!(rx.recv().unwrap(), None);
 }
 
+/// The forwarding server of a three-process path (`fbuf-peer forward`), joined to `end` and
+/// listening downstream: the process, what it prints after "listening", and the downstream
+/// socket's path.
+fn forwarder(
+    dir: &tempfile::TempDir,
+    l: &UnixListener,
+    p: &PathMemory,
+    end: &mut OriginatorEnd,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+    std::path::PathBuf,
+) {
+    use std::io::BufRead;
+    let up = dir.path().join("up");
+    let down = dir.path().join("down");
+    let mut server = peer()
+        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (s, _) = l.accept().unwrap();
+    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
+        .unwrap();
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening");
+    (server, out, down)
+}
+
 /// An originator → server → receiver path: the server is `fbuf-peer forward`, the receiver
 /// `fbuf-peer` with `receiver_args` (after its socket). `send` streams; then everything must
 /// come back, the receiver and the server end, and their outputs are returned.
@@ -213,21 +244,8 @@ fn three_process_path(
         cached: true,
         volatile: false,
     });
-    let up = dir.path().join("up");
-    let down = dir.path().join("down");
-    let mut server = peer()
-        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
-    let mut line = String::new();
-    use std::io::{BufRead, Read};
-    let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
-    server_out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "listening");
+    let (mut server, mut server_out, down) = forwarder(&dir, &l, &p, &mut end);
+    use std::io::Read;
     let receiver = peer()
         .arg(receiver_args[0])
         .arg(&down)
@@ -262,20 +280,8 @@ fn a_killed_forwarder_leaves_what_its_receiver_holds_unused_until_the_receiver_e
         cached: true,
         volatile: false,
     });
-    let up = dir.path().join("up");
-    let down = dir.path().join("down");
-    let mut server = peer()
-        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
-    let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let (mut server, _server_out, down) = forwarder(&dir, &l, &p, &mut end);
     let mut line = String::new();
-    server_out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "listening");
     let mut receiver = peer()
         .args([
             "receiver-loop",

@@ -554,5 +554,9 @@ fn a_refused_submission_is_an_error_that_question_mark_carries() {
     assert!(e.to_string().contains("no handler 77"), "{e}");
     assert_eq!(uio.buffers_free(), free - 1, "the error holds the buffer");
     drop(e);
-    assert_eq!(uio.buffers_free(), free, "the buffer came back with the error's end");
+    assert_eq!(
+        uio.buffers_free(),
+        free,
+        "the buffer came back with the error's end"
+    );
 }
