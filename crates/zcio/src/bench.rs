@@ -280,7 +280,7 @@ pub struct GenieArgs {
 
 /// `zcio bench genie`: Figures 3, 6, 7 alone, fitted.
 pub fn run_genie(b: GenieArgs) -> Res<()> {
-    use crate::report::{Preset, genie};
+    use crate::report::{genie, preset::Preset};
     let preset = if b.smoke {
         Preset::Smoke
     } else if b.full {

@@ -887,7 +887,7 @@ pub fn derive(rows: &[Row]) -> Derived {
 }
 
 fn us(ns: f64) -> String {
-    crate::report::genie_doc::us(ns)
+    crate::report::text::us(ns)
 }
 
 fn print(s: &VmmrSection) {

@@ -2,10 +2,10 @@
 //! paper's numbers beside this machine's, and iceoryx2, a present-day zero-copy IPC the paper
 //! could not have measured, beside both.
 
-use crate::report::Results;
 use crate::report::doc::Block;
-use crate::report::genie_doc::{figure, h, p, size, table, us};
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::results::Results;
+use crate::report::text::{figure, h, p, size, table, us};
 
 /// The paper's Table 1 (DecStation 5000/200, Mach 3.0): incremental per-page cost (µs) and
 /// asymptotic throughput (Mb/s), by the contender zcio sets beside each.

@@ -4,8 +4,8 @@
 //! per transfer (Figure 4), the file and socket modules, the independent copy bandwidths of the
 //! scaling model (Table 10), and the system-throughput check (§8.2).
 
-use crate::report::Preset;
 use crate::report::fit::{self, Line};
+use crate::report::preset::Preset;
 use crate::transfer::{Res, TransferArgs, run_peer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

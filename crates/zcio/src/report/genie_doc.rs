@@ -1,11 +1,13 @@
 //! The report's document: findings first, then paper 000's figures and tables, each with the
 //! paper's key numbers beside this machine's.
 
-use crate::report::Results;
-use crate::report::doc::{Block, Doc, Figure, Table};
+use crate::report::doc::Block;
 use crate::report::genie::{Point, Thresholds};
+use crate::report::genie_chart::{curves, sem_color};
 use crate::report::model::fmt_line;
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::results::Results;
+use crate::report::text::{figure, h, p, size, table, us};
 use zcio_genie::{InputBuffering, Semantics};
 
 /// The paper's Table 9 actual fits (µs, B in bytes): early demultiplexing, application-aligned
@@ -80,46 +82,6 @@ const SCHEMES: [InputBuffering; 3] = [
     InputBuffering::PooledUnaligned,
 ];
 
-pub(crate) fn h(level: u8, text: impl Into<String>) -> Block {
-    Block::Heading {
-        level,
-        text: text.into(),
-        id: None,
-    }
-}
-
-pub(crate) fn p(text: impl Into<String>) -> Block {
-    Block::Para(text.into())
-}
-
-pub(crate) fn table(caption: &str, header: &[&str], rows: Vec<Vec<String>>) -> Block {
-    Block::Table(Table {
-        caption: Some(caption.into()),
-        header: header.iter().map(|s| s.to_string()).collect(),
-        rows,
-    })
-}
-
-pub(crate) fn us(ns: f64) -> String {
-    if ns.abs() >= 100_000.0 {
-        format!("{:.0}", ns / 1e3)
-    } else if ns.abs() >= 1_000.0 {
-        format!("{:.1}", ns / 1e3)
-    } else {
-        format!("{:.2}", ns / 1e3)
-    }
-}
-
-pub(crate) fn size(b: usize) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
-        format!("{} MiB", b >> 20)
-    } else if b >= 1024 && b % 1024 == 0 {
-        format!("{} KiB", b >> 10)
-    } else {
-        format!("{b} B")
-    }
-}
-
 fn scheme_name(i: InputBuffering) -> &'static str {
     match i {
         InputBuffering::EarlyDemux => "early demultiplexing",
@@ -127,65 +89,6 @@ fn scheme_name(i: InputBuffering) -> &'static str {
         InputBuffering::PooledUnaligned => "unaligned pooled",
         InputBuffering::Outboard => "outboard",
     }
-}
-
-/// Latency (or CPU) curves of `points`, one per semantics (and thresholds), in µs.
-pub(crate) fn curves(points: &[&Point], cpu: bool, label_thresholds: bool) -> Vec<Series> {
-    let mut keys: Vec<(Semantics, Thresholds)> = Vec::new();
-    for pt in points {
-        if !keys.contains(&(pt.semantics, pt.thresholds)) {
-            keys.push((pt.semantics, pt.thresholds));
-        }
-    }
-    keys.iter()
-        .map(|&(s, t)| {
-            let mut pts: Vec<&&Point> = points
-                .iter()
-                .filter(|x| x.semantics == s && x.thresholds == t)
-                .collect();
-            pts.sort_by_key(|x| x.bytes);
-            let y = |x: &Point| if cpu { x.cpu_ns } else { x.latency_ns };
-            let sp = |x: &Point| {
-                if cpu {
-                    x.cpu_spread_ns
-                } else {
-                    x.latency_spread_ns
-                }
-            };
-            Series {
-                color: Some(sem_color(s)),
-                name: if label_thresholds && t == Thresholds::Calibrated {
-                    format!("{s} (calibrated)")
-                } else {
-                    s.to_string()
-                },
-                points: pts.iter().map(|x| (x.bytes as f64, y(x) / 1e3)).collect(),
-                style: if t == Thresholds::Calibrated && label_thresholds {
-                    Style::Dashed
-                } else {
-                    Style::Line
-                },
-                band: Some(
-                    pts.iter()
-                        .map(|x| (x.bytes as f64, sp(x)[0] / 1e3, sp(x)[1] / 1e3))
-                        .collect(),
-                ),
-            }
-        })
-        .collect()
-}
-
-/// The colour of a semantics in every chart: its position in the paper's order.
-fn sem_color(s: Semantics) -> usize {
-    Semantics::ALL.iter().position(|x| *x == s).unwrap_or(0)
-}
-
-pub(crate) fn figure(stem: &str, caption: String, chart: Chart) -> Block {
-    Block::Figure(Figure {
-        file_stem: stem.into(),
-        caption,
-        chart,
-    })
 }
 
 fn check(b: Option<bool>) -> &'static str {
@@ -196,39 +99,13 @@ fn check(b: Option<bool>) -> &'static str {
     }
 }
 
-/// Build the whole document.
-pub fn document(r: &Results) -> Doc {
-    let mut b = Vec::new();
-    let m = &r.machine;
-    b.push(h(1, "zcio reproduction report"));
-    b.push(p(format!(
-        "Measured on {} ({} CPUs, {:.0} GiB, kernel {}) with the {:?} preset in {:.0} s. Latency is wall time; CPU time is the processes' CPU clocks. Every point is the median over rounds of the per-run median, with the lowest and highest run as its spread; contenders alternate round by round. Every message of every run was checked byte for byte at the receiver.",
-        m.cpu_model,
-        m.logical_cpus,
-        m.memory_bytes as f64 / (1u64 << 30) as f64,
-        m.kernel.split_whitespace().next().unwrap_or(""),
-        r.preset,
-        r.duration_s
-    )));
+/// The Genie findings that head the report: the conclusions tested, the integrity of every
+/// run, and how well the breakdown model estimates the measurements (none without Genie).
+pub fn findings(r: &Results) -> Vec<String> {
     let Some(g) = &r.genie else {
-        let mut items = crate::report::fbufs_doc::findings(r);
-        items.extend(crate::report::vmmr_doc::findings(r));
-        items.extend(crate::report::checksum_doc::findings(r));
-        items.extend(crate::report::splice_doc::findings(r));
-        items.extend(crate::report::uio_doc::findings(r));
-        if !items.is_empty() {
-            b.push(h(2, "Summary of findings"));
-            b.push(Block::List(items));
-        }
-        tail(&mut b, r);
-        return Doc {
-            title: "zcio reproduction report".into(),
-            blocks: b,
-        };
+        return Vec::new();
     };
     let res = &g.results;
-    // Summary of findings.
-    b.push(h(2, "Summary of findings"));
     let mut items: Vec<String> = g
         .conclusions
         .iter()
@@ -289,13 +166,17 @@ pub fn document(r: &Results) -> Doc {
             }
         ));
     }
-    items.extend(crate::report::fbufs_doc::findings(r));
-    items.extend(crate::report::vmmr_doc::findings(r));
-    items.extend(crate::report::checksum_doc::findings(r));
-    items.extend(crate::report::splice_doc::findings(r));
-    items.extend(crate::report::uio_doc::findings(r));
-    b.push(Block::List(items));
+    items
+}
 
+/// Paper 000's sections: the machine, every figure and table of the paper, the fitted models.
+pub fn blocks(r: &Results) -> Vec<Block> {
+    let Some(g) = &r.genie else {
+        return Vec::new();
+    };
+    let res = &g.results;
+    let m = &r.machine;
+    let mut b = Vec::new();
     b.push(h(2, "Machine"));
     b.push(table(
         "What these numbers were measured on",
@@ -631,43 +512,7 @@ pub fn document(r: &Results) -> Doc {
     }
 
     model_sections(&mut b, r);
-    tail(&mut b, r);
-    Doc {
-        title: "zcio reproduction report".into(),
-        blocks: b,
-    }
-}
-
-/// The other papers' sections, then the list of experiments.
-fn tail(b: &mut Vec<Block>, r: &Results) {
-    b.extend(crate::report::fbufs_doc::blocks(r));
-    b.extend(crate::report::vmmr_doc::blocks(r));
-    b.extend(crate::report::checksum_doc::blocks(r));
-    b.extend(crate::report::splice_doc::blocks(r));
-    b.extend(crate::report::uio_doc::blocks(r));
-    b.push(h(2, "Experiments run"));
-    b.push(table(
-        "Each experiment's id (for `zcio report --only`) and wall time",
-        &["id", "paper", "what", "seconds"],
-        r.experiments
-            .iter()
-            .map(|e| {
-                vec![
-                    e.id.clone(),
-                    e.paper.clone(),
-                    match &e.error {
-                        None => e.title.clone(),
-                        Some(w) => format!("{} — FAILED: {w}", e.title),
-                    },
-                    match &e.error {
-                        None => format!("{:.1}", e.duration_s),
-                        Some(_) => "failed".into(),
-                    },
-                ]
-            })
-            .collect(),
-    ));
-    b.push(p("Raw samples (every run's per-message latencies, CPU times, and the primitive operations recorded), the fitted models and the machine are in results.json, described by schema/results.schema.json."));
+    b
 }
 
 fn model_sections(b: &mut Vec<Block>, r: &Results) {

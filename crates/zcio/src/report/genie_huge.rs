@@ -9,9 +9,10 @@
 
 use crate::report::doc::Block;
 use crate::report::genie::{GenieResults, Modes, Plan, Point, Progress, Thresholds, sweep};
-use crate::report::genie_doc::{curves, figure, h, p, size, table, us};
+use crate::report::genie_chart::curves;
 use crate::report::model::{self, Conclusion};
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::text::{figure, h, p, size, table, us};
 use crate::transfer::Res;
 use zcio_genie::stream::ModuleKind;
 use zcio_genie::{InputBuffering, Semantics};

@@ -8,41 +8,30 @@
 
 pub mod checksum_doc;
 pub mod doc;
+pub mod document;
 pub mod fbufs_doc;
 pub mod fit;
 pub mod genie;
+pub mod genie_chart;
 pub mod genie_doc;
 pub mod genie_huge;
 pub mod machine;
 pub mod model;
 pub mod plot;
+pub mod preset;
+pub mod results;
 pub mod splice_doc;
+pub mod text;
 pub mod uio_doc;
 pub mod vmmr_doc;
 
+pub use document::document;
+pub use results::*;
+
 use crate::report::genie::Progress;
 use crate::transfer::Res;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
-
-/// The `schema` field of `results.json`.
-pub const SCHEMA: &str = "zcio-report/1";
-
-/// How much to measure.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Preset {
-    /// A few points of everything, for tests (seconds).
-    Smoke,
-    /// The default: every experiment at fewer lengths and rounds (minutes).
-    Quick,
-    /// The papers' full sweeps.
-    Full,
-}
 
 /// One entry of the registry.
 #[derive(Debug, Clone, Copy)]
@@ -184,91 +173,6 @@ impl ReportArgs {
         }
     }
 }
-
-/// One experiment as it ran.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ExperimentRecord {
-    /// Id.
-    pub id: String,
-    /// Paper.
-    pub paper: String,
-    /// Title.
-    pub title: String,
-    /// Wall time (s).
-    pub duration_s: f64,
-    /// Why it failed, if it did (the rest of the report stands).
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-/// The Genie section of the results.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct GenieSection {
-    /// Sizes and repetitions used.
-    pub plan: genie::Plan,
-    /// Measurements.
-    pub results: genie::GenieResults,
-    /// Fitted models.
-    #[serde(default)]
-    pub model: model::Model,
-    /// The paper's conclusions, tested here.
-    #[serde(default)]
-    pub conclusions: Vec<model::Conclusion>,
-    /// The calibration profile every process used (its file and its contents: the primitive
-    /// costs and the thresholds derived from them), when known.
-    #[serde(default)]
-    pub profile: Option<ProfileUsed>,
-}
-
-/// The calibration profile of a run.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ProfileUsed {
-    /// Where it was loaded from.
-    pub path: String,
-    /// The profile as `zcio calibrate` writes it.
-    pub profile: serde_json::Value,
-}
-
-/// Everything a report run measured: `results.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Results {
-    /// Format id: `zcio-report/1`.
-    pub schema: String,
-    /// Preset.
-    pub preset: Preset,
-    /// Start time (seconds since the Unix epoch).
-    pub started_unix_s: u64,
-    /// Wall time of the whole run (s).
-    pub duration_s: f64,
-    /// The machine.
-    pub machine: machine::Machine,
-    /// The experiments that ran.
-    pub experiments: Vec<ExperimentRecord>,
-    /// Paper 000 (Genie), when any of its experiments ran.
-    pub genie: Option<GenieSection>,
-    /// Paper 001 (fbufs), when its experiment ran.
-    #[serde(default)]
-    pub fbufs: Option<FbufsSection>,
-    /// Paper 002 (VMMR), when its experiment ran.
-    #[serde(default)]
-    pub vmmr: Option<VmmrSection>,
-    /// Paper 003's checksum, when its experiment ran: what `zcio bench checksum --json` prints.
-    #[serde(default)]
-    pub checksum: Option<crate::checksum_bench::ChecksumSection>,
-    /// Paper 003's frame experiment, when it ran: what `zcio bench containers --json` prints.
-    #[serde(default)]
-    pub frames: Option<crate::frames_bench::FramesSection>,
-    /// Paper 003's peer-to-peer I/O, when its experiment ran: what `zcio bench splice --json`
-    /// prints.
-    #[serde(default)]
-    pub splice: Option<crate::splice_bench::SpliceSection>,
-    /// Paper 004's experiment, when it ran: what `zcio bench uio --json` prints.
-    #[serde(default)]
-    pub uio: Option<crate::uio_bench::UioSection>,
-}
-
-/// The VMMR section of the results: what `zcio bench vmmr --json` prints.
-pub type VmmrSection = crate::vmmr_bench::VmmrSection;
 
 /// Run paper 002's experiment if selected.
 pub fn run_vmmr(
@@ -428,21 +332,6 @@ pub fn run_splice(
         bar.inc(1);
     })?;
     Ok((Some(section), vec![finished(e, t0, bar)]))
-}
-
-/// The fbufs section of the results.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct FbufsSection {
-    /// Message sizes (bytes).
-    pub sizes: Vec<usize>,
-    /// Rounds per point.
-    pub rounds: usize,
-    /// Bytes per run at most.
-    pub volume: usize,
-    /// Per contender, touch and size.
-    pub rows: Vec<crate::fbufs_bench::Row>,
-    /// Per contender and touch: the per-page fit.
-    pub fits: Vec<crate::fbufs_bench::Fit>,
 }
 
 /// Run paper 001's experiment if selected.
@@ -630,7 +519,8 @@ pub fn run_genie(
     }
     g.fits = genie::fits(&g.latency, &g.cpu);
     let model = model::fit_model(&g, machine.logical_cpus);
-    let conclusions = model::conclusions(&g, &model);
+    let mut conclusions = model::conclusions(&g, &model);
+    conclusions.extend(genie_huge::conclusions(&g));
     Ok((
         Some(GenieSection {
             plan,
@@ -773,6 +663,7 @@ pub fn load(text: &str) -> Res<Results> {
         g.results.fits = genie::fits(&g.results.latency, &g.results.cpu);
         g.model = model::fit_model(&g.results, results.machine.logical_cpus);
         g.conclusions = model::conclusions(&g.results, &g.model);
+        g.conclusions.extend(genie_huge::conclusions(&g.results));
     }
     Ok(results)
 }
@@ -784,7 +675,7 @@ pub fn write(results: &Results, out: &std::path::Path) -> Res<()> {
         out.join("results.json"),
         serde_json::to_string_pretty(results)?,
     )?;
-    let d = genie_doc::document(results);
+    let d = document::document(results);
     doc::write_all(&d, out)?;
     Ok(())
 }

@@ -721,7 +721,6 @@ pub fn conclusions(g: &GenieResults, m: &Model) -> Vec<Conclusion> {
             },
         });
     }
-    out.extend(crate::report::genie_huge::conclusions(g));
     out
 }
 

@@ -3,10 +3,10 @@
 //! read/write loop, per pair of descriptors, beside the paper's claims: CPU availability 30 %
 //! better or more, throughput and latency two to three times better).
 
-use crate::report::Results;
 use crate::report::doc::Block;
-use crate::report::genie_doc::{figure, h, p, table};
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::results::Results;
+use crate::report::text::{figure, h, p, table};
 
 /// The findings for the report's summary.
 pub fn findings(r: &Results) -> Vec<String> {

@@ -4,10 +4,10 @@
 //! against the paper's claims. Every statement is computed from the measurements; the paper's
 //! numbers stand beside them.
 
-use crate::report::Results;
 use crate::report::doc::Block;
-use crate::report::genie_doc::{figure, h, p, size, table, us};
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::results::Results;
+use crate::report::text::{figure, h, p, size, table, us};
 use crate::vmmr_bench::{RandomMapRow, RandomRow, Row, VmmrSection, paper_size};
 
 /// The paper's Figure 4 (PowerPC 601, total caching), µs: memcopy and minimal-search VMMR at
