@@ -6,6 +6,7 @@ pub mod checksum_bench;
 pub mod fbufs_bench;
 pub mod frames_bench;
 pub mod iceoryx;
+pub mod lab;
 pub mod report;
 pub mod soak;
 pub mod splice_bench;

@@ -126,6 +126,7 @@ enum BenchCmd {
     /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping,
     /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
     /// throughput.
+    #[command(alias = "fbufs-table1")]
     Fbufs(zcio::fbufs_bench::FbufsArgs),
     /// VMMR (paper 002, Figures 4, 5, 7-10): a message in scattered 4 KiB or 2 MiB granules
     /// made contiguous by moving its pages (bitmap searches, size classes, buddy) against

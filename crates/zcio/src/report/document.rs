@@ -1,10 +1,10 @@
 //! The whole report as one document: the machine in a sentence, the findings of every
-//! experiment, each paper's sections, and the list of experiments that ran.
+//! experiment, each experiment's sections (in the registry's order, [`crate::lab::LABS`]), and
+//! the list of experiments that ran.
 
 use crate::report::doc::{Block, Doc};
 use crate::report::results::Results;
 use crate::report::text::{h, p, table};
-use crate::report::{checksum_doc, fbufs_doc, genie_doc, splice_doc, uio_doc, vmmr_doc};
 
 /// Build the whole document.
 pub fn document(r: &Results) -> Doc {
@@ -20,22 +20,12 @@ pub fn document(r: &Results) -> Doc {
         r.preset,
         r.duration_s
     )));
-    let mut items = genie_doc::findings(r);
-    items.extend(fbufs_doc::findings(r));
-    items.extend(vmmr_doc::findings(r));
-    items.extend(checksum_doc::findings(r));
-    items.extend(splice_doc::findings(r));
-    items.extend(uio_doc::findings(r));
+    let items = crate::lab::findings(r);
     if !items.is_empty() {
         b.push(h(2, "Summary of findings"));
         b.push(Block::List(items));
     }
-    b.extend(genie_doc::blocks(r));
-    b.extend(fbufs_doc::blocks(r));
-    b.extend(vmmr_doc::blocks(r));
-    b.extend(checksum_doc::blocks(r));
-    b.extend(splice_doc::blocks(r));
-    b.extend(uio_doc::blocks(r));
+    b.extend(crate::lab::render(r));
     tail(&mut b, r);
     Doc {
         title: "zcio reproduction report".into(),

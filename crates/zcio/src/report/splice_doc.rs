@@ -8,14 +8,8 @@ use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
 use crate::report::text::{figure, h, p, table};
 
-/// The findings for the report's summary.
-pub fn findings(r: &Results) -> Vec<String> {
-    let mut out = frames_findings(r);
-    out.extend(splice_findings(r));
-    out
-}
-
-fn frames_findings(r: &Results) -> Vec<String> {
+/// The frame experiment's findings for the report's summary.
+pub fn frames_findings(r: &Results) -> Vec<String> {
     let Some(f) = &r.frames else {
         return Vec::new();
     };
@@ -68,7 +62,8 @@ fn frames_findings(r: &Results) -> Vec<String> {
     )]
 }
 
-fn splice_findings(r: &Results) -> Vec<String> {
+/// The peer-to-peer I/O findings for the report's summary.
+pub fn splice_findings(r: &Results) -> Vec<String> {
     let Some(s) = &r.splice else {
         return Vec::new();
     };
@@ -102,14 +97,8 @@ fn splice_findings(r: &Results) -> Vec<String> {
     )]
 }
 
-/// The sections.
-pub fn blocks(r: &Results) -> Vec<Block> {
-    let mut b = frames_blocks(r);
-    b.extend(splice_blocks(r));
-    b
-}
-
-fn frames_blocks(r: &Results) -> Vec<Block> {
+/// The frame experiment's sections.
+pub fn frames_blocks(r: &Results) -> Vec<Block> {
     let Some(f) = &r.frames else {
         return Vec::new();
     };
@@ -190,7 +179,8 @@ fn frames_blocks(r: &Results) -> Vec<Block> {
     ]
 }
 
-fn splice_blocks(r: &Results) -> Vec<Block> {
+/// The peer-to-peer I/O sections.
+pub fn splice_blocks(r: &Results) -> Vec<Block> {
     let Some(s) = &r.splice else {
         return Vec::new();
     };
