@@ -6,24 +6,14 @@
 //! of one run are one [`Results`] value, written as `results.json` under the JSON schema
 //! `schema/results.schema.json` (generated from these types: `zcio report --schema`).
 
-pub mod checksum_doc;
 pub mod doc;
 pub mod document;
-pub mod fbufs_doc;
 pub mod fit;
-pub mod genie;
-pub mod genie_chart;
-pub mod genie_doc;
-pub mod genie_huge;
 pub mod machine;
-pub mod model;
 pub mod plot;
 pub mod preset;
 pub mod results;
-pub mod splice_doc;
 pub mod text;
-pub mod uio_doc;
-pub mod vmmr_doc;
 
 pub use document::document;
 pub use results::*;
@@ -200,7 +190,7 @@ pub fn load(text: &str) -> Res<Results> {
     // Likewise what is derived from the VMMR rows: as written, it may hold values JSON cannot
     // (a fit to samples that do not fit, written as `null`), and it is made anew below.
     if let Some(v) = raw.get_mut("vmmr").and_then(|v| v.as_object_mut()) {
-        let empty = serde_json::to_value(crate::vmmr_bench::Derived::default())?;
+        let empty = serde_json::to_value(crate::lab::vmmr::measure::Derived::default())?;
         v.insert("derived".into(), empty);
     }
     let mut results: Results =
@@ -209,13 +199,10 @@ pub fn load(text: &str) -> Res<Results> {
         return Err(format!("schema {:?}, this zcio reads {SCHEMA:?}", results.schema).into());
     }
     if let Some(v) = &mut results.vmmr {
-        v.derived = crate::vmmr_bench::derive(&v.rows);
+        v.derived = crate::lab::vmmr::measure::derive(&v.rows);
     }
     if let Some(g) = &mut results.genie {
-        g.results.fits = genie::fits(&g.results.latency, &g.results.cpu);
-        g.model = model::fit_model(&g.results, results.machine.logical_cpus);
-        g.conclusions = model::conclusions(&g.results, &g.model);
-        g.conclusions.extend(genie_huge::conclusions(&g.results));
+        crate::lab::genie::refit(g, results.machine.logical_cpus);
     }
     Ok(results)
 }

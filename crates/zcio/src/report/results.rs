@@ -1,8 +1,9 @@
 //! `results.json`: everything a report run measured, section by section, under a versioned
 //! schema.
 
+use crate::lab::genie::{measure as genie, model};
+use crate::report::machine;
 pub use crate::report::preset::Preset;
-use crate::report::{genie, machine, model};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -78,21 +79,21 @@ pub struct Results {
     pub vmmr: Option<VmmrSection>,
     /// Paper 003's checksum, when its experiment ran: what `zcio bench checksum --json` prints.
     #[serde(default)]
-    pub checksum: Option<crate::checksum_bench::ChecksumSection>,
+    pub checksum: Option<crate::lab::sequoia::checksum::measure::ChecksumSection>,
     /// Paper 003's frame experiment, when it ran: what `zcio bench containers --json` prints.
     #[serde(default)]
-    pub frames: Option<crate::frames_bench::FramesSection>,
+    pub frames: Option<crate::lab::sequoia::containers::measure::FramesSection>,
     /// Paper 003's peer-to-peer I/O, when its experiment ran: what `zcio bench splice --json`
     /// prints.
     #[serde(default)]
-    pub splice: Option<crate::splice_bench::SpliceSection>,
+    pub splice: Option<crate::lab::sequoia::splice::measure::SpliceSection>,
     /// Paper 004's experiment, when it ran: what `zcio bench uio --json` prints.
     #[serde(default)]
-    pub uio: Option<crate::uio_bench::UioSection>,
+    pub uio: Option<crate::lab::uio::measure::UioSection>,
 }
 
 /// The VMMR section of the results: what `zcio bench vmmr --json` prints.
-pub type VmmrSection = crate::vmmr_bench::VmmrSection;
+pub type VmmrSection = crate::lab::vmmr::measure::VmmrSection;
 
 /// The fbufs section of the results.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -104,7 +105,7 @@ pub struct FbufsSection {
     /// Bytes per run at most.
     pub volume: usize,
     /// Per contender, touch and size.
-    pub rows: Vec<crate::fbufs_bench::Row>,
+    pub rows: Vec<crate::lab::fbufs::measure::Row>,
     /// Per contender and touch: the per-page fit.
-    pub fits: Vec<crate::fbufs_bench::Fit>,
+    pub fits: Vec<crate::lab::fbufs::measure::Fit>,
 }

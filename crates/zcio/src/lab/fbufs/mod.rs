@@ -1,5 +1,9 @@
 //! Paper 001 (fbufs): fbuf variants against page remapping and copies, two processes.
 
+pub mod iceoryx;
+pub mod measure;
+pub mod render;
+
 use crate::lab::Experiment;
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
@@ -14,7 +18,7 @@ impl Experiment for Fbufs {
     const PAPER: &'static str = "001";
     const TITLE: &'static str =
         "Table 1 and Figure 3: fbuf variants against page remapping and copies, two processes";
-    type Plan = crate::fbufs_bench::FbufsArgs;
+    type Plan = crate::lab::fbufs::measure::FbufsArgs;
     type Section = FbufsSection;
 
     fn plan(preset: Preset) -> Self::Plan {
@@ -25,7 +29,7 @@ impl Experiment for Fbufs {
             Preset::Quick => (sweep, 2, 128 << 20),
             Preset::Full => (sweep, 5, 512 << 20),
         };
-        crate::fbufs_bench::FbufsArgs {
+        crate::lab::fbufs::measure::FbufsArgs {
             sizes,
             contenders: Vec::new(),
             touch: vec!["word-per-page".into(), "every-byte".into()],
@@ -37,7 +41,7 @@ impl Experiment for Fbufs {
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        let (rows, fits) = crate::fbufs_bench::measure(plan, bar)?;
+        let (rows, fits) = crate::lab::fbufs::measure::measure(plan, bar)?;
         Ok(FbufsSection {
             sizes: plan.sizes.clone(),
             rounds: plan.rounds,
@@ -52,10 +56,10 @@ impl Experiment for Fbufs {
     }
 
     fn findings(results: &Results) -> Vec<String> {
-        crate::report::fbufs_doc::findings(results)
+        crate::lab::fbufs::render::findings(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {
-        crate::report::fbufs_doc::blocks(results)
+        crate::lab::fbufs::render::blocks(results)
     }
 }

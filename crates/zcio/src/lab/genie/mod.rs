@@ -1,10 +1,19 @@
 //! Paper 000 (Genie): seven experiments on the data-passing semantics, sharing one section of
 //! `results.json` (`genie`) and one runner, since each feeds the same fitted model.
 
+pub mod bandwidth;
+pub mod bench;
+pub mod chart;
+pub mod huge;
+pub mod measure;
+pub mod model;
+pub mod render;
+pub mod render_model;
+
+use self::{huge as genie_huge, measure as genie, render as genie_doc};
+use crate::lab::genie::measure::Progress as _;
 use crate::lab::{Lab, Run, finished};
-use crate::report::genie::Progress as _;
 use crate::report::results::{ExperimentRecord, GenieSection, Results};
-use crate::report::{genie, genie_doc, genie_huge, model};
 use crate::transfer::Res;
 use std::time::Instant;
 
@@ -16,7 +25,7 @@ pub const LATENCY: Lab = Lab {
     needs: &[],
     run: Some(run),
     findings: Some(genie_doc::findings),
-    render: Some(genie_doc::blocks),
+    render: Some(render_all),
 };
 
 /// Figure 5.
@@ -147,4 +156,11 @@ pub fn refit(g: &mut GenieSection, logical_cpus: usize) {
     g.model = model::fit_model(&g.results, logical_cpus);
     g.conclusions = model::conclusions(&g.results, &g.model);
     g.conclusions.extend(genie_huge::conclusions(&g.results));
+}
+
+/// Paper 000's sections: the figures and tables, then the fitted models.
+fn render_all(r: &Results) -> Vec<crate::report::doc::Block> {
+    let mut b = genie_doc::blocks(r);
+    render_model::model_sections(&mut b, r);
+    b
 }

@@ -1,5 +1,8 @@
 //! Paper 002 (VMMR): reassembly by moving pages against copying.
 
+pub mod measure;
+pub mod render;
+
 use crate::lab::Experiment;
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
@@ -14,7 +17,7 @@ impl Experiment for Vmmr {
     const PAPER: &'static str = "002";
     const TITLE: &'static str = "Figures 4-10: reassembly by moving pages against memcpy, bitmap searches, random maps, size classes and buddy, 4 KiB and 2 MiB";
     type Plan = zcio_vmmr::bench::Plan;
-    type Section = crate::vmmr_bench::VmmrSection;
+    type Section = crate::lab::vmmr::measure::VmmrSection;
 
     fn plan(preset: Preset) -> Self::Plan {
         match preset {
@@ -25,7 +28,7 @@ impl Experiment for Vmmr {
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        crate::vmmr_bench::measure(plan, bar)
+        crate::lab::vmmr::measure::measure(plan, bar)
     }
 
     fn store(results: &mut Results, section: Self::Section) {
@@ -33,10 +36,10 @@ impl Experiment for Vmmr {
     }
 
     fn findings(results: &Results) -> Vec<String> {
-        crate::report::vmmr_doc::findings(results)
+        crate::lab::vmmr::render::findings(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {
-        crate::report::vmmr_doc::blocks(results)
+        crate::lab::vmmr::render::blocks(results)
     }
 }

@@ -1,5 +1,8 @@
 //! Paper 003's Internet checksum: kernels against memory bandwidth and crates.io peers, and checksums end to end.
 
+pub mod measure;
+pub mod render;
+
 use crate::lab::Experiment;
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
@@ -13,20 +16,20 @@ impl Experiment for Checksum {
     const ID: &'static str = "checksum";
     const PAPER: &'static str = "003";
     const TITLE: &'static str = "Figures 6-7: Internet checksum kernels against memory bandwidth and crates.io peers; naive, optimized and elided checksums end to end";
-    type Plan = crate::checksum_bench::ChecksumArgs;
-    type Section = crate::checksum_bench::ChecksumSection;
+    type Plan = crate::lab::sequoia::checksum::measure::ChecksumArgs;
+    type Section = crate::lab::sequoia::checksum::measure::ChecksumSection;
 
     fn plan(preset: Preset) -> Self::Plan {
         match preset {
-            Preset::Smoke => crate::checksum_bench::ChecksumArgs {
+            Preset::Smoke => crate::lab::sequoia::checksum::measure::ChecksumArgs {
                 sizes: vec![64, 4096, 1 << 20],
                 rounds: Some(2),
                 millis: Some(2),
                 datagram_sizes: vec![1472],
                 json: false,
             },
-            Preset::Quick => crate::checksum_bench::ChecksumArgs::default(),
-            Preset::Full => crate::checksum_bench::ChecksumArgs {
+            Preset::Quick => crate::lab::sequoia::checksum::measure::ChecksumArgs::default(),
+            Preset::Full => crate::lab::sequoia::checksum::measure::ChecksumArgs {
                 rounds: Some(15),
                 millis: Some(50),
                 ..Default::default()
@@ -35,11 +38,11 @@ impl Experiment for Checksum {
     }
 
     fn units(plan: &Self::Plan) -> u64 {
-        crate::checksum_bench::units(plan) as u64
+        crate::lab::sequoia::checksum::measure::units(plan) as u64
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        crate::checksum_bench::measure(plan, &mut |m| {
+        crate::lab::sequoia::checksum::measure::measure(plan, &mut |m| {
             bar.set_message(m);
             bar.inc(1);
         })
@@ -50,10 +53,10 @@ impl Experiment for Checksum {
     }
 
     fn findings(results: &Results) -> Vec<String> {
-        crate::report::checksum_doc::findings(results)
+        crate::lab::sequoia::checksum::render::findings(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {
-        crate::report::checksum_doc::blocks(results)
+        crate::lab::sequoia::checksum::render::blocks(results)
     }
 }

@@ -1,5 +1,8 @@
 //! Paper 003's frame experiment: frames through relay processes to a display, by sealed and volatile containers and by read/write.
 
+pub mod measure;
+pub mod render;
+
 use crate::lab::Experiment;
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
@@ -13,19 +16,19 @@ impl Experiment for Containers {
     const ID: &'static str = "containers";
     const PAPER: &'static str = "003";
     const TITLE: &'static str = "Figure 4: 640x480 frames through pipelines of relay processes to a display process, by sealed and volatile containers and by read/write";
-    type Plan = crate::frames_bench::FramesArgs;
-    type Section = crate::frames_bench::FramesSection;
+    type Plan = crate::lab::sequoia::containers::measure::FramesArgs;
+    type Section = crate::lab::sequoia::containers::measure::FramesSection;
 
     fn plan(preset: Preset) -> Self::Plan {
         match preset {
-            Preset::Smoke => crate::frames_bench::FramesArgs {
+            Preset::Smoke => crate::lab::sequoia::containers::measure::FramesArgs {
                 frames: Some(20),
                 rounds: Some(1),
                 relays: Some(vec![1, 2]),
                 json: false,
             },
-            Preset::Quick => crate::frames_bench::FramesArgs::default(),
-            Preset::Full => crate::frames_bench::FramesArgs {
+            Preset::Quick => crate::lab::sequoia::containers::measure::FramesArgs::default(),
+            Preset::Full => crate::lab::sequoia::containers::measure::FramesArgs {
                 frames: Some(3000),
                 rounds: Some(7),
                 relays: Some(vec![1, 2, 3]),
@@ -39,7 +42,7 @@ impl Experiment for Containers {
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        crate::frames_bench::measure(plan, &mut |m| {
+        crate::lab::sequoia::containers::measure::measure(plan, &mut |m| {
             bar.set_message(m);
             bar.inc(1);
         })
@@ -50,10 +53,10 @@ impl Experiment for Containers {
     }
 
     fn findings(results: &Results) -> Vec<String> {
-        crate::report::splice_doc::frames_findings(results)
+        crate::lab::sequoia::containers::render::frames_findings(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {
-        crate::report::splice_doc::frames_blocks(results)
+        crate::lab::sequoia::containers::render::frames_blocks(results)
     }
 }

@@ -1,5 +1,8 @@
 //! Paper 003's peer-to-peer I/O: splice against a read/write loop.
 
+pub mod measure;
+pub mod render;
+
 use crate::lab::Experiment;
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
@@ -13,19 +16,19 @@ impl Experiment for Splice {
     const ID: &'static str = "splice";
     const PAPER: &'static str = "003";
     const TITLE: &'static str = "Peer-to-peer I/O: splice against a read/write loop, file to socket, file to file, socket to file: throughput, latency, CPU availability";
-    type Plan = crate::splice_bench::SpliceArgs;
-    type Section = crate::splice_bench::SpliceSection;
+    type Plan = crate::lab::sequoia::splice::measure::SpliceArgs;
+    type Section = crate::lab::sequoia::splice::measure::SpliceSection;
 
     fn plan(preset: Preset) -> Self::Plan {
         match preset {
-            Preset::Smoke => crate::splice_bench::SpliceArgs {
+            Preset::Smoke => crate::lab::sequoia::splice::measure::SpliceArgs {
                 mib: Some(2),
                 rounds: Some(1),
                 seconds: Some(0.05),
                 ..Default::default()
             },
-            Preset::Quick => crate::splice_bench::SpliceArgs::default(),
-            Preset::Full => crate::splice_bench::SpliceArgs {
+            Preset::Quick => crate::lab::sequoia::splice::measure::SpliceArgs::default(),
+            Preset::Full => crate::lab::sequoia::splice::measure::SpliceArgs {
                 mib: Some(256),
                 rounds: Some(9),
                 seconds: Some(2.0),
@@ -39,7 +42,7 @@ impl Experiment for Splice {
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        crate::splice_bench::measure(plan, &mut |m| {
+        crate::lab::sequoia::splice::measure::measure(plan, &mut |m| {
             bar.set_message(m);
             bar.inc(1);
         })
@@ -50,10 +53,10 @@ impl Experiment for Splice {
     }
 
     fn findings(results: &Results) -> Vec<String> {
-        crate::report::splice_doc::splice_findings(results)
+        crate::lab::sequoia::splice::render::splice_findings(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {
-        crate::report::splice_doc::splice_blocks(results)
+        crate::lab::sequoia::splice::render::splice_blocks(results)
     }
 }

@@ -1,7 +1,7 @@
 //! Paper 000's curves as every Genie figure draws them: one per semantics, in the paper's
 //! colours, with the runs' spread as a band.
 
-use crate::report::genie::{Point, Thresholds};
+use crate::lab::genie::measure::{Point, Thresholds};
 use crate::report::plot::{Series, Style};
 use zcio_genie::Semantics;
 

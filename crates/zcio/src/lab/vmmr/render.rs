@@ -4,11 +4,11 @@
 //! against the paper's claims. Every statement is computed from the measurements; the paper's
 //! numbers stand beside them.
 
+use crate::lab::vmmr::measure::{RandomMapRow, RandomRow, Row, VmmrSection, paper_size};
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
 use crate::report::text::{figure, h, p, size, table, us};
-use crate::vmmr_bench::{RandomMapRow, RandomRow, Row, VmmrSection, paper_size};
 
 /// The paper's Figure 4 (PowerPC 601, total caching), µs: memcopy and minimal-search VMMR at
 /// 1 page and at 6 144 pages, and the worst case at 1 page. The paper prints the one-page

@@ -3,7 +3,7 @@
 //! end-to-end datagram experiment (naive, optimized, elided) beside the paper's 37 % and 74 %.
 //! Every statement is computed from the measurements.
 
-use crate::checksum_bench::{ChecksumSection, Row};
+use crate::lab::sequoia::checksum::measure::{ChecksumSection, Row};
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
