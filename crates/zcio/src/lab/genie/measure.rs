@@ -13,8 +13,6 @@ use std::time::Instant;
 use zcio_genie::stream::ModuleKind;
 use zcio_genie::{InputBuffering, Semantics};
 
-pub use super::bandwidth::bandwidths;
-
 /// The thresholds a run used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -126,7 +126,7 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
             "genie-modules" => g.modules = genie::modules(&plan, r.dir, &p)?,
             "genie-bandwidth" => {
                 p.what("bandwidth: memcpy and the wire".into());
-                g.bandwidths = Some(genie::bandwidths(
+                g.bandwidths = Some(bandwidth::bandwidths(
                     r.preset != crate::report::preset::Preset::Full,
                     r.machine,
                 )?);

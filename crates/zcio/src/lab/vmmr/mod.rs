@@ -2,11 +2,14 @@
 
 pub mod measure;
 pub mod render;
+pub mod render_maps;
+pub mod section;
 
 use crate::lab::Experiment;
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
 use crate::report::results::Results;
+use crate::report::text::{h, p};
 use crate::transfer::Res;
 
 /// Figures 4-10 of paper 002.
@@ -40,6 +43,31 @@ impl Experiment for Vmmr {
     }
 
     fn render(results: &Results) -> Vec<Block> {
-        crate::lab::vmmr::render::blocks(results)
+        blocks(results)
     }
+}
+
+/// The section.
+fn blocks(r: &Results) -> Vec<Block> {
+    let Some(v) = &r.vmmr else {
+        return Vec::new();
+    };
+    let mut b = vec![
+        h(
+            2,
+            "Paper 002 — VMMR: reassembling a message by remapping its pages",
+        ),
+        p(render::method(v)),
+    ];
+    if let Some(t) = render::rebuilds_text(v) {
+        b.push(p(t));
+    }
+    b.extend(render::figure4(v));
+    b.extend(render::figure5(v));
+    b.extend(render::huge(v));
+    b.extend(render_maps::random_figures(v));
+    b.extend(render_maps::optimized(v));
+    b.extend(render_maps::adaptive(v));
+    b.extend(render_maps::against_paper(v));
+    b
 }

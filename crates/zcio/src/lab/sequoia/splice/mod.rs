@@ -1,7 +1,9 @@
 //! Paper 003's peer-to-peer I/O: splice against a read/write loop.
 
+pub mod ends;
 pub mod measure;
 pub mod render;
+pub mod stream;
 
 use crate::lab::Experiment;
 use crate::report::doc::Block;
