@@ -3,15 +3,17 @@
 //! (`zcio_vmmr::reassemble`, with the paper's bitmap searched minimally or at its worst, a
 //! size-class bitmap and a buddy pool) or by copying it (the paper's best-case memcopy); the
 //! random tests time the search on randomly fragmented maps. The measuring is
-//! [`zcio_vmmr::bench`]; here are the arguments, the rows with medians and spreads, what is
+//! [`rig`](crate::lab::vmmr::rig); here are the arguments, the rows with medians and spreads, what is
 //! derived from them (crossover sizes, speed-ups, per-granule costs, the random tests'
 //! minimum, maximum and means at 40 % and 10 % allocation), the table and the JSON.
 
+use crate::lab::vmmr::rig::{
+    self as bench, Caches, Case, Plan, Point, RandomSeries, eviction_bytes,
+};
 use crate::report::fit;
 use crate::transfer::Res;
 use std::collections::BTreeMap;
 use zcio_vm::remap::{Calibration, Granule};
-use zcio_vmmr::bench::{self, Caches, Case, Plan, Point, RandomSeries, eviction_bytes};
 use zcio_vmmr::pool::Regime;
 
 pub use super::section::*;

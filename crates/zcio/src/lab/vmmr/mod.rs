@@ -3,6 +3,7 @@
 pub mod measure;
 pub mod render;
 pub mod render_maps;
+pub mod rig;
 pub mod section;
 
 use crate::lab::Experiment;
@@ -19,14 +20,14 @@ impl Experiment for Vmmr {
     const ID: &'static str = "vmmr";
     const PAPER: &'static str = "002";
     const TITLE: &'static str = "Figures 4-10: reassembly by moving pages against memcpy, bitmap searches, random maps, size classes and buddy, 4 KiB and 2 MiB";
-    type Plan = zcio_vmmr::bench::Plan;
+    type Plan = crate::lab::vmmr::rig::Plan;
     type Section = crate::lab::vmmr::measure::VmmrSection;
 
     fn plan(preset: Preset) -> Self::Plan {
         match preset {
-            Preset::Smoke => zcio_vmmr::bench::Plan::smoke(),
-            Preset::Quick => zcio_vmmr::bench::Plan::quick(),
-            Preset::Full => zcio_vmmr::bench::Plan::full(),
+            Preset::Smoke => crate::lab::vmmr::rig::Plan::smoke(),
+            Preset::Quick => crate::lab::vmmr::rig::Plan::quick(),
+            Preset::Full => crate::lab::vmmr::rig::Plan::full(),
         }
     }
 
