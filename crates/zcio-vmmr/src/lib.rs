@@ -4,17 +4,17 @@
 //! DMA pages) is handed to the application as one contiguous buffer by moving its pages into a
 //! free run of a reserved virtual range, instead of copying them.
 //!
-//! - [`bench`](mod@bench): the paper's measurements (§2.2–§2.5, §4): reassembly against memcpy with the
-//!   bitmap's minimal and worst-case searches, random maps, size classes and a buddy pool.
 //! - [`pool`]: virtual page pools behind one trait: the paper's free-page bitmap with its
 //!   word-at-a-time first-fit search, the size-class bitmaps of §4.3, and a buddy allocator.
 //! - [`producer`]: real producers: a file read with `O_DIRECT` into scattered store slots, and
 //!   sockets received through an io_uring provided-buffer ring of store slots.
 //! - [`reassemble`]: the reassembler: a pool's free run of a remap space filled by moving the
 //!   message's pages there (`zcio_vm::remap`), and moved back when the message is freed.
+//!
+//! The paper's measurements (§2.2–§2.5, §4) are the `vmmr` experiment of the `zcio` command
+//! (`zcio bench vmmr`, `zcio report`), not part of this library.
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod pool;
 pub mod producer;
 pub mod reassemble;

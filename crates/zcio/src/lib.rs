@@ -1,17 +1,11 @@
 //! The `zcio` command's library: transfers between processes, benchmarks side by side, and the
 //! reproduction report (`zcio report`) with its experiments, fitted models, plots and documents.
 
-pub mod bench;
-pub mod checksum_bench;
-pub mod fbufs_bench;
-pub mod frames_bench;
-pub mod iceoryx;
+pub mod lab;
+pub mod memnet;
 pub mod report;
 pub mod soak;
-pub mod splice_bench;
 pub mod transfer;
-pub mod uio_bench;
-pub mod vmmr_bench;
 
 /// A progress bar for a `zcio bench` run of `len` steps: elapsed time, the bar, steps done,
 /// what is being measured.

@@ -1,7 +1,7 @@
 //! The `zcio` command: pass data between two processes (or a process and a file) with the
 //! semantics of your choice and see what it cost; calibrate; probe the kernel.
 
-use zcio::{bench, transfer};
+use zcio::{memnet, transfer};
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -75,7 +75,7 @@ enum Cmd {
     /// Internal: a relay or the display of `zcio bench containers`.
     #[command(hide = true)]
     FrameStage {
-        /// One of `zcio::frames_bench::VARIANTS`.
+        /// One of `zcio::lab::sequoia::containers::measure::VARIANTS`.
         #[arg(long)]
         variant: String,
         /// The socket path to take frames from (listened on).
@@ -119,31 +119,32 @@ enum Cmd {
 #[derive(Subcommand)]
 enum BenchCmd {
     /// Copy, emulated copy and emulated share (or any semantics) over the memory network.
-    Memnet(bench::BenchArgs),
+    Memnet(memnet::BenchArgs),
     /// Genie's experiments alone (Figures 3, 6, 7): per semantics and input scheme, the
     /// fitted latency line and the measured points.
-    Genie(bench::GenieArgs),
+    Genie(zcio::lab::genie::bench::GenieArgs),
     /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping,
     /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
     /// throughput.
-    Fbufs(zcio::fbufs_bench::FbufsArgs),
+    #[command(alias = "fbufs-table1")]
+    Fbufs(zcio::lab::fbufs::measure::FbufsArgs),
     /// VMMR (paper 002, Figures 4, 5, 7-10): a message in scattered 4 KiB or 2 MiB granules
     /// made contiguous by moving its pages (bitmap searches, size classes, buddy) against
     /// copying it, and the bitmap search on random maps.
-    Vmmr(zcio::vmmr_bench::VmmrArgs),
+    Vmmr(zcio::lab::vmmr::measure::VmmrArgs),
     /// Paper 003's checksum: every kernel, the fused copy, the fastest crates.io peers and the
     /// memory read bandwidth, in Gbit/s per buffer size.
-    Checksum(zcio::checksum_bench::ChecksumArgs),
+    Checksum(zcio::lab::sequoia::checksum::measure::ChecksumArgs),
     /// Paper 003's peer-to-peer I/O: splice against a read/write loop for file→socket,
     /// file→file and socket→file: throughput, increment latency, CPU left to a task.
-    Splice(zcio::splice_bench::SpliceArgs),
+    Splice(zcio::lab::sequoia::splice::measure::SpliceArgs),
     /// Paper 003's frame experiment: 640×480 frames from a sender through relays to a
     /// display process, by sealed or volatile containers or by read/write: frames per second.
-    Containers(zcio::frames_bench::FramesArgs),
+    Containers(zcio::lab::sequoia::containers::measure::FramesArgs),
     /// Paper 004's experiment: N concurrent SQLite scan queries on Wisconsin tables, by the
     /// kernel's buffered reads and by the user-level I/O layer (ring or system-call initiation,
     /// registered or per-request buffers), warm and cold; fio beside the layer alone.
-    Uio(zcio::uio_bench::UioArgs),
+    Uio(zcio::lab::uio::measure::UioArgs),
 }
 
 /// `zcio probe --check-skips`: every recorded skip must be for a capability the probe finds
@@ -210,20 +211,25 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Transfer(a) => transfer::run(a),
         Cmd::Peer { connect } => transfer::peer(&connect),
-        Cmd::Bench(BenchCmd::Memnet(b)) => bench::run(b),
-        Cmd::Bench(BenchCmd::Genie(b)) => bench::run_genie(b),
-        Cmd::Bench(BenchCmd::Fbufs(b)) => zcio::fbufs_bench::run(b),
-        Cmd::Bench(BenchCmd::Vmmr(b)) => zcio::vmmr_bench::run(b),
-        Cmd::Bench(BenchCmd::Checksum(b)) => zcio::checksum_bench::run(b),
-        Cmd::Bench(BenchCmd::Splice(b)) => zcio::splice_bench::run(b),
-        Cmd::Bench(BenchCmd::Containers(b)) => zcio::frames_bench::run(b),
-        Cmd::Bench(BenchCmd::Uio(b)) => zcio::uio_bench::run(b),
+        Cmd::Bench(BenchCmd::Memnet(b)) => memnet::run(b),
+        Cmd::Bench(BenchCmd::Genie(b)) => zcio::lab::genie::bench::run(b),
+        Cmd::Bench(BenchCmd::Fbufs(b)) => zcio::lab::fbufs::measure::run(b),
+        Cmd::Bench(BenchCmd::Vmmr(b)) => zcio::lab::vmmr::measure::run(b),
+        Cmd::Bench(BenchCmd::Checksum(b)) => zcio::lab::sequoia::checksum::measure::run(b),
+        Cmd::Bench(BenchCmd::Splice(b)) => zcio::lab::sequoia::splice::measure::run(b),
+        Cmd::Bench(BenchCmd::Containers(b)) => zcio::lab::sequoia::containers::measure::run(b),
+        Cmd::Bench(BenchCmd::Uio(b)) => zcio::lab::uio::measure::run(b),
         Cmd::FrameStage {
             variant,
             listen,
             to,
             release,
-        } => zcio::frames_bench::stage(&variant, &listen, to.as_deref(), release.as_deref()),
+        } => zcio::lab::sequoia::containers::measure::stage(
+            &variant,
+            &listen,
+            to.as_deref(),
+            release.as_deref(),
+        ),
         Cmd::FbufSink {
             connect,
             contender,
@@ -231,14 +237,21 @@ fn main() -> ExitCode {
             count,
             touch,
             behind_server,
-        } => zcio::fbufs_bench::sink(&connect, &contender, bytes, count, &touch, behind_server),
+        } => zcio::lab::fbufs::measure::sink(
+            &connect,
+            &contender,
+            bytes,
+            count,
+            &touch,
+            behind_server,
+        ),
         Cmd::Iceoryx2Sink {
             connect,
             service,
             touch,
             bytes,
             messages,
-        } => zcio::iceoryx::sink(&connect, &service, &touch, bytes, messages),
+        } => zcio::lab::fbufs::iceoryx::sink(&connect, &service, &touch, bytes, messages),
         Cmd::Report(a) => zcio::report::run(a),
         Cmd::Soak(a) => zcio::soak::run(a),
         Cmd::Probe { dir, check_skips } => {

@@ -6,7 +6,7 @@
 //! `bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size`.)
 
 use std::process::Command;
-use zcio::fbufs_bench::Entrant;
+use zcio::lab::fbufs::measure::Entrant;
 use zcio_fbufs::bench::{Contender, Mismatch, PAGE, fill, messages, page_sum, stamp};
 
 fn zcio() -> Command {
@@ -23,7 +23,7 @@ fn every_contender_fails_a_run_with_a_spoiled_message_naming_it() {
         // The fbuf and iceoryx2 receivers count the warm-up too (128 messages of 64 KiB).
         let message = 2 + match e {
             Entrant::Fbufs(c) => messages(c, BYTES, count) - count as u64,
-            Entrant::Iceoryx2 => zcio::iceoryx::in_flight(BYTES) as u64,
+            Entrant::Iceoryx2 => zcio::lab::fbufs::iceoryx::in_flight(BYTES) as u64,
         };
         assert_eq!(
             message,

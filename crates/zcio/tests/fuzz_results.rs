@@ -16,7 +16,7 @@
 //! `*_REGRESSIONS` are replayed first, every run.
 
 use serde_json::{Map, Value, json};
-use zcio::report::{Results, SCHEMA, doc, genie_doc, load, schema};
+use zcio::report::{Results, SCHEMA, doc, document, load, schema};
 use zcio_genie::{InputBuffering, Semantics};
 use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 
@@ -41,7 +41,7 @@ const SCHEMA_REGRESSIONS: &[u64] = &[
 
 /// What a loaded value must allow: its documents, and loading again from its JSON.
 fn render_and_reload(r: &Results) {
-    let d = genie_doc::document(r);
+    let d = document(r);
     let _ = doc::to_markdown(&d);
     if let Err(e) = doc::to_html(&d) {
         assert!(!e.is_empty());

@@ -70,7 +70,7 @@ fn failed_run(fault: &str) -> String {
 #[test]
 fn every_contender_that_delivers_a_wrong_byte_fails_the_run_by_name() {
     let bytes = 2usize << 20;
-    let data = zcio::splice_bench::data(bytes);
+    let data = zcio::lab::sequoia::splice::measure::data(bytes);
     for pair in ["file_to_socket", "file_to_file", "socket_to_file"] {
         // A socket source's writer repeats the data's first MiB.
         let period = if pair == "socket_to_file" {
@@ -116,7 +116,9 @@ fn every_contender_that_delivers_a_wrong_byte_fails_the_run_by_name() {
 #[test]
 fn the_check_finds_any_changed_byte_and_names_the_contender() {
     use std::sync::Arc;
-    use zcio::splice_bench::{ContentError, STAMP_EVERY, Stream, Wrong, check, data};
+    use zcio::lab::sequoia::splice::measure::{
+        ContentError, STAMP_EVERY, Stream, Wrong, check, data,
+    };
     let len = 3 * STAMP_EVERY + 100;
     let sent = data(len);
     // Every 4 KiB starts with a stamp of its offset.

@@ -33,12 +33,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zcio_sequoia::ppio::{Increment, Splice};
+
+use super::ends::*;
+pub use super::stream::*;
 
 /// Arguments of `zcio bench splice`.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -63,10 +63,6 @@ pub struct SpliceArgs {
     #[arg(long, hide = true)]
     pub fault: Option<Fault>,
 }
-
-/// The increment both variants move per step: a `start_flow` of this many bytes, or a read
-/// and a write of a buffer this large.
-const STEP: usize = 64 << 10;
 
 /// One variant on one pair.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -137,546 +133,10 @@ pub struct SpliceSection {
     pub verdicts: Vec<Verdict>,
 }
 
-const PAIRS: [&str; 3] = ["file_to_socket", "file_to_file", "socket_to_file"];
-const VARIANTS: [&str; 2] = ["splice", "read_write"];
-
-/// The name of the file system holding `path`, from its magic number.
-pub fn fs_name(path: &std::path::Path) -> String {
-    let Ok(st) = rustix::fs::statfs(path) else {
-        return "unknown".into();
-    };
-    match st.f_type as u64 {
-        0xEF53 => "ext4".into(),
-        0x0102_1994 => "tmpfs".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x794C_7630 => "overlayfs".into(),
-        0x2FC1_2FC1 => "zfs".into(),
-        0x6573_5546 => "fuse".into(),
-        0x6969 => "nfs".into(),
-        0xF2F5_2010 => "f2fs".into(),
-        other => format!("unknown (magic {other:#x})"),
-    }
-}
-
-/// Pin the calling thread to `cpu` (where there are at least two CPUs); whether it took.
-fn pin(cpu: usize) -> bool {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if n < 2 {
-        return false;
-    }
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set).is_ok()
-}
-
-/// The calling thread's CPU time so far (ns): user and system, the kernel's work for its
-/// system calls included.
-fn thread_cpu_ns() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
-}
-
-/// Let the calling thread run anywhere again.
-fn unpin() {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut set = rustix::thread::CpuSet::new();
-    for c in 0..n.min(rustix::thread::CpuSet::MAX_CPU) {
-        set.set(c);
-    }
-    let _ = rustix::thread::sched_setaffinity(None, &set);
-}
-
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(9) as u8)
-        .collect()
-}
-
-/// Bytes from one stamp to the next in the data.
-pub const STAMP_EVERY: usize = 4096;
-
-/// The data the runs move: a pattern, every [`STAMP_EVERY`] bytes of it starting with an
-/// 8-byte stamp of its offset, so that a byte out of place is a stamp out of place.
-pub fn data(len: usize) -> Vec<u8> {
-    let mut d = pattern(len);
-    for (p, page) in d.chunks_mut(STAMP_EVERY).enumerate() {
-        let stamp = (0x5a5a_5a5a_0000_0000 ^ (p * STAMP_EVERY) as u64).to_le_bytes();
-        let n = page.len().min(8);
-        page[..n].copy_from_slice(&stamp[..n]);
-    }
-    d
-}
-
-/// The stamp bytes among `len` bytes read from offset `at` of a stream: (their stream offset,
-/// their index in what was read, how many).
-fn stamp_spans(len: usize, at: u64) -> impl Iterator<Item = (u64, usize, usize)> {
-    let end = at + len as u64;
-    let every = STAMP_EVERY as u64;
-    (at / every..end.div_ceil(every)).filter_map(move |p| {
-        let (lo, hi) = ((p * every).max(at), (p * every + 8).min(end));
-        (lo < hi).then(|| (lo, (lo - at) as usize, (hi - lo) as usize))
-    })
-}
-
-/// What a socket source's writer sends over and over: the data's first MiB.
-const CHUNK: usize = 1 << 20;
-
-/// What a sink must receive: `data`'s first `period` bytes, over and over (a file source is
-/// read to its end and rewound; a socket source's writer repeats its first MiB).
-#[derive(Debug, Clone)]
-pub struct Stream {
-    data: Arc<[u8]>,
-    period: usize,
-}
-
-impl Stream {
-    /// The stream of `data`'s first `period` bytes (all of them where it has fewer), repeated;
-    /// `data` must not be empty.
-    pub fn new(data: Arc<[u8]>, period: usize) -> Stream {
-        assert!(!data.is_empty(), "a stream of no data");
-        let period = period.clamp(1, data.len());
-        Stream { data, period }
-    }
-
-    /// The byte at offset `at` of the stream.
-    pub fn byte(&self, at: u64) -> u8 {
-        self.data[(at % self.period as u64) as usize]
-    }
-
-    /// The first byte of `got`, read from offset `at` of the stream, that is not the stream's.
-    pub fn first_difference(&self, got: &[u8], at: u64) -> Option<Wrong> {
-        let mut off = 0;
-        while off < got.len() {
-            let pos = ((at + off as u64) % self.period as u64) as usize;
-            let n = (self.period - pos).min(got.len() - off);
-            let (have, want) = (&got[off..off + n], &self.data[pos..pos + n]);
-            if have != want {
-                let i = have.iter().zip(want).position(|(a, b)| a != b)?;
-                return Some(Wrong::Byte {
-                    offset: at + (off + i) as u64,
-                    read: have[i],
-                    expected: want[i],
-                });
-            }
-            off += n;
-        }
-        None
-    }
-}
-
-/// What is wrong with what a sink received.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wrong {
-    /// A byte is not the one sent there.
-    Byte {
-        /// Its offset in the stream (for a paced run, over every lap of the source).
-        offset: u64,
-        /// The byte received.
-        read: u8,
-        /// The byte sent.
-        expected: u8,
-    },
-    /// Not as many bytes as were sent.
-    Length {
-        /// Bytes received.
-        received: u64,
-        /// Bytes sent.
-        expected: u64,
-    },
-}
-
-/// Data that did not arrive as it was sent: the pair, the variant and the run, and what.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContentError {
-    /// The pair (`file_to_socket`, ...).
-    pub pair: &'static str,
-    /// The variant (`splice` or `read_write`).
-    pub variant: &'static str,
-    /// `throughput` or `paced`.
-    pub run: &'static str,
-    /// What was wrong.
-    pub wrong: Wrong,
-}
-
-impl std::fmt::Display for ContentError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ContentError {
-            pair,
-            variant,
-            run,
-            wrong,
-        } = self;
-        match *wrong {
-            Wrong::Byte {
-                offset,
-                read,
-                expected,
-            } => write!(
-                f,
-                "{pair} by {variant}, {run} run: byte {offset} of the data differs at the sink: read {read:#04x}, expected {expected:#04x}"
-            ),
-            Wrong::Length { received, expected } => write!(
-                f,
-                "{pair} by {variant}, {run} run: the sink received {received} bytes of {expected}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ContentError {}
-
-/// Check what a sink received, `got` from offset `at` of `stream`: the first byte that differs
-/// is an error naming the pair, the variant and the run.
-pub fn check(
-    pair: &'static str,
-    variant: &'static str,
-    run: &'static str,
-    stream: &Stream,
-    got: &[u8],
-    at: u64,
-) -> Result<(), ContentError> {
-    match stream.first_difference(got, at) {
-        None => Ok(()),
-        Some(wrong) => Err(ContentError {
-            pair,
-            variant,
-            run,
-            wrong,
-        }),
-    }
-}
-
-/// A contender made to deliver wrong data on purpose, to see the check notice (the tests,
-/// through the hidden `--fault PAIR:VARIANT[:paced]`): one byte of what its sink receives
-/// spoiled midway through its throughput runs (with `paced`, its paced runs). A file sink's
-/// last byte so far is changed; a socket sink gets a stray byte.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault {
-    /// The pair.
-    pub pair: &'static str,
-    /// The variant.
-    pub variant: &'static str,
-    /// In the paced runs instead of the throughput runs.
-    pub paced: bool,
-}
-
-impl Fault {
-    fn hits(&self, pair: &str, variant: &str, paced: bool) -> bool {
-        self.pair == pair && self.variant == variant && self.paced == paced
-    }
-}
-
-impl std::str::FromStr for Fault {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Fault, String> {
-        let bad = || {
-            format!(
-                "`{s}`: expected PAIR:VARIANT or PAIR:VARIANT:paced (pairs {}; variants {})",
-                PAIRS.join(", "),
-                VARIANTS.join(", ")
-            )
-        };
-        let mut parts = s.split(':');
-        let pair = parts
-            .next()
-            .and_then(|p| PAIRS.into_iter().find(|x| *x == p));
-        let variant = parts
-            .next()
-            .and_then(|v| VARIANTS.into_iter().find(|x| *x == v));
-        let paced = match parts.next() {
-            None => false,
-            Some("paced") => true,
-            Some(_) => return Err(bad()),
-        };
-        match (pair, variant, parts.next()) {
-            (Some(pair), Some(variant), None) => Ok(Fault {
-                pair,
-                variant,
-                paced,
-            }),
-            _ => Err(bad()),
-        }
-    }
-}
-
-/// The source and sink of one run, and the thread at a socket's other end.
-struct Ends {
-    source: Endpoint,
-    sink: Endpoint,
-    peer: Option<std::thread::JoinHandle<Peer>>,
-    stop: Arc<AtomicBool>,
-}
-
-/// What the thread at a socket's other end did.
-struct Peer {
-    /// Bytes it wrote (a socket source) or read (a socket sink).
-    moved: u64,
-    /// A throughput run's socket sink: the stamps it read (8 bytes per [`STAMP_EVERY`]), up
-    /// to the run's length, checked once the clock has stopped.
-    stamps: Vec<u8>,
-    /// A paced run's socket sink: the first stamp byte that differed from the stream.
-    wrong: Option<Wrong>,
-}
-
-enum Endpoint {
-    File(File),
-    Socket(UnixStream),
-}
-
-impl Endpoint {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        match self {
-            Endpoint::File(f) => f.as_fd(),
-            Endpoint::Socket(s) => s.as_fd(),
-        }
-    }
-}
-
-/// A throughput run of so many bytes, or a paced run (endless, until `stop`).
-#[derive(Debug, Clone, Copy)]
-enum Mode {
-    Throughput(u64),
-    Paced,
-}
-
-/// Set up `pair` for a run; `stream` is what its sink must receive. A socket source's writer
-/// and a socket sink's reader run on CPU 1. A socket sink's reader reads into one buffer, as a
-/// reader that discards would, and keeps the stamps it reads (8 bytes of every
-/// [`STAMP_EVERY`], in memory written before the clock starts) for the check after the clock
-/// stops; in a paced run it compares them as they come (on CPU 1, which the paced run does
-/// not measure).
-fn ends(
-    pair: &str,
-    src_file: &File,
-    dir: &std::path::Path,
-    mode: Mode,
-    stream: &Stream,
-) -> Res<Ends> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let file_source = || -> Res<Endpoint> {
-        let mut f = src_file.try_clone()?;
-        f.seek(SeekFrom::Start(0))?;
-        Ok(Endpoint::File(f))
-    };
-    let file_sink = || -> Res<Endpoint> {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.join("sink"))?;
-        Ok(Endpoint::File(f))
-    };
-    Ok(match pair {
-        "file_to_socket" => {
-            let (tx, mut rx) = UnixStream::pair()?;
-            let peer = match mode {
-                Mode::Throughput(bytes) => {
-                    // Written now, so that keeping the stamps costs no page fault later.
-                    let pages = (bytes as usize).div_ceil(STAMP_EVERY);
-                    let mut stamps = vec![0xa5u8; 8 * pages];
-                    std::thread::spawn(move || {
-                        pin(1);
-                        let mut buf = vec![0u8; 1 << 20];
-                        let mut n = 0u64;
-                        while let Ok(k) = rx.read(&mut buf) {
-                            if k == 0 {
-                                break;
-                            }
-                            for (at, i, len) in stamp_spans(k, n) {
-                                let p = (at / STAMP_EVERY as u64) as usize;
-                                let into = 8 * p + (at % STAMP_EVERY as u64) as usize;
-                                if let Some(s) = stamps.get_mut(into..into + len) {
-                                    s.copy_from_slice(&buf[i..i + len]);
-                                }
-                            }
-                            n += k as u64;
-                        }
-                        Peer {
-                            moved: n,
-                            stamps,
-                            wrong: None,
-                        }
-                    })
-                }
-                Mode::Paced => {
-                    let stream = stream.clone();
-                    std::thread::spawn(move || {
-                        pin(1);
-                        let mut buf = vec![0u8; 1 << 20];
-                        let (mut n, mut wrong) = (0u64, None);
-                        while let Ok(k) = rx.read(&mut buf) {
-                            if k == 0 {
-                                break;
-                            }
-                            if wrong.is_none() {
-                                wrong = stamp_spans(k, n).find_map(|(at, i, len)| {
-                                    stream.first_difference(&buf[i..i + len], at)
-                                });
-                            }
-                            n += k as u64;
-                        }
-                        Peer {
-                            moved: n,
-                            stamps: Vec::new(),
-                            wrong,
-                        }
-                    })
-                }
-            };
-            Ends {
-                source: file_source()?,
-                sink: Endpoint::Socket(tx),
-                peer: Some(peer),
-                stop,
-            }
-        }
-        "file_to_file" => Ends {
-            source: file_source()?,
-            sink: file_sink()?,
-            peer: None,
-            stop,
-        },
-        _ => {
-            let (mut tx, rx) = UnixStream::pair()?;
-            let data = stream.data.clone();
-            let halt = stop.clone();
-            let bytes = match mode {
-                Mode::Throughput(b) => Some(b),
-                Mode::Paced => None,
-            };
-            let peer = std::thread::spawn(move || {
-                pin(1);
-                let chunk = &data[..CHUNK.min(data.len())];
-                let mut n = 0u64;
-                while !halt.load(Ordering::Relaxed) && bytes.is_none_or(|b| n < b) {
-                    let k = bytes.map_or(chunk.len() as u64, |b| (b - n).min(chunk.len() as u64));
-                    if tx.write_all(&chunk[..k as usize]).is_err() {
-                        break;
-                    }
-                    n += k;
-                }
-                Peer {
-                    moved: n,
-                    stamps: Vec::new(),
-                    wrong: None,
-                }
-            });
-            Ends {
-                source: Endpoint::Socket(rx),
-                sink: file_sink()?,
-                peer: Some(peer),
-                stop,
-            }
-        }
-    })
-}
-
-/// What sink of `pair` must receive.
-fn stream_of(pair: &str, data: &Arc<[u8]>) -> Stream {
-    match pair {
-        "socket_to_file" => Stream::new(data.clone(), CHUNK),
-        _ => Stream::new(data.clone(), data.len()),
-    }
-}
-
-/// [`Fault`]: spoil what `e`'s sink has received, the first `at` bytes of `stream` (a file
-/// sink holding the last `in_file` of them): the file's last byte changed, or a stray byte
-/// into the socket (the stream then differs from offset `at`).
-fn spoil(e: &Ends, stream: &Stream, at: u64, in_file: u64) -> Res<()> {
-    match &e.sink {
-        Endpoint::File(f) => {
-            use std::os::unix::fs::FileExt;
-            let mut b = [0u8; 1];
-            f.read_exact_at(&mut b, in_file - 1)?;
-            f.write_all_at(&[b[0] ^ 0xff], in_file - 1)?;
-        }
-        Endpoint::Socket(s) => {
-            let mut s = s;
-            s.write_all(&[stream.byte(at) ^ 0xff])?;
-        }
-    }
-    Ok(())
-}
-
-/// One step of `variant`: at most `STEP` bytes from `e.source` to `e.sink`; 0 at the end.
-struct Mover<'a> {
-    splice: Option<Splice<'a>>,
-    buf: Vec<u8>,
-}
-
-impl<'a> Mover<'a> {
-    fn new(variant: &str, e: &'a Ends) -> Res<Mover<'a>> {
-        Ok(Mover {
-            splice: if variant == "splice" {
-                Some(Splice::new(e.source.fd(), e.sink.fd())?)
-            } else {
-                None
-            },
-            buf: vec![0u8; STEP],
-        })
-    }
-
-    fn mechanism(&self) -> String {
-        self.splice
-            .as_ref()
-            .map_or("read/write".into(), |s| s.mechanism().name().into())
-    }
-
-    fn step(&mut self, e: &Ends) -> Res<u64> {
-        if let Some(s) = &mut self.splice {
-            return Ok(s.start_flow(Increment::Bytes(STEP as u64))?.bytes);
-        }
-        let n = loop {
-            match rustix::io::read(e.source.fd(), &mut self.buf) {
-                Ok(n) => break n,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(err) => return Err(format!("read: {err}").into()),
-            }
-        };
-        let mut done = 0;
-        while done < n {
-            match rustix::io::write(e.sink.fd(), &self.buf[done..n]) {
-                Ok(k) => done += k,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(err) => return Err(format!("write: {err}").into()),
-            }
-        }
-        Ok(n as u64)
-    }
-}
-
-/// Check the `len` bytes of file `f`, which holds the stream from offset `start`, and that it
-/// holds no more.
-fn check_file(f: &File, stream: &Stream, start: u64, len: u64) -> Result<(), Wrong> {
-    use std::os::unix::fs::FileExt;
-    let size = f.metadata().map_or(0, |m| m.len());
-    let mut buf = vec![0u8; (1 << 20).min(len as usize)];
-    let mut at = 0u64;
-    while at < len.min(size) {
-        let k = ((len.min(size) - at) as usize).min(buf.len());
-        if f.read_exact_at(&mut buf[..k], at).is_err() {
-            break;
-        }
-        if let Some(w) = stream.first_difference(&buf[..k], start + at) {
-            return Err(w);
-        }
-        at += k as u64;
-    }
-    if size != len || at != len {
-        return Err(Wrong::Length {
-            received: start + size,
-            expected: start + len,
-        });
-    }
-    Ok(())
-}
-
 /// A paced run's way to stop the task while it checks a file sink, so that the check takes
 /// neither the task's progress nor the run's time.
 #[derive(Debug, Default)]
-struct Hold {
+pub(super) struct Hold {
     /// The run asks the task to stop.
     asked: AtomicBool,
     /// The task has stopped (its count stored).
@@ -685,7 +145,7 @@ struct Hold {
 
 /// Spin until `stop`, counting iterations: the CPU-bound task. It waits, its count up to
 /// date, while `hold` asks it to.
-fn task(
+pub(super) fn task(
     stop: Arc<AtomicBool>,
     count: Arc<AtomicU64>,
     cpu: usize,
@@ -721,7 +181,7 @@ fn task(
 }
 
 /// The task's iterations per second alone on CPU 0.
-fn task_alone(seconds: f64) -> f64 {
+pub(super) fn task_alone(seconds: f64) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let t = Instant::now();
@@ -733,7 +193,7 @@ fn task_alone(seconds: f64) -> f64 {
 }
 
 /// One contender on one pair, in one run: what it moves and where.
-struct Job<'a> {
+pub(super) struct Job<'a> {
     pair: &'static str,
     variant: &'static str,
     /// The source file (a file source reads it; every run starts at its start).
@@ -749,7 +209,7 @@ struct Job<'a> {
 /// One throughput run of `bytes`: (Gbit/s, per-step latencies in µs, mechanism, the transfer
 /// thread's CPU time per MiB in µs). Once the clock has stopped, what the sink received is
 /// checked against the stream (module docs), and its length.
-fn throughput(j: &Job<'_>, bytes: u64) -> Res<(f64, Vec<f64>, String, f64)> {
+pub(super) fn throughput(j: &Job<'_>, bytes: u64) -> Res<(f64, Vec<f64>, String, f64)> {
     let Job {
         pair,
         variant,
@@ -840,7 +300,7 @@ fn throughput(j: &Job<'_>, bytes: u64) -> Res<(f64, Vec<f64>, String, f64)> {
 /// progress over `alone`). What the sink receives is checked against the stream (module docs:
 /// a file sink before each time the run empties it, the task held and the clock stopped, and
 /// after the run; a socket sink's stamps as they come, on CPU 1), and then the lengths.
-fn paced(j: &Job<'_>, pace_gbps: f64, seconds: f64, alone: f64) -> Res<(f64, f64)> {
+pub(super) fn paced(j: &Job<'_>, pace_gbps: f64, seconds: f64, alone: f64) -> Res<(f64, f64)> {
     let Job {
         pair,
         variant,

@@ -2,10 +2,10 @@
 //! paper's numbers beside this machine's, and iceoryx2, a present-day zero-copy IPC the paper
 //! could not have measured, beside both.
 
-use crate::report::Results;
 use crate::report::doc::Block;
-use crate::report::genie_doc::{figure, h, p, size, table, us};
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::results::Results;
+use crate::report::text::{figure, h, p, size, table, us};
 
 /// The paper's Table 1 (DecStation 5000/200, Mach 3.0): incremental per-page cost (µs) and
 /// asymptotic throughput (Mb/s), by the contender zcio sets beside each.
@@ -30,15 +30,20 @@ const PAPER_TABLE1: [(&str, &str, f64, f64); 6] = [
 
 /// Contenders measured beside the paper's that it has no counterpart for.
 const PEERS: [(&str, &str); 1] = [(
-    crate::iceoryx::NAME,
+    crate::lab::fbufs::iceoryx::NAME,
     "none: a modern peer, not in the paper",
 )];
 
-fn word(r: &Results) -> Option<(&Vec<crate::fbufs_bench::Row>, &Vec<crate::fbufs_bench::Fit>)> {
+fn word(
+    r: &Results,
+) -> Option<(
+    &Vec<crate::lab::fbufs::measure::Row>,
+    &Vec<crate::lab::fbufs::measure::Fit>,
+)> {
     r.fbufs.as_ref().map(|f| (&f.rows, &f.fits))
 }
 
-fn per_page(fits: &[crate::fbufs_bench::Fit], variant: &str, touch: &str) -> Option<f64> {
+fn per_page(fits: &[crate::lab::fbufs::measure::Fit], variant: &str, touch: &str) -> Option<f64> {
     fits.iter()
         .find(|f| f.variant == variant && f.touch == touch)
         .map(|f| f.per_page_ns)
@@ -81,7 +86,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             rows.iter()
                 .find(|x| x.variant == v && x.touch == t && x.bytes == b)
         };
-        let (fb, ix) = ("fbufs-cached-volatile", crate::iceoryx::NAME);
+        let (fb, ix) = ("fbufs-cached-volatile", crate::lab::fbufs::iceoryx::NAME);
         if let (Some(fs), Some(is), Some(fl), Some(il)) =
             (at(fb, small), at(ix, small), at(fb, big), at(ix, big))
         {
@@ -103,7 +108,7 @@ pub fn findings(r: &Results) -> Vec<String> {
 
 /// Which of cached/volatile fbufs (`f`) and iceoryx2 (`i`), measured at the same size, was
 /// faster and by how much, and whether the rounds' ranges overlap.
-fn faster(f: &crate::fbufs_bench::Row, i: &crate::fbufs_bench::Row) -> String {
+fn faster(f: &crate::lab::fbufs::measure::Row, i: &crate::lab::fbufs::measure::Row) -> String {
     let overlap = f.spread_ns[0].max(i.spread_ns[0]) <= f.spread_ns[1].min(i.spread_ns[1]);
     let mut s = if f.ns_per_message <= i.ns_per_message {
         format!(
@@ -123,7 +128,7 @@ fn faster(f: &crate::fbufs_bench::Row, i: &crate::fbufs_bench::Row) -> String {
 }
 
 /// The smallest size measured, and 1 MiB if measured, else the largest size.
-fn compared_sizes(rows: &[crate::fbufs_bench::Row]) -> Option<(usize, usize)> {
+fn compared_sizes(rows: &[crate::lab::fbufs::measure::Row]) -> Option<(usize, usize)> {
     let small = rows.iter().map(|x| x.bytes).min()?;
     let big = if rows.iter().any(|x| x.bytes == 1 << 20) {
         1 << 20
@@ -200,7 +205,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             .iter()
             .enumerate()
             .map(|(i, n)| {
-                let mut pts: Vec<&crate::fbufs_bench::Row> = rows
+                let mut pts: Vec<&crate::lab::fbufs::measure::Row> = rows
                     .iter()
                     .filter(|x| &x.variant == n && x.touch == touch)
                     .collect();
@@ -307,9 +312,12 @@ pub fn blocks(r: &Results) -> Vec<Block> {
 
 /// Cached/volatile fbufs beside iceoryx2 and a Unix socket: the cost of a small message (one
 /// hop, originator to receiver) and the throughput at 1 MiB, both touch patterns.
-fn peer_blocks(rows: &[crate::fbufs_bench::Row], fits: &[crate::fbufs_bench::Fit]) -> Vec<Block> {
+fn peer_blocks(
+    rows: &[crate::lab::fbufs::measure::Row],
+    fits: &[crate::lab::fbufs::measure::Fit],
+) -> Vec<Block> {
     let fb = "fbufs-cached-volatile";
-    let ix = crate::iceoryx::NAME;
+    let ix = crate::lab::fbufs::iceoryx::NAME;
     let sock = "copy-unix-socket";
     let Some((small, big)) = compared_sizes(rows) else {
         return Vec::new();
@@ -374,7 +382,7 @@ fn peer_blocks(rows: &[crate::fbufs_bench::Row], fits: &[crate::fbufs_bench::Fit
     )));
     let mut body = Vec::new();
     for v in [fb, ix, sock] {
-        let cell = |t: &str, b: usize, f: &dyn Fn(&crate::fbufs_bench::Row) -> String| {
+        let cell = |t: &str, b: usize, f: &dyn Fn(&crate::lab::fbufs::measure::Row) -> String| {
             row(v, t, b).map_or("-".to_string(), f)
         };
         if !rows.iter().any(|x| x.variant == v) {

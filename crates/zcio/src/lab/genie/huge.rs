@@ -7,11 +7,12 @@
 //! is on present hardware; at 2 MiB one page-table entry maps 512 pages, and the premise holds
 //! again. This experiment shows what that does to the paper's conclusions, granule by granule.
 
+use crate::lab::genie::chart::curves;
+use crate::lab::genie::measure::{GenieResults, Modes, Plan, Point, Progress, Thresholds, sweep};
+use crate::lab::genie::model::{self, Conclusion};
 use crate::report::doc::Block;
-use crate::report::genie::{GenieResults, Modes, Plan, Point, Progress, Thresholds, sweep};
-use crate::report::genie_doc::{curves, figure, h, p, size, table, us};
-use crate::report::model::{self, Conclusion};
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::text::{figure, h, p, size, table, us};
 use crate::transfer::Res;
 use zcio_genie::stream::ModuleKind;
 use zcio_genie::{InputBuffering, Semantics};
@@ -600,7 +601,7 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::genie::{Run, point_of};
+    use crate::lab::genie::measure::{Run, point_of};
 
     /// A point of three runs of `n` messages that take `fast` µs, or 1.2 ms for every
     /// `slow_every`-th.

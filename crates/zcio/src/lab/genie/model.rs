@@ -2,8 +2,8 @@
 //! (§8.2), fitted to what the Genie experiments measured on this machine; and the paper's
 //! conclusions, tested against the measurements.
 
+use crate::lab::genie::measure::{Bandwidths, GenieResults, Point, Thresholds};
 use crate::report::fit::{self, Line};
-use crate::report::genie::{Bandwidths, GenieResults, Point, Thresholds};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use zcio_genie::{InputBuffering, Semantics};
@@ -721,7 +721,6 @@ pub fn conclusions(g: &GenieResults, m: &Model) -> Vec<Conclusion> {
             },
         });
     }
-    out.extend(crate::report::genie_huge::conclusions(g));
     out
 }
 

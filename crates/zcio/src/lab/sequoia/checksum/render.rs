@@ -3,11 +3,11 @@
 //! end-to-end datagram experiment (naive, optimized, elided) beside the paper's 37 % and 74 %.
 //! Every statement is computed from the measurements.
 
-use crate::checksum_bench::{ChecksumSection, Row};
-use crate::report::Results;
+use crate::lab::sequoia::checksum::measure::{ChecksumSection, Row};
 use crate::report::doc::Block;
-use crate::report::genie_doc::{figure, h, p, size, table};
 use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::results::Results;
+use crate::report::text::{figure, h, p, size, table};
 
 /// The paper's UDP throughput gains over the unmodified checksum (Figure 7): the optimized
 /// checksum, and no checksum on the LAN.

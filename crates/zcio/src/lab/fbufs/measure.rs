@@ -4,14 +4,14 @@
 //! gives the median time per message, its spread, the throughput, and the per-page cost fitted
 //! over the message sizes (the paper's incremental per-page cost), with the asymptotic
 //! throughput it implies. iceoryx2, a present-day zero-copy IPC middleware, runs beside them
-//! as a peer the paper could not have measured ([`crate::iceoryx`]).
+//! as a peer the paper could not have measured ([`crate::lab::fbufs::iceoryx`]).
 //!
 //! Every contender's receiver checks every page of every message once the clock has stopped
 //! (`zcio_fbufs::bench`, "Checking what is timed"; iceoryx2's the same way): a message that did
 //! not arrive as it was sent fails the run with the receiver's account, naming the contender,
 //! the message and the page.
 
-use crate::iceoryx;
+use crate::lab::fbufs::iceoryx;
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
 use schemars::JsonSchema;
@@ -53,7 +53,7 @@ pub struct FbufsArgs {
 pub enum Entrant {
     /// Fbufs, page remapping or a copying path (`zcio_fbufs::bench`).
     Fbufs(Contender),
-    /// iceoryx2's publish-subscribe between the same two processes ([`crate::iceoryx`]).
+    /// iceoryx2's publish-subscribe between the same two processes ([`crate::lab::fbufs::iceoryx`]).
     Iceoryx2,
 }
 

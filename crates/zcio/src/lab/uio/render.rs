@@ -2,11 +2,11 @@
 //! queries by the kernel's buffered reads and by the layer's variants (Figures 5, 7, 8, 9),
 //! the kernel variant's CPU split (Figure 6), and fio beside the layer alone.
 
-use crate::report::Results;
+use crate::lab::uio::measure::{Row, UioSection, VARIANTS};
 use crate::report::doc::Block;
-use crate::report::genie_doc::{figure, h, p, table};
 use crate::report::plot::{Chart, Scale, Series, Style};
-use crate::uio_bench::{Row, UioSection, VARIANTS};
+use crate::report::results::Results;
+use crate::report::text::{figure, h, p, table};
 
 fn row<'a>(u: &'a UioSection, variant: &str, cache: &str, n: usize) -> Option<&'a Row> {
     u.rows

@@ -1,0 +1,247 @@
+//! The experiments, one per folder: what each measures, how much per preset, and what the
+//! report says about it.
+//!
+//! Every experiment but Genie's implements [`Experiment`]; [`run`] is the one runner they
+//! share, and [`LABS`] the registry `zcio report` runs, renders and lists from. Genie's seven
+//! experiments share one section and one runner of their own ([`genie`]).
+
+pub mod fbufs;
+pub mod genie;
+pub mod sequoia;
+pub mod uio;
+pub mod vmmr;
+
+use sequoia::{checksum, containers, splice};
+
+use crate::report::doc::Block;
+use crate::report::preset::Preset;
+use crate::report::results::{ExperimentRecord, Results};
+use crate::transfer::Res;
+use std::time::Instant;
+
+/// One experiment: its name, how much it measures at each preset, the measurement, its section
+/// of `results.json`, and the report's prose about it.
+pub trait Experiment {
+    /// The experiment's one name: its folder, its id for `zcio report --only`, its
+    /// `zcio bench` verb and (but for the containers' `frames`, kept for the files already
+    /// written) its section of `results.json`.
+    const ID: &'static str;
+    /// The paper it reproduces (`000` … `004`).
+    const PAPER: &'static str;
+    /// What it reproduces.
+    const TITLE: &'static str;
+    /// What a preset stands for: the measurement's arguments.
+    type Plan;
+    /// What it measured: its section of `results.json`, what `zcio bench <id> --json` prints.
+    type Section: serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema;
+    /// The plan of `preset`.
+    fn plan(preset: Preset) -> Self::Plan;
+    /// Progress steps `measure` reports that it does not add to the bar's length itself.
+    fn units(_plan: &Self::Plan) -> u64 {
+        0
+    }
+    /// Measure, reporting progress on `bar`.
+    fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section>;
+    /// Store the section in the results.
+    fn store(results: &mut Results, section: Self::Section);
+    /// What the report's summary says about it (nothing when it did not run).
+    fn findings(results: &Results) -> Vec<String>;
+    /// Its sections of the report (nothing when it did not run).
+    fn render(results: &Results) -> Vec<Block>;
+}
+
+/// What a run of the report shares with every experiment.
+pub struct Run<'a> {
+    /// The preset.
+    pub preset: Preset,
+    /// The experiments `--only` selected (and those they need).
+    pub selected: &'a [&'static Lab],
+    /// Where the file module's experiments write.
+    pub dir: &'a std::path::Path,
+    /// The machine.
+    pub machine: &'a crate::report::machine::Machine,
+    /// The progress bar.
+    pub bar: &'a indicatif::ProgressBar,
+}
+
+impl Run<'_> {
+    /// Whether the experiment `id` is selected.
+    pub fn on(&self, id: &str) -> bool {
+        self.selected.iter().any(|e| e.id == id)
+    }
+}
+
+/// How a registry entry measures: into the results, giving the records of what ran.
+pub type Measure = fn(&Run, &mut Results) -> Res<Vec<ExperimentRecord>>;
+
+/// One entry of the registry: an experiment as `zcio report` knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Lab {
+    /// Id for `--only`.
+    pub id: &'static str,
+    /// Paper number (`000` … `004`).
+    pub paper: &'static str,
+    /// What it reproduces.
+    pub title: &'static str,
+    /// Experiments whose results it needs (run with it when `--only` selects it).
+    pub needs: &'static [&'static str],
+    /// Measure it (when selected) into the results; the records of what ran. `None`: it
+    /// is measured by the first entry of its group (Genie's).
+    pub run: Option<Measure>,
+    /// The report's findings about it; `None` for all but the first of a group.
+    pub findings: Option<fn(&Results) -> Vec<String>>,
+    /// The report's sections about it; `None` for all but the first of a group.
+    pub render: Option<fn(&Results) -> Vec<Block>>,
+}
+
+impl Lab {
+    /// The registry entry of an [`Experiment`].
+    pub const fn of<E: Experiment>() -> Lab {
+        Lab {
+            id: E::ID,
+            paper: E::PAPER,
+            title: E::TITLE,
+            needs: &[],
+            run: Some(run::<E>),
+            findings: Some(E::findings),
+            render: Some(E::render),
+        }
+    }
+}
+
+/// Every experiment, in the order they run and the report shows them.
+pub const LABS: &[Lab] = &[
+    genie::LATENCY,
+    genie::SHORT,
+    genie::CPU,
+    genie::MODULES,
+    genie::BANDWIDTH,
+    genie::HUGE,
+    genie::THROUGHPUT,
+    Lab::of::<fbufs::Fbufs>(),
+    Lab::of::<vmmr::Vmmr>(),
+    Lab::of::<checksum::Checksum>(),
+    Lab::of::<containers::Containers>(),
+    Lab::of::<splice::Splice>(),
+    Lab::of::<uio::Uio>(),
+];
+
+/// The runner every [`Experiment`] shares: measure it if selected, store its section and
+/// record it; if it fails, no section and a record naming the failure (one failing
+/// experiment does not take the others' results with it).
+pub fn run<E: Experiment>(run: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
+    let Some(lab) = run.selected.iter().find(|e| e.id == E::ID) else {
+        return Ok(Vec::new());
+    };
+    let plan = E::plan(run.preset);
+    let t0 = Instant::now();
+    run.bar.inc_length(E::units(&plan));
+    match E::measure(&plan, run.bar) {
+        Ok(section) => {
+            E::store(results, section);
+            Ok(vec![finished(lab, t0, run.bar)])
+        }
+        Err(e) => Ok(vec![failed(lab, &e.to_string(), run.bar)]),
+    }
+}
+
+/// Say something above the progress bar, or on stderr when there is no terminal to draw it on.
+fn say(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// Record an experiment that ran since `t0`, and say so.
+pub fn finished(e: &Lab, t0: Instant, bar: &indicatif::ProgressBar) -> ExperimentRecord {
+    let d = t0.elapsed().as_secs_f64();
+    say(bar, format!("{:<18} {:>7.1} s  {}", e.id, d, e.title));
+    ExperimentRecord {
+        id: e.id.into(),
+        paper: e.paper.into(),
+        title: e.title.into(),
+        duration_s: d,
+        error: None,
+    }
+}
+
+/// Record an experiment that failed with `error`, and say so.
+pub fn failed(e: &Lab, error: &str, bar: &indicatif::ProgressBar) -> ExperimentRecord {
+    say(bar, format!("{} failed: {error}", e.id));
+    ExperimentRecord {
+        id: e.id.into(),
+        paper: e.paper.into(),
+        title: e.title.into(),
+        duration_s: 0.0,
+        error: Some(error.into()),
+    }
+}
+
+/// The findings of every experiment that ran, in the registry's order.
+pub fn findings(results: &Results) -> Vec<String> {
+    LABS.iter()
+        .filter_map(|l| l.findings)
+        .flat_map(|f| f(results))
+        .collect()
+}
+
+/// The sections of every experiment that ran, in the registry's order.
+pub fn render(results: &Results) -> Vec<Block> {
+    LABS.iter()
+        .filter_map(|l| l.render)
+        .flat_map(|f| f(results))
+        .collect()
+}
+
+/// Which experiments `only` selects (all when empty); an unknown id is an error naming it.
+pub fn select(only: &[String]) -> Res<Vec<&'static Lab>> {
+    for o in only {
+        if !LABS.iter().any(|e| e.id.starts_with(o.as_str())) {
+            let ids: Vec<_> = LABS.iter().map(|e| e.id).collect();
+            return Err(format!(
+                "invalid argument `--only {o}`: no such experiment (known: {})",
+                ids.join(", ")
+            )
+            .into());
+        }
+    }
+    let mut wanted: Vec<&str> = LABS
+        .iter()
+        .filter(|e| only.is_empty() || only.iter().any(|o| e.id.starts_with(o.as_str())))
+        .map(|e| e.id)
+        .collect();
+    for e in LABS {
+        if wanted.contains(&e.id) {
+            wanted.extend(e.needs.iter().copied());
+        }
+    }
+    // In registry order, so that what an experiment needs runs before it.
+    Ok(LABS.iter().filter(|e| wanted.contains(&e.id)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_experiment_leaves_a_record_naming_the_failure() {
+        let bar = indicatif::ProgressBar::hidden();
+        let lab = LABS.iter().find(|l| l.id == "containers").unwrap();
+        let record = failed(lab, "fcntl(F_ADD_SEALS) failed", &bar);
+        assert_eq!(record.id, "containers");
+        assert_eq!(record.paper, "003");
+        assert_eq!(record.error.as_deref(), Some("fcntl(F_ADD_SEALS) failed"));
+    }
+
+    #[test]
+    fn ids_are_unique_and_needs_known() {
+        for (i, l) in LABS.iter().enumerate() {
+            assert!(LABS[..i].iter().all(|m| m.id != l.id), "{} twice", l.id);
+            for n in l.needs {
+                assert!(LABS[..i].iter().any(|m| m.id == *n), "{} needs {n}", l.id);
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Paper 003's frame experiment: frames through relay processes to a display, by sealed and volatile containers and by read/write.
+
+pub mod measure;
+pub mod render;
+
+use crate::lab::Experiment;
+use crate::report::doc::Block;
+use crate::report::preset::Preset;
+use crate::report::results::Results;
+use crate::transfer::Res;
+
+/// Figure 4 of paper 003.
+pub struct Containers;
+
+impl Experiment for Containers {
+    const ID: &'static str = "containers";
+    const PAPER: &'static str = "003";
+    const TITLE: &'static str = "Figure 4: 640x480 frames through pipelines of relay processes to a display process, by sealed and volatile containers and by read/write";
+    type Plan = crate::lab::sequoia::containers::measure::FramesArgs;
+    type Section = crate::lab::sequoia::containers::measure::FramesSection;
+
+    fn plan(preset: Preset) -> Self::Plan {
+        match preset {
+            Preset::Smoke => crate::lab::sequoia::containers::measure::FramesArgs {
+                frames: Some(20),
+                rounds: Some(1),
+                relays: Some(vec![1, 2]),
+                json: false,
+            },
+            Preset::Quick => crate::lab::sequoia::containers::measure::FramesArgs::default(),
+            Preset::Full => crate::lab::sequoia::containers::measure::FramesArgs {
+                frames: Some(3000),
+                rounds: Some(7),
+                relays: Some(vec![1, 2, 3]),
+                json: false,
+            },
+        }
+    }
+
+    fn units(plan: &Self::Plan) -> u64 {
+        plan.runs() as u64
+    }
+
+    fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
+        crate::lab::sequoia::containers::measure::measure(plan, &mut |m| {
+            bar.set_message(m);
+            bar.inc(1);
+        })
+    }
+
+    fn store(results: &mut Results, section: Self::Section) {
+        results.frames = Some(section);
+    }
+
+    fn findings(results: &Results) -> Vec<String> {
+        crate::lab::sequoia::containers::render::frames_findings(results)
+    }
+
+    fn render(results: &Results) -> Vec<Block> {
+        crate::lab::sequoia::containers::render::frames_blocks(results)
+    }
+}

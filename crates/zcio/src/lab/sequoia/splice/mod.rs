@@ -1,0 +1,64 @@
+//! Paper 003's peer-to-peer I/O: splice against a read/write loop.
+
+pub mod ends;
+pub mod measure;
+pub mod render;
+pub mod stream;
+
+use crate::lab::Experiment;
+use crate::report::doc::Block;
+use crate::report::preset::Preset;
+use crate::report::results::Results;
+use crate::transfer::Res;
+
+/// Paper 003's peer-to-peer I/O.
+pub struct Splice;
+
+impl Experiment for Splice {
+    const ID: &'static str = "splice";
+    const PAPER: &'static str = "003";
+    const TITLE: &'static str = "Peer-to-peer I/O: splice against a read/write loop, file to socket, file to file, socket to file: throughput, latency, CPU availability";
+    type Plan = crate::lab::sequoia::splice::measure::SpliceArgs;
+    type Section = crate::lab::sequoia::splice::measure::SpliceSection;
+
+    fn plan(preset: Preset) -> Self::Plan {
+        match preset {
+            Preset::Smoke => crate::lab::sequoia::splice::measure::SpliceArgs {
+                mib: Some(2),
+                rounds: Some(1),
+                seconds: Some(0.05),
+                ..Default::default()
+            },
+            Preset::Quick => crate::lab::sequoia::splice::measure::SpliceArgs::default(),
+            Preset::Full => crate::lab::sequoia::splice::measure::SpliceArgs {
+                mib: Some(256),
+                rounds: Some(9),
+                seconds: Some(2.0),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn units(_plan: &Self::Plan) -> u64 {
+        3
+    }
+
+    fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
+        crate::lab::sequoia::splice::measure::measure(plan, &mut |m| {
+            bar.set_message(m);
+            bar.inc(1);
+        })
+    }
+
+    fn store(results: &mut Results, section: Self::Section) {
+        results.splice = Some(section);
+    }
+
+    fn findings(results: &Results) -> Vec<String> {
+        crate::lab::sequoia::splice::render::splice_findings(results)
+    }
+
+    fn render(results: &Results) -> Vec<Block> {
+        crate::lab::sequoia::splice::render::splice_blocks(results)
+    }
+}

@@ -1,0 +1,62 @@
+//! Paper 004 (UIO): concurrent SQLite scans by kernel I/O and by user-level I/O.
+
+pub mod measure;
+pub mod render;
+
+use crate::lab::Experiment;
+use crate::report::doc::Block;
+use crate::report::preset::Preset;
+use crate::report::results::Results;
+use crate::transfer::Res;
+
+/// Figures 5-9 of paper 004.
+pub struct Uio;
+
+impl Experiment for Uio {
+    const ID: &'static str = "uio";
+    const PAPER: &'static str = "004";
+    const TITLE: &'static str = "Figures 5-9: N concurrent SQLite scans of Wisconsin tables by kernel I/O and by user-level I/O (ring or system-call initiation, registered or per-request buffers), warm and cold; the kernel's CPU split; fio beside the layer";
+    type Plan = crate::lab::uio::measure::UioArgs;
+    type Section = crate::lab::uio::measure::UioSection;
+
+    fn plan(preset: Preset) -> Self::Plan {
+        match preset {
+            Preset::Smoke => crate::lab::uio::measure::UioArgs {
+                rows: Some(10_001),
+                queries: Some(vec![1, 2]),
+                rounds: Some(1),
+                cache: Some(vec!["warm".into()]),
+                ..Default::default()
+            },
+            Preset::Quick => crate::lab::uio::measure::UioArgs::default(),
+            Preset::Full => crate::lab::uio::measure::UioArgs {
+                rows: Some(500_000),
+                rounds: Some(5),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn units(plan: &Self::Plan) -> u64 {
+        plan.steps() as u64 + 16
+    }
+
+    fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
+        crate::lab::uio::measure::measure(plan, &mut |m| {
+            bar.set_message(m);
+            bar.inc(1);
+        })
+    }
+
+    fn store(results: &mut Results, section: Self::Section) {
+        results.uio = Some(section);
+    }
+
+    fn findings(results: &Results) -> Vec<String> {
+        crate::lab::uio::render::findings(results)
+    }
+
+    fn render(results: &Results) -> Vec<Block> {
+        crate::lab::uio::render::blocks(results)
+    }
+}
