@@ -7,9 +7,7 @@
 //! `EAGAIN` is deferred and handled again after that read; and they are counted by the TCOW
 //! counters, not in `move_calls` or `pages_moved`.
 
-use super::{
-    ActiveOutput, BOUNCE_SLOT, HSPARES_KEPT, Stashed, State, VmRuntime, moves::retry_eagain,
-};
+use super::{ActiveOutput, BOUNCE_SLOT, HSPARES_KEPT, Stashed, State, VmRuntime};
 use crate::mapping::Mapping;
 use crate::page::{HUGE_PAGE_SIZE, RawRange, page_size};
 use crate::uffd::Userfaultfd;
@@ -65,6 +63,13 @@ impl VmRuntime {
         match held {
             Held::Slot(slot) => return self.finish_tcow(u, st, page, Some(slot)),
             Held::Bounce => return self.finish_tcow(u, st, page, None),
+            Held::Huge { orig, spare } => {
+                let base = page & !(HUGE_PAGE_SIZE - 1);
+                return match self.finish_tcow_pmd(u, st, base, orig, spare) {
+                    PmdTcow::Deferred(h) => Some((page, h)),
+                    _ => None,
+                };
+            }
             Held::Nothing | Held::Waiting => {}
         }
         if st.transient.iter().any(|t| t.contains(&pr)) {
@@ -95,6 +100,7 @@ impl VmRuntime {
             match self.tcow_pmd(u, st, page) {
                 PmdTcow::Done => return None,
                 PmdTcow::Again => return Some((page, held)),
+                PmdTcow::Deferred(h) => return Some((page, h)),
                 PmdTcow::NotHere => {}
             }
         }
@@ -161,7 +167,11 @@ impl VmRuntime {
                         .iter()
                         .any(|s| s.output == o.id && pmd.contains_addr(s.page)))
         });
-        if !fits || st.transient.iter().any(|t| t.intersect(&pmd).is_some()) {
+        // (Room in `transient` too, for the PMD to wait there if step 3 must be deferred.)
+        if !fits
+            || st.transient.iter().any(|t| t.intersect(&pmd).is_some())
+            || st.transient.len() == st.transient.capacity()
+        {
             return PmdTcow::NotHere;
         }
         if !crate::huge::is_pmd_mapped(base) {
@@ -204,28 +214,75 @@ impl VmRuntime {
                 HUGE_PAGE_SIZE,
             )
         };
-        // Step 3: the copy in at the PMD, writable; this wakes the writer. Unlike the other TCOW
-        // moves, this one retries `EAGAIN` (although on the handler thread, see
-        // [`retry_eagain`]); when the retries run out, the PMD is filled by copy below.
-        // SAFETY: the PMD is empty since step 1; the spare slot is ours.
-        let moved_in = retry_eagain(
-            |e: &crate::uffd::MoveError| Some(e.errno),
-            || unsafe { u.move_pages(base, slot_addr(spare), HUGE_PAGE_SIZE, false, false) },
-        );
-        if moved_in.is_ok() {
-            st.hfree.push(spare);
-        } else {
-            // SAFETY: fill the empty PMD with a copy of the original page by page (4 KiB pages:
-            // the application loses the huge page here, not its bytes), waking the writer.
-            let filled = unsafe { u.copy(base, slot_addr(orig), HUGE_PAGE_SIZE, false) };
-            st.hspare.push(spare);
-            if filled.is_err() {
-                // SAFETY: undo step 1: the original back to its empty place.
-                let _ = unsafe { u.move_pages(base, slot_addr(orig), HUGE_PAGE_SIZE, true, false) };
-                st.hfree.push(orig);
-                return PmdTcow::NotHere;
+        self.finish_tcow_pmd(u, st, base, orig, spare)
+    }
+
+    /// PMD TCOW step 3 and its bookkeeping: the copy in slot `spare` moved in at the empty PMD
+    /// `base` (writable; this wakes the writer), the original in slot `orig` kept for the
+    /// outputs that need it. One attempt: on the handler thread an `EAGAIN` cannot end before
+    /// the handler reads its events, so the PMD waits in transition (a missing fault on it
+    /// waits too, rather than getting zero pages) and step 3 is tried again after that read.
+    /// Where the kernel refuses the move otherwise, the PMD is filled by copy, 4 KiB at a time.
+    fn finish_tcow_pmd(
+        &self,
+        u: &Userfaultfd,
+        st: &mut State,
+        base: usize,
+        orig: usize,
+        spare: usize,
+    ) -> PmdTcow {
+        let h = self
+            .hstash
+            .as_ref()
+            .expect("PMD TCOW only with a huge stash");
+        let slot_addr = |s: usize| h.addr() + s * HUGE_PAGE_SIZE;
+        let pmd = RawRange {
+            addr: base,
+            len: HUGE_PAGE_SIZE,
+        };
+        let defer = |st: &mut State| {
+            if !st.transient.contains(&pmd) {
+                st.transient.push(pmd);
+            }
+            PmdTcow::Deferred(Held::Huge { orig, spare })
+        };
+        let injected = INJECT_PMD_AGAIN
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if injected {
+            return defer(st);
+        }
+        // SAFETY: the PMD is empty since step 1 (or, on a retry after a part was filled, the
+        // move fails without touching anything); the spare slot is ours.
+        match unsafe { u.move_pages(base, slot_addr(spare), HUGE_PAGE_SIZE, false, false) } {
+            Ok(_) => st.hfree.push(spare),
+            Err(e) if e.errno == libc::EAGAIN && e.moved == 0 => return defer(st),
+            Err(_) => {
+                // Refused, or moved in part: fill what is still empty with a copy of the
+                // original, 4 KiB at a time (the application loses the huge page here, not its
+                // bytes), then wake the writer.
+                let ps = page_size();
+                for off in (0..HUGE_PAGE_SIZE).step_by(ps) {
+                    // SAFETY: one page of the PMD, empty or (EEXIST) already filled; the
+                    // original slot is ours.
+                    match unsafe { u.copy(base + off, slot_addr(orig) + off, ps, true) } {
+                        Ok(_) => {}
+                        Err(f) if f.errno() == Some(libc::EEXIST) => {}
+                        Err(f) if f.errno() == Some(libc::EAGAIN) => return defer(st),
+                        Err(_) => {
+                            // The range is gone (unmapped): nobody waits for it any more.
+                            st.transient.retain(|t| *t != pmd);
+                            self.free_hslot_locked(st, orig);
+                            st.hspare.push(spare);
+                            return PmdTcow::NotHere;
+                        }
+                    }
+                }
+                let _ = u.wake(pmd);
+                st.hspare.push(spare);
             }
         }
+        st.transient.retain(|t| *t != pmd);
         self.counters
             .tcow_huge_copies
             .fetch_add(1, Ordering::Relaxed);
@@ -430,12 +487,28 @@ impl VmRuntime {
     }
 }
 
+/// Fault injection for tests: this many PMD TCOW step 3 attempts behave as if the kernel said
+/// `EAGAIN` ([`VmRuntime::inject_pmd_tcow_again`]).
+static INJECT_PMD_AGAIN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl VmRuntime {
+    /// Fault injection for tests: the next `n` attempts at PMD TCOW step 3 (the copy moved in)
+    /// are deferred as if the address space were changing, so that the deferred path runs.
+    /// Returns how many injections from an earlier call were still unused.
+    #[doc(hidden)]
+    pub fn inject_pmd_tcow_again(&self, n: u32) -> u32 {
+        INJECT_PMD_AGAIN.swap(n, Ordering::Relaxed)
+    }
+}
+
 /// What an attempt at TCOW on a whole PMD came to.
 enum PmdTcow {
     /// The huge page is in the huge stash, a copy of it at the faulting PMD; the writer woken.
     Done,
     /// The address space was changing (`EAGAIN`): try the fault again later.
     Again,
+    /// Steps 1 and 2 done, step 3 to be tried again later from where this says.
+    Deferred(Held),
     /// Not a case for 2 MiB (not PMD-mapped, not wholly under the outputs, no huge slot, the
     /// kernel refused the move): the 4 KiB path handles the fault.
     NotHere,
@@ -457,6 +530,15 @@ pub(super) enum Held {
     /// The original could not be moved and the bounce slot was busy; the write waits (counted
     /// once) and TCOW is tried again about every millisecond.
     Waiting,
+    /// PMD TCOW steps 1 and 2 done: the original huge page is in huge stash slot `orig`, its
+    /// copy in slot `spare`, and the PMD is empty (in transition) until step 3 moves the copy
+    /// in, after the handler has read the event that made the kernel say `EAGAIN`.
+    Huge {
+        /// The slot holding the original.
+        orig: usize,
+        /// The slot holding the copy.
+        spare: usize,
+    },
 }
 
 /// What the bounce slot holds between TCOW steps 1 and 2.
