@@ -127,9 +127,10 @@ pub struct VmStats {
     pub wp_lifted: u64,
     /// Missing-page faults served with zero pages.
     pub missing_faults: u64,
-    /// Pages moved by swaps and region fills.
+    /// Pages moved by swaps, region moves and reverse copyout (not TCOW's moves, which
+    /// `tcow_copies` and `tcow_huge_copies` count, nor the moves that undo a failed swap).
     pub pages_moved: u64,
-    /// Move calls (ioctls) issued.
+    /// `UFFDIO_MOVE` calls issued for the moves `pages_moved` counts, retries included.
     pub move_calls: u64,
     /// Pages that could not be moved and were copied instead.
     pub move_fallback_copies: u64,
