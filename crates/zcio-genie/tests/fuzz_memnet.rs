@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use zcio_genie::memnet::{
     self, Descriptor, MAX_MESSAGE, MemnetEndpoint, decode_completion, decode_descriptor,
 };
+use zcio_genie::semantics::Allocation;
 use zcio_genie::{InputBuffering, Semantics};
 use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
@@ -193,17 +194,14 @@ fn tamper(
     Ok(())
 }
 
-/// The system-allocated semantics, whose input allocates a region of the announced length.
-const MOVES: [Semantics; 4] = [
-    Semantics::Move,
-    Semantics::EmulatedMove,
-    Semantics::WeakMove,
-    Semantics::EmulatedWeakMove,
-];
-
 #[test]
 fn a_peer_rewriting_the_rings_gets_errors_never_a_panic_or_a_hang() {
     let (desc, done) = honest_slots();
+    // The system-allocated semantics, whose input allocates a region of the announced length.
+    let moves: Vec<Semantics> = Semantics::ALL
+        .into_iter()
+        .filter(|s| s.allocation() == Allocation::System)
+        .collect();
     fuzz(REGRESSIONS, |u| {
         let (mut a, mut b, arena) = link();
         // Side 0 sends a few messages; side 1 takes some of them honestly.
@@ -243,7 +241,7 @@ fn a_peer_rewriting_the_rings_gets_errors_never_a_panic_or_a_hang() {
                 // Into a region the receiver allocates from the forged length (up to 1 GiB and
                 // beyond: EDGES): refused or failed with the sender gone, never a region filled
                 // from nowhere.
-                let sem = *u.choose(&MOVES)?;
+                let sem = *u.choose(&moves)?;
                 b.recv_region(sem, buffering).map(|(r, _)| {
                     assert!(!r.is_empty() && r.len() <= MAX_MESSAGE, "{} bytes", r.len());
                     r.len()
