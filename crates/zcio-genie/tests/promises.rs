@@ -432,7 +432,7 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
     if rt.capabilities().tcow == TcowMode::MprotectSleepOnWrite {
         zcio_vm::skip::skip(
             zcio_vm::skip::Capability::UffdWp,
-            "without userfaultfd a write waits for the output by design (mprotect)",
+            "the stash and its bounce slot are userfaultfd's (without it the mprotect fallback copies the range: tests/without_userfaultfd.rs)",
         );
         return;
     }

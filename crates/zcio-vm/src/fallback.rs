@@ -1,17 +1,26 @@
 //! TCOW's fallback when userfaultfd is unavailable: `mprotect(PROT_READ)` plus a `SIGSEGV`
-//! handler that makes a writing thread *sleep on write* (paper 000, §2.3) until the output that
-//! protects the page completes. The handler is async-signal-safe: it reads a fixed table of
-//! atomics and waits on a futex; faults that are not zcio's go to the previously installed action.
+//! handler. A write into a protected range of private anonymous memory gets the range copied:
+//! the handler copies the whole range into fresh pages and `mremap`s them over it, so the writer
+//! goes on at once on its own copy while the output keeps the original pages (TCOW by copy, one
+//! copy per range and output). A write into any other memory (a shared or file mapping, whose
+//! pages cannot be replaced without losing the file) *sleeps on write* (paper 000, §2.3) until
+//! the output that protects the page completes, as does a write when the copy cannot be made
+//! (no memory). The handler is async-signal-safe: it reads a fixed table of atomics, makes raw
+//! system calls (`mmap`, `mremap`, `munmap`, futex) and copies memory; faults that are not
+//! zcio's go to the previously installed action.
 //!
-//! Limits, compared with the userfaultfd path: a write waits instead of getting a private copy;
-//! a system call that writes into a protected buffer gets `EFAULT` instead of waiting; each
-//! protected range splits the application's mapping (merged back on release).
+//! Limits, compared with the userfaultfd path: the first write copies the whole range, not one
+//! page; the copy is an ordinary mapping (a `madvise` or `mlock` the application made on the
+//! range does not carry over); a sleeping write waits for the output's completion, which a
+//! single-threaded application must reap from another thread; a system call that writes into a
+//! protected buffer gets `EFAULT` instead of waiting; each protected range splits the
+//! application's mapping (merged back on release).
 
 use crate::error::{Result, VmError};
 use crate::page::RawRange;
 use std::cell::Cell;
 use std::sync::Once;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const ENTRIES: usize = 1024;
 
@@ -19,8 +28,36 @@ struct Entry {
     start: AtomicUsize,
     end: AtomicUsize,
     id: AtomicU64,
-    /// 0 free, 1 protected, 2 claimed (being filled).
+    /// [`FREE`], [`PROTECTED`], [`CLAIMED`], [`COPYING`] or [`COPIED`].
     state: AtomicU32,
+    /// The range is private anonymous memory: a write may replace it with a copy.
+    private: AtomicBool,
+}
+
+/// A free slot.
+const FREE: u32 = 0;
+/// Protected: a write copies the range (private memory) or sleeps until release.
+const PROTECTED: u32 = 1;
+/// Claimed by [`protect`], being filled.
+const CLAIMED: u32 = 2;
+/// A writer is copying the range; other writers wait for it.
+const COPYING: u32 = 3;
+/// The range was replaced by a copy: writable, nothing to wait for; freed on release.
+const COPIED: u32 = 4;
+
+/// Ranges copied by the handler, their pages, and writes that slept.
+static COPIES: AtomicU64 = AtomicU64::new(0);
+static COPIED_BYTES: AtomicU64 = AtomicU64::new(0);
+static SLEPT: AtomicU64 = AtomicU64::new(0);
+
+/// What the handler did so far: (writes that got a copy of their range, bytes copied, writes
+/// that slept until the output completed).
+pub(crate) fn counts() -> (u64, u64, u64) {
+    (
+        COPIES.load(Ordering::Relaxed),
+        COPIED_BYTES.load(Ordering::Relaxed),
+        SLEPT.load(Ordering::Relaxed),
+    )
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -28,7 +65,8 @@ const EMPTY: Entry = Entry {
     start: AtomicUsize::new(0),
     end: AtomicUsize::new(0),
     id: AtomicU64::new(0),
-    state: AtomicU32::new(0),
+    state: AtomicU32::new(FREE),
+    private: AtomicBool::new(false),
 };
 static TABLE: [Entry; ENTRIES] = [EMPTY; ENTRIES];
 static INSTALL: Once = Once::new();
@@ -59,30 +97,62 @@ fn install() {
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
+    let within =
+        |e: &Entry| addr >= e.start.load(Ordering::Relaxed) && addr < e.end.load(Ordering::Relaxed);
     for e in TABLE.iter() {
-        if e.state.load(Ordering::Acquire) == 1
-            && addr >= e.start.load(Ordering::Relaxed)
-            && addr < e.end.load(Ordering::Relaxed)
-        {
-            // Ours: sleep until the output completes, then let the write retry.
-            while e.state.load(Ordering::Acquire) == 1
-                && addr >= e.start.load(Ordering::Relaxed)
-                && addr < e.end.load(Ordering::Relaxed)
-            {
-                // SAFETY: futex wait on a static atomic; async-signal-safe system call.
-                unsafe {
-                    libc::syscall(
-                        libc::SYS_futex,
-                        e.state.as_ptr(),
-                        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                        1u32,
-                        std::ptr::null::<libc::timespec>(),
-                    );
-                }
-            }
-            LAST_UNKNOWN.with(|c| c.set(0));
-            return;
+        let state = e.state.load(Ordering::Acquire);
+        if !(state == PROTECTED || state == COPYING) || !within(e) {
+            continue;
         }
+        // Ours. Private memory: the first writer copies the range, the others wait for it.
+        if e.private.load(Ordering::Relaxed)
+            && e.state
+                .compare_exchange(PROTECTED, COPYING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let (start, end) = (
+                e.start.load(Ordering::Relaxed),
+                e.end.load(Ordering::Relaxed),
+            );
+            if copy_over(start, end - start) {
+                COPIES.fetch_add(1, Ordering::Relaxed);
+                COPIED_BYTES.fetch_add((end - start) as u64, Ordering::Relaxed);
+                // A release meanwhile freed the slot: leave it to whoever holds it now.
+                let _ =
+                    e.state
+                        .compare_exchange(COPYING, COPIED, Ordering::AcqRel, Ordering::Relaxed);
+                wake(e);
+                LAST_UNKNOWN.with(|c| c.set(0));
+                return;
+            }
+            // No memory for the copy: sleep like any other write.
+            let _ =
+                e.state
+                    .compare_exchange(COPYING, PROTECTED, Ordering::AcqRel, Ordering::Relaxed);
+            wake(e);
+        }
+        if e.state.load(Ordering::Acquire) == PROTECTED {
+            SLEPT.fetch_add(1, Ordering::Relaxed);
+        }
+        // Sleep until the output completes (or the copy is made), then let the write retry.
+        loop {
+            let s = e.state.load(Ordering::Acquire);
+            if !(s == PROTECTED || s == COPYING) || !within(e) {
+                break;
+            }
+            // SAFETY: futex wait on a static atomic; async-signal-safe system call.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    e.state.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    s,
+                    std::ptr::null::<libc::timespec>(),
+                );
+            }
+        }
+        LAST_UNKNOWN.with(|c| c.set(0));
+        return;
     }
     // Not in the table. If this address faulted just before, it is not ours: chain. Otherwise
     // the protection may have been lifted between the fault and now: retry once.
@@ -110,15 +180,108 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     }
 }
 
-/// Write-protect the full pages `r` of output `id` with `mprotect`, registering them for
-/// sleep-on-write.
+/// Replace `len` bytes at `addr` (whole pages, readable) with a writable copy of them: fresh
+/// anonymous pages, filled, then moved over the range in one `mremap` (readers never see the
+/// range empty). What referenced the old pages (the output) keeps them. Async-signal-safe.
+/// False if the copy could not be made (the range is left as it was).
+fn copy_over(addr: usize, len: usize) -> bool {
+    // SAFETY: a fresh private anonymous mapping, ours alone.
+    let fresh = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if fresh == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: the range is mapped and readable (write-protected for an output; a release
+    // meanwhile only restores write access, and the application cannot unmap a buffer it is
+    // writing to); `fresh` is `len` bytes of our own, disjoint from it.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, fresh.cast::<u8>(), len) };
+    // SAFETY: moves our fresh mapping over the application's range, which the application
+    // handed to zcio for this output and is writing to right now (so it is still its buffer);
+    // the old pages stay alive for the references the output holds.
+    let moved = unsafe {
+        libc::mremap(
+            fresh,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            addr as *mut libc::c_void,
+        )
+    };
+    if moved == libc::MAP_FAILED {
+        // SAFETY: our own mapping, still where mmap put it.
+        unsafe { libc::munmap(fresh, len) };
+        return false;
+    }
+    true
+}
+
+/// Wake the writers waiting on `e`.
+fn wake(e: &Entry) {
+    // SAFETY: futex wake on a static atomic.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            e.state.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
+}
+
+/// Whether every page of `r` is private anonymous memory (a copy may replace it), from
+/// `/proc/self/maps`.
+fn private_anonymous(r: RawRange) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let mut covered = r.addr;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(span), Some(perms), Some(_off), Some(_dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            return false;
+        };
+        let path = f.next().unwrap_or("");
+        let Some((a, b)) = span.split_once('-') else {
+            return false;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            return false;
+        };
+        if b <= covered || a >= r.end() {
+            continue;
+        }
+        let anonymous = inode == "0" && !path.starts_with('/');
+        if a > covered || !perms.ends_with('p') || !anonymous {
+            return false;
+        }
+        covered = b;
+        if covered >= r.end() {
+            return true;
+        }
+    }
+    false
+}
+
+/// Write-protect the full pages `r` of output `id` with `mprotect`, registering them for TCOW by
+/// copy (private anonymous memory) or sleep-on-write (any other).
 pub(crate) fn protect(id: u64, r: RawRange) -> Result<()> {
     install();
+    let private = private_anonymous(r);
     let slot = TABLE
         .iter()
         .find(|e| {
             e.state
-                .compare_exchange(0, 2, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(FREE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         })
         .ok_or(VmError::TooLarge {
@@ -129,11 +292,12 @@ pub(crate) fn protect(id: u64, r: RawRange) -> Result<()> {
     slot.start.store(r.addr, Ordering::Relaxed);
     slot.end.store(r.end(), Ordering::Relaxed);
     slot.id.store(id, Ordering::Relaxed);
-    slot.state.store(1, Ordering::Release);
+    slot.private.store(private, Ordering::Relaxed);
+    slot.state.store(PROTECTED, Ordering::Release);
     // SAFETY: the range is the full pages of a buffer the caller handed over for output;
-    // read-only access is the point (writes sleep in the handler until release).
+    // read-only access is the point (a write faults into the handler, which copies or sleeps).
     if let Err(e) = unsafe { crate::protect::set_access(r, crate::protect::Access::ReadOnly) } {
-        slot.state.store(0, Ordering::Release);
+        slot.state.store(FREE, Ordering::Release);
         return Err(e);
     }
     Ok(())
@@ -146,17 +310,10 @@ pub(crate) fn unprotect(id: u64, runs: &[RawRange]) {
         let _ = unsafe { crate::protect::set_access(*r, crate::protect::Access::ReadWrite) };
     }
     for e in TABLE.iter() {
-        if e.state.load(Ordering::Acquire) == 1 && e.id.load(Ordering::Relaxed) == id {
-            e.state.store(0, Ordering::Release);
-            // SAFETY: futex wake on a static atomic.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    e.state.as_ptr(),
-                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                    i32::MAX,
-                );
-            }
+        let state = e.state.load(Ordering::Acquire);
+        if matches!(state, PROTECTED | COPYING | COPIED) && e.id.load(Ordering::Relaxed) == id {
+            e.state.store(FREE, Ordering::Release);
+            wake(e);
         }
     }
 }

@@ -480,14 +480,18 @@ impl VmRuntime {
     /// Counters so far.
     pub fn stats(&self) -> VmStats {
         let c = &self.counters;
+        // The mprotect fallback's handler counts apart (it cannot reach the runtime): each
+        // write it served is a fault, each range it copied that many page copies.
+        let (range_copies, bytes, slept) = crate::fallback::counts();
+        let pages = bytes / page_size() as u64;
         VmStats {
-            tcow_faults: c.tcow_faults.load(Ordering::Relaxed),
-            tcow_copies: c.tcow_copies.load(Ordering::Relaxed),
+            tcow_faults: c.tcow_faults.load(Ordering::Relaxed) + range_copies + slept,
+            tcow_copies: c.tcow_copies.load(Ordering::Relaxed) + pages,
             tcow_huge_copies: c.tcow_huge_copies.load(Ordering::Relaxed),
-            tcow_copied_bytes: c.tcow_copied_bytes.load(Ordering::Relaxed),
+            tcow_copied_bytes: c.tcow_copied_bytes.load(Ordering::Relaxed) + bytes,
             tcow_bounced: c.tcow_bounced.load(Ordering::Relaxed),
             tcow_discards: c.tcow_discards.load(Ordering::Relaxed),
-            sleep_on_write: c.sleep_on_write.load(Ordering::Relaxed),
+            sleep_on_write: c.sleep_on_write.load(Ordering::Relaxed) + slept,
             wp_lifted: c.wp_lifted.load(Ordering::Relaxed),
             missing_faults: c.missing_faults.load(Ordering::Relaxed),
             pages_moved: c.pages_moved.load(Ordering::Relaxed),
