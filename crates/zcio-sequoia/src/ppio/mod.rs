@@ -10,11 +10,18 @@
 //! else, and `splice` through a pipe the splice owns for the rest (a socket source). The
 //! bytes never enter the application's memory, and there is no read/write loop behind it.
 //!
+//! [`DelegatedSplice`] runs the flows on a thread of its own: `start_flow` returns at once,
+//! and the caller polls, waits, or watches a descriptor for each flow's end.
+//!
 //! Descriptors are expected to block. A sink whose reader goes away mid-flow ends the flow with
 //! [`SpliceError::Sink`], which says how many bytes the sink took and how many were taken
 //! from the source but are still held in the splice's pipe (they go out first on the next
 //! flow): nothing is lost from the accounting. (Rust programs ignore `SIGPIPE`; a program that
 //! does not gets the signal instead, as with `write`.)
+
+mod delegated;
+
+pub use delegated::DelegatedSplice;
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
@@ -115,6 +122,12 @@ pub enum SpliceError {
     /// An increment of zero bytes.
     #[error("an increment of 0 bytes moves nothing")]
     ZeroIncrement,
+    /// Waiting for a flow where none was started.
+    #[error("no flow was started to wait for")]
+    NoFlow,
+    /// The thread of a [`DelegatedSplice`] is gone (it panicked): its flows cannot finish.
+    #[error("the splice's thread is gone; its pending flows will not finish")]
+    ThreadGone,
     /// Reading the source failed mid-flow.
     #[error("reading the source by {mechanism} failed after {moved} bytes of this flow: {source}")]
     Source {
