@@ -413,6 +413,18 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         return b;
     }
     b.push(h(3, "Figures 3 and 4 at 2 MiB: huge-page buffers"));
+    figure3(&mut b, g);
+    pooled_figures(&mut b, g);
+    if !g.huge_cpu.is_empty() {
+        figure4(&mut b, g);
+    }
+    table6(&mut b, g);
+    b
+}
+
+/// Figure 3 at 2 MiB: the granule the VM work used, latency on huge pages beside 4 KiB pages,
+/// and the paths each semantics took.
+fn figure3(b: &mut Vec<Block>, g: &GenieResults) {
     let granules: Vec<String> = {
         let mut v: Vec<String> = g.huge.iter().filter_map(|p| p.granule.clone()).collect();
         v.sort();
@@ -476,7 +488,10 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         "Median latency with huge-page buffers, and the 4 KiB pages' latency over it where Figure 3 has the length",
     ));
     b.push(modes_table(&g.huge, &lengths));
-    // Figures 6 and 7 at 2 MiB.
+}
+
+/// Figures 6 and 7 at 2 MiB: pooled input, aligned and not, with huge-page buffers.
+fn pooled_figures(b: &mut Vec<Block>, g: &GenieResults) {
     for (fig, i, what) in [
         (
             "6",
@@ -517,48 +532,53 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
             ),
         ));
     }
-    if !g.huge_cpu.is_empty() {
-        let pts: Vec<&Point> = g.huge_cpu.iter().collect();
-        b.push(figure(
-            "fig4-huge",
-            "I/O processing time (CPU µs per transfer, both processes, waits that sleep) against length with huge-page buffers.".into(),
-            Chart {
-                title: "Figure 4 at 2 MiB: I/O processing time, huge-page buffers".into(),
-                x_label: "message length (bytes)".into(),
-                y_label: "CPU time per transfer (µs)".into(),
-                x_scale: Scale::Log,
-                y_scale: Scale::Log,
-                series: curves(&pts, true, false),
-            },
-        ));
-        let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
-        let cpu_at = |s: Semantics| {
-            pts.iter()
-                .find(|x| x.semantics == s && x.bytes == largest)
-                .map(|x| x.cpu_ns)
-        };
-        let rows = Semantics::ALL
-            .iter()
-            .map(|s| {
-                vec![
-                    s.to_string(),
-                    cpu_at(*s).map_or("-".into(), us),
-                    cpu_at(*s)
-                        .zip(cpu_at(Semantics::Copy))
-                        .map_or("-".into(), |(a, c)| format!("{:.2}", a / c)),
-                ]
-            })
-            .collect();
-        b.push(table(
-            &format!(
-                "CPU time per transfer at {} with huge-page buffers",
-                size(largest)
-            ),
-            &["semantics", "CPU µs", "/ copy"],
-            rows,
-        ));
-    }
-    // Table 6 at 2 MiB: the same fits over the huge-page runs.
+}
+
+/// Figure 4 at 2 MiB: CPU time per transfer with huge-page buffers.
+fn figure4(b: &mut Vec<Block>, g: &GenieResults) {
+    let pts: Vec<&Point> = g.huge_cpu.iter().collect();
+    b.push(figure(
+        "fig4-huge",
+        "I/O processing time (CPU µs per transfer, both processes, waits that sleep) against length with huge-page buffers.".into(),
+        Chart {
+            title: "Figure 4 at 2 MiB: I/O processing time, huge-page buffers".into(),
+            x_label: "message length (bytes)".into(),
+            y_label: "CPU time per transfer (µs)".into(),
+            x_scale: Scale::Log,
+            y_scale: Scale::Log,
+            series: curves(&pts, true, false),
+        },
+    ));
+    let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
+    let cpu_at = |s: Semantics| {
+        pts.iter()
+            .find(|x| x.semantics == s && x.bytes == largest)
+            .map(|x| x.cpu_ns)
+    };
+    let rows = Semantics::ALL
+        .iter()
+        .map(|s| {
+            vec![
+                s.to_string(),
+                cpu_at(*s).map_or("-".into(), us),
+                cpu_at(*s)
+                    .zip(cpu_at(Semantics::Copy))
+                    .map_or("-".into(), |(a, c)| format!("{:.2}", a / c)),
+            ]
+        })
+        .collect();
+    b.push(table(
+        &format!(
+            "CPU time per transfer at {} with huge-page buffers",
+            size(largest)
+        ),
+        &["semantics", "CPU µs", "/ copy"],
+        rows,
+    ));
+}
+
+/// Table 6 at 2 MiB: the same fits over the huge-page runs.
+fn table6(b: &mut Vec<Block>, g: &GenieResults) {
     let prims = model::primitives(&GenieResults {
         latency: g.huge.clone(),
         ..Default::default()
@@ -595,7 +615,6 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
             rows,
         ));
     }
-    b
 }
 
 #[cfg(test)]
