@@ -7,11 +7,11 @@
 //! is on present hardware; at 2 MiB one page-table entry maps 512 pages, and the premise holds
 //! again. This experiment shows what that does to the paper's conclusions, granule by granule.
 
-use crate::lab::genie::chart::curves;
+use crate::lab::genie::chart::{against_length, curves};
 use crate::lab::genie::measure::{GenieResults, Modes, Plan, Point, Progress, Thresholds, sweep};
 use crate::lab::genie::model::{self, Conclusion};
 use crate::report::doc::Block;
-use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::plot::{Scale, Series, Style};
 use crate::report::text::{figure, h, p, size, table, us};
 use crate::transfer::Res;
 use zcio_genie::stream::ModuleKind;
@@ -469,14 +469,7 @@ fn figure3(b: &mut Vec<Block>, g: &GenieResults) {
     b.push(figure(
         "fig3-huge",
         "End-to-end latency against length with huge-page buffers (solid) and on 4 KiB pages (dashed), early demultiplexing, VM paths from the first granule.".into(),
-        Chart {
-            title: "Figure 3 at 2 MiB: latency, huge-page buffers".into(),
-            x_label: "message length (bytes)".into(),
-            y_label: "latency (µs)".into(),
-            x_scale: Scale::Log,
-            y_scale: Scale::Log,
-            series,
-        },
+        against_length("Figure 3 at 2 MiB: latency, huge-page buffers".to_string(), "latency (µs)", Scale::Log, series),
     ));
     let mut lengths: Vec<usize> = huge_pts.iter().map(|p| p.bytes).collect();
     lengths.sort_unstable();
@@ -511,14 +504,12 @@ fn pooled_figures(b: &mut Vec<Block>, g: &GenieResults) {
         b.push(figure(
             &format!("fig{fig}-huge"),
             format!("End-to-end latency against length with huge-page buffers and {what}."),
-            Chart {
-                title: format!("Figure {fig} at 2 MiB: latency, huge-page buffers, pooled input"),
-                x_label: "message length (bytes)".into(),
-                y_label: "latency (µs)".into(),
-                x_scale: Scale::Log,
-                y_scale: Scale::Log,
-                series: curves(&pts, false, false),
-            },
+            against_length(
+                format!("Figure {fig} at 2 MiB: latency, huge-page buffers, pooled input"),
+                "latency (µs)",
+                Scale::Log,
+                curves(&pts, false, false),
+            ),
         ));
         let mut ls: Vec<usize> = pts.iter().map(|p| p.bytes).collect();
         ls.sort_unstable();
@@ -540,14 +531,7 @@ fn figure4(b: &mut Vec<Block>, g: &GenieResults) {
     b.push(figure(
         "fig4-huge",
         "I/O processing time (CPU µs per transfer, both processes, waits that sleep) against length with huge-page buffers.".into(),
-        Chart {
-            title: "Figure 4 at 2 MiB: I/O processing time, huge-page buffers".into(),
-            x_label: "message length (bytes)".into(),
-            y_label: "CPU time per transfer (µs)".into(),
-            x_scale: Scale::Log,
-            y_scale: Scale::Log,
-            series: curves(&pts, true, false),
-        },
+        against_length("Figure 4 at 2 MiB: I/O processing time, huge-page buffers".to_string(), "CPU time per transfer (µs)", Scale::Log, curves(&pts, true, false)),
     ));
     let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
     let cpu_at = |s: Semantics| {

@@ -1,12 +1,12 @@
 //! The report's document: findings first, then paper 000's figures and tables, each with the
 //! paper's key numbers beside this machine's.
 
-use crate::lab::genie::chart::curves;
+use crate::lab::genie::chart::{against_length, curves};
 use crate::lab::genie::measure::{GenieResults, LatencyFit, Point, Thresholds};
 use crate::lab::genie::model::fmt_line;
 use crate::report::doc::Block;
 use crate::report::machine::Machine;
-use crate::report::plot::{Chart, Scale};
+use crate::report::plot::Scale;
 use crate::report::results::{GenieSection, Results};
 use crate::report::text::{figure, h, p, size, table, us};
 use zcio_genie::{InputBuffering, Semantics};
@@ -259,14 +259,7 @@ fn latency_figure(
     b.push(figure(
         &format!("fig{fig}-latency-{}", scheme.name()),
         format!("End-to-end latency against length with {} input (median of runs; bars: lowest and highest run).", scheme_name(scheme)),
-        Chart {
-            title: format!("Figure {fig}: latency, {}", scheme_name(scheme)),
-            x_label: "message length (bytes)".into(),
-            y_label: "latency (µs)".into(),
-            x_scale: Scale::Log,
-            y_scale: Scale::Log,
-            series: curves(&pts, false, true),
-        },
+        against_length(format!("Figure {fig}: latency, {}", scheme_name(scheme)), "latency (µs)", Scale::Log, curves(&pts, false, true)),
     ));
     let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
     let near60 = pts
@@ -355,14 +348,7 @@ fn processing_time_figure(res: &GenieResults) -> Vec<Block> {
     b.push(figure(
         "fig4-cpu",
         "I/O processing time (CPU µs per transfer, both processes) against length, early demultiplexing.".into(),
-        Chart {
-            title: "Figure 4: I/O processing time".into(),
-            x_label: "message length (bytes)".into(),
-            y_label: "CPU time per transfer (µs)".into(),
-            x_scale: Scale::Log,
-            y_scale: Scale::Log,
-            series: curves(&pts, true, false),
-        },
+        against_length("Figure 4: I/O processing time".to_string(), "CPU time per transfer (µs)", Scale::Log, curves(&pts, true, false)),
     ));
     let near60 = pts
         .iter()
@@ -435,14 +421,12 @@ fn short_messages_figure(g: &GenieSection) -> Vec<Block> {
     b.push(figure(
         "fig5-short",
         "End-to-end latency of short messages, early demultiplexing, calibrated thresholds.".into(),
-        Chart {
-            title: "Figure 5: short messages".into(),
-            x_label: "message length (bytes)".into(),
-            y_label: "latency (µs)".into(),
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            series: curves(&pts, false, false),
-        },
+        against_length(
+            "Figure 5: short messages".to_string(),
+            "latency (µs)",
+            Scale::Linear,
+            curves(&pts, false, false),
+        ),
     ));
     let mut lengths: Vec<usize> = pts.iter().map(|x| x.bytes).collect();
     lengths.sort_unstable();

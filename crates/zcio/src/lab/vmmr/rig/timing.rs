@@ -381,20 +381,12 @@ impl Series<'_> {
     /// Every case at `n` granules: one untimed round, then the timed rounds, then (warm caches)
     /// each moving case's pool alone.
     fn measure(&self, rig: &mut Rig, rng: &mut SplitMix64, n: usize) -> Result<Point, BenchError> {
-        let Series {
-            plan,
-            granule,
-            layout,
-            caches,
-            cases,
-            iterations,
-            ref evictor,
-            capacity,
-        } = *self;
-        let mut msg = Msg::new(granule, n, layout, rng)?;
-        msg.spoil = plan.spoil == Some(Case::Memcpy);
-        let mut pools = CasePools::new(capacity, n)?;
-        let cases: Vec<Case> = cases
+        let iterations = self.iterations;
+        let mut msg = Msg::new(self.granule, n, self.layout, rng)?;
+        msg.spoil = self.plan.spoil == Some(Case::Memcpy);
+        let mut pools = CasePools::new(self.capacity, n)?;
+        let cases: Vec<Case> = self
+            .cases
             .iter()
             .copied()
             .filter(|c| c.applies(n) && (*c != Case::Adaptive || rig.adaptive.is_some()))
@@ -436,7 +428,7 @@ impl Series<'_> {
                 let at = (k + n) % cases.len();
                 let case = cases[at];
                 for _ in 0..per {
-                    match evictor {
+                    match &self.evictor {
                         Some(e) => e.evict(),
                         None => {
                             copied +=
@@ -457,15 +449,15 @@ impl Series<'_> {
                 }
             }
         }
-        let pool = if caches == Caches::Warm {
+        let pool = if self.caches == Caches::Warm {
             time_pools(&mut pools, &cases, n, iterations)?
         } else {
             Vec::new()
         };
         Ok(Point {
-            granule,
-            layout,
-            caches,
+            granule: self.granule,
+            layout: self.layout,
+            caches: self.caches,
             granules: n,
             cases: samples,
             pool,
