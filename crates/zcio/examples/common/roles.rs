@@ -21,8 +21,11 @@ pub fn peer_command(role: &str, test: &str) -> Result<Command> {
     Ok(c)
 }
 
+/// One part of an example: what it plays.
+pub type Part = fn() -> Result<()>;
+
 /// Play the part the environment names, one of `roles`, or start as the first (`run`).
-pub fn dispatch(run: fn() -> Result<()>, roles: &[(&str, fn() -> Result<()>)]) -> Result<()> {
+pub fn dispatch(run: Part, roles: &[(&str, Part)]) -> Result<()> {
     match std::env::var(ROLE).as_deref() {
         Ok(other) => match roles.iter().find(|(name, _)| *name == other) {
             Some((_, play)) => play(),

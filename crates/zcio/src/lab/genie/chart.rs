@@ -67,3 +67,11 @@ pub fn against_length(title: String, y_label: &str, scale: Scale, series: Vec<Se
         series,
     }
 }
+
+/// The distinct message lengths of `points`, shortest first: the columns of a figure's table.
+pub fn distinct_lengths<'a>(points: impl IntoIterator<Item = &'a Point>) -> Vec<usize> {
+    let mut v: Vec<usize> = points.into_iter().map(|p| p.bytes).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}

@@ -7,7 +7,7 @@
 //! is on present hardware; at 2 MiB one page-table entry maps 512 pages, and the premise holds
 //! again. This experiment shows what that does to the paper's conclusions, granule by granule.
 
-use crate::lab::genie::chart::{against_length, curves};
+use crate::lab::genie::chart::{against_length, curves, distinct_lengths};
 use crate::lab::genie::measure::{GenieResults, Modes, Plan, Point, Progress, Thresholds, sweep};
 use crate::lab::genie::model::{self, Conclusion};
 use crate::report::doc::Block;
@@ -225,9 +225,7 @@ fn answers(pts: &[Point], lengths: &[usize]) -> Answers {
 /// The paper's three conclusions answered at 2 MiB from the data, each beside the same
 /// answer on 4 KiB pages at the same lengths.
 pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
-    let mut lengths: Vec<usize> = g.huge.iter().map(|p| p.bytes).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = distinct_lengths(&g.huge);
     if lengths.is_empty() {
         return Vec::new();
     }
@@ -471,9 +469,7 @@ fn figure3(b: &mut Vec<Block>, g: &GenieResults) {
         "End-to-end latency against length with huge-page buffers (solid) and on 4 KiB pages (dashed), early demultiplexing, VM paths from the first granule.".into(),
         against_length("Figure 3 at 2 MiB: latency, huge-page buffers".to_string(), "latency (µs)", Scale::Log, series),
     ));
-    let mut lengths: Vec<usize> = huge_pts.iter().map(|p| p.bytes).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = distinct_lengths(huge_pts.iter().copied());
     b.push(latency_table(
         g,
         InputBuffering::EarlyDemux,
@@ -511,9 +507,7 @@ fn pooled_figures(b: &mut Vec<Block>, g: &GenieResults) {
                 curves(&pts, false, false),
             ),
         ));
-        let mut ls: Vec<usize> = pts.iter().map(|p| p.bytes).collect();
-        ls.sort_unstable();
-        ls.dedup();
+        let ls = distinct_lengths(pts.iter().copied());
         b.push(latency_table(
             g,
             i,

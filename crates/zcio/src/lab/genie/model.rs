@@ -570,9 +570,7 @@ fn extra_ops(g: &GenieResults, m: &Model, s: Semantics, than: Semantics) -> (Vec
 
 /// The paper's conclusions, answered from the measurements (early demultiplexing, VM paths).
 pub fn conclusions(g: &GenieResults, m: &Model) -> Vec<Conclusion> {
-    let mut lengths: Vec<usize> = zero_copy_latency(g).map(|p| p.bytes).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = crate::lab::genie::chart::distinct_lengths(zero_copy_latency(g));
     let non_copy: Vec<Semantics> = Semantics::ALL
         .iter()
         .copied()

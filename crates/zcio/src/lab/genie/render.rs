@@ -1,7 +1,7 @@
 //! The report's document: findings first, then paper 000's figures and tables, each with the
 //! paper's key numbers beside this machine's.
 
-use crate::lab::genie::chart::{against_length, curves};
+use crate::lab::genie::chart::{against_length, curves, distinct_lengths};
 use crate::lab::genie::measure::{GenieResults, LatencyFit, Point, Thresholds};
 use crate::lab::genie::model::fmt_line;
 use crate::report::doc::Block;
@@ -428,9 +428,7 @@ fn short_messages_figure(g: &GenieSection) -> Vec<Block> {
             curves(&pts, false, false),
         ),
     ));
-    let mut lengths: Vec<usize> = pts.iter().map(|x| x.bytes).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = distinct_lengths(pts.iter().copied());
     let rows = Semantics::ALL
         .iter()
         .map(|s| {

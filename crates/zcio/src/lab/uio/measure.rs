@@ -671,7 +671,7 @@ fn layer_alone(
             raw.push(Raw {
                 contender: v.to_string(),
                 jobs: j,
-                bytes_per_s: raw_layer(v, &paths, j)?,
+                bytes_per_s: raw_layer(v, paths, j)?,
             });
             progress(format!("uio: the layer alone, {v}, {j} files"));
         }
@@ -691,7 +691,7 @@ fn fio_contenders(
     for &j in &jobs {
         for e in FIO_ENGINES {
             // An engine this kernel or fio lacks is noted, not fatal.
-            match fio(e, &paths, j) {
+            match fio(e, paths, j) {
                 Ok(bytes_per_s) => raw.push(Raw {
                     contender: format!("fio_{e}"),
                     jobs: j,

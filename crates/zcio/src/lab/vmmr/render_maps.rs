@@ -751,7 +751,7 @@ fn worst_case_claim(sc: &[&Row]) -> Option<Vec<String>> {
     Some(vec![
         "worst case slower than memcpy".into(),
         "1 to about 64 pages".into(),
-        slower_sizes(&sc, "worst_case_search"),
+        slower_sizes(sc, "worst_case_search"),
         match (up_to_64, beyond) {
             (true, false) => "agrees".into(),
             (true, true) => "agrees to 64 pages; slower beyond too".into(),
