@@ -432,15 +432,14 @@ fn short_messages_figure(g: &GenieSection) -> Vec<Block> {
     let rows = Semantics::ALL
         .iter()
         .map(|s| {
-            let mut row = vec![s.to_string()];
-            for l in &lengths {
-                row.push(
-                    pts.iter()
-                        .find(|x| x.semantics == *s && x.bytes == *l)
-                        .map_or("-".into(), |x| us(x.latency_ns)),
-                );
-            }
-            row
+            let at = |l: &usize| {
+                pts.iter()
+                    .find(|x| x.semantics == *s && x.bytes == *l)
+                    .map_or("-".into(), |x| us(x.latency_ns))
+            };
+            std::iter::once(s.to_string())
+                .chain(lengths.iter().map(at))
+                .collect()
         })
         .collect();
     let header: Vec<String> = std::iter::once("semantics".to_string())
@@ -496,8 +495,6 @@ fn copies_and_paths(lat_zero: &[&Point]) -> Vec<Block> {
 
 /// The file and kernel-socket modules: latency, copies and the path chosen.
 fn other_modules(res: &GenieResults) -> Vec<Block> {
-    let mut b = vec![h(3, "Other modules: files and kernel sockets")];
-    b.push(p("The same semantics on the file module (a file written and read back, O_DIRECT where the buffer and offset allow) and on kernel sockets (Unix and TCP loopback), with the calibrated thresholds. The path column says which mechanism the library took and why: sockets copy in the kernel (MSG_ZEROCOPY does not pay on loopback, where the kernel copies anyway), so the semantics' promise is kept by the copy."));
     let rows = res
         .modules
         .iter()
@@ -518,19 +515,24 @@ fn other_modules(res: &GenieResults) -> Vec<Block> {
             ]
         })
         .collect();
-    b.push(table(
-        "Module, semantics, latency (µs, median), copies per message, and the path chosen",
-        &[
-            "module",
-            "semantics",
-            "length",
-            "µs",
-            "CPU-copied B",
-            "kernel-copied B",
-            "verified",
-            "path",
-        ],
-        rows,
-    ));
-    b
+    vec![
+        h(3, "Other modules: files and kernel sockets"),
+        p(
+            "The same semantics on the file module (a file written and read back, O_DIRECT where the buffer and offset allow) and on kernel sockets (Unix and TCP loopback), with the calibrated thresholds. The path column says which mechanism the library took and why: sockets copy in the kernel (MSG_ZEROCOPY does not pay on loopback, where the kernel copies anyway), so the semantics' promise is kept by the copy.",
+        ),
+        table(
+            "Module, semantics, latency (µs, median), copies per message, and the path chosen",
+            &[
+                "module",
+                "semantics",
+                "length",
+                "µs",
+                "CPU-copied B",
+                "kernel-copied B",
+                "verified",
+                "path",
+            ],
+            rows,
+        ),
+    ]
 }
