@@ -6,15 +6,14 @@
 //! Run it with `cargo run -p zcio --example container_shipping`. The receiving domain is this
 //! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE=receiver`.
 
+#[path = "common/roles.rs"]
+mod roles;
+
+use roles::{Result, peer_command};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::process::Command;
 use zcio_sequoia::container::{ContainerError, Domain};
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-/// Which part this process plays; unset in the process you start.
-const ROLE: &str = "ZCIO_EXAMPLE_ROLE";
 /// The socket the receiver connects to: the I/O path containers travel on.
 const SOCKET: &str = "ZCIO_EXAMPLE_SOCKET";
 
@@ -28,7 +27,9 @@ fn run() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let sock_path = dir.path().join("path");
     let listener = UnixListener::bind(&sock_path)?;
-    let mut receiver = peer_command("receiver")?.env(SOCKET, &sock_path).spawn()?;
+    let mut receiver = peer_command("receiver", "example_container_shipping")?
+        .env(SOCKET, &sock_path)
+        .spawn()?;
     let (sock, _) = listener.accept()?;
 
     // alloc + map: a container, filled by its owner.
@@ -83,29 +84,9 @@ fn receiver() -> Result<()> {
     Ok(())
 }
 
-/// A command starting this program again in the given role. Under `cargo test` the program is
-/// the test harness: run just this example's test, which then plays the role.
-fn peer_command(role: &str) -> Result<Command> {
-    let mut c = Command::new(std::env::current_exe()?);
-    c.env(ROLE, role);
-    if cfg!(test) {
-        c.args([
-            "example_container_shipping",
-            "--exact",
-            "--nocapture",
-            "--quiet",
-        ]);
-    }
-    Ok(c)
-}
-
 /// Play the role the environment names, or start as the sender.
 fn dispatch() -> Result<()> {
-    match std::env::var(ROLE).as_deref() {
-        Ok("receiver") => receiver(),
-        Ok(other) => Err(format!("unknown role {other:?}").into()),
-        Err(_) => run(),
-    }
+    roles::dispatch(run, &[("receiver", receiver)])
 }
 
 fn main() -> Result<()> {

@@ -9,19 +9,18 @@
 //! Run it with `cargo run -p zcio --example fbuf_path`. The forwarder and the receiver are this
 //! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE` set.
 
+#[path = "common/roles.rs"]
+mod roles;
+
+use roles::{Result, peer_command};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
 use zcio_fbufs::path::{Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-/// Which part this process plays; unset in the process you start.
-const ROLE: &str = "ZCIO_EXAMPLE_ROLE";
 /// The directory holding the sockets `up` (originator ↔ forwarder) and `down`.
 const DIR: &str = "ZCIO_EXAMPLE_DIR";
 /// Messages sent: more than the path holds at once, so fbufs must come back to be reused.
@@ -47,11 +46,15 @@ fn run() -> Result<()> {
     let path = PathMemory::create(256 * 1024, 4, variant)?;
     let mut end = OriginatorEnd::new(Originator::new(path.fd(), path.info())?);
 
-    let mut forwarder = peer_command("forwarder")?.env(DIR, dir.path()).spawn()?;
+    let mut forwarder = peer_command("forwarder", "example_fbuf_path")?
+        .env(DIR, dir.path())
+        .spawn()?;
     let (sock, _) = up.accept()?;
     // Offer the path to the forwarder (with a read-only descriptor of its memory).
     end.add_receiver(sock, path.receiver_fd()?.as_fd())?;
-    let mut receiver = peer_command("receiver")?.env(DIR, dir.path()).spawn()?;
+    let mut receiver = peer_command("receiver", "example_fbuf_path")?
+        .env(DIR, dir.path())
+        .spawn()?;
 
     for i in 0..MESSAGES {
         let data = message(i);
@@ -117,30 +120,22 @@ fn receiver(dir: PathBuf) -> Result<()> {
     Ok(())
 }
 
-/// A command starting this program again in the given role. Under `cargo test` the program is
-/// the test harness: run just this example's test, which then plays the role.
-fn peer_command(role: &str) -> Result<Command> {
-    let mut c = Command::new(std::env::current_exe()?);
-    c.env(ROLE, role);
-    if cfg!(test) {
-        c.args(["example_fbuf_path", "--exact", "--nocapture", "--quiet"]);
-    }
-    Ok(c)
-}
-
 /// Play the role the environment names, or start as the originator.
 fn dispatch() -> Result<()> {
-    let dir = || {
-        std::env::var_os(DIR)
-            .map(PathBuf::from)
-            .ok_or("ZCIO_EXAMPLE_DIR is not set")
-    };
-    match std::env::var(ROLE).as_deref() {
-        Ok("forwarder") => forwarder(dir()?),
-        Ok("receiver") => receiver(dir()?),
-        Ok(other) => Err(format!("unknown role {other:?}").into()),
-        Err(_) => run(),
-    }
+    roles::dispatch(
+        run,
+        &[
+            ("forwarder", || forwarder(dir()?)),
+            ("receiver", || receiver(dir()?)),
+        ],
+    )
+}
+
+/// The directory the originator made for the path (the forwarder's and receiver's).
+fn dir() -> Result<PathBuf> {
+    Ok(std::env::var_os(DIR)
+        .map(PathBuf::from)
+        .ok_or("ZCIO_EXAMPLE_DIR is not set")?)
 }
 
 fn main() -> Result<()> {

@@ -9,18 +9,17 @@
 //! Run it with `cargo run -p zcio --example memnet_emulated_copy`. The receiver is this same
 //! program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE=receiver`.
 
+#[path = "common/roles.rs"]
+mod roles;
+
+use roles::{Result, peer_command};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::process::Command;
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint};
 use zcio_genie::profile::Profile;
 use zcio_genie::{AppBuffer, InputBuffering, Semantics};
 use zcio_vm::runtime::TcowMode;
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-/// Which part this process plays; unset in the process you start.
-const ROLE: &str = "ZCIO_EXAMPLE_ROLE";
 /// The control socket the receiver connects to.
 const SOCKET: &str = "ZCIO_EXAMPLE_SOCKET";
 /// The message: 16 pages, small enough to sit in the link's pipes while nobody reads them.
@@ -40,7 +39,7 @@ fn run() -> Result<()> {
     // loaded, or measured if it found none: handed to the receiver so that it need not measure.
     let profile = dir.path().join("profile.json");
     Profile::current().save(&profile)?;
-    let mut receiver = peer_command("receiver")?
+    let mut receiver = peer_command("receiver", "example_memnet_emulated_copy")?
         .env(SOCKET, &sock_path)
         .env(zcio_genie::profile::PROFILE_ENV, &profile)
         .spawn()?;
@@ -131,29 +130,9 @@ fn receiver() -> Result<()> {
     Ok(())
 }
 
-/// A command starting this program again in the given role. Under `cargo test` the program is
-/// the test harness: run just this example's test, which then plays the role.
-fn peer_command(role: &str) -> Result<Command> {
-    let mut c = Command::new(std::env::current_exe()?);
-    c.env(ROLE, role);
-    if cfg!(test) {
-        c.args([
-            "example_memnet_emulated_copy",
-            "--exact",
-            "--nocapture",
-            "--quiet",
-        ]);
-    }
-    Ok(c)
-}
-
 /// Play the role the environment names, or start as the sender.
 fn dispatch() -> Result<()> {
-    match std::env::var(ROLE).as_deref() {
-        Ok("receiver") => receiver(),
-        Ok(other) => Err(format!("unknown role {other:?}").into()),
-        Err(_) => run(),
-    }
+    roles::dispatch(run, &[("receiver", receiver)])
 }
 
 fn main() -> Result<()> {

@@ -2,11 +2,9 @@
 //! positive throughput (each was checked against RFC 1071's loop before it was timed), and
 //! bad arguments named. Throughputs are never compared: the machine decides them.
 
-use std::process::Command;
+mod common;
 
-fn zcio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcio"))
-}
+use common::{json_of, zcio};
 
 #[test]
 fn bench_checksum_json_has_every_contender_at_every_size() {
@@ -26,12 +24,7 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out);
     assert_eq!(v["bench"], "checksum");
     let kernels: Vec<&str> = v["kernels"]
         .as_array()

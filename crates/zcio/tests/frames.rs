@@ -3,11 +3,13 @@
 //! display and the last frame whole, and every process said its CPU time. Speeds are never
 //! compared: the machine decides them.
 
-use std::process::Command;
+mod common;
+
+use common::{json_of, zcio};
 
 #[test]
 fn bench_containers_json_has_every_variant() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zcio"))
+    let out = zcio()
         .args([
             "bench",
             "containers",
@@ -21,12 +23,7 @@ fn bench_containers_json_has_every_variant() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out);
     assert_eq!(v["bench"], "containers");
     let rows = v["rows"].as_array().unwrap();
     let names: Vec<&str> = rows

@@ -1,10 +1,12 @@
 //! `zcio transfer --huge`: huge-page buffers at both ends take the 2 MiB paths and say so, and
 //! where huge pages cannot be had the 4 KiB paths carry the same bytes and say why.
 
-use std::process::Command;
+mod common;
+
+use common::{json_of, zcio};
 
 fn transfer(env: Option<(&str, &str)>, sem: &str, extra: &[&str]) -> serde_json::Value {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zcio"));
+    let mut c = zcio();
     c.args([
         "transfer",
         "--semantics",
@@ -22,12 +24,7 @@ fn transfer(env: Option<(&str, &str)>, sem: &str, extra: &[&str]) -> serde_json:
         c.env(k, v);
     }
     let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(&out)
 }
 
 #[test]

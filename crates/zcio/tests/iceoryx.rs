@@ -2,12 +2,11 @@
 //! the same run, its receiver fails loudly on a corrupted or lost message, and a receiver or
 //! publisher killed mid-run ends the run with an error instead of a hang.
 
+mod common;
+
+use common::{json_of, zcio};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn zcio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcio"))
-}
 
 /// Whether process `pid` has ended (gone, or a zombie nobody reaps).
 fn ended(pid: u32) -> bool {
@@ -74,12 +73,7 @@ fn iceoryx2_measures_beside_the_fbufs_at_each_size_and_touch() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2 * 2 * 2);
     let positive = |x: &serde_json::Value| x.as_f64().is_some_and(|x| x.is_finite() && x > 0.0);

@@ -3,11 +3,13 @@
 //! copy: a write during the output gets a copy of its page at once, never waits for the output,
 //! and the copies are counted.
 
-use std::process::Command;
+mod common;
+
+use common::{json_of, zcio};
 
 #[test]
 fn without_uffdio_move_tcow_copies_and_no_write_waits() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zcio"))
+    let out = zcio()
         .args([
             "transfer",
             "--semantics",
@@ -23,12 +25,7 @@ fn without_uffdio_move_tcow_copies_and_no_write_waits() {
         .env("ZCIO_VM_DISABLE", "move")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out);
     assert_eq!(v["verified"], true, "{v}");
     assert_eq!(v["vm"]["tcow"], "UffdCopy", "{v}");
     let path = v["path"].as_str().unwrap();

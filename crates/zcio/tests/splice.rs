@@ -4,11 +4,13 @@
 //! (`--fault`) fails the run with an error naming it, its run and the byte; the check itself
 //! finds any changed byte. Speeds are never compared: the machine decides them.
 
-use std::process::Command;
+mod common;
+
+use common::{json_of, zcio};
 
 #[test]
 fn bench_splice_json_has_both_variants_on_every_pair() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zcio"))
+    let out = zcio()
         .args([
             "bench",
             "splice",
@@ -22,12 +24,7 @@ fn bench_splice_json_has_both_variants_on_every_pair() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out);
     assert_eq!(v["bench"], "splice");
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 6);
@@ -57,7 +54,7 @@ fn bench_splice_json_has_both_variants_on_every_pair() {
 
 /// `zcio bench splice --fault FAULT`: its stderr, having checked that the run failed.
 fn failed_run(fault: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_zcio"))
+    let out = zcio()
         .args(["bench", "splice", "--json", "--mib", "2", "--rounds", "1"])
         .args(["--seconds", "0.05", "--fault", fault])
         .output()

@@ -3,11 +3,13 @@
 //! kernel's CPU split, and the layer alone beside fio (or fio's absence said). Speeds are
 //! never compared: the machine decides them.
 
-use std::process::Command;
+mod common;
+
+use common::{json_of, zcio};
 
 #[test]
 fn bench_uio_json_has_every_variant_and_n() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zcio"))
+    let out = zcio()
         .args([
             "bench",
             "uio",
@@ -23,12 +25,7 @@ fn bench_uio_json_has_every_variant_and_n() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out);
     assert_eq!(v["bench"], "uio");
     assert_eq!(
         v["result_rows"], 1,

@@ -2,11 +2,10 @@
 //! fields with positive, finite times, every message was checked (a spoiled one fails the run),
 //! and bad arguments are named. Timings are never compared: the machine decides them.
 
-use std::process::{Command, Output};
+mod common;
 
-fn zcio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcio"))
-}
+use common::{json_of, zcio};
+use std::process::Output;
 
 const TINY: [&str; 19] = [
     "bench",
@@ -45,12 +44,7 @@ fn positive(v: &serde_json::Value, what: &str) -> f64 {
 #[test]
 fn bench_vmmr_json_has_every_row_with_positive_finite_times() {
     let out = run(&TINY);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out);
     assert_eq!(v["bench"], "vmmr");
     let moves = v["plan"]["move_available"] == true;
     let rows = v["rows"].as_array().unwrap();

@@ -2,7 +2,7 @@
 //! colours, with the runs' spread as a band.
 
 use crate::lab::genie::measure::{Point, Thresholds};
-use crate::report::plot::{Series, Style};
+use crate::report::plot::{Chart, Scale, Series, Style};
 use zcio_genie::Semantics;
 
 /// Latency (or CPU) curves of `points`, one per semantics (and thresholds), in µs.
@@ -54,4 +54,24 @@ pub fn curves(points: &[&Point], cpu: bool, label_thresholds: bool) -> Vec<Serie
 /// The colour of a semantics in every chart: its position in the paper's order.
 pub fn sem_color(s: Semantics) -> usize {
     Semantics::ALL.iter().position(|x| *x == s).unwrap_or(0)
+}
+
+/// A chart against message length, as Figures 3 to 7 plot: both axes on `scale`.
+pub fn against_length(title: String, y_label: &str, scale: Scale, series: Vec<Series>) -> Chart {
+    Chart {
+        title,
+        x_label: "message length (bytes)".into(),
+        y_label: y_label.into(),
+        x_scale: scale,
+        y_scale: scale,
+        series,
+    }
+}
+
+/// The distinct message lengths of `points`, shortest first: the columns of a figure's table.
+pub fn distinct_lengths<'a>(points: impl IntoIterator<Item = &'a Point>) -> Vec<usize> {
+    let mut v: Vec<usize> = points.into_iter().map(|p| p.bytes).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }

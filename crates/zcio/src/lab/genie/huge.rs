@@ -7,11 +7,11 @@
 //! is on present hardware; at 2 MiB one page-table entry maps 512 pages, and the premise holds
 //! again. This experiment shows what that does to the paper's conclusions, granule by granule.
 
-use crate::lab::genie::chart::curves;
+use crate::lab::genie::chart::{against_length, curves, distinct_lengths};
 use crate::lab::genie::measure::{GenieResults, Modes, Plan, Point, Progress, Thresholds, sweep};
 use crate::lab::genie::model::{self, Conclusion};
 use crate::report::doc::Block;
-use crate::report::plot::{Chart, Scale, Series, Style};
+use crate::report::plot::{Scale, Series, Style};
 use crate::report::text::{figure, h, p, size, table, us};
 use crate::transfer::Res;
 use zcio_genie::stream::ModuleKind;
@@ -225,9 +225,7 @@ fn answers(pts: &[Point], lengths: &[usize]) -> Answers {
 /// The paper's three conclusions answered at 2 MiB from the data, each beside the same
 /// answer on 4 KiB pages at the same lengths.
 pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
-    let mut lengths: Vec<usize> = g.huge.iter().map(|p| p.bytes).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = distinct_lengths(&g.huge);
     if lengths.is_empty() {
         return Vec::new();
     }
@@ -413,6 +411,18 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         return b;
     }
     b.push(h(3, "Figures 3 and 4 at 2 MiB: huge-page buffers"));
+    figure3(&mut b, g);
+    pooled_figures(&mut b, g);
+    if !g.huge_cpu.is_empty() {
+        figure4(&mut b, g);
+    }
+    table6(&mut b, g);
+    b
+}
+
+/// Figure 3 at 2 MiB: the granule the VM work used, latency on huge pages beside 4 KiB pages,
+/// and the paths each semantics took.
+fn figure3(b: &mut Vec<Block>, g: &GenieResults) {
     let granules: Vec<String> = {
         let mut v: Vec<String> = g.huge.iter().filter_map(|p| p.granule.clone()).collect();
         v.sort();
@@ -457,18 +467,9 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
     b.push(figure(
         "fig3-huge",
         "End-to-end latency against length with huge-page buffers (solid) and on 4 KiB pages (dashed), early demultiplexing, VM paths from the first granule.".into(),
-        Chart {
-            title: "Figure 3 at 2 MiB: latency, huge-page buffers".into(),
-            x_label: "message length (bytes)".into(),
-            y_label: "latency (µs)".into(),
-            x_scale: Scale::Log,
-            y_scale: Scale::Log,
-            series,
-        },
+        against_length("Figure 3 at 2 MiB: latency, huge-page buffers".to_string(), "latency (µs)", Scale::Log, series),
     ));
-    let mut lengths: Vec<usize> = huge_pts.iter().map(|p| p.bytes).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = distinct_lengths(huge_pts.iter().copied());
     b.push(latency_table(
         g,
         InputBuffering::EarlyDemux,
@@ -476,7 +477,10 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         "Median latency with huge-page buffers, and the 4 KiB pages' latency over it where Figure 3 has the length",
     ));
     b.push(modes_table(&g.huge, &lengths));
-    // Figures 6 and 7 at 2 MiB.
+}
+
+/// Figures 6 and 7 at 2 MiB: pooled input, aligned and not, with huge-page buffers.
+fn pooled_figures(b: &mut Vec<Block>, g: &GenieResults) {
     for (fig, i, what) in [
         (
             "6",
@@ -496,18 +500,14 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         b.push(figure(
             &format!("fig{fig}-huge"),
             format!("End-to-end latency against length with huge-page buffers and {what}."),
-            Chart {
-                title: format!("Figure {fig} at 2 MiB: latency, huge-page buffers, pooled input"),
-                x_label: "message length (bytes)".into(),
-                y_label: "latency (µs)".into(),
-                x_scale: Scale::Log,
-                y_scale: Scale::Log,
-                series: curves(&pts, false, false),
-            },
+            against_length(
+                format!("Figure {fig} at 2 MiB: latency, huge-page buffers, pooled input"),
+                "latency (µs)",
+                Scale::Log,
+                curves(&pts, false, false),
+            ),
         ));
-        let mut ls: Vec<usize> = pts.iter().map(|p| p.bytes).collect();
-        ls.sort_unstable();
-        ls.dedup();
+        let ls = distinct_lengths(pts.iter().copied());
         b.push(latency_table(
             g,
             i,
@@ -517,48 +517,46 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
             ),
         ));
     }
-    if !g.huge_cpu.is_empty() {
-        let pts: Vec<&Point> = g.huge_cpu.iter().collect();
-        b.push(figure(
-            "fig4-huge",
-            "I/O processing time (CPU µs per transfer, both processes, waits that sleep) against length with huge-page buffers.".into(),
-            Chart {
-                title: "Figure 4 at 2 MiB: I/O processing time, huge-page buffers".into(),
-                x_label: "message length (bytes)".into(),
-                y_label: "CPU time per transfer (µs)".into(),
-                x_scale: Scale::Log,
-                y_scale: Scale::Log,
-                series: curves(&pts, true, false),
-            },
-        ));
-        let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
-        let cpu_at = |s: Semantics| {
-            pts.iter()
-                .find(|x| x.semantics == s && x.bytes == largest)
-                .map(|x| x.cpu_ns)
-        };
-        let rows = Semantics::ALL
-            .iter()
-            .map(|s| {
-                vec![
-                    s.to_string(),
-                    cpu_at(*s).map_or("-".into(), us),
-                    cpu_at(*s)
-                        .zip(cpu_at(Semantics::Copy))
-                        .map_or("-".into(), |(a, c)| format!("{:.2}", a / c)),
-                ]
-            })
-            .collect();
-        b.push(table(
-            &format!(
-                "CPU time per transfer at {} with huge-page buffers",
-                size(largest)
-            ),
-            &["semantics", "CPU µs", "/ copy"],
-            rows,
-        ));
-    }
-    // Table 6 at 2 MiB: the same fits over the huge-page runs.
+}
+
+/// Figure 4 at 2 MiB: CPU time per transfer with huge-page buffers.
+fn figure4(b: &mut Vec<Block>, g: &GenieResults) {
+    let pts: Vec<&Point> = g.huge_cpu.iter().collect();
+    b.push(figure(
+        "fig4-huge",
+        "I/O processing time (CPU µs per transfer, both processes, waits that sleep) against length with huge-page buffers.".into(),
+        against_length("Figure 4 at 2 MiB: I/O processing time, huge-page buffers".to_string(), "CPU time per transfer (µs)", Scale::Log, curves(&pts, true, false)),
+    ));
+    let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
+    let cpu_at = |s: Semantics| {
+        pts.iter()
+            .find(|x| x.semantics == s && x.bytes == largest)
+            .map(|x| x.cpu_ns)
+    };
+    let rows = Semantics::ALL
+        .iter()
+        .map(|s| {
+            vec![
+                s.to_string(),
+                cpu_at(*s).map_or("-".into(), us),
+                cpu_at(*s)
+                    .zip(cpu_at(Semantics::Copy))
+                    .map_or("-".into(), |(a, c)| format!("{:.2}", a / c)),
+            ]
+        })
+        .collect();
+    b.push(table(
+        &format!(
+            "CPU time per transfer at {} with huge-page buffers",
+            size(largest)
+        ),
+        &["semantics", "CPU µs", "/ copy"],
+        rows,
+    ));
+}
+
+/// Table 6 at 2 MiB: the same fits over the huge-page runs.
+fn table6(b: &mut Vec<Block>, g: &GenieResults) {
     let prims = model::primitives(&GenieResults {
         latency: g.huge.clone(),
         ..Default::default()
@@ -595,7 +593,6 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
             rows,
         ));
     }
-    b
 }
 
 #[cfg(test)]

@@ -570,16 +570,32 @@ fn extra_ops(g: &GenieResults, m: &Model, s: Semantics, than: Semantics) -> (Vec
 
 /// The paper's conclusions, answered from the measurements (early demultiplexing, VM paths).
 pub fn conclusions(g: &GenieResults, m: &Model) -> Vec<Conclusion> {
-    let mut lengths: Vec<usize> = zero_copy_latency(g).map(|p| p.bytes).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = crate::lab::genie::chart::distinct_lengths(zero_copy_latency(g));
     let non_copy: Vec<Semantics> = Semantics::ALL
         .iter()
         .copied()
         .filter(|s| *s != Semantics::Copy)
         .collect();
-    let mut out = Vec::new();
-    // 1. Copy sharply inferior above a crossover length.
+    let mut out = vec![copy_inferior(g, m, &lengths, &non_copy)];
+    if let Some(b) = lengths.last().copied() {
+        out.push(non_copy_cluster(g, m, b, &non_copy));
+        out.push(emulated_copy_near_share(g, m, b));
+    }
+    out
+}
+
+/// A length in whole KiB, as the answers quote it.
+fn kib(b: usize) -> String {
+    format!("{} KiB", b / 1024)
+}
+
+/// 1. Copy sharply inferior above a crossover length.
+fn copy_inferior(
+    g: &GenieResults,
+    m: &Model,
+    lengths: &[usize],
+    non_copy: &[Semantics],
+) -> Conclusion {
     let slower_than_all = |b: usize| {
         let c = lat(g, Semantics::Copy, b)?;
         let worst = non_copy
@@ -604,8 +620,7 @@ pub fn conclusions(g: &GenieResults, m: &Model) -> Vec<Conclusion> {
     let (x_all, x_ec) = (crossover(&slower_than_all), crossover(&slower_than_ec));
     let ratio = largest
         .and_then(|b| Some(lat(g, Semantics::Copy, b)? / lat(g, Semantics::EmulatedCopy, b)?));
-    let kib = |b: usize| format!("{} KiB", b / 1024);
-    out.push(Conclusion {
+    Conclusion {
         id: "copy-inferior".into(),
         question: "Does copy stay sharply inferior above a crossover length, and where is that length here?".into(),
         holds: ratio.map(|r| x_ec.is_some() && r > 1.2),
@@ -636,92 +651,112 @@ pub fn conclusions(g: &GenieResults, m: &Model) -> Vec<Conclusion> {
             ),
             _ => "not measured".into(),
         },
-    });
-    // 2. The non-copy semantics cluster.
-    if let Some(b) = largest {
-        let v: Vec<(Semantics, f64)> = non_copy
-            .iter()
-            .filter_map(|s| Some((*s, lat(g, *s, b)?)))
-            .collect();
-        let lo = v.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
-        let hi = v.iter().map(|x| x.1).fold(0.0, f64::max);
-        let c = lat(g, Semantics::Copy, b);
-        let fastest = v.iter().min_by(|a, c| a.1.total_cmp(&c.1)).map(|x| x.0);
-        let slowest = v.iter().max_by(|a, c| a.1.total_cmp(&c.1)).map(|x| x.0);
-        let spread = hi / lo;
-        out.push(Conclusion {
-            id: "non-copy-cluster".into(),
-            question: "Do the non-copy semantics cluster?".into(),
-            holds: (!v.is_empty()).then(|| spread < 1.5 && c.is_none_or(|c| c > hi)),
-            answer: format!(
-                "At {}, the seven non-copy semantics range from {:.0} µs ({}) to {:.0} µs ({}), a spread of {:.2}× (the paper: within 1.05× at 60 KB); copy takes {}. {}",
+    }
+}
+
+/// 2. The non-copy semantics cluster (at the largest length `b`).
+fn non_copy_cluster(g: &GenieResults, m: &Model, b: usize, non_copy: &[Semantics]) -> Conclusion {
+    let v: Vec<(Semantics, f64)> = non_copy
+        .iter()
+        .filter_map(|s| Some((*s, lat(g, *s, b)?)))
+        .collect();
+    let lo = v.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+    let hi = v.iter().map(|x| x.1).fold(0.0, f64::max);
+    let c = lat(g, Semantics::Copy, b);
+    let fastest = v.iter().min_by(|a, c| a.1.total_cmp(&c.1)).map(|x| x.0);
+    let slowest = v.iter().max_by(|a, c| a.1.total_cmp(&c.1)).map(|x| x.0);
+    let spread = hi / lo;
+    Conclusion {
+        id: "non-copy-cluster".into(),
+        question: "Do the non-copy semantics cluster?".into(),
+        holds: (!v.is_empty()).then(|| spread < 1.5 && c.is_none_or(|c| c > hi)),
+        answer: format!(
+            "At {}, the seven non-copy semantics range from {:.0} µs ({}) to {:.0} µs ({}), a spread of {:.2}× (the paper: within 1.05× at 60 KB); copy takes {}. {}",
+            kib(b),
+            lo / 1e3,
+            fastest.map_or(String::new(), |s| s.to_string()),
+            hi / 1e3,
+            slowest.map_or(String::new(), |s| s.to_string()),
+            spread,
+            c.map_or("-".into(), |c| format!("{:.0} µs", c / 1e3)),
+            if spread < 1.5 {
+                "They cluster.".to_string()
+            } else {
+                let ps = zcio_vm::page_size() as f64;
+                let mut big: Vec<&Primitive> = m
+                    .primitives
+                    .iter()
+                    .filter(|p| p.phase != "dispose" && p.op != "copyin" && p.op != "copyout")
+                    .collect();
+                big.sort_by(|a, c| {
+                    c.line
+                        .slope_ns_per_byte
+                        .total_cmp(&a.line.slope_ns_per_byte)
+                });
+                format!(
+                    "They do not cluster here. The paper's network (155 Mb/s, about 0.06 µs a byte) dwarfed every VM operation; here the wire is the kernel's copy of cached memory ({}), so the per-page VM costs that set the semantics apart weigh fully. The largest: {}.",
+                    g.bandwidths
+                        .as_ref()
+                        .map_or("-".into(), |b| format!("{:.0} ns a page", ps / b.wire_gbps)),
+                    big.iter()
+                        .take(4)
+                        .map(|p| format!(
+                            "{} ({}) {:.0} ns/page",
+                            p.op,
+                            p.phase,
+                            p.line.slope_ns_per_byte * ps
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ),
+    }
+}
+
+/// 3. Emulated copy approaches emulated share (at the largest length `b`).
+fn emulated_copy_near_share(g: &GenieResults, m: &Model, b: usize) -> Conclusion {
+    let r = lat(g, Semantics::EmulatedCopy, b)
+        .zip(lat(g, Semantics::EmulatedShare, b))
+        .map(|(a, c)| a / c);
+    let ec = m
+        .estimates
+        .iter()
+        .find(|e| e.semantics == Semantics::EmulatedCopy && e.input == InputBuffering::EarlyDemux);
+    let es = m
+        .estimates
+        .iter()
+        .find(|e| e.semantics == Semantics::EmulatedShare && e.input == InputBuffering::EarlyDemux);
+    Conclusion {
+        id: "emulated-copy-near-share".into(),
+        question: "Does emulated copy approach emulated share?".into(),
+        holds: r.map(|r| r < 1.25),
+        answer: match r {
+            Some(r) => format!(
+                "At {}, emulated copy takes {:.2}× the latency of emulated share (the paper: 1.04× at 60 KB, 150 + 0.0622·B against 137 + 0.0600·B µs). Fitted here: emulated copy {} and emulated share {} (ns, B in bytes). {}",
                 kib(b),
-                lo / 1e3,
-                fastest.map_or(String::new(), |s| s.to_string()),
-                hi / 1e3,
-                slowest.map_or(String::new(), |s| s.to_string()),
-                spread,
-                c.map_or("-".into(), |c| format!("{:.0} µs", c / 1e3)),
-                if spread < 1.5 {
-                    "They cluster.".to_string()
+                r,
+                ec.map_or("-".into(), |e| fmt_line(&e.actual)),
+                es.map_or("-".into(), |e| fmt_line(&e.actual)),
+                if r < 1.25 {
+                    "It does.".to_string()
                 } else {
-                    let ps = zcio_vm::page_size() as f64;
-                    let mut big: Vec<&Primitive> = m
-                        .primitives
-                        .iter()
-                        .filter(|p| p.phase != "dispose" && p.op != "copyin" && p.op != "copyout")
-                        .collect();
-                    big.sort_by(|a, c| c.line.slope_ns_per_byte.total_cmp(&a.line.slope_ns_per_byte));
+                    let (ops, cost) =
+                        extra_ops(g, m, Semantics::EmulatedCopy, Semantics::EmulatedShare);
                     format!(
-                        "They do not cluster here. The paper's network (155 Mb/s, about 0.06 µs a byte) dwarfed every VM operation; here the wire is the kernel's copy of cached memory ({}), so the per-page VM costs that set the semantics apart weigh fully. The largest: {}.",
-                        g.bandwidths.as_ref().map_or("-".into(), |b| format!("{:.0} ns a page", ps / b.wire_gbps)),
-                        big.iter()
-                            .take(4)
-                            .map(|p| format!("{} ({}) {:.0} ns/page", p.op, p.phase, p.line.slope_ns_per_byte * ps))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        "It does not come as close here: emulated copy's path adds {}, {:.0} ns a page in all, to emulated share's referencing, against a wire that costs {} a page.",
+                        ops.join(", "),
+                        cost,
+                        g.bandwidths.as_ref().map_or("-".into(), |b| format!(
+                            "{:.0} ns",
+                            zcio_vm::page_size() as f64 / b.wire_gbps
+                        ))
                     )
                 }
             ),
-        });
-        // 3. Emulated copy approaches emulated share.
-        let r = lat(g, Semantics::EmulatedCopy, b)
-            .zip(lat(g, Semantics::EmulatedShare, b))
-            .map(|(a, c)| a / c);
-        let ec = m.estimates.iter().find(|e| {
-            e.semantics == Semantics::EmulatedCopy && e.input == InputBuffering::EarlyDemux
-        });
-        let es = m.estimates.iter().find(|e| {
-            e.semantics == Semantics::EmulatedShare && e.input == InputBuffering::EarlyDemux
-        });
-        out.push(Conclusion {
-            id: "emulated-copy-near-share".into(),
-            question: "Does emulated copy approach emulated share?".into(),
-            holds: r.map(|r| r < 1.25),
-            answer: match r {
-                Some(r) => format!(
-                    "At {}, emulated copy takes {:.2}× the latency of emulated share (the paper: 1.04× at 60 KB, 150 + 0.0622·B against 137 + 0.0600·B µs). Fitted here: emulated copy {} and emulated share {} (ns, B in bytes). {}",
-                    kib(b),
-                    r,
-                    ec.map_or("-".into(), |e| fmt_line(&e.actual)),
-                    es.map_or("-".into(), |e| fmt_line(&e.actual)),
-                    if r < 1.25 {
-                        "It does.".to_string()
-                    } else {
-                        let (ops, cost) = extra_ops(g, m, Semantics::EmulatedCopy, Semantics::EmulatedShare);
-                        format!(
-                            "It does not come as close here: emulated copy's path adds {}, {:.0} ns a page in all, to emulated share's referencing, against a wire that costs {} a page.",
-                            ops.join(", "),
-                            cost,
-                            g.bandwidths.as_ref().map_or("-".into(), |b| format!("{:.0} ns", zcio_vm::page_size() as f64 / b.wire_gbps))
-                        )
-                    }
-                ),
-                None => "not measured".into(),
-            },
-        });
+            None => "not measured".into(),
+        },
     }
-    out
 }
 
 /// A line as "slope·B + intercept" in ns.

@@ -1,12 +1,13 @@
 //! The report's document: findings first, then paper 000's figures and tables, each with the
 //! paper's key numbers beside this machine's.
 
-use crate::lab::genie::chart::curves;
-use crate::lab::genie::measure::{Point, Thresholds};
+use crate::lab::genie::chart::{against_length, curves, distinct_lengths};
+use crate::lab::genie::measure::{GenieResults, LatencyFit, Point, Thresholds};
 use crate::lab::genie::model::fmt_line;
 use crate::report::doc::Block;
-use crate::report::plot::{Chart, Scale};
-use crate::report::results::Results;
+use crate::report::machine::Machine;
+use crate::report::plot::Scale;
+use crate::report::results::{GenieSection, Results};
 use crate::report::text::{figure, h, p, size, table, us};
 use zcio_genie::{InputBuffering, Semantics};
 
@@ -175,10 +176,38 @@ pub fn blocks(r: &Results) -> Vec<Block> {
         return Vec::new();
     };
     let res = &g.results;
-    let m = &r.machine;
-    let mut b = Vec::new();
-    b.push(h(2, "Machine"));
-    b.push(table(
+    let mut b = vec![h(2, "Machine"), machine_table(&r.machine)];
+
+    b.push(h(2, "Paper 000 — Genie: data-passing semantics"));
+    b.push(p("The paper ran datagrams between two Pentium PCs over 155 Mb/s ATM. Here the two processes are on one machine and the network is zcio's memory network: a pipe whose pages the sender references with vmsplice and the receiver reads (the kernel copies once), with descriptors and completions in a shared ring. The wire is therefore a memory copy, far faster than the paper's network relative to its CPU, so the VM operations that distinguish the semantics weigh much more here. Figures 3, 6 and 7 use the VM paths from one page up (zero-copy thresholds) as the paper did; the dashed curve in Figure 3 is emulated copy with this machine's calibrated thresholds, which copy where copying is cheaper."));
+
+    let lat_zero: Vec<&Point> = res
+        .latency
+        .iter()
+        .filter(|x| x.thresholds == Thresholds::ZeroCopy)
+        .collect();
+    for (i, scheme) in SCHEMES.iter().enumerate() {
+        b.extend(latency_figure(res, &lat_zero, i, *scheme));
+    }
+    if !res.cpu.is_empty() {
+        b.extend(processing_time_figure(res));
+    }
+    b.extend(crate::lab::genie::huge::blocks(res));
+    if !res.short.is_empty() {
+        b.extend(short_messages_figure(g));
+    }
+    if !lat_zero.is_empty() {
+        b.extend(copies_and_paths(&lat_zero));
+    }
+    if !res.modules.is_empty() {
+        b.extend(other_modules(res));
+    }
+    b
+}
+
+/// What the numbers were measured on.
+fn machine_table(m: &Machine) -> Block {
+    table(
         "What these numbers were measured on",
         &["what", "this machine"],
         vec![
@@ -203,299 +232,295 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             vec!["compiler".into(), m.rustc.clone()],
             vec!["zcio".into(), m.zcio.clone()],
         ],
-    ));
+    )
+}
 
-    b.push(h(2, "Paper 000 — Genie: data-passing semantics"));
-    b.push(p("The paper ran datagrams between two Pentium PCs over 155 Mb/s ATM. Here the two processes are on one machine and the network is zcio's memory network: a pipe whose pages the sender references with vmsplice and the receiver reads (the kernel copies once), with descriptors and completions in a shared ring. The wire is therefore a memory copy, far faster than the paper's network relative to its CPU, so the VM operations that distinguish the semantics weigh much more here. Figures 3, 6 and 7 use the VM paths from one page up (zero-copy thresholds) as the paper did; the dashed curve in Figure 3 is emulated copy with this machine's calibrated thresholds, which copy where copying is cheaper."));
-
-    let lat_zero: Vec<&Point> = res
+/// Figure 3, 6 or 7 (the `i`th input scheme): latency against length, and the paper's Table 9
+/// fit beside this machine's.
+fn latency_figure(
+    res: &GenieResults,
+    lat_zero: &[&Point],
+    i: usize,
+    scheme: InputBuffering,
+) -> Vec<Block> {
+    let fig = ["3", "6", "7"][i];
+    let pts: Vec<&Point> = res
         .latency
         .iter()
-        .filter(|x| x.thresholds == Thresholds::ZeroCopy)
+        .filter(|x| x.input == scheme && (x.thresholds == Thresholds::ZeroCopy || i == 0))
         .collect();
-    for (i, scheme) in SCHEMES.iter().enumerate() {
-        let fig = ["3", "6", "7"][i];
-        let pts: Vec<&Point> = res
-            .latency
-            .iter()
-            .filter(|x| x.input == *scheme && (x.thresholds == Thresholds::ZeroCopy || i == 0))
-            .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        b.push(h(
-            3,
-            format!("Figure {fig}: end-to-end latency, {}", scheme_name(*scheme)),
-        ));
-        b.push(figure(
-            &format!("fig{fig}-latency-{}", scheme.name()),
-            format!("End-to-end latency against length with {} input (median of runs; bars: lowest and highest run).", scheme_name(*scheme)),
-            Chart {
-                title: format!("Figure {fig}: latency, {}", scheme_name(*scheme)),
-                x_label: "message length (bytes)".into(),
-                y_label: "latency (µs)".into(),
-                x_scale: Scale::Log,
-                y_scale: Scale::Log,
-                series: curves(&pts, false, true),
-            },
-        ));
-        let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
-        let near60 = pts
-            .iter()
-            .map(|x| x.bytes)
-            .min_by_key(|x| x.abs_diff(61440))
-            .unwrap_or(0);
-        let es_at = |bytes: usize| {
-            lat_zero
-                .iter()
-                .find(|x| {
-                    x.semantics == Semantics::EmulatedShare
-                        && x.input == *scheme
-                        && x.bytes == bytes
-                })
-                .map(|x| x.latency_ns)
-        };
-        let rows = PAPER_TABLE9
-            .iter()
-            .map(|(s, lines)| {
-                let paper = lines[i];
-                let paper_es = PAPER_TABLE9[3].1[i];
-                let p60 = paper.0 * 61440.0 + paper.1;
-                let pes60 = paper_es.0 * 61440.0 + paper_es.1;
-                let get = |bytes| {
-                    lat_zero
-                        .iter()
-                        .find(|x| x.semantics == *s && x.input == *scheme && x.bytes == bytes)
-                        .map(|x| x.latency_ns)
-                };
-                let fit = res.fits.iter().find(|f| {
-                    f.figure == fig && f.semantics == *s && f.thresholds == Thresholds::ZeroCopy
-                });
-                let mut row = vec![
-                    s.to_string(),
-                    format!("{:.4}·B + {:.0} µs", paper.0, paper.1),
-                    format!("{:.2}", p60 / pes60),
-                    fit.map_or("-".into(), |f| {
-                        format!(
-                            "{} ns (R² {})",
-                            fmt_line(&f.line),
-                            f.line.r2.map_or("-".into(), |r| format!("{r:.3}"))
-                        )
-                    }),
-                ];
-                for l in [near60, largest]
-                    .iter()
-                    .take(if near60 == largest { 1 } else { 2 })
-                {
-                    row.push(get(*l).map_or("-".into(), us));
-                    row.push(
-                        get(*l)
-                            .zip(es_at(*l))
-                            .map_or("-".into(), |(a, e)| format!("{:.2}", a / e)),
-                    );
-                }
-                row
-            })
-            .collect();
-        let mut header = vec![
-            "semantics".to_string(),
-            "paper: latency".into(),
-            "paper: / e. share at 60 KB".into(),
-            "here: fitted latency".into(),
-        ];
-        for l in [near60, largest]
-            .iter()
-            .take(if near60 == largest { 1 } else { 2 })
-        {
-            header.push(format!("here: µs at {}", size(*l)));
-            header.push("here: / e. share".into());
-        }
-        let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-        b.push(table(
-            &format!("Figure {fig}: the paper's fitted latency beside this machine's (ratios to emulated share)"),
-            &hdr,
-            rows,
-        ));
+    if pts.is_empty() {
+        return Vec::new();
     }
+    let mut b = vec![h(
+        3,
+        format!("Figure {fig}: end-to-end latency, {}", scheme_name(scheme)),
+    )];
+    b.push(figure(
+        &format!("fig{fig}-latency-{}", scheme.name()),
+        format!("End-to-end latency against length with {} input (median of runs; bars: lowest and highest run).", scheme_name(scheme)),
+        against_length(format!("Figure {fig}: latency, {}", scheme_name(scheme)), "latency (µs)", Scale::Log, curves(&pts, false, true)),
+    ));
+    let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
+    let near60 = pts
+        .iter()
+        .map(|x| x.bytes)
+        .min_by_key(|x| x.abs_diff(61440))
+        .unwrap_or(0);
+    let lengths = [near60, largest];
+    let lengths = &lengths[..if near60 == largest { 1 } else { 2 }];
+    let rows = PAPER_TABLE9
+        .iter()
+        .map(|(s, lines)| {
+            let fit = res.fits.iter().find(|f| {
+                f.figure == fig && f.semantics == *s && f.thresholds == Thresholds::ZeroCopy
+            });
+            let paper = (lines[i], PAPER_TABLE9[3].1[i]);
+            table9_row(lat_zero, scheme, *s, paper, fit, lengths)
+        })
+        .collect();
+    let mut header = vec![
+        "semantics".to_string(),
+        "paper: latency".into(),
+        "paper: / e. share at 60 KB".into(),
+        "here: fitted latency".into(),
+    ];
+    for l in lengths {
+        header.push(format!("here: µs at {}", size(*l)));
+        header.push("here: / e. share".into());
+    }
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    b.push(table(
+        &format!("Figure {fig}: the paper's fitted latency beside this machine's (ratios to emulated share)"),
+        &hdr,
+        rows,
+    ));
+    b
+}
 
-    // Figure 4.
-    if !res.cpu.is_empty() {
-        let pts: Vec<&Point> = res.cpu.iter().collect();
-        b.push(h(3, "Figure 4: I/O processing time"));
-        b.push(p("CPU time of both processes per transfer, with waits that sleep at once (no spinning), so that idle time costs nothing: the analogue of the paper's latency minus idle time. The processes' CPU clocks include the kernel's work for them (the wire's copy, page-table updates, the userfaultfd handler thread)."));
-        b.push(figure(
-            "fig4-cpu",
-            "I/O processing time (CPU µs per transfer, both processes) against length, early demultiplexing.".into(),
-            Chart {
-                title: "Figure 4: I/O processing time".into(),
-                x_label: "message length (bytes)".into(),
-                y_label: "CPU time per transfer (µs)".into(),
-                x_scale: Scale::Log,
-                y_scale: Scale::Log,
-                series: curves(&pts, true, false),
-            },
-        ));
-        let near60 = pts
+/// One semantics' row of the Table 9 comparison: the paper's line and its ratio to emulated
+/// share at 60 KB (`paper`: its line and emulated share's), this machine's fit, and the
+/// measured latencies (and ratios) at `lengths`.
+fn table9_row(
+    lat_zero: &[&Point],
+    scheme: InputBuffering,
+    s: Semantics,
+    (paper, paper_es): ((f64, f64), (f64, f64)),
+    fit: Option<&LatencyFit>,
+    lengths: &[usize],
+) -> Vec<String> {
+    let latency_at = |s: Semantics, bytes: usize| {
+        lat_zero
             .iter()
-            .map(|x| x.bytes)
-            .min_by_key(|x| x.abs_diff(61440))
-            .unwrap_or(0);
-        let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
-        let cpu_at = |s: Semantics, b: usize| {
-            pts.iter()
-                .find(|x| x.semantics == s && x.bytes == b)
-                .map(|x| x.cpu_ns)
-        };
-        let rows = PAPER_FIG4
-            .iter()
-            .map(|(s, paper)| {
-                let mut row = vec![
-                    s.to_string(),
-                    format!("{paper:.0}"),
-                    format!("{:.2}", paper / 3224.0),
-                ];
-                for b in [near60, largest] {
-                    let here = cpu_at(*s, b);
-                    row.push(here.map_or("-".into(), us));
-                    row.push(
-                        here.zip(cpu_at(Semantics::Copy, b))
-                            .map_or("-".into(), |(h, c)| format!("{:.2}", h / c)),
-                    );
-                }
-                row
+            .find(|x| x.semantics == s && x.input == scheme && x.bytes == bytes)
+            .map(|x| x.latency_ns)
+    };
+    let p60 = paper.0 * 61440.0 + paper.1;
+    let pes60 = paper_es.0 * 61440.0 + paper_es.1;
+    let mut row = vec![
+        s.to_string(),
+        format!("{:.4}·B + {:.0} µs", paper.0, paper.1),
+        format!("{:.2}", p60 / pes60),
+        fit.map_or("-".into(), |f| {
+            format!(
+                "{} ns (R² {})",
+                fmt_line(&f.line),
+                f.line.r2.map_or("-".into(), |r| format!("{r:.3}"))
+            )
+        }),
+    ];
+    for l in lengths {
+        row.push(latency_at(s, *l).map_or("-".into(), us));
+        row.push(
+            latency_at(s, *l)
+                .zip(latency_at(Semantics::EmulatedShare, *l))
+                .map_or("-".into(), |(a, e)| format!("{:.2}", a / e)),
+        );
+    }
+    row
+}
+
+/// Figure 4: CPU time per transfer, and the paper's times at 60 KB beside this machine's.
+fn processing_time_figure(res: &GenieResults) -> Vec<Block> {
+    let pts: Vec<&Point> = res.cpu.iter().collect();
+    let mut b = vec![h(3, "Figure 4: I/O processing time")];
+    b.push(p("CPU time of both processes per transfer, with waits that sleep at once (no spinning), so that idle time costs nothing: the analogue of the paper's latency minus idle time. The processes' CPU clocks include the kernel's work for them (the wire's copy, page-table updates, the userfaultfd handler thread)."));
+    b.push(figure(
+        "fig4-cpu",
+        "I/O processing time (CPU µs per transfer, both processes) against length, early demultiplexing.".into(),
+        against_length("Figure 4: I/O processing time".to_string(), "CPU time per transfer (µs)", Scale::Log, curves(&pts, true, false)),
+    ));
+    let near60 = pts
+        .iter()
+        .map(|x| x.bytes)
+        .min_by_key(|x| x.abs_diff(61440))
+        .unwrap_or(0);
+    let largest = pts.iter().map(|x| x.bytes).max().unwrap_or(0);
+    let cpu_at = |s: Semantics, b: usize| {
+        pts.iter()
+            .find(|x| x.semantics == s && x.bytes == b)
+            .map(|x| x.cpu_ns)
+    };
+    let rows = PAPER_FIG4
+        .iter()
+        .map(|(s, paper)| {
+            let mut row = vec![
+                s.to_string(),
+                format!("{paper:.0}"),
+                format!("{:.2}", paper / 3224.0),
+            ];
+            for b in [near60, largest] {
+                let here = cpu_at(*s, b);
+                row.push(here.map_or("-".into(), us));
+                row.push(
+                    here.zip(cpu_at(Semantics::Copy, b))
+                        .map_or("-".into(), |(h, c)| format!("{:.2}", h / c)),
+                );
+            }
+            row
+        })
+        .collect();
+    let h1 = format!("here µs at {}", size(near60));
+    let h2 = format!("here µs at {}", size(largest));
+    b.push(table(
+        &format!(
+            "CPU time per transfer: the paper at 60 KB, this machine at {} and at {}",
+            size(near60),
+            size(largest)
+        ),
+        &[
+            "semantics",
+            "paper µs",
+            "paper / copy",
+            &h1,
+            "/ copy",
+            &h2,
+            "/ copy",
+        ],
+        rows,
+    ));
+    b
+}
+
+/// Figure 5: short messages with the calibrated thresholds, and their latency table.
+fn short_messages_figure(g: &GenieSection) -> Vec<Block> {
+    let pts: Vec<&Point> = g.results.short.iter().collect();
+    // The thresholds the run used (recorded with it), else this process's.
+    let t = g
+        .profile
+        .as_ref()
+        .and_then(|p| serde_json::from_value(p.profile["thresholds"].clone()).ok())
+        .unwrap_or(zcio_genie::profile::Profile::current().thresholds);
+    let mut b = vec![h(3, "Figure 5: short messages")];
+    b.push(p(format!(
+        "Early demultiplexing with this machine's calibrated thresholds: emulated copy converts outputs shorter than {} to copy, swaps input only from {} full page(s), and completes partial pages by reverse copyout from {} bytes (the paper set 1666, 280 for emulated share, and 2178 bytes by hand). The paper found copy lowest for short datagrams (145 µs, tied with emulated share) and move highest (zeroing the rest of the page).",
+        if t.short_output_bytes == usize::MAX { "any length (always copy)".to_string() } else { format!("{} bytes", t.short_output_bytes) },
+        if t.swap_min_pages == usize::MAX { "never".to_string() } else { t.swap_min_pages.to_string() },
+        if t.reverse_copyout_bytes == usize::MAX { "never".to_string() } else { t.reverse_copyout_bytes.to_string() },
+    )));
+    b.push(figure(
+        "fig5-short",
+        "End-to-end latency of short messages, early demultiplexing, calibrated thresholds.".into(),
+        against_length(
+            "Figure 5: short messages".to_string(),
+            "latency (µs)",
+            Scale::Linear,
+            curves(&pts, false, false),
+        ),
+    ));
+    let lengths = distinct_lengths(pts.iter().copied());
+    let rows = Semantics::ALL
+        .iter()
+        .map(|s| {
+            let at = |l: &usize| {
+                pts.iter()
+                    .find(|x| x.semantics == *s && x.bytes == *l)
+                    .map_or("-".into(), |x| us(x.latency_ns))
+            };
+            std::iter::once(s.to_string())
+                .chain(lengths.iter().map(at))
+                .collect()
+        })
+        .collect();
+    let header: Vec<String> = std::iter::once("semantics".to_string())
+        .chain(lengths.iter().map(|l| format!("{l} B")))
+        .collect();
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    b.push(table("Latency of short messages (µs)", &hdr, rows));
+    b
+}
+
+/// Bytes copied by the CPU and by the kernel, and swapped, per message of the largest length.
+fn copies_and_paths(lat_zero: &[&Point]) -> Vec<Block> {
+    let largest = lat_zero.iter().map(|x| x.bytes).max().unwrap_or(0);
+    let rows = SCHEMES
+        .iter()
+        .flat_map(|sc| {
+            Semantics::ALL.iter().filter_map(move |s| {
+                lat_zero
+                    .iter()
+                    .find(|x| x.semantics == *s && x.input == *sc && x.bytes == largest)
+                    .map(|x| {
+                        vec![
+                            scheme_name(*sc).to_string(),
+                            s.to_string(),
+                            x.cpu_copied_bytes.to_string(),
+                            x.kernel_copied_bytes.map_or("?".into(), |k| k.to_string()),
+                            x.swapped_bytes.to_string(),
+                            x.path.clone(),
+                        ]
+                    })
             })
-            .collect();
-        let h1 = format!("here µs at {}", size(near60));
-        let h2 = format!("here µs at {}", size(largest));
-        b.push(table(
+        })
+        .collect();
+    vec![
+        h(3, "Bytes copied, and the path each semantics took"),
+        table(
             &format!(
-                "CPU time per transfer: the paper at 60 KB, this machine at {} and at {}",
-                size(near60),
+                "Per message of {}: bytes copied by the CPU in user space, by the kernel (the wire's copy), and moved as pages",
                 size(largest)
             ),
             &[
+                "input",
                 "semantics",
-                "paper µs",
-                "paper / copy",
-                &h1,
-                "/ copy",
-                &h2,
-                "/ copy",
+                "CPU-copied B",
+                "kernel-copied B",
+                "swapped B",
+                "path",
             ],
             rows,
-        ));
-    }
+        ),
+    ]
+}
 
-    b.extend(crate::lab::genie::huge::blocks(res));
-
-    // Figure 5.
-    if !res.short.is_empty() {
-        let pts: Vec<&Point> = res.short.iter().collect();
-        // The thresholds the run used (recorded with it), else this process's.
-        let t = g
-            .profile
-            .as_ref()
-            .and_then(|p| serde_json::from_value(p.profile["thresholds"].clone()).ok())
-            .unwrap_or(zcio_genie::profile::Profile::current().thresholds);
-        b.push(h(3, "Figure 5: short messages"));
-        b.push(p(format!(
-            "Early demultiplexing with this machine's calibrated thresholds: emulated copy converts outputs shorter than {} to copy, swaps input only from {} full page(s), and completes partial pages by reverse copyout from {} bytes (the paper set 1666, 280 for emulated share, and 2178 bytes by hand). The paper found copy lowest for short datagrams (145 µs, tied with emulated share) and move highest (zeroing the rest of the page).",
-            if t.short_output_bytes == usize::MAX { "any length (always copy)".to_string() } else { format!("{} bytes", t.short_output_bytes) },
-            if t.swap_min_pages == usize::MAX { "never".to_string() } else { t.swap_min_pages.to_string() },
-            if t.reverse_copyout_bytes == usize::MAX { "never".to_string() } else { t.reverse_copyout_bytes.to_string() },
-        )));
-        b.push(figure(
-            "fig5-short",
-            "End-to-end latency of short messages, early demultiplexing, calibrated thresholds."
-                .into(),
-            Chart {
-                title: "Figure 5: short messages".into(),
-                x_label: "message length (bytes)".into(),
-                y_label: "latency (µs)".into(),
-                x_scale: Scale::Linear,
-                y_scale: Scale::Linear,
-                series: curves(&pts, false, false),
-            },
-        ));
-        let mut lengths: Vec<usize> = pts.iter().map(|x| x.bytes).collect();
-        lengths.sort_unstable();
-        lengths.dedup();
-        let rows = Semantics::ALL
-            .iter()
-            .map(|s| {
-                let mut row = vec![s.to_string()];
-                for l in &lengths {
-                    row.push(
-                        pts.iter()
-                            .find(|x| x.semantics == *s && x.bytes == *l)
-                            .map_or("-".into(), |x| us(x.latency_ns)),
-                    );
-                }
-                row
-            })
-            .collect();
-        let header: Vec<String> = std::iter::once("semantics".to_string())
-            .chain(lengths.iter().map(|l| format!("{l} B")))
-            .collect();
-        let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-        b.push(table("Latency of short messages (µs)", &hdr, rows));
-    }
-
-    // Copies and paths.
-    if !lat_zero.is_empty() {
-        let largest = lat_zero.iter().map(|x| x.bytes).max().unwrap_or(0);
-        let lz = &lat_zero;
-        let rows = SCHEMES
-            .iter()
-            .flat_map(|sc| {
-                Semantics::ALL.iter().filter_map(move |s| {
-                    lz.iter()
-                        .find(|x| x.semantics == *s && x.input == *sc && x.bytes == largest)
-                        .map(|x| {
-                            vec![
-                                scheme_name(*sc).to_string(),
-                                s.to_string(),
-                                x.cpu_copied_bytes.to_string(),
-                                x.kernel_copied_bytes.map_or("?".into(), |k| k.to_string()),
-                                x.swapped_bytes.to_string(),
-                                x.path.clone(),
-                            ]
-                        })
-                })
-            })
-            .collect();
-        b.push(h(3, "Bytes copied, and the path each semantics took"));
-        b.push(table(
-            &format!("Per message of {}: bytes copied by the CPU in user space, by the kernel (the wire's copy), and moved as pages", size(largest)),
-            &["input", "semantics", "CPU-copied B", "kernel-copied B", "swapped B", "path"],
-            rows,
-        ));
-    }
-
-    if !res.modules.is_empty() {
-        b.push(h(3, "Other modules: files and kernel sockets"));
-        b.push(p("The same semantics on the file module (a file written and read back, O_DIRECT where the buffer and offset allow) and on kernel sockets (Unix and TCP loopback), with the calibrated thresholds. The path column says which mechanism the library took and why: sockets copy in the kernel (MSG_ZEROCOPY does not pay on loopback, where the kernel copies anyway), so the semantics' promise is kept by the copy."));
-        let rows = res
-            .modules
-            .iter()
-            .map(|x| {
-                vec![
-                    x.module.clone(),
-                    x.semantics.to_string(),
-                    size(x.bytes),
-                    us(x.latency_ns),
-                    x.cpu_copied_bytes.to_string(),
-                    x.kernel_copied_bytes.map_or("?".into(), |k| k.to_string()),
-                    if x.verified {
-                        "yes".into()
-                    } else {
-                        "NO".into()
-                    },
-                    x.path.clone(),
-                ]
-            })
-            .collect();
-        b.push(table(
+/// The file and kernel-socket modules: latency, copies and the path chosen.
+fn other_modules(res: &GenieResults) -> Vec<Block> {
+    let rows = res
+        .modules
+        .iter()
+        .map(|x| {
+            vec![
+                x.module.clone(),
+                x.semantics.to_string(),
+                size(x.bytes),
+                us(x.latency_ns),
+                x.cpu_copied_bytes.to_string(),
+                x.kernel_copied_bytes.map_or("?".into(), |k| k.to_string()),
+                if x.verified {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
+                x.path.clone(),
+            ]
+        })
+        .collect();
+    vec![
+        h(3, "Other modules: files and kernel sockets"),
+        p(
+            "The same semantics on the file module (a file written and read back, O_DIRECT where the buffer and offset allow) and on kernel sockets (Unix and TCP loopback), with the calibrated thresholds. The path column says which mechanism the library took and why: sockets copy in the kernel (MSG_ZEROCOPY does not pay on loopback, where the kernel copies anyway), so the semantics' promise is kept by the copy.",
+        ),
+        table(
             "Module, semantics, latency (µs, median), copies per message, and the path chosen",
             &[
                 "module",
@@ -508,8 +533,6 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                 "path",
             ],
             rows,
-        ));
-    }
-
-    b
+        ),
+    ]
 }

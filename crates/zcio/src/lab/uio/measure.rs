@@ -490,32 +490,8 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
     let max_n = *queries.last().expect("at least one");
     let rounds = a.rounds();
     let dir = tempfile::tempdir()?;
-    let paths: Vec<PathBuf> = (0..max_n)
-        .map(|k| dir.path().join(format!("tenk1-{k}.db")))
-        .collect();
-    for (k, p) in paths.iter().enumerate() {
-        tables::create_tenk1(p, rows_per_table, k as u64 + 1)?;
-        progress(format!("uio: table {} of {max_n}", k + 1));
-    }
-    let table_bytes = std::fs::metadata(&paths[0])?.len();
-    let want: Vec<QueryResult> = paths
-        .iter()
-        .map(|p| tables::scan(&tables::open(p, None)?))
-        .collect::<Result<_, _>>()?;
-    // Whether the layer goes direct here.
-    // Whether the layer works here at all (io_uring may be missing or disabled): if not,
-    // only SQLite's own variants run, and the section says why.
-    let (direct_refused, layer_unavailable) =
-        match Uio::new(layer_config("uio_syscall", 1).expect("a layer variant")) {
-            Ok(probe) => {
-                let t = probe.open(&paths[0], false)?;
-                (probe.buffered_because(t), None)
-            }
-            Err(e) => (
-                None,
-                Some(format!("the user-level layer cannot run here: {e}")),
-            ),
-        };
+    let (paths, table_bytes, want) = make_tables(dir.path(), max_n, rows_per_table, progress)?;
+    let (direct_refused, layer_unavailable) = probe_layer(&paths[0])?;
     let variants: Vec<&str> = VARIANTS
         .iter()
         .copied()
@@ -578,56 +554,28 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
                 });
                 if *name == "kernel" {
                     let bytes = (n as u64 * table_bytes) as f64;
-                    let copy_s = bytes / 1024.0 * primitives.copy_ns_per_kib / 1e9;
-                    let syscalls_s = bytes / 4096.0 * primitives.pread_ns / 1e9;
-                    let cpu_s = cu + cs;
-                    breakdown.push(Breakdown {
-                        cache: cache.clone(),
-                        queries: n,
-                        cpu_s,
-                        copy_s,
-                        syscalls_s,
-                        rest_s: (cpu_s - copy_s - syscalls_s).max(0.0),
-                    });
+                    breakdown.push(kernel_breakdown(&cache, n, bytes, &primitives, cu, cs));
                 }
             }
         }
     }
     // The layer alone and fio, on the same files and pattern.
-    let mut raw = Vec::new();
     let jobs = [1, max_n];
-    for &j in &jobs {
-        for v in RAW_VARIANTS.iter().filter(|_| layer_unavailable.is_none()) {
-            raw.push(Raw {
-                contender: v.to_string(),
-                jobs: j,
-                bytes_per_s: raw_layer(v, &paths, j)?,
-            });
-            progress(format!("uio: the layer alone, {v}, {j} files"));
-        }
-    }
+    let mut raw = if layer_unavailable.is_none() {
+        layer_alone(&paths, jobs, progress)?
+    } else {
+        Vec::new()
+    };
     let fio_skipped = if a.no_fio {
         Some("left out (--no-fio)".to_string())
     } else {
         fio_available()
     };
-    let mut fio_failed = Vec::new();
-    if fio_skipped.is_none() {
-        for &j in &jobs {
-            for e in FIO_ENGINES {
-                // An engine this kernel or fio lacks is noted, not fatal.
-                match fio(e, &paths, j) {
-                    Ok(bytes_per_s) => raw.push(Raw {
-                        contender: format!("fio_{e}"),
-                        jobs: j,
-                        bytes_per_s,
-                    }),
-                    Err(err) => fio_failed.push(format!("{e} with {j} files: {err}")),
-                }
-                progress(format!("uio: fio {e}, {j} files"));
-            }
-        }
-    }
+    let fio_failed = if fio_skipped.is_none() {
+        fio_contenders(&paths, jobs, &mut raw, progress)
+    } else {
+        Vec::new()
+    };
     Ok(UioSection {
         rows_per_table,
         table_bytes,
@@ -645,6 +593,116 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         fio_skipped,
         fio_failed,
     })
+}
+
+/// The `max_n` tables, each of `rows_per_table` rows, in `dir`: their paths, the size of one, and
+/// each one's scan (the result every variant must return).
+fn make_tables(
+    dir: &Path,
+    max_n: usize,
+    rows_per_table: u64,
+    progress: &mut dyn FnMut(String),
+) -> Res<(Vec<PathBuf>, u64, Vec<QueryResult>)> {
+    let paths: Vec<PathBuf> = (0..max_n)
+        .map(|k| dir.join(format!("tenk1-{k}.db")))
+        .collect();
+    for (k, p) in paths.iter().enumerate() {
+        tables::create_tenk1(p, rows_per_table, k as u64 + 1)?;
+        progress(format!("uio: table {} of {max_n}", k + 1));
+    }
+    let table_bytes = std::fs::metadata(&paths[0])?.len();
+    let want: Vec<QueryResult> = paths
+        .iter()
+        .map(|p| tables::scan(&tables::open(p, None)?))
+        .collect::<Result<_, _>>()?;
+    Ok((paths, table_bytes, want))
+}
+
+/// Whether the layer goes direct here (`None`, or why it buffers), and whether it works here at
+/// all (io_uring may be missing or disabled): if not, only SQLite's own variants run, and the
+/// section says why.
+fn probe_layer(path: &Path) -> Res<(Option<String>, Option<String>)> {
+    Ok(
+        match Uio::new(layer_config("uio_syscall", 1).expect("a layer variant")) {
+            Ok(probe) => {
+                let t = probe.open(path, false)?;
+                (probe.buffered_because(t), None)
+            }
+            Err(e) => (
+                None,
+                Some(format!("the user-level layer cannot run here: {e}")),
+            ),
+        },
+    )
+}
+
+/// Where the kernel variant's CPU time (`cu` user, `cs` system) went for `n` queries reading
+/// `bytes`: the copies and the system calls the primitives predict, and the rest.
+fn kernel_breakdown(
+    cache: &str,
+    n: usize,
+    bytes: f64,
+    primitives: &Primitives,
+    cu: f64,
+    cs: f64,
+) -> Breakdown {
+    let copy_s = bytes / 1024.0 * primitives.copy_ns_per_kib / 1e9;
+    let syscalls_s = bytes / 4096.0 * primitives.pread_ns / 1e9;
+    let cpu_s = cu + cs;
+    Breakdown {
+        cache: cache.to_string(),
+        queries: n,
+        cpu_s,
+        copy_s,
+        syscalls_s,
+        rest_s: (cpu_s - copy_s - syscalls_s).max(0.0),
+    }
+}
+
+/// The layer alone, with 1 and with all files: bytes per second of each raw variant.
+fn layer_alone(
+    paths: &[PathBuf],
+    jobs: [usize; 2],
+    progress: &mut dyn FnMut(String),
+) -> Res<Vec<Raw>> {
+    let mut raw = Vec::new();
+    for &j in &jobs {
+        for v in RAW_VARIANTS {
+            raw.push(Raw {
+                contender: v.to_string(),
+                jobs: j,
+                bytes_per_s: raw_layer(v, paths, j)?,
+            });
+            progress(format!("uio: the layer alone, {v}, {j} files"));
+        }
+    }
+    Ok(raw)
+}
+
+/// fio with each engine, with 1 and with all files, into `raw`; an engine this kernel or fio
+/// lacks is noted (returned), not fatal.
+fn fio_contenders(
+    paths: &[PathBuf],
+    jobs: [usize; 2],
+    raw: &mut Vec<Raw>,
+    progress: &mut dyn FnMut(String),
+) -> Vec<String> {
+    let mut fio_failed = Vec::new();
+    for &j in &jobs {
+        for e in FIO_ENGINES {
+            // An engine this kernel or fio lacks is noted, not fatal.
+            match fio(e, paths, j) {
+                Ok(bytes_per_s) => raw.push(Raw {
+                    contender: format!("fio_{e}"),
+                    jobs: j,
+                    bytes_per_s,
+                }),
+                Err(err) => fio_failed.push(format!("{e} with {j} files: {err}")),
+            }
+            progress(format!("uio: fio {e}, {j} files"));
+        }
+    }
+    fio_failed
 }
 
 /// Run the benchmark and print it.

@@ -223,7 +223,18 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             scaling_chart(u, "warm", "Queries per second, tables warm", true),
         ));
     }
-    b.push(table(
+    b.push(variants_table(u));
+    b.push(kernel_cpu_table(u));
+    b.push(layer_alone_table(u));
+    b.push(p(
+        "The paper's server spent most of its I/O CPU copying from the buffer cache into MySQL's buffers, and its simulated disks delivered data at the rate of the device; the user-level path removed the copy and let 13 queries run where the kernel path saturated at 9. Here the tables sit in a page cache that the kernel copies from at memory speed, so the copy is a small part of a query's CPU (Figure 6), while an O_DIRECT transfer must come from the virtual disk, whose throughput is far below a memory copy's: with the tables in the page cache, direct transfer costs more than the copy it saves. The variants' differences (initiation, translation) are small beside that, as the paper found for initiation.",
+    ));
+    b
+}
+
+/// Every variant, cache state and N: the times, rates and ratios the figures plot.
+fn variants_table(u: &UioSection) -> Block {
+    table(
         "Per variant, cache state and N: median seconds (lowest–highest), queries/s, MB/s, CPU, scaling and the kernel ratio",
         &[
             "cache",
@@ -255,8 +266,12 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                 ]
             })
             .collect(),
-    ));
-    b.push(table(
+    )
+}
+
+/// Figure 6: the kernel variant's CPU split into copies, system calls and the rest.
+fn kernel_cpu_table(u: &UioSection) -> Block {
+    table(
         &format!(
             "Figure 6: the kernel variant's CPU, split (copy and system calls estimated from a {:.0} ns-per-KiB copy and a {:.0} ns one-byte pread measured in this run)",
             u.primitives.copy_ns_per_kib, u.primitives.pread_ns
@@ -276,8 +291,12 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                 ]
             })
             .collect(),
-    ));
-    b.push(table(
+    )
+}
+
+/// The tables read alone, no engine: the layer's raw variants beside fio.
+fn layer_alone_table(u: &UioSection) -> Block {
+    table(
         &format!(
             "The tables read alone, no engine, in the layer's pattern ({} KiB sequential O_DIRECT reads, {} in flight per file): the layer's variants and fio{}",
             u.chunk >> 10,
@@ -302,9 +321,5 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                 ]
             })
             .collect(),
-    ));
-    b.push(p(
-        "The paper's server spent most of its I/O CPU copying from the buffer cache into MySQL's buffers, and its simulated disks delivered data at the rate of the device; the user-level path removed the copy and let 13 queries run where the kernel path saturated at 9. Here the tables sit in a page cache that the kernel copies from at memory speed, so the copy is a small part of a query's CPU (Figure 6), while an O_DIRECT transfer must come from the virtual disk, whose throughput is far below a memory copy's: with the tables in the page cache, direct transfer costs more than the copy it saves. The variants' differences (initiation, translation) are small beside that, as the paper found for initiation.",
-    ));
-    b
+    )
 }

@@ -419,54 +419,7 @@ pub fn derive(rows: &[Row]) -> Derived {
             })
             .collect();
         let from = (0..rs.len()).rev().take_while(|i| faster[*i]).last();
-        let adaptive: Vec<(&Row, f64)> = rs
-            .iter()
-            .filter_map(|r| Some((*r, r.vmmr_ns.get("adaptive")? / r.memcpy_ns)))
-            .collect();
-        if let Some(&(worst, ratio)) = adaptive.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
-            let remapped: Vec<&Row> = adaptive
-                .iter()
-                .map(|(r, _)| *r)
-                .filter(|r| r.adaptive_path.as_deref() == Some("remap"))
-                .collect();
-            let over: Vec<usize> = adaptive
-                .iter()
-                .filter(|(_, x)| *x > 1.05)
-                .map(|(r, _)| r.pages)
-                .collect();
-            let to_copy: Vec<(&Row, f64)> = adaptive
-                .iter()
-                .filter_map(|(r, _)| {
-                    Some((*r, r.vmmr_ns.get("adaptive")? / r.vmmr_ns.get("copy")?))
-                })
-                .collect();
-            let worst_to_copy = to_copy.iter().max_by(|a, b| a.1.total_cmp(&b.1));
-            let from = (0..adaptive.len())
-                .rev()
-                .take_while(|i| adaptive[*i].1 <= 1.05)
-                .last()
-                .map(|i| adaptive[i].0.pages);
-            d.adaptive.push(AdaptiveVerdict {
-                worst_ratio_to_copy: worst_to_copy.map(|x| x.1),
-                worst_to_copy_at_pages: worst_to_copy.map(|x| x.0.pages),
-                over_5_percent_of_copy: to_copy
-                    .iter()
-                    .filter(|(_, x)| *x > 1.05)
-                    .map(|(r, _)| r.pages)
-                    .collect(),
-                within_5_percent_from_pages: from,
-                granule: g.clone(),
-                layout: l.clone(),
-                caches: c.clone(),
-                sizes: adaptive.len(),
-                remapped: remapped.len(),
-                remap_from_pages: remapped.first().map(|r| r.pages),
-                worst_ratio: ratio,
-                worst_at_pages: worst.pages,
-                within_5_percent: over.is_empty(),
-                over_5_percent: over,
-            });
-        }
+        d.adaptive.extend(adaptive_verdict(&g, &l, &c, &rs));
         d.crossovers.push(Crossover {
             granule: g.clone(),
             layout: l.clone(),
@@ -475,80 +428,154 @@ pub fn derive(rows: &[Row]) -> Derived {
             pages: from.map(|i| rs[i].pages),
             everywhere: from == Some(0),
         });
-        let mut at: Vec<usize> = Vec::new();
-        for n in [
-            rs.first().map(|r| r.granules),
-            rs.iter()
-                .find(|r| r.granules == paper_size(&g))
-                .map(|r| r.granules),
-            rs.last().map(|r| r.granules),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if !at.contains(&n) {
-                at.push(n);
-            }
+        d.speedups.extend(speedups(&g, &l, &c, &rs));
+        d.costs.extend(cost_fits(&g, &l, &c, &rs));
+    }
+    d
+}
+
+/// How close the adaptive reassembler came to memcpy (and to the copying reassembler) over one
+/// series, sorted by size.
+fn adaptive_verdict(g: &str, l: &str, c: &str, rs: &[&Row]) -> Option<AdaptiveVerdict> {
+    let adaptive: Vec<(&Row, f64)> = rs
+        .iter()
+        .filter_map(|r| Some((*r, r.vmmr_ns.get("adaptive")? / r.memcpy_ns)))
+        .collect();
+    let &(worst, ratio) = adaptive.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let remapped: Vec<&Row> = adaptive
+        .iter()
+        .map(|(r, _)| *r)
+        .filter(|r| r.adaptive_path.as_deref() == Some("remap"))
+        .collect();
+    let over: Vec<usize> = adaptive
+        .iter()
+        .filter(|(_, x)| *x > 1.05)
+        .map(|(r, _)| r.pages)
+        .collect();
+    let to_copy: Vec<(&Row, f64)> = adaptive
+        .iter()
+        .filter_map(|(r, _)| Some((*r, r.vmmr_ns.get("adaptive")? / r.vmmr_ns.get("copy")?)))
+        .collect();
+    let worst_to_copy = to_copy.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    let from = (0..adaptive.len())
+        .rev()
+        .take_while(|i| adaptive[*i].1 <= 1.05)
+        .last()
+        .map(|i| adaptive[i].0.pages);
+    Some(AdaptiveVerdict {
+        worst_ratio_to_copy: worst_to_copy.map(|x| x.1),
+        worst_to_copy_at_pages: worst_to_copy.map(|x| x.0.pages),
+        over_5_percent_of_copy: to_copy
+            .iter()
+            .filter(|(_, x)| *x > 1.05)
+            .map(|(r, _)| r.pages)
+            .collect(),
+        within_5_percent_from_pages: from,
+        granule: g.to_string(),
+        layout: l.to_string(),
+        caches: c.to_string(),
+        sizes: adaptive.len(),
+        remapped: remapped.len(),
+        remap_from_pages: remapped.first().map(|r| r.pages),
+        worst_ratio: ratio,
+        worst_at_pages: worst.pages,
+        within_5_percent: over.is_empty(),
+        over_5_percent: over,
+    })
+}
+
+/// The speed-ups at the smallest size, the paper's size and the largest of one series.
+fn speedups(g: &str, l: &str, c: &str, rs: &[&Row]) -> Vec<Speedup> {
+    let mut out = Vec::new();
+    let mut at: Vec<usize> = Vec::new();
+    for n in [
+        rs.first().map(|r| r.granules),
+        rs.iter()
+            .find(|r| r.granules == paper_size(g))
+            .map(|r| r.granules),
+        rs.last().map(|r| r.granules),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !at.contains(&n) {
+            at.push(n);
         }
-        for n in at {
-            let Some(r) = rs.iter().find(|r| r.granules == n) else {
-                continue;
-            };
-            let Some(v) = r.vmmr_ns.get("minimal_search").copied() else {
-                continue;
-            };
-            let bits = r.bytes as f64 * 8.0;
-            d.speedups.push(Speedup {
-                granule: g.clone(),
-                layout: l.clone(),
-                caches: c.clone(),
-                granules: r.granules,
-                pages: r.pages,
-                memcpy_ns: r.memcpy_ns,
-                vmmr_ns: v,
-                speedup: r.memcpy_ns / v,
-                vmmr_gbits: bits / v,
-                memcpy_gbits: bits / r.memcpy_ns,
-            });
-        }
-        let mut cases: Vec<String> = vec!["memcpy".into()];
-        for r in &rs {
-            for k in r.vmmr_ns.keys() {
-                if !cases.contains(k) {
-                    cases.push(k.clone());
-                }
-            }
-        }
-        for case in cases {
-            let pts: Vec<(f64, f64)> = rs
-                .iter()
-                .filter_map(|r| Some((r.granules as f64, r.case_ns(&case)?)))
-                .filter(|(_, y)| y.is_finite() && *y > 0.0)
-                .collect();
-            if pts.len() < 2 {
-                continue;
-            }
-            if let Ok(line) = fit::relative_least_squares(&pts) {
-                d.costs.push(CostFit {
-                    granule: g.clone(),
-                    layout: l.clone(),
-                    caches: c.clone(),
-                    case,
-                    per_granule_ns: line.slope_ns_per_byte,
-                    per_message_ns: line.intercept_ns,
-                    r2: line.r2,
-                });
+    }
+    for n in at {
+        let Some(r) = rs.iter().find(|r| r.granules == n) else {
+            continue;
+        };
+        let Some(v) = r.vmmr_ns.get("minimal_search").copied() else {
+            continue;
+        };
+        let bits = r.bytes as f64 * 8.0;
+        out.push(Speedup {
+            granule: g.to_string(),
+            layout: l.to_string(),
+            caches: c.to_string(),
+            granules: r.granules,
+            pages: r.pages,
+            memcpy_ns: r.memcpy_ns,
+            vmmr_ns: v,
+            speedup: r.memcpy_ns / v,
+            vmmr_gbits: bits / v,
+            memcpy_gbits: bits / r.memcpy_ns,
+        });
+    }
+    out
+}
+
+/// Each case's cost fitted per granule and per message over one series.
+fn cost_fits(g: &str, l: &str, c: &str, rs: &[&Row]) -> Vec<CostFit> {
+    let mut out = Vec::new();
+    let mut cases: Vec<String> = vec!["memcpy".into()];
+    for r in rs {
+        for k in r.vmmr_ns.keys() {
+            if !cases.contains(k) {
+                cases.push(k.clone());
             }
         }
     }
-    d
+    for case in cases {
+        let pts: Vec<(f64, f64)> = rs
+            .iter()
+            .filter_map(|r| Some((r.granules as f64, r.case_ns(&case)?)))
+            .filter(|(_, y)| y.is_finite() && *y > 0.0)
+            .collect();
+        if pts.len() < 2 {
+            continue;
+        }
+        if let Ok(line) = fit::relative_least_squares(&pts) {
+            out.push(CostFit {
+                granule: g.to_string(),
+                layout: l.to_string(),
+                caches: c.to_string(),
+                case,
+                per_granule_ns: line.slope_ns_per_byte,
+                per_message_ns: line.intercept_ns,
+                r2: line.r2,
+            });
+        }
+    }
+    out
 }
 
 fn us(ns: f64) -> String {
     crate::report::text::us(ns)
 }
 
+/// The terminal summary of a run: the series, the random maps and what was derived from them.
 fn print(s: &VmmrSection) {
+    print_series(s);
+    if !s.random.is_empty() {
+        print_random_maps(s);
+    }
+    print_derived(s);
+}
+
+/// One table per granule, layout and cache state: µs per reassembly of every case.
+fn print_series(s: &VmmrSection) {
     let cases = [
         "no_search",
         "minimal_search",
@@ -582,30 +609,35 @@ fn print(s: &VmmrSection) {
         }
         println!();
     }
-    if !s.random.is_empty() {
-        println!("random maps: µs per reassembly (4 KiB pages, scattered)");
+}
+
+/// The random maps of every pool, per size.
+fn print_random_maps(s: &VmmrSection) {
+    println!("random maps: µs per reassembly (4 KiB pages, scattered)");
+    println!(
+        "{:<13} {:>6} {:>6} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "pool", "pages", "maps", "min", "max", "max median", "mean at 40%", "mean at 10%"
+    );
+    for r in &s.random {
+        let o =
+            |v: Option<f64>, n: usize| v.map_or("-".to_string(), |v| format!("{} ({n})", us(v)));
         println!(
             "{:<13} {:>6} {:>6} {:>10} {:>10} {:>10} {:>12} {:>12}",
-            "pool", "pages", "maps", "min", "max", "max median", "mean at 40%", "mean at 10%"
+            r.pool,
+            r.pages,
+            r.maps.len(),
+            us(r.min_ns),
+            us(r.max_ns),
+            us(r.max_map_median_ns),
+            o(r.mean_at_40_ns, r.maps_at_40),
+            o(r.mean_at_10_ns, r.maps_at_10)
         );
-        for r in &s.random {
-            let o = |v: Option<f64>, n: usize| {
-                v.map_or("-".to_string(), |v| format!("{} ({n})", us(v)))
-            };
-            println!(
-                "{:<13} {:>6} {:>6} {:>10} {:>10} {:>10} {:>12} {:>12}",
-                r.pool,
-                r.pages,
-                r.maps.len(),
-                us(r.min_ns),
-                us(r.max_ns),
-                us(r.max_map_median_ns),
-                o(r.mean_at_40_ns, r.maps_at_40),
-                o(r.mean_at_10_ns, r.maps_at_10)
-            );
-        }
-        println!();
     }
+    println!();
+}
+
+/// The crossovers, the adaptive policy's costs and verdicts, and the speed-ups.
+fn print_derived(s: &VmmrSection) {
     for c in &s.derived.crossovers {
         println!(
             "crossover {} {} {}: {}",

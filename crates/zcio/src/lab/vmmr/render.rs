@@ -412,6 +412,36 @@ pub(super) fn case_table(rs: &[&Row], caption: &str, cases: &[&str]) -> Block {
     table(caption, &hdr, body)
 }
 
+/// Figure 4 or 5 for one 4 KiB layout: memcpy and VMMR with the paper's three searches.
+fn layout_figure(rs: &[&Row], stem: &str, caption: String, title: String) -> Block {
+    let series = FIG4_CASES
+        .iter()
+        .filter_map(|c| curve(rs, c, label(c).into(), &pages, Style::Line))
+        .collect();
+    figure(
+        stem,
+        caption,
+        time_chart(title, "message size (4 KiB pages)", series),
+    )
+}
+
+/// Figure `fig`'s numbers (`caches` warm or cold) for each 4 KiB layout measured.
+fn layout_tables(sc: &[&Row], ad: &[&Row], fig: &str, caches: &str) -> Vec<Block> {
+    [("scattered", sc), ("adjacent", ad)]
+        .into_iter()
+        .filter(|(_, rs)| !rs.is_empty())
+        .map(|(layout, rs)| {
+            case_table(
+                rs,
+                &format!(
+                    "Figure {fig}, 4 KiB pages {layout}, {caches} caches: median µs per reassembly"
+                ),
+                &FIG4_CASES,
+            )
+        })
+        .collect()
+}
+
 pub(super) fn figure4(v: &VmmrSection) -> Vec<Block> {
     let mut b = Vec::new();
     let sc = rows(v, "4k", "scattered", "warm");
@@ -427,21 +457,14 @@ pub(super) fn figure4(v: &VmmrSection) -> Vec<Block> {
         if rs.is_empty() {
             continue;
         }
-        let series = FIG4_CASES
-            .iter()
-            .filter_map(|c| curve(rs, c, label(c).into(), &pages, Style::Line))
-            .collect();
-        b.push(figure(
+        b.push(layout_figure(
+            rs,
             &format!("vmmr-fig4-{layout}"),
             format!(
                 "Reassembly time against message size, 4 KiB pages {layout} in the store ({}), warm caches: memcpy and VMMR with the paper's three searches (median; bars: fastest and slowest iteration).",
                 if layout == "scattered" { "one move call per page" } else { "one move call per message" }
             ),
-            time_chart(
-                format!("VMMR, Figure 4: 4 KiB pages, {layout}"),
-                "message size (4 KiB pages)",
-                series,
-            ),
+            format!("VMMR, Figure 4: 4 KiB pages, {layout}"),
         ));
     }
     let mut text = Vec::new();
@@ -491,15 +514,7 @@ pub(super) fn figure4(v: &VmmrSection) -> Vec<Block> {
         }
     }
     b.push(p(text.join(" ")));
-    for (layout, rs) in [("scattered", &sc), ("adjacent", &ad)] {
-        if !rs.is_empty() {
-            b.push(case_table(
-                rs,
-                &format!("Figure 4, 4 KiB pages {layout}, warm caches: median µs per reassembly"),
-                &FIG4_CASES,
-            ));
-        }
-    }
+    b.extend(layout_tables(&sc, &ad, "4", "warm"));
     b
 }
 
@@ -550,18 +565,11 @@ pub(super) fn figure5(v: &VmmrSection) -> Vec<Block> {
         if rs.is_empty() {
             continue;
         }
-        let series = FIG4_CASES
-            .iter()
-            .filter_map(|c| curve(rs, c, label(c).into(), &pages, Style::Line))
-            .collect();
-        b.push(figure(
+        b.push(layout_figure(
+            rs,
             &format!("vmmr-fig5-{layout}"),
             format!("Reassembly time against message size with cold caches (a buffer twice the last-level cache read before each), 4 KiB pages {layout}."),
-            time_chart(
-                format!("VMMR, Figure 5: cold caches, {layout}"),
-                "message size (4 KiB pages)",
-                series,
-            ),
+            format!("VMMR, Figure 5: cold caches, {layout}"),
         ));
     }
     let mut text = vec![format!(
@@ -591,15 +599,7 @@ pub(super) fn figure5(v: &VmmrSection) -> Vec<Block> {
         ));
     }
     b.push(p(text.join(" ")));
-    for (layout, rs) in [("scattered", &sc), ("adjacent", &ad)] {
-        if !rs.is_empty() {
-            b.push(case_table(
-                rs,
-                &format!("Figure 5, 4 KiB pages {layout}, cold caches: median µs per reassembly"),
-                &FIG4_CASES,
-            ));
-        }
-    }
+    b.extend(layout_tables(&sc, &ad, "5", "cold"));
     b
 }
 

@@ -80,60 +80,10 @@ pub(super) fn ends(
     };
     Ok(match pair {
         "file_to_socket" => {
-            let (tx, mut rx) = UnixStream::pair()?;
+            let (tx, rx) = UnixStream::pair()?;
             let peer = match mode {
-                Mode::Throughput(bytes) => {
-                    // Written now, so that keeping the stamps costs no page fault later.
-                    let pages = (bytes as usize).div_ceil(STAMP_EVERY);
-                    let mut stamps = vec![0xa5u8; 8 * pages];
-                    std::thread::spawn(move || {
-                        pin(1);
-                        let mut buf = vec![0u8; 1 << 20];
-                        let mut n = 0u64;
-                        while let Ok(k) = rx.read(&mut buf) {
-                            if k == 0 {
-                                break;
-                            }
-                            for (at, i, len) in stamp_spans(k, n) {
-                                let p = (at / STAMP_EVERY as u64) as usize;
-                                let into = 8 * p + (at % STAMP_EVERY as u64) as usize;
-                                if let Some(s) = stamps.get_mut(into..into + len) {
-                                    s.copy_from_slice(&buf[i..i + len]);
-                                }
-                            }
-                            n += k as u64;
-                        }
-                        Peer {
-                            moved: n,
-                            stamps,
-                            wrong: None,
-                        }
-                    })
-                }
-                Mode::Paced => {
-                    let stream = stream.clone();
-                    std::thread::spawn(move || {
-                        pin(1);
-                        let mut buf = vec![0u8; 1 << 20];
-                        let (mut n, mut wrong) = (0u64, None);
-                        while let Ok(k) = rx.read(&mut buf) {
-                            if k == 0 {
-                                break;
-                            }
-                            if wrong.is_none() {
-                                wrong = stamp_spans(k, n).find_map(|(at, i, len)| {
-                                    stream.first_difference(&buf[i..i + len], at)
-                                });
-                            }
-                            n += k as u64;
-                        }
-                        Peer {
-                            moved: n,
-                            stamps: Vec::new(),
-                            wrong,
-                        }
-                    })
-                }
+                Mode::Throughput(bytes) => stamp_keeper(rx, bytes),
+                Mode::Paced => stamp_checker(rx, stream.clone()),
             };
             Ends {
                 source: file_source()?,
@@ -149,36 +99,102 @@ pub(super) fn ends(
             stop,
         },
         _ => {
-            let (mut tx, rx) = UnixStream::pair()?;
+            let (tx, rx) = UnixStream::pair()?;
             let data = stream.data.clone();
             let halt = stop.clone();
             let bytes = match mode {
                 Mode::Throughput(b) => Some(b),
                 Mode::Paced => None,
             };
-            let peer = std::thread::spawn(move || {
-                pin(1);
-                let chunk = &data[..CHUNK.min(data.len())];
-                let mut n = 0u64;
-                while !halt.load(Ordering::Relaxed) && bytes.is_none_or(|b| n < b) {
-                    let k = bytes.map_or(chunk.len() as u64, |b| (b - n).min(chunk.len() as u64));
-                    if tx.write_all(&chunk[..k as usize]).is_err() {
-                        break;
-                    }
-                    n += k;
-                }
-                Peer {
-                    moved: n,
-                    stamps: Vec::new(),
-                    wrong: None,
-                }
-            });
+            let peer = writer(tx, data, halt, bytes);
             Ends {
                 source: Endpoint::Socket(rx),
                 sink: file_sink()?,
                 peer: Some(peer),
                 stop,
             }
+        }
+    })
+}
+
+/// A throughput run's socket sink: reads everything and keeps the stamps of the first `bytes`.
+fn stamp_keeper(mut rx: UnixStream, bytes: u64) -> std::thread::JoinHandle<Peer> {
+    // Written now, so that keeping the stamps costs no page fault later.
+    let pages = (bytes as usize).div_ceil(STAMP_EVERY);
+    let mut stamps = vec![0xa5u8; 8 * pages];
+    std::thread::spawn(move || {
+        pin(1);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        while let Ok(k) = rx.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            for (at, i, len) in stamp_spans(k, n) {
+                let p = (at / STAMP_EVERY as u64) as usize;
+                let into = 8 * p + (at % STAMP_EVERY as u64) as usize;
+                if let Some(s) = stamps.get_mut(into..into + len) {
+                    s.copy_from_slice(&buf[i..i + len]);
+                }
+            }
+            n += k as u64;
+        }
+        Peer {
+            moved: n,
+            stamps,
+            wrong: None,
+        }
+    })
+}
+
+/// A paced run's socket sink: reads everything and compares the stamps with `stream` as they
+/// come.
+fn stamp_checker(mut rx: UnixStream, stream: Stream) -> std::thread::JoinHandle<Peer> {
+    std::thread::spawn(move || {
+        pin(1);
+        let mut buf = vec![0u8; 1 << 20];
+        let (mut n, mut wrong) = (0u64, None);
+        while let Ok(k) = rx.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            if wrong.is_none() {
+                wrong = stamp_spans(k, n)
+                    .find_map(|(at, i, len)| stream.first_difference(&buf[i..i + len], at));
+            }
+            n += k as u64;
+        }
+        Peer {
+            moved: n,
+            stamps: Vec::new(),
+            wrong,
+        }
+    })
+}
+
+/// A socket source: writes `data` over and over, `bytes` in all (a throughput run) or until
+/// `halt` (a paced run).
+fn writer(
+    mut tx: UnixStream,
+    data: Arc<[u8]>,
+    halt: Arc<AtomicBool>,
+    bytes: Option<u64>,
+) -> std::thread::JoinHandle<Peer> {
+    std::thread::spawn(move || {
+        pin(1);
+        let chunk = &data[..CHUNK.min(data.len())];
+        let mut n = 0u64;
+        while !halt.load(Ordering::Relaxed) && bytes.is_none_or(|b| n < b) {
+            let k = bytes.map_or(chunk.len() as u64, |b| (b - n).min(chunk.len() as u64));
+            if tx.write_all(&chunk[..k as usize]).is_err() {
+                break;
+            }
+            n += k;
+        }
+        Peer {
+            moved: n,
+            stamps: Vec::new(),
+            wrong: None,
         }
     })
 }

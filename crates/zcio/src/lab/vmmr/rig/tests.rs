@@ -4,6 +4,11 @@ use super::pools::*;
 use super::timing::*;
 use super::*;
 
+/// A sweep with warm caches that reports no progress.
+fn warm_sweep(plan: &Plan, granule: Granule, layout: Layout) -> Result<Vec<Point>, BenchError> {
+    sweep(plan, granule, layout, Caches::Warm, &mut |_| {})
+}
+
 #[test]
 fn fill_and_check_agree_and_catch_a_wrong_word() {
     let mut b = vec![0u8; 4096 * 2];
@@ -104,14 +109,7 @@ fn a_small_sweep_measures_every_case_and_checks_every_message() {
         }
     }
     assert_eq!(calls, 4);
-    let pts = sweep(
-        &plan,
-        Granule::Huge,
-        Layout::Scattered,
-        Caches::Warm,
-        &mut |_| {},
-    )
-    .unwrap();
+    let pts = warm_sweep(&plan, Granule::Huge, Layout::Scattered).unwrap();
     assert_eq!(pts[0].moved.moved + pts[0].moved.copied, 2 << 20);
     assert_eq!(pts[0].adaptive, Some(Path::Remapped));
     // Without a calibration there is no adaptive case, and the rest still runs.
@@ -119,14 +117,7 @@ fn a_small_sweep_measures_every_case_and_checks_every_message() {
         calibration: vec![],
         ..plan
     };
-    let pts = sweep(
-        &plan,
-        Granule::Page,
-        Layout::Adjacent,
-        Caches::Warm,
-        &mut |_| {},
-    )
-    .unwrap();
+    let pts = warm_sweep(&plan, Granule::Page, Layout::Adjacent).unwrap();
     assert_eq!(
         (pts[0].cases.len(), pts[0].adaptive),
         (Case::ALL.len() - 1, None)
@@ -149,14 +140,7 @@ fn a_spoiled_message_fails_the_run() {
             calibration: vec![made_up(Granule::Page)],
             ..Plan::smoke()
         };
-        let e = sweep(
-            &plan,
-            Granule::Page,
-            Layout::Scattered,
-            Caches::Warm,
-            &mut |_| {},
-        )
-        .unwrap_err();
+        let e = warm_sweep(&plan, Granule::Page, Layout::Scattered).unwrap_err();
         let BenchError::At { at, error } = e else {
             panic!("{case:?}: {e}")
         };
@@ -178,14 +162,7 @@ fn a_page_the_kernel_would_not_move_rebuilds_the_rig_a_few_times_then_fails() {
         inject_faults: 2,
         ..Plan::smoke()
     };
-    let pts = sweep(
-        &plan,
-        Granule::Page,
-        Layout::Scattered,
-        Caches::Warm,
-        &mut |_| {},
-    )
-    .unwrap();
+    let pts = warm_sweep(&plan, Granule::Page, Layout::Scattered).unwrap();
     assert_eq!((pts[0].rebuilds, pts[1].rebuilds), (2, 0));
     assert!(
         pts[0]
@@ -198,14 +175,7 @@ fn a_page_the_kernel_would_not_move_rebuilds_the_rig_a_few_times_then_fails() {
         inject_faults: MAX_REBUILDS + 1,
         ..plan
     };
-    let e = sweep(
-        &plan,
-        Granule::Page,
-        Layout::Scattered,
-        Caches::Warm,
-        &mut |_| {},
-    )
-    .unwrap_err();
+    let e = warm_sweep(&plan, Granule::Page, Layout::Scattered).unwrap_err();
     assert!(e.to_string().contains("would not move"), "{e}");
     let plan = Plan {
         capacity_4k: 1024,

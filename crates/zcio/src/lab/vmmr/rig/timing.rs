@@ -309,117 +309,24 @@ pub fn sweep(
     if sizes.is_empty() || iterations == 0 {
         return Ok(Vec::new());
     }
-    let evictor = (caches == Caches::Cold).then(Evictor::new);
+    let series = Series {
+        plan,
+        granule,
+        layout,
+        caches,
+        cases,
+        iterations,
+        evictor: (caches == Caches::Cold).then(Evictor::new),
+        capacity: plan.capacity(granule),
+    };
+    let capacity = series.capacity;
     let mut rng = SplitMix64::new(plan.seed ^ granule.bytes() as u64 ^ layout as u64);
-    let capacity = plan.capacity(granule);
     let faults = Rc::new(Cell::new(plan.inject_faults));
     let mut rig = Rig::new(plan, granule, capacity, &mut rng)?;
     rig.spoil = plan.spoil;
     rig.faults = faults.clone();
     let mut out = Vec::new();
     for &n in sizes {
-        let measure = |rig: &mut Rig, rng: &mut SplitMix64| -> Result<Point, BenchError> {
-            let mut msg = Msg::new(granule, n, layout, rng)?;
-            msg.spoil = plan.spoil == Some(Case::Memcpy);
-            let mut pools = CasePools::new(capacity, n)?;
-            let cases: Vec<Case> = cases
-                .iter()
-                .copied()
-                .filter(|c| c.applies(n) && (*c != Case::Adaptive || rig.adaptive.is_some()))
-                .collect();
-            let mut samples: Vec<Samples> = cases
-                .iter()
-                .map(|&case| Samples {
-                    case,
-                    ns: Vec::with_capacity(iterations),
-                })
-                .collect();
-            let mut moved = Moved::default();
-            let mut copied = 0;
-            let mut adaptive_paths = (0, 0);
-            // Bytes copied where pages were to move (the adaptive case's chosen copies are
-            // not counted).
-            let fallback = |(_, m, path): (f64, Moved, Path)| match path {
-                Path::Remapped => m.copied,
-                Path::Copied => 0,
-            };
-            // One untimed round (checked all the same): first touches of the destination, the
-            // pools' memory and the page tables.
-            for &case in &cases {
-                copied += fallback(time_case(rig, &mut pools, &mut msg, case)?);
-            }
-            // Each case's iterations in runs back to back, as an application doing one thing
-            // would run (a copy's destination stays as warm as its working set allows;
-            // interleaved one by one, the other cases' footprints would evict it from a few
-            // hundred pages on, and the copies would pay what the mix costs, not what copying
-            // costs). Four rounds of such runs, so that a slow spell of the machine (this may
-            // be a virtual machine) falls on several cases rather than all of one. Every timed
-            // reassembly comes after the same untimed one, the pages moved in and back out, as
-            // pages just delivered would be: their translations not yet cached. The cases take
-            // turns going first from one size to the next.
-            let rounds = ROUNDS.min(iterations);
-            for round in 0..rounds {
-                let per = iterations / rounds + usize::from(round < iterations % rounds);
-                for k in 0..cases.len() {
-                    let at = (k + n) % cases.len();
-                    let case = cases[at];
-                    for _ in 0..per {
-                        match &evictor {
-                            Some(e) => e.evict(),
-                            None => {
-                                copied +=
-                                    fallback(time_case(rig, &mut pools, &mut msg, Case::NoSearch)?);
-                            }
-                        }
-                        let done = time_case(rig, &mut pools, &mut msg, case)?;
-                        samples[at].ns.push(done.0);
-                        copied += fallback(done);
-                        match case {
-                            Case::MinimalSearch => moved = done.1,
-                            Case::Adaptive => match done.2 {
-                                Path::Remapped => adaptive_paths.0 += 1,
-                                Path::Copied => adaptive_paths.1 += 1,
-                            },
-                            _ => {}
-                        }
-                    }
-                }
-            }
-            let mut pool = Vec::new();
-            if caches == Caches::Warm {
-                for &case in cases
-                    .iter()
-                    .filter(|c| !matches!(c, Case::Memcpy | Case::Copy | Case::Adaptive))
-                {
-                    let p = pools.get(case).expect("every moving case has a pool");
-                    let ns = (0..iterations)
-                        .map(|_| time_alloc(p, n))
-                        .collect::<Result<_, _>>()?;
-                    pool.push(Samples { case, ns });
-                }
-            }
-            Ok(Point {
-                granule,
-                layout,
-                caches,
-                granules: n,
-                cases: samples,
-                pool,
-                moved,
-                adaptive: (adaptive_paths != (0, 0)).then_some(
-                    if adaptive_paths.0 > adaptive_paths.1 {
-                        Path::Remapped
-                    } else {
-                        Path::Copied
-                    },
-                ),
-                adaptive_paths,
-                copied,
-                rebuilds: 0,
-                rebuild_reason: None,
-                huge_pages: msg.huge_pages,
-            })
-        };
         let at = || {
             format!(
                 "{} granules, {}, {} caches, {n} granules",
@@ -431,7 +338,7 @@ pub fn sweep(
         let mut reason: Option<String> = None;
         let mut rebuilds = 0;
         let mut point = loop {
-            match measure(&mut rig, &mut rng) {
+            match series.measure(&mut rig, &mut rng, n) {
                 Ok(p) => break p,
                 Err(e) if e.is_vm_fault() && rebuilds < MAX_REBUILDS => {
                     reason.get_or_insert_with(|| e.to_string());
@@ -454,6 +361,142 @@ pub fn sweep(
         out.push(point);
     }
     Ok(out)
+}
+
+/// One series of a sweep: its granule, layout and cache state, the cases it times and how often.
+struct Series<'a> {
+    plan: &'a Plan,
+    granule: Granule,
+    layout: Layout,
+    caches: Caches,
+    cases: &'a [Case],
+    iterations: usize,
+    /// Evicts the caches before every timed reassembly (cold caches only).
+    evictor: Option<Evictor>,
+    /// Granules in each pool.
+    capacity: usize,
+}
+
+impl Series<'_> {
+    /// Every case at `n` granules: one untimed round, then the timed rounds, then (warm caches)
+    /// each moving case's pool alone.
+    fn measure(&self, rig: &mut Rig, rng: &mut SplitMix64, n: usize) -> Result<Point, BenchError> {
+        let iterations = self.iterations;
+        let mut msg = Msg::new(self.granule, n, self.layout, rng)?;
+        msg.spoil = self.plan.spoil == Some(Case::Memcpy);
+        let mut pools = CasePools::new(self.capacity, n)?;
+        let cases: Vec<Case> = self
+            .cases
+            .iter()
+            .copied()
+            .filter(|c| c.applies(n) && (*c != Case::Adaptive || rig.adaptive.is_some()))
+            .collect();
+        let mut samples: Vec<Samples> = cases
+            .iter()
+            .map(|&case| Samples {
+                case,
+                ns: Vec::with_capacity(iterations),
+            })
+            .collect();
+        let mut moved = Moved::default();
+        let mut copied = 0;
+        let mut adaptive_paths = (0, 0);
+        // Bytes copied where pages were to move (the adaptive case's chosen copies are
+        // not counted).
+        let fallback = |(_, m, path): (f64, Moved, Path)| match path {
+            Path::Remapped => m.copied,
+            Path::Copied => 0,
+        };
+        // One untimed round (checked all the same): first touches of the destination, the
+        // pools' memory and the page tables.
+        for &case in &cases {
+            copied += fallback(time_case(rig, &mut pools, &mut msg, case)?);
+        }
+        // Each case's iterations in runs back to back, as an application doing one thing
+        // would run (a copy's destination stays as warm as its working set allows;
+        // interleaved one by one, the other cases' footprints would evict it from a few
+        // hundred pages on, and the copies would pay what the mix costs, not what copying
+        // costs). Four rounds of such runs, so that a slow spell of the machine (this may
+        // be a virtual machine) falls on several cases rather than all of one. Every timed
+        // reassembly comes after the same untimed one, the pages moved in and back out, as
+        // pages just delivered would be: their translations not yet cached. The cases take
+        // turns going first from one size to the next.
+        let rounds = ROUNDS.min(iterations);
+        for round in 0..rounds {
+            let per = iterations / rounds + usize::from(round < iterations % rounds);
+            for k in 0..cases.len() {
+                let at = (k + n) % cases.len();
+                let case = cases[at];
+                for _ in 0..per {
+                    match &self.evictor {
+                        Some(e) => e.evict(),
+                        None => {
+                            copied +=
+                                fallback(time_case(rig, &mut pools, &mut msg, Case::NoSearch)?);
+                        }
+                    }
+                    let done = time_case(rig, &mut pools, &mut msg, case)?;
+                    samples[at].ns.push(done.0);
+                    copied += fallback(done);
+                    match case {
+                        Case::MinimalSearch => moved = done.1,
+                        Case::Adaptive => match done.2 {
+                            Path::Remapped => adaptive_paths.0 += 1,
+                            Path::Copied => adaptive_paths.1 += 1,
+                        },
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let pool = if self.caches == Caches::Warm {
+            time_pools(&mut pools, &cases, n, iterations)?
+        } else {
+            Vec::new()
+        };
+        Ok(Point {
+            granule: self.granule,
+            layout: self.layout,
+            caches: self.caches,
+            granules: n,
+            cases: samples,
+            pool,
+            moved,
+            adaptive: (adaptive_paths != (0, 0)).then_some(
+                if adaptive_paths.0 > adaptive_paths.1 {
+                    Path::Remapped
+                } else {
+                    Path::Copied
+                },
+            ),
+            adaptive_paths,
+            copied,
+            rebuilds: 0,
+            rebuild_reason: None,
+            huge_pages: msg.huge_pages,
+        })
+    }
+}
+
+/// Each moving case's pool alone: `iterations` allocations of `n` granules.
+fn time_pools(
+    pools: &mut CasePools,
+    cases: &[Case],
+    n: usize,
+    iterations: usize,
+) -> Result<Vec<Samples>, BenchError> {
+    let mut pool = Vec::new();
+    for &case in cases
+        .iter()
+        .filter(|c| !matches!(c, Case::Memcpy | Case::Copy | Case::Adaptive))
+    {
+        let p = pools.get(case).expect("every moving case has a pool");
+        let ns = (0..iterations)
+            .map(|_| time_alloc(p, n))
+            .collect::<Result<_, _>>()?;
+        pool.push(Samples { case, ns });
+    }
+    Ok(pool)
 }
 
 /// Rounds of back-to-back runs a sweep divides each case's iterations into.
