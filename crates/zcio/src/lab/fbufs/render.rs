@@ -40,7 +40,7 @@ fn word(
     &Vec<crate::lab::fbufs::measure::Row>,
     &Vec<crate::lab::fbufs::measure::Fit>,
 )> {
-    r.fbufs.as_ref().map(|f| (&f.rows, &f.fits))
+    r.section::<super::Fbufs>().map(|f| (&f.rows, &f.fits))
 }
 
 fn per_page(fits: &[crate::lab::fbufs::measure::Fit], variant: &str, touch: &str) -> Option<f64> {

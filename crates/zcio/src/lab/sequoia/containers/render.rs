@@ -8,7 +8,7 @@ use crate::report::text::{figure, h, p, table};
 
 /// The frame experiment's findings for the report's summary.
 pub fn frames_findings(r: &Results) -> Vec<String> {
-    let Some(f) = &r.frames else {
+    let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();
     };
     let Some(first) = f.rows.first().map(|x| x.relays) else {
@@ -62,7 +62,7 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
 
 /// The frame experiment's sections.
 pub fn frames_blocks(r: &Results) -> Vec<Block> {
-    let Some(f) = &r.frames else {
+    let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();
     };
     let mut series = Vec::new();
