@@ -72,3 +72,19 @@ pub fn over(a: f64, b: f64) -> Option<f64> {
 pub fn times(r: Option<f64>) -> String {
     r.map_or_else(|| "not measured".into(), |r| format!("{r:.2}×"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_need_two_finite_numbers_and_a_positive_divisor() {
+        assert_eq!(over(6.0, 3.0), Some(2.0));
+        assert_eq!(over(6.0, -3.0), None);
+        assert_eq!(over(f64::NAN, 3.0), None);
+        assert_eq!(times(Some(1.234)), "1.23×");
+        assert_eq!(times(None), "not measured");
+        assert_eq!(Verdict::of(None).word(), "not measurable here");
+        assert_eq!(Verdict::of(Some(false)), Verdict::Differs);
+    }
+}

@@ -275,6 +275,36 @@ mod tests {
     }
 
     #[test]
+    fn findings_follow_the_papers_heading_and_its_first_paragraph() {
+        use crate::report::text::{h, p};
+        let text = |b: &[Block]| -> Vec<String> {
+            b.iter()
+                .map(|b| match b {
+                    Block::Heading { text, .. } => text.clone(),
+                    Block::Para(t) => t.clone(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        let blocks = vec![h(2, "Machine"), h(2, "Paper 000 — x"), p("how"), h(3, "y")];
+        let led = lead(blocks, vec!["found".into()]);
+        assert_eq!(
+            text(&led),
+            ["Machine", "Paper 000 — x", "how", "found", "y"]
+        );
+        let led = lead(vec![h(3, "z")], vec!["found".into()]);
+        assert_eq!(text(&led), ["z", "found"]);
+    }
+
+    #[test]
+    fn every_group_has_one_section_and_its_claims() {
+        for l in LABS {
+            assert_eq!(l.section.is_some(), l.run.is_some(), "{}", l.id);
+            assert_eq!(l.claims.is_some(), l.run.is_some(), "{}", l.id);
+        }
+    }
+
+    #[test]
     fn ids_are_unique_and_needs_known() {
         for (i, l) in LABS.iter().enumerate() {
             assert!(LABS[..i].iter().all(|m| m.id != l.id), "{} twice", l.id);

@@ -12,7 +12,7 @@ use zcio_genie::{InputBuffering, Semantics};
 const CONCLUSIONS: Shown = Shown::Heading("The paper's conclusions, tested here");
 
 /// An early-demultiplexing point of `s` at `bytes` among `points`.
-fn point<'a>(points: &'a [Point], s: Semantics, bytes: usize) -> Option<&'a Point> {
+fn point(points: &[Point], s: Semantics, bytes: usize) -> Option<&Point> {
     points
         .iter()
         .find(|p| p.semantics == s && p.input == InputBuffering::EarlyDemux && p.bytes == bytes)

@@ -281,9 +281,8 @@ fn linked(doc: &Doc) -> HashSet<String> {
         .collect()
 }
 
-/// The first cell of row `r` of `table`, as a link where the table gives it one, rendered by
-/// `link(text, anchor)`; else `None`.
-fn link_of<'a>(table: &'a Table, r: usize) -> Option<&'a str> {
+/// The anchor the first cell of row `r` of `table` links to, if any.
+fn link_of(table: &Table, r: usize) -> Option<&str> {
     table.links.get(r).and_then(|l| l.as_deref())
 }
 
@@ -658,6 +657,27 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("````\n```\nfenced\n```\n````"), "{md}");
+    }
+
+    #[test]
+    fn linked_rows_point_at_anchors_both_pages_have() {
+        let mut d = doc();
+        if let Some(Block::Table(t)) = d.blocks.get_mut(3) {
+            t.links = vec![None, Some("fig-latency".to_owned())];
+        }
+        let md = to_markdown(&d);
+        assert!(md.contains("| [c](#fig-latency) | 20 |"), "{md}");
+        assert!(
+            md.contains("<a id=\"fig-latency\"></a>\n\n![Latency"),
+            "{md}"
+        );
+        assert!(!md.contains("<a id=\"results-notes\">"), "{md}");
+        let html = to_html(&d).unwrap();
+        assert!(
+            html.contains("<td><a href=\"#fig-latency\">c</a></td>"),
+            "{html}"
+        );
+        assert!(html.contains("<figure id=\"fig-latency\">"));
     }
 
     #[test]
