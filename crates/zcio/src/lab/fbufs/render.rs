@@ -49,7 +49,7 @@ fn per_page(fits: &[crate::lab::fbufs::measure::Fit], variant: &str, touch: &str
         .map(|f| f.per_page_ns)
 }
 
-/// The findings for the summary.
+/// The findings that head the section.
 pub fn findings(r: &Results) -> Vec<String> {
     let Some((rows, fits)) = word(r) else {
         return Vec::new();

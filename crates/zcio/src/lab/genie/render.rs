@@ -1,4 +1,4 @@
-//! The report's document: findings first, then paper 000's figures and tables, each with the
+//! Paper 000's part of the report: its findings, then its figures and tables, each with the
 //! paper's key numbers beside this machine's.
 
 use crate::lab::genie::chart::curves;

@@ -18,7 +18,7 @@ pub(super) fn max_n(u: &UioSection) -> usize {
     u.rows.iter().map(|r| r.queries).max().unwrap_or(1)
 }
 
-/// The findings for the report's summary.
+/// The findings that head the section.
 pub fn findings(r: &Results) -> Vec<String> {
     let Some(u) = r.section::<super::Uio>() else {
         return Vec::new();

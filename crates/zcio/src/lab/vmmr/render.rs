@@ -198,7 +198,7 @@ pub(super) fn slower_sizes(rs: &[&Row], case: &str) -> String {
     format!("{} pages", parts.join(", "))
 }
 
-/// The findings for the report's summary.
+/// The findings that head the section.
 pub fn findings(r: &Results) -> Vec<String> {
     let Some(v) = r.section::<super::Vmmr>() else {
         return Vec::new();

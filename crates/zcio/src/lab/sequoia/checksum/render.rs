@@ -43,7 +43,7 @@ fn at<'a>(s: &'a ChecksumSection, contender: &str, size: usize) -> Option<&'a Ro
         .find(|r| r.contender == contender && r.size == size)
 }
 
-/// The findings for the report's summary.
+/// The findings that head the section.
 pub fn findings(r: &Results) -> Vec<String> {
     let Some(s) = r.section::<super::Checksum>() else {
         return Vec::new();

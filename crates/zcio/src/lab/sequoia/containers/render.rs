@@ -6,7 +6,7 @@ use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
 use crate::report::text::{figure, h, p, table};
 
-/// The frame experiment's findings for the report's summary.
+/// The frame experiment's findings, at the head of its section.
 pub fn frames_findings(r: &Results) -> Vec<String> {
     let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();

@@ -6,7 +6,7 @@ use crate::report::doc::Block;
 use crate::report::results::Results;
 use crate::report::text::{h, p, table};
 
-/// The peer-to-peer I/O findings for the report's summary.
+/// The peer-to-peer I/O findings, at the head of its section.
 pub fn splice_findings(r: &Results) -> Vec<String> {
     let Some(s) = r.section::<super::Splice>() else {
         return Vec::new();
