@@ -103,7 +103,7 @@ impl Sections {
         self.0.get_mut(key)?.as_any_mut().downcast_mut()
     }
 
-    /// Store `section` under `kind`'s key, replacing what was there.
+    /// Store `section` under `key`, replacing what was there.
     ///
     /// # Panics
     /// If the registry knows no section `key` (a programming error: an experiment storing a
@@ -169,54 +169,5 @@ impl JsonSchema for Sections {
             "type": "object",
             "properties": properties,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::lab::fbufs::Fbufs;
-    use crate::report::preset::Preset;
-    use crate::report::results::{FbufsSection, Results};
-
-    fn results() -> Results {
-        let dir = tempfile::tempdir().unwrap();
-        let mut r = Results::new(
-            Preset::Smoke,
-            0,
-            crate::report::machine::Machine::this(dir.path()),
-        );
-        r.store::<Fbufs>(FbufsSection {
-            sizes: vec![4096],
-            rounds: 1,
-            volume: 1 << 20,
-            rows: Vec::new(),
-            fits: Vec::new(),
-        });
-        r
-    }
-
-    #[test]
-    fn every_section_is_written_under_its_key_and_read_back_typed() {
-        let v = serde_json::to_value(results()).unwrap();
-        assert_eq!(v["fbufs"]["sizes"], serde_json::json!([4096]));
-        for key in ["genie", "vmmr", "checksum", "frames", "splice", "uio"] {
-            assert!(v.get(key).is_some_and(|s| s.is_null()), "{key}: {v}");
-        }
-        let back: Results = serde_json::from_value(v).unwrap();
-        assert_eq!(back.section::<Fbufs>().unwrap().sizes, [4096]);
-        assert!(back.genie().is_none());
-    }
-
-    #[test]
-    fn missing_sections_are_absent_and_bad_ones_errors_naming_them() {
-        let mut v = serde_json::to_value(results()).unwrap();
-        let o = v.as_object_mut().unwrap();
-        o.remove("uio");
-        o.remove("genie");
-        let back: Results = serde_json::from_value(v.clone()).unwrap();
-        assert!(back.section::<Fbufs>().is_some());
-        v["fbufs"] = serde_json::json!({ "sizes": "many" });
-        let e = serde_json::from_value::<Results>(v).unwrap_err();
-        assert!(e.to_string().contains("fbufs"), "{e}");
     }
 }
