@@ -99,6 +99,9 @@ pub struct Lab {
     pub run: Option<Measure>,
     /// Its section of `results.json`; `None` for all but the first of a group.
     pub section: Option<SectionKind>,
+    /// The report's findings about it, at the head of its sections; `None` for all but the
+    /// first of a group.
+    pub findings: Option<fn(&Results) -> Vec<String>>,
     /// The papers' claims it measures; `None` for all but the first of a group.
     pub claims: Option<fn(&Results) -> Vec<Claim>>,
     /// The report's sections about it; `None` for all but the first of a group.
@@ -115,8 +118,9 @@ impl Lab {
             needs: &[],
             run: Some(run::<E>),
             section: Some(SectionKind::of::<E::Section>(E::KEY, E::ABOUT)),
+            findings: Some(E::findings),
             claims: Some(E::claims),
-            render: Some(with_findings::<E>),
+            render: Some(E::render),
         }
     }
 }
@@ -199,14 +203,8 @@ pub fn claims(results: &Results) -> Vec<Claim> {
         .collect()
 }
 
-/// An experiment's sections with its findings at their head: after its first heading (the
-/// paper's), one paragraph each.
-fn with_findings<E: Experiment>(results: &Results) -> Vec<Block> {
-    lead(E::render(results), E::findings(results))
-}
-
-/// `blocks` with `findings` as paragraphs after the first level-2 heading naming a paper (or
-/// the first heading), and the paragraph that follows it.
+/// `blocks` with `findings`, one paragraph each, after the first level-2 heading naming a
+/// paper (else the first heading) and the paragraph right after it, if any.
 pub fn lead(mut blocks: Vec<Block>, findings: Vec<String>) -> Vec<Block> {
     let heading = |b: &Block| matches!(b, Block::Heading { level: 2, text, .. } if text.starts_with("Paper "));
     let at = blocks
@@ -226,11 +224,18 @@ pub fn lead(mut blocks: Vec<Block>, findings: Vec<String>) -> Vec<Block> {
     blocks
 }
 
-/// The sections of every experiment that ran, in the registry's order.
+/// The sections of every experiment that ran, in the registry's order, each with its findings
+/// at its head.
 pub fn render(results: &Results) -> Vec<Block> {
     LABS.iter()
-        .filter_map(|l| l.render)
-        .flat_map(|f| f(results))
+        .filter_map(|l| {
+            let blocks = l.render?(results);
+            Some(lead(
+                blocks,
+                l.findings.map_or_else(Vec::new, |f| f(results)),
+            ))
+        })
+        .flatten()
         .collect()
 }
 
@@ -300,6 +305,7 @@ mod tests {
     fn every_group_has_one_section_and_its_claims() {
         for l in LABS {
             assert_eq!(l.section.is_some(), l.run.is_some(), "{}", l.id);
+            assert_eq!(l.findings.is_some(), l.run.is_some(), "{}", l.id);
             assert_eq!(l.claims.is_some(), l.run.is_some(), "{}", l.id);
         }
     }

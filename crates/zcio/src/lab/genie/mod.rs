@@ -26,6 +26,7 @@ pub const LATENCY: Lab = Lab {
     needs: &[],
     run: Some(run),
     section: Some(SECTION),
+    findings: Some(genie_doc::findings),
     claims: Some(claims::claims),
     render: Some(render_all),
 };
@@ -87,6 +88,7 @@ const fn part(id: &'static str, title: &'static str, needs: &'static [&'static s
         needs,
         run: None,
         section: None,
+        findings: None,
         claims: None,
         render: None,
     }
@@ -171,5 +173,5 @@ pub fn refit(g: &mut GenieSection, logical_cpus: usize) {
 fn render_all(r: &Results) -> Vec<crate::report::doc::Block> {
     let mut b = genie_doc::blocks(r);
     render_model::model_sections(&mut b, r);
-    crate::lab::lead(b, genie_doc::findings(r))
+    b
 }
