@@ -100,7 +100,7 @@ fn latency_claims(g: &GenieResults, b: usize) -> Vec<Claim> {
             measured: format!("{} {at}", times(ec_es)),
             verdict: Verdict::of(ec_es.map(|r| r < 1.25)),
             why: match ec_es {
-                Some(r) if r < 1.25 => "within 25 % of emulated share".into(),
+                Some(r) if r < 1.25 => "at most 25 % slower than emulated share".into(),
                 Some(_) => "more than 25 % slower than emulated share".into(),
                 None => "not both measured".into(),
             },
