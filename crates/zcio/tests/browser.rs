@@ -174,6 +174,7 @@ fn sample_doc() -> Doc {
                         ]
                     })
                     .collect(),
+                links: vec![Some("latency".to_owned())],
             }),
             heading(2, "Latency"),
             figure(

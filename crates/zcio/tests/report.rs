@@ -231,7 +231,7 @@ fn smoke_report_writes_every_output_and_validates() {
     }
     assert_eq!(html.matches("data:image/svg+xml;base64,").count(), plots);
     for s in [
-        "Summary of findings",
+        "Claims and verdicts",
         "Table 6",
         "Table 9",
         "Table 10",
@@ -245,7 +245,28 @@ fn smoke_report_writes_every_output_and_validates() {
     ] {
         assert!(md.contains(s) && html.contains(s), "{s} missing");
     }
-    assert!(md.find("Summary of findings") < md.find("Figure 3"));
+    assert!(md.find("Claims and verdicts") < md.find("Figure 3"));
+    // The claims table opens the report: every row has a verdict and links to the section or
+    // figure that shows it, whose anchor the page has.
+    let rows: Vec<&str> = md
+        .lines()
+        .skip_while(|l| !l.starts_with("| claim |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(rows.len() >= 10, "{} claims", rows.len());
+    for row in &rows {
+        assert!(
+            ["| agrees |", "| differs |", "| not measurable here |"]
+                .iter()
+                .any(|v| row.contains(v)),
+            "{row}"
+        );
+        let anchor = &row[row.find("](#").expect(row) + 3..];
+        let anchor = &anchor[..anchor.find(')').unwrap()];
+        assert!(html.contains(&format!("id=\"{anchor}\"")), "{anchor}");
+        assert!(md.contains(&format!("<a id=\"{anchor}\"></a>")), "{anchor}");
+    }
 
     // Refitting from the raw samples alone reproduces the same models and documents.
     let again = dir.path().join("again");

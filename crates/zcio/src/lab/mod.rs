@@ -5,6 +5,7 @@
 //! share, and [`LABS`] the registry `zcio report` runs, renders and lists from. Genie's seven
 //! experiments share one section and one runner of their own ([`genie`]).
 
+pub mod claim;
 pub mod fbufs;
 pub mod genie;
 pub mod sequoia;
@@ -13,19 +14,25 @@ pub mod vmmr;
 
 use sequoia::{checksum, containers, splice};
 
+pub use claim::{Claim, Shown, Verdict};
+
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
-use crate::report::results::{ExperimentRecord, Results};
+use crate::report::results::{ExperimentRecord, Results, SectionData, SectionKind};
 use crate::transfer::Res;
 use std::time::Instant;
 
 /// One experiment: its name, how much it measures at each preset, the measurement, its section
 /// of `results.json`, and the report's prose about it.
 pub trait Experiment {
-    /// The experiment's one name: its folder, its id for `zcio report --only`, its
-    /// `zcio bench` verb and (but for the containers' `frames`, kept for the files already
-    /// written) its section of `results.json`.
+    /// The experiment's one name: its folder, its id for `zcio report --only` and its
+    /// `zcio bench` verb.
     const ID: &'static str;
+    /// Its section's key in `results.json`: its id but for `fbufs` and the containers'
+    /// `frames`, kept for the files already written.
+    const KEY: &'static str = Self::ID;
+    /// What the schema of `results.json` says of its section.
+    const ABOUT: &'static str;
     /// The paper it reproduces (`000` … `004`).
     const PAPER: &'static str;
     /// What it reproduces.
@@ -33,7 +40,7 @@ pub trait Experiment {
     /// What a preset stands for: the measurement's arguments.
     type Plan;
     /// What it measured: its section of `results.json`, what `zcio bench <id> --json` prints.
-    type Section: serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema;
+    type Section: SectionData;
     /// The plan of `preset`.
     fn plan(preset: Preset) -> Self::Plan;
     /// Progress steps `measure` reports that it does not add to the bar's length itself.
@@ -42,10 +49,12 @@ pub trait Experiment {
     }
     /// Measure, reporting progress on `bar`.
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section>;
-    /// Store the section in the results.
-    fn store(results: &mut Results, section: Self::Section);
-    /// What the report's summary says about it (nothing when it did not run).
+    /// What the report says about it in a few sentences, at the head of its sections (nothing
+    /// when it did not run).
     fn findings(results: &Results) -> Vec<String>;
+    /// The papers' claims it measures, for the table that opens the report (nothing when it
+    /// did not run).
+    fn claims(results: &Results) -> Vec<Claim>;
     /// Its sections of the report (nothing when it did not run).
     fn render(results: &Results) -> Vec<Block>;
 }
@@ -88,8 +97,13 @@ pub struct Lab {
     /// Measure it (when selected) into the results; the records of what ran. `None`: it
     /// is measured by the first entry of its group (Genie's).
     pub run: Option<Measure>,
-    /// The report's findings about it; `None` for all but the first of a group.
+    /// Its section of `results.json`; `None` for all but the first of a group.
+    pub section: Option<SectionKind>,
+    /// The report's findings about it, at the head of its sections; `None` for all but the
+    /// first of a group.
     pub findings: Option<fn(&Results) -> Vec<String>>,
+    /// The papers' claims it measures; `None` for all but the first of a group.
+    pub claims: Option<fn(&Results) -> Vec<Claim>>,
     /// The report's sections about it; `None` for all but the first of a group.
     pub render: Option<fn(&Results) -> Vec<Block>>,
 }
@@ -103,7 +117,9 @@ impl Lab {
             title: E::TITLE,
             needs: &[],
             run: Some(run::<E>),
+            section: Some(SectionKind::of::<E::Section>(E::KEY, E::ABOUT)),
             findings: Some(E::findings),
+            claims: Some(E::claims),
             render: Some(E::render),
         }
     }
@@ -138,7 +154,7 @@ pub fn run<E: Experiment>(run: &Run, results: &mut Results) -> Res<Vec<Experimen
     run.bar.inc_length(E::units(&plan));
     match E::measure(&plan, run.bar) {
         Ok(section) => {
-            E::store(results, section);
+            results.store::<E>(section);
             Ok(vec![finished(lab, t0, run.bar)])
         }
         Err(e) => Ok(vec![failed(lab, &e.to_string(), run.bar)]),
@@ -179,19 +195,47 @@ pub fn failed(e: &Lab, error: &str, bar: &indicatif::ProgressBar) -> ExperimentR
     }
 }
 
-/// The findings of every experiment that ran, in the registry's order.
-pub fn findings(results: &Results) -> Vec<String> {
+/// The claims of every experiment that ran, in the registry's order.
+pub fn claims(results: &Results) -> Vec<Claim> {
     LABS.iter()
-        .filter_map(|l| l.findings)
+        .filter_map(|l| l.claims)
         .flat_map(|f| f(results))
         .collect()
 }
 
-/// The sections of every experiment that ran, in the registry's order.
+/// `blocks` with `findings`, one paragraph each, after the first level-2 heading naming a
+/// paper (else the first heading) and the paragraph right after it, if any.
+pub fn lead(mut blocks: Vec<Block>, findings: Vec<String>) -> Vec<Block> {
+    let heading = |b: &Block| matches!(b, Block::Heading { level: 2, text, .. } if text.starts_with("Paper "));
+    let at = blocks
+        .iter()
+        .position(heading)
+        .or_else(|| {
+            blocks
+                .iter()
+                .position(|b| matches!(b, Block::Heading { .. }))
+        })
+        .map_or(0, |i| {
+            i + 1 + usize::from(matches!(blocks.get(i + 1), Some(Block::Para(_))))
+        });
+    let tail = blocks.split_off(at);
+    blocks.extend(findings.into_iter().map(Block::Para));
+    blocks.extend(tail);
+    blocks
+}
+
+/// The sections of every experiment that ran, in the registry's order, each with its findings
+/// at its head.
 pub fn render(results: &Results) -> Vec<Block> {
     LABS.iter()
-        .filter_map(|l| l.render)
-        .flat_map(|f| f(results))
+        .filter_map(|l| {
+            let blocks = l.render?(results);
+            Some(lead(
+                blocks,
+                l.findings.map_or_else(Vec::new, |f| f(results)),
+            ))
+        })
+        .flatten()
         .collect()
 }
 
@@ -233,6 +277,37 @@ mod tests {
         assert_eq!(record.id, "containers");
         assert_eq!(record.paper, "003");
         assert_eq!(record.error.as_deref(), Some("fcntl(F_ADD_SEALS) failed"));
+    }
+
+    #[test]
+    fn findings_follow_the_papers_heading_and_its_first_paragraph() {
+        use crate::report::text::{h, p};
+        let text = |b: &[Block]| -> Vec<String> {
+            b.iter()
+                .map(|b| match b {
+                    Block::Heading { text, .. } => text.clone(),
+                    Block::Para(t) => t.clone(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        let blocks = vec![h(2, "Machine"), h(2, "Paper 000 — x"), p("how"), h(3, "y")];
+        let led = lead(blocks, vec!["found".into()]);
+        assert_eq!(
+            text(&led),
+            ["Machine", "Paper 000 — x", "how", "found", "y"]
+        );
+        let led = lead(vec![h(3, "z")], vec!["found".into()]);
+        assert_eq!(text(&led), ["z", "found"]);
+    }
+
+    #[test]
+    fn every_group_has_one_section_and_its_claims() {
+        for l in LABS {
+            assert_eq!(l.section.is_some(), l.run.is_some(), "{}", l.id);
+            assert_eq!(l.findings.is_some(), l.run.is_some(), "{}", l.id);
+            assert_eq!(l.claims.is_some(), l.run.is_some(), "{}", l.id);
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The whole report as one document: the machine in a sentence, the findings of every
-//! experiment, each experiment's sections (in the registry's order, [`crate::lab::LABS`]), and
-//! the list of experiments that ran.
+//! The whole report as one document: the machine in a sentence, the table of the papers'
+//! claims with their verdicts, each experiment's sections (in the registry's order,
+//! [`crate::lab::LABS`]), and the list of experiments that ran.
 
 use crate::report::doc::{Block, Doc};
 use crate::report::results::Results;
@@ -20,17 +20,16 @@ pub fn document(r: &Results) -> Doc {
         r.preset,
         r.duration_s
     )));
-    let items = crate::lab::findings(r);
-    if !items.is_empty() {
-        b.push(h(2, "Summary of findings"));
-        b.push(Block::List(items));
-    }
+    let claims = crate::lab::claims(r);
+    b.extend(crate::report::claims::blocks(&claims));
     b.extend(crate::lab::render(r));
     tail(&mut b, r);
-    Doc {
+    let mut doc = Doc {
         title: "zcio reproduction report".into(),
         blocks: b,
-    }
+    };
+    crate::report::claims::link(&mut doc, &claims);
+    doc
 }
 
 /// The list of experiments that ran, and where the raw samples are.

@@ -6,6 +6,7 @@
 //! of one run are one [`Results`] value, written as `results.json` under the JSON schema
 //! `schema/results.schema.json` (generated from these types: `zcio report --schema`).
 
+pub mod claims;
 pub mod doc;
 pub mod document;
 pub mod fit;
@@ -13,6 +14,7 @@ pub mod machine;
 pub mod plot;
 pub mod preset;
 pub mod results;
+pub mod sections;
 pub mod text;
 
 pub use document::document;
@@ -114,21 +116,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
         )
         .expect("template"),
     );
-    let mut results = Results {
-        schema: SCHEMA.into(),
-        preset: a.preset(),
-        started_unix_s,
-        duration_s: 0.0,
-        machine,
-        experiments: Vec::new(),
-        genie: None,
-        fbufs: None,
-        vmmr: None,
-        checksum: None,
-        frames: None,
-        splice: None,
-        uio: None,
-    };
+    let mut results = Results::new(a.preset(), started_unix_s, machine);
     let machine = results.machine.clone();
     let run = crate::lab::Run {
         preset: a.preset(),
@@ -143,7 +131,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
             results.experiments.extend(records);
         }
     }
-    if let Some(g) = &mut results.genie {
+    if let Some(g) = results.genie_mut() {
         g.profile = Some(ProfileUsed {
             path: profile.display().to_string(),
             profile: serde_json::to_value(zcio_genie::profile::Profile::current())?,
@@ -198,11 +186,12 @@ pub fn load(text: &str) -> Res<Results> {
     if results.schema != SCHEMA {
         return Err(format!("schema {:?}, this zcio reads {SCHEMA:?}", results.schema).into());
     }
-    if let Some(v) = &mut results.vmmr {
+    if let Some(v) = results.section_mut::<crate::lab::vmmr::Vmmr>() {
         v.derived = crate::lab::vmmr::measure::derive(&v.rows);
     }
-    if let Some(g) = &mut results.genie {
-        crate::lab::genie::refit(g, results.machine.logical_cpus);
+    let cpus = results.machine.logical_cpus;
+    if let Some(g) = results.genie_mut() {
+        crate::lab::genie::refit(g, cpus);
     }
     Ok(results)
 }

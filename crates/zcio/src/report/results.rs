@@ -1,9 +1,11 @@
 //! `results.json`: everything a report run measured, section by section, under a versioned
 //! schema.
 
+use crate::lab::Experiment;
 use crate::lab::genie::{measure as genie, model};
 use crate::report::machine;
 pub use crate::report::preset::Preset;
+pub use crate::report::sections::{SectionData, SectionKind, Sections};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -69,27 +71,50 @@ pub struct Results {
     pub machine: machine::Machine,
     /// The experiments that ran.
     pub experiments: Vec<ExperimentRecord>,
-    /// Paper 000 (Genie), when any of its experiments ran.
-    pub genie: Option<GenieSection>,
-    /// Paper 001 (fbufs), when its experiment ran.
-    #[serde(default)]
-    pub fbufs: Option<FbufsSection>,
-    /// Paper 002 (VMMR), when its experiment ran.
-    #[serde(default)]
-    pub vmmr: Option<VmmrSection>,
-    /// Paper 003's checksum, when its experiment ran: what `zcio bench checksum --json` prints.
-    #[serde(default)]
-    pub checksum: Option<crate::lab::sequoia::checksum::measure::ChecksumSection>,
-    /// Paper 003's frame experiment, when it ran: what `zcio bench containers --json` prints.
-    #[serde(default)]
-    pub frames: Option<crate::lab::sequoia::containers::measure::FramesSection>,
-    /// Paper 003's peer-to-peer I/O, when its experiment ran: what `zcio bench splice --json`
-    /// prints.
-    #[serde(default)]
-    pub splice: Option<crate::lab::sequoia::splice::measure::SpliceSection>,
-    /// Paper 004's experiment, when it ran: what `zcio bench uio --json` prints.
-    #[serde(default)]
-    pub uio: Option<crate::lab::uio::measure::UioSection>,
+    /// Every experiment's section, by key (`genie`, `fbufs`, …): what it measured, or `null`
+    /// when it did not run.
+    #[serde(flatten)]
+    pub sections: Sections,
+}
+
+impl Results {
+    /// The results of a run that has measured nothing yet.
+    pub fn new(preset: Preset, started_unix_s: u64, machine: machine::Machine) -> Results {
+        Results {
+            schema: SCHEMA.into(),
+            preset,
+            started_unix_s,
+            duration_s: 0.0,
+            machine,
+            experiments: Vec::new(),
+            sections: Sections::default(),
+        }
+    }
+
+    /// The section of experiment `E`, if it ran.
+    pub fn section<E: Experiment>(&self) -> Option<&E::Section> {
+        self.sections.get(E::KEY)
+    }
+
+    /// The section of experiment `E`, mutable, if it ran.
+    pub fn section_mut<E: Experiment>(&mut self) -> Option<&mut E::Section> {
+        self.sections.get_mut(E::KEY)
+    }
+
+    /// Store the section of experiment `E`.
+    pub fn store<E: Experiment>(&mut self, section: E::Section) {
+        self.sections.put(E::KEY, section);
+    }
+
+    /// Paper 000's section (its seven experiments share it), if any of them ran.
+    pub fn genie(&self) -> Option<&GenieSection> {
+        self.sections.get(crate::lab::genie::SECTION.key)
+    }
+
+    /// Paper 000's section, mutable.
+    pub fn genie_mut(&mut self) -> Option<&mut GenieSection> {
+        self.sections.get_mut(crate::lab::genie::SECTION.key)
+    }
 }
 
 /// The VMMR section of the results: what `zcio bench vmmr --json` prints.
@@ -108,4 +133,53 @@ pub struct FbufsSection {
     pub rows: Vec<crate::lab::fbufs::measure::Row>,
     /// Per contender and touch: the per-page fit.
     pub fits: Vec<crate::lab::fbufs::measure::Fit>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FbufsSection, Results};
+    use crate::lab::fbufs::Fbufs;
+    use crate::report::preset::Preset;
+
+    fn results() -> Results {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Results::new(
+            Preset::Smoke,
+            0,
+            crate::report::machine::Machine::this(dir.path()),
+        );
+        r.store::<Fbufs>(FbufsSection {
+            sizes: vec![4096],
+            rounds: 1,
+            volume: 1 << 20,
+            rows: Vec::new(),
+            fits: Vec::new(),
+        });
+        r
+    }
+
+    #[test]
+    fn every_section_is_written_under_its_key_and_read_back_typed() {
+        let v = serde_json::to_value(results()).unwrap();
+        assert_eq!(v["fbufs"]["sizes"], serde_json::json!([4096]));
+        for key in ["genie", "vmmr", "checksum", "frames", "splice", "uio"] {
+            assert!(v.get(key).is_some_and(|s| s.is_null()), "{key}: {v}");
+        }
+        let back: Results = serde_json::from_value(v).unwrap();
+        assert_eq!(back.section::<Fbufs>().unwrap().sizes, [4096]);
+        assert!(back.genie().is_none());
+    }
+
+    #[test]
+    fn missing_sections_are_absent_and_bad_ones_errors_naming_them() {
+        let mut v = serde_json::to_value(results()).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("uio");
+        o.remove("genie");
+        let back: Results = serde_json::from_value(v.clone()).unwrap();
+        assert!(back.section::<Fbufs>().is_some());
+        v["fbufs"] = serde_json::json!({ "sizes": "many" });
+        let e = serde_json::from_value::<Results>(v).unwrap_err();
+        assert!(e.to_string().contains("fbufs"), "{e}");
+    }
 }

@@ -24,6 +24,7 @@ pub fn table(caption: &str, header: &[&str], rows: Vec<Vec<String>>) -> Block {
         caption: Some(caption.into()),
         header: header.iter().map(|s| s.to_string()).collect(),
         rows,
+        links: Vec::new(),
     })
 }
 

@@ -1,5 +1,6 @@
 //! Paper 001 (fbufs): fbuf variants against page remapping and copies, two processes.
 
+pub mod claims;
 pub mod iceoryx;
 pub mod measure;
 pub mod render;
@@ -18,6 +19,8 @@ impl Experiment for Fbufs {
     const PAPER: &'static str = "001";
     const TITLE: &'static str =
         "Table 1 and Figure 3: fbuf variants against page remapping and copies, two processes";
+    const KEY: &'static str = "fbufs";
+    const ABOUT: &'static str = "Paper 001 (fbufs), when its experiment ran.";
     type Plan = crate::lab::fbufs::measure::FbufsArgs;
     type Section = FbufsSection;
 
@@ -51,12 +54,12 @@ impl Experiment for Fbufs {
         })
     }
 
-    fn store(results: &mut Results, section: Self::Section) {
-        results.fbufs = Some(section);
-    }
-
     fn findings(results: &Results) -> Vec<String> {
         crate::lab::fbufs::render::findings(results)
+    }
+
+    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
+        claims::claims(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {

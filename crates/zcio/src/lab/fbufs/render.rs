@@ -40,7 +40,7 @@ fn word(
     &Vec<crate::lab::fbufs::measure::Row>,
     &Vec<crate::lab::fbufs::measure::Fit>,
 )> {
-    r.fbufs.as_ref().map(|f| (&f.rows, &f.fits))
+    r.section::<super::Fbufs>().map(|f| (&f.rows, &f.fits))
 }
 
 fn per_page(fits: &[crate::lab::fbufs::measure::Fit], variant: &str, touch: &str) -> Option<f64> {
@@ -49,7 +49,7 @@ fn per_page(fits: &[crate::lab::fbufs::measure::Fit], variant: &str, touch: &str
         .map(|f| f.per_page_ns)
 }
 
-/// The findings for the summary.
+/// The findings that head the section.
 pub fn findings(r: &Results) -> Vec<String> {
     let Some((rows, fits)) = word(r) else {
         return Vec::new();

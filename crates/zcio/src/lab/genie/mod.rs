@@ -4,6 +4,7 @@
 pub mod bandwidth;
 pub mod bench;
 pub mod chart;
+pub mod claims;
 pub mod huge;
 pub mod measure;
 pub mod model;
@@ -13,7 +14,7 @@ pub mod render_model;
 use self::{huge as genie_huge, measure as genie, render as genie_doc};
 use crate::lab::genie::measure::Progress as _;
 use crate::lab::{Lab, Run, finished};
-use crate::report::results::{ExperimentRecord, GenieSection, Results};
+use crate::report::results::{ExperimentRecord, GenieSection, Results, SectionKind};
 use crate::transfer::Res;
 use std::time::Instant;
 
@@ -24,9 +25,17 @@ pub const LATENCY: Lab = Lab {
     title: "Figures 3, 6, 7: end-to-end latency against length, eight semantics, three input schemes (instrumented: Tables 6, 9)",
     needs: &[],
     run: Some(run),
+    section: Some(SECTION),
     findings: Some(genie_doc::findings),
+    claims: Some(claims::claims),
     render: Some(render_all),
 };
+
+/// The group's section of `results.json`.
+pub const SECTION: SectionKind = SectionKind::of::<GenieSection>(
+    "genie",
+    "Paper 000 (Genie), when any of its experiments ran.",
+);
 
 /// Figure 5.
 pub const SHORT: Lab = part(
@@ -78,12 +87,14 @@ const fn part(id: &'static str, title: &'static str, needs: &'static [&'static s
         title,
         needs,
         run: None,
+        section: None,
         findings: None,
+        claims: None,
         render: None,
     }
 }
 
-/// Run the selected experiments of the Genie paper into `results.genie`; the records.
+/// Run the selected experiments of the Genie paper into its section; the records.
 pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
     let plan = genie::Plan::of(r.preset);
     let units = plan.units();
@@ -146,7 +157,7 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
         profile: None,
     };
     refit(&mut section, r.machine.logical_cpus);
-    results.genie = Some(section);
+    results.sections.put(SECTION.key, section);
     Ok(records)
 }
 

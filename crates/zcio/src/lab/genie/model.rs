@@ -635,7 +635,7 @@ fn copy_inferior(
                     let copy = per_page(m, &[("copyin", "prepare"), ("copyout", "input")]);
                     let (ops, vm) = extra_ops(g, m, Semantics::EmulatedCopy, Semantics::Copy);
                     format!(
-                        "{} Per page, fitted over all lengths, copy's copyin and copyout cost {:.0} ns; the operations emulated copy does instead cost {:.0} ns: {}. Below the crossover the copied data stays in this machine's caches, where copying a page is cheaper than the page-table work that avoids it.",
+                        "{} Per page, fitted over all lengths, copy's copyin and copyout cost {:.0} ns; the operations emulated copy does instead cost {:.0} ns: {}. Below the crossover, copying a page costs less than the page-table work that avoids it.",
                         if r <= 1.2 {
                             "Here copy is not sharply inferior."
                         } else if x_ec == lengths.first().copied() {

@@ -1,4 +1,4 @@
-//! The report's document: findings first, then paper 000's figures and tables, each with the
+//! Paper 000's part of the report: its findings, then its figures and tables, each with the
 //! paper's key numbers beside this machine's.
 
 use crate::lab::genie::chart::{against_length, curves, distinct_lengths};
@@ -100,25 +100,15 @@ pub(super) fn check(b: Option<bool>) -> &'static str {
     }
 }
 
-/// The Genie findings that head the report: the conclusions tested, the integrity of every
-/// run, and how well the breakdown model estimates the measurements (none without Genie).
+/// The Genie findings that head its section: the integrity of every run, and how well the
+/// breakdown model estimates the measurements (none without Genie). The conclusions tested
+/// have their own section.
 pub fn findings(r: &Results) -> Vec<String> {
-    let Some(g) = &r.genie else {
+    let Some(g) = r.genie() else {
         return Vec::new();
     };
     let res = &g.results;
-    let mut items: Vec<String> = g
-        .conclusions
-        .iter()
-        .map(|c| {
-            format!(
-                "{} ({} with the paper): {}",
-                c.question,
-                check(c.holds),
-                c.answer
-            )
-        })
-        .collect();
+    let mut items: Vec<String> = Vec::new();
     let all: Vec<&Point> = res
         .latency
         .iter()
@@ -161,7 +151,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             under,
             errs.len(),
             if under * 4 >= errs.len() * 3 {
-                ": on this machine the primitives, timed one by one, do not add up to the whole; the rest is cache and TLB traffic between them and between the two CPUs, which the paper's slow network hid"
+                ": here the primitives, timed one by one, do not add up to the whole; the rest lies between them (cache and TLB traffic), which the paper's slow network hid"
             } else {
                 ""
             }
@@ -172,7 +162,7 @@ pub fn findings(r: &Results) -> Vec<String> {
 
 /// Paper 000's sections: the machine, every figure and table of the paper, the fitted models.
 pub fn blocks(r: &Results) -> Vec<Block> {
-    let Some(g) = &r.genie else {
+    let Some(g) = r.genie() else {
         return Vec::new();
     };
     let res = &g.results;

@@ -11,7 +11,7 @@ use crate::report::results::{GenieSection, Results};
 use crate::report::text::{figure, h, p, size, table, us};
 
 pub(super) fn model_sections(b: &mut Vec<Block>, r: &Results) {
-    let Some(g) = &r.genie else { return };
+    let Some(g) = r.genie() else { return };
     let m = &g.model;
     if !m.primitives.is_empty() {
         primitive_costs(b, m);
@@ -86,7 +86,7 @@ fn primitive_costs(b: &mut Vec<Block>, m: &Model) {
 /// Table 9: the breakdown model's estimated latency against the actual.
 fn breakdown_estimates(b: &mut Vec<Block>, m: &Model) {
     b.push(h(3, "Table 9: estimated against actual latency"));
-    b.push(p("Estimate = base + the fitted costs of the operations on each contender's path (sender prepare, receiver input), each weighted by the share of messages in which it happened. Actual = least-squares fit of the measured latencies. The paper's estimates were within a few percent of its measurements. Because one line does not describe emulated share's latency well across four decades of lengths on this machine, the next-to-last column takes the base per length instead (emulated share's measured latency at that length less its path's operations): it asks only whether the operations on each path account for how that semantics differs from emulated share."));
+    b.push(p("Estimate = base + the fitted costs of the operations on each contender's path (sender prepare, receiver input), each weighted by the share of messages in which it happened. Actual = least-squares fit of the measured latencies. The paper's estimates were within a few percent of its measurements. Because one line does not describe emulated share's latency well across four decades of lengths in this run, the next-to-last column takes the base per length instead (emulated share's measured latency at that length less its path's operations): it asks only whether the operations on each path account for how that semantics differs from emulated share."));
     let rows = m
         .estimates
         .iter()
@@ -194,7 +194,7 @@ fn classification(b: &mut Vec<Block>, g: &GenieSection, machine: &Machine) {
             why.push("The base slope is derived as the paper did (emulated share less its path's operations): the sender's vmsplice (reference) waits for the reader whenever a message fills the pipe, so part of the wire's time is charged to reference, and the receiver's access check walks the same pages the read then copies; and the fit weighs every length alike, most of them short enough to stay in the caches, while the wire's rate was measured on 1 MiB messages. The base's slope therefore falls below the wire's own cost.".to_string());
         }
         if off.contains(&"copyout slope") {
-            why.push(format!("Copyout runs at cache rather than memory bandwidth: messages up to a few MiB stay in this machine's caches ({}), written by one CPU and read by the other, which the paper's 256 KB L2 never allowed.", machine.caches.join(", ")));
+            why.push(format!("Copyout runs at cache rather than memory bandwidth: messages up to a few MiB fit in the caches ({}), written by one CPU and read by the other, which the paper's 256 KB L2 never allowed.", machine.caches.join(", ")));
         }
         if off.contains(&"copyin slope") {
             why.push("Copyin lies outside the cache-to-memory range: at the lengths measured the application's freshly written data sits in the sending CPU's own caches.".to_string());

@@ -1,5 +1,7 @@
 //! Paper 004 (UIO): concurrent SQLite scans by kernel I/O and by user-level I/O.
 
+pub mod claims;
+pub mod discussion;
 pub mod measure;
 pub mod render;
 
@@ -16,6 +18,8 @@ impl Experiment for Uio {
     const ID: &'static str = "uio";
     const PAPER: &'static str = "004";
     const TITLE: &'static str = "Figures 5-9: N concurrent SQLite scans of Wisconsin tables by kernel I/O and by user-level I/O (ring or system-call initiation, registered or per-request buffers), warm and cold; the kernel's CPU split; fio beside the layer";
+    const ABOUT: &'static str =
+        "Paper 004's experiment, when it ran: what `zcio bench uio --json` prints.";
     type Plan = crate::lab::uio::measure::UioArgs;
     type Section = crate::lab::uio::measure::UioSection;
 
@@ -48,12 +52,12 @@ impl Experiment for Uio {
         })
     }
 
-    fn store(results: &mut Results, section: Self::Section) {
-        results.uio = Some(section);
-    }
-
     fn findings(results: &Results) -> Vec<String> {
         crate::lab::uio::render::findings(results)
+    }
+
+    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
+        claims::claims(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {

@@ -8,19 +8,19 @@ use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
 use crate::report::text::{figure, h, p, table};
 
-fn row<'a>(u: &'a UioSection, variant: &str, cache: &str, n: usize) -> Option<&'a Row> {
+pub(super) fn row<'a>(u: &'a UioSection, variant: &str, cache: &str, n: usize) -> Option<&'a Row> {
     u.rows
         .iter()
         .find(|r| r.variant == variant && r.cache == cache && r.queries == n)
 }
 
-fn max_n(u: &UioSection) -> usize {
+pub(super) fn max_n(u: &UioSection) -> usize {
     u.rows.iter().map(|r| r.queries).max().unwrap_or(1)
 }
 
-/// The findings for the report's summary.
+/// The findings that head the section.
 pub fn findings(r: &Results) -> Vec<String> {
-    let Some(u) = &r.uio else {
+    let Some(u) = r.section::<super::Uio>() else {
         return Vec::new();
     };
     let n = max_n(u);
@@ -175,7 +175,7 @@ fn scaling_chart(u: &UioSection, cache: &str, title: &str, qps: bool) -> Chart {
 
 /// The section.
 pub fn blocks(r: &Results) -> Vec<Block> {
-    let Some(u) = &r.uio else {
+    let Some(u) = r.section::<super::Uio>() else {
         return Vec::new();
     };
     let caches: Vec<&str> = ["warm", "cold"]
@@ -188,7 +188,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             "Paper 004 — user-level I/O: concurrent scans by a real engine",
         ),
         p(format!(
-            "N threads each run the paper's query (`select t.*, t.unique1 from tenk1 t where t.tenthous = 1000`, {} rows returned) with SQLite on its own Wisconsin tenk1 table of {} rows ({:.1} MiB, one database file each), all N at once; the time is until the last finishes, the median of {} rounds with the variants alternating. `kernel`: SQLite's own VFS, a buffered pread per 4 KiB page. `uio`: SQLite's main-database reads through zcio-uio (zcio-sqlite's VFS): read-ahead of {} KiB O_DIRECT requests, {} in flight per table, into buffers registered with the ring, initiated through the submission ring read by a polling kernel thread, completions delivered to the issuing thread's handler; SQLite reads each page in place in the buffer the transfer filled (its memory-mapped interface, xFetch, served from the layer's buffers), pages off the read-ahead's path copied. `uio copy`: every page copied into SQLite's buffer (xRead) instead. `uio syscall`: one io_uring_enter per request instead of the polling thread; `uio per request`: buffers the kernel translates and pins per request instead of registered ones. `kernel mmap` (not the paper's): SQLite's memory-mapped reads, pages read in place from the page cache. Warm: the tables in the page cache; cold: dropped from it before every run (POSIX_FADV_DONTNEED; the host below the VM may still hold them). O_DIRECT reads bypass the page cache either way{}. Every query's rows were checked against the kernel VFS's. CPU is the process's (every thread, the polling kernel thread included).",
+            "N threads each run the paper's query (`select t.*, t.unique1 from tenk1 t where t.tenthous = 1000`, {} rows returned) with SQLite on its own Wisconsin tenk1 table of {} rows ({:.1} MiB, one database file each), all N at once; the time is until the last finishes, the median of {} rounds with the variants alternating. `kernel`: SQLite's own VFS, a buffered pread per 4 KiB page. `uio`: SQLite's main-database reads through zcio-uio (zcio-sqlite's VFS): read-ahead of {} KiB O_DIRECT requests, {} in flight per table, into buffers registered with the ring, initiated through the submission ring read by a polling kernel thread, completions delivered to the issuing thread's handler; SQLite reads each page in place in the buffer the transfer filled (its memory-mapped interface, xFetch, served from the layer's buffers), pages off the read-ahead's path copied. `uio copy`: every page copied into SQLite's buffer (xRead) instead. `uio syscall`: one io_uring_enter per request instead of the polling thread; `uio per request`: buffers the kernel translates and pins per request instead of registered ones. `kernel mmap` (not the paper's): SQLite's memory-mapped reads, pages read in place from the page cache. Warm: the tables in the page cache; cold: dropped from it before every run (POSIX_FADV_DONTNEED; a cache below the kernel, such as a hypervisor's, may still hold them). O_DIRECT reads bypass the page cache either way{}. Every query's rows were checked against the kernel VFS's. CPU is the process's (every thread, the polling kernel thread included).",
             u.result_rows,
             u.rows_per_table,
             u.table_bytes as f64 / (1u64 << 20) as f64,
@@ -206,7 +206,8 @@ pub fn blocks(r: &Results) -> Vec<Block> {
         b.push(figure(
             &format!("uio-scaling-{cache}"),
             format!(
-                "Scalability ({cache}; Figures 5, 7 and 8): time for N concurrent queries over the time for one, per variant (bars: lowest and highest round). Flat is perfect scaling; on these 2 CPUs a CPU-bound variant grows as N/2."
+                "Scalability ({cache}; Figures 5, 7 and 8): time for N concurrent queries over the time for one, per variant (bars: lowest and highest round). Flat is perfect scaling; on {cpus} CPUs a CPU-bound variant grows as N/{cpus}.",
+                cpus = r.machine.logical_cpus
             ),
             scaling_chart(
                 u,
@@ -226,9 +227,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     b.push(variants_table(u));
     b.push(kernel_cpu_table(u));
     b.push(layer_alone_table(u));
-    b.push(p(
-        "The paper's server spent most of its I/O CPU copying from the buffer cache into MySQL's buffers, and its simulated disks delivered data at the rate of the device; the user-level path removed the copy and let 13 queries run where the kernel path saturated at 9. Here the tables sit in a page cache that the kernel copies from at memory speed, so the copy is a small part of a query's CPU (Figure 6), while an O_DIRECT transfer must come from the virtual disk, whose throughput is far below a memory copy's: with the tables in the page cache, direct transfer costs more than the copy it saves. The variants' differences (initiation, translation) are small beside that, as the paper found for initiation.",
-    ));
+    b.push(p(super::discussion::closing(u)));
     b
 }
 

@@ -1,5 +1,6 @@
 //! Paper 002 (VMMR): reassembly by moving pages against copying.
 
+pub mod claims;
 pub mod measure;
 pub mod render;
 pub mod render_maps;
@@ -20,6 +21,7 @@ impl Experiment for Vmmr {
     const ID: &'static str = "vmmr";
     const PAPER: &'static str = "002";
     const TITLE: &'static str = "Figures 4-10: reassembly by moving pages against memcpy, bitmap searches, random maps, size classes and buddy, 4 KiB and 2 MiB";
+    const ABOUT: &'static str = "Paper 002 (VMMR), when its experiment ran.";
     type Plan = crate::lab::vmmr::rig::Plan;
     type Section = crate::lab::vmmr::measure::VmmrSection;
 
@@ -35,12 +37,12 @@ impl Experiment for Vmmr {
         crate::lab::vmmr::measure::measure(plan, bar)
     }
 
-    fn store(results: &mut Results, section: Self::Section) {
-        results.vmmr = Some(section);
-    }
-
     fn findings(results: &Results) -> Vec<String> {
         crate::lab::vmmr::render::findings(results)
+    }
+
+    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
+        claims::claims(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {
@@ -50,7 +52,7 @@ impl Experiment for Vmmr {
 
 /// The section.
 fn blocks(r: &Results) -> Vec<Block> {
-    let Some(v) = &r.vmmr else {
+    let Some(v) = r.section::<Vmmr>() else {
         return Vec::new();
     };
     let mut b = vec![

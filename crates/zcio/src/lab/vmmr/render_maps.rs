@@ -456,7 +456,7 @@ fn figure8_text(sc: &[&Row], bitmap: &[&RandomRow]) -> Block {
         })
         .count();
     text.push(format!(
-        "Here: at 40 % allocation VMMR beats memcpy at {w40} of {n40} sizes, the slowest map at {wmax} of {nmax}; the slowest map is below the worst-case search at {below_worst} of {} sizes. The maximum over every single iteration (in the table) is the paper's absolute maximum, and on this machine it is set by interruptions, not by the map.",
+        "Here: at 40 % allocation VMMR beats memcpy at {w40} of {n40} sizes, the slowest map at {wmax} of {nmax}; the slowest map is below the worst-case search at {below_worst} of {} sizes. The maximum over every single iteration (in the table) is the paper's absolute maximum; over so many iterations an interruption, rather than the map, can set it.",
         bitmap.len()
     ));
     p(text.join(" "))

@@ -48,6 +48,9 @@ pub struct Table {
     pub header: Vec<String>,
     /// Rows, each as long as `header`.
     pub rows: Vec<Vec<String>>,
+    /// Per row, the anchor (a heading's id, or `fig-<file_stem>`) its first cell links to;
+    /// rows past the end link nowhere.
+    pub links: Vec<Option<String>>,
 }
 
 /// A chart with its caption.
@@ -211,12 +214,25 @@ fn titled_by_first_block(doc: &Doc) -> bool {
 }
 
 /// Render `doc` as GitHub-flavoured Markdown; figures refer to `plots/<file_stem>.svg`.
+///
+/// Headings and figures that a table links to are preceded by an HTML anchor of the page's id,
+/// so that the links work whatever ids the Markdown viewer gives headings.
 pub fn to_markdown(doc: &Doc) -> String {
     let mut out = String::new();
     if !titled_by_first_block(doc) && !doc.title.is_empty() {
         out.push_str(&format!("# {}\n\n", md_escape(&one_line(&doc.title))));
     }
-    for block in &doc.blocks {
+    let linked = linked(doc);
+    let ids = heading_ids(doc);
+    for (i, block) in doc.blocks.iter().enumerate() {
+        let id = match block {
+            Block::Heading { .. } => ids.get(&i).cloned(),
+            Block::Figure(f) => Some(format!("fig-{}", f.file_stem)),
+            _ => None,
+        };
+        if let Some(id) = id.filter(|id| linked.contains(id)) {
+            out.push_str(&format!("<a id=\"{}\"></a>\n\n", esc(&id)));
+        }
         match block {
             Block::Heading { level, text, .. } => {
                 let hashes = "#".repeat(usize::from((*level).clamp(1, 6)));
@@ -253,6 +269,23 @@ pub fn to_markdown(doc: &Doc) -> String {
     out
 }
 
+/// Every anchor a table of `doc` links to.
+fn linked(doc: &Doc) -> HashSet<String> {
+    doc.blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Table(t) => Some(t.links.iter().flatten().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// The anchor the first cell of row `r` of `table` links to, if any.
+fn link_of(table: &Table, r: usize) -> Option<&str> {
+    table.links.get(r).and_then(|l| l.as_deref())
+}
+
 fn md_table(out: &mut String, table: &Table) {
     let n = columns(table);
     if n == 0 {
@@ -262,23 +295,26 @@ fn md_table(out: &mut String, table: &Table) {
         out.push_str(&format!("**{}**\n\n", md_escape(&one_line(caption))));
     }
     let numeric = numeric_columns(table, n);
-    let row = |cells: &[String]| {
+    let row = |cells: &[String], link: Option<&str>| {
         let mut line = String::from("|");
         for c in 0..n {
-            let cell = cells.get(c).map(String::as_str).unwrap_or("");
-            line.push_str(&format!(" {} |", md_escape(&one_line(cell))));
+            let cell = md_escape(&one_line(cells.get(c).map(String::as_str).unwrap_or("")));
+            match link.filter(|_| c == 0) {
+                Some(a) => line.push_str(&format!(" [{cell}](#{a}) |")),
+                None => line.push_str(&format!(" {cell} |")),
+            }
         }
         line.push('\n');
         line
     };
-    out.push_str(&row(&table.header));
+    out.push_str(&row(&table.header, None));
     out.push('|');
     for &num in &numeric {
         out.push_str(if num { " ---: |" } else { " --- |" });
     }
     out.push('\n');
-    for r in &table.rows {
-        out.push_str(&row(r));
+    for (i, r) in table.rows.iter().enumerate() {
+        out.push_str(&row(r, link_of(table, i)));
     }
     out.push('\n');
 }
@@ -336,7 +372,7 @@ fn slug(text: &str) -> String {
 
 /// The anchor of every heading, by block position: the given `id`, else one made from the text
 /// that differs from every other anchor.
-fn heading_ids(doc: &Doc) -> HashMap<usize, String> {
+pub fn heading_ids(doc: &Doc) -> HashMap<usize, String> {
     let mut taken: HashSet<String> = doc
         .blocks
         .iter()
@@ -528,11 +564,18 @@ fn html_table(out: &mut String, table: &Table) {
         out.push_str(&format!("<th{}>{}</th>", class(c), esc(cell)));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
-    for row in &table.rows {
+    for (i, row) in table.rows.iter().enumerate() {
         out.push_str("<tr>");
         for c in 0..n {
-            let cell = row.get(c).map(String::as_str).unwrap_or("");
-            out.push_str(&format!("<td{}>{}</td>", class(c), esc(cell)));
+            let cell = esc(row.get(c).map(String::as_str).unwrap_or(""));
+            match link_of(table, i).filter(|_| c == 0) {
+                Some(a) => out.push_str(&format!(
+                    "<td{}><a href=\"#{}\">{cell}</a></td>",
+                    class(c),
+                    esc(a)
+                )),
+                None => out.push_str(&format!("<td{}>{cell}</td>", class(c))),
+            }
         }
         out.push_str("</tr>\n");
     }
@@ -579,6 +622,7 @@ mod tests {
                         vec!["a|b".to_owned(), "1.5".to_owned()],
                         vec!["c".to_owned(), "20".to_owned()],
                     ],
+                    links: Vec::new(),
                 }),
                 Block::Heading {
                     level: 3,
@@ -613,6 +657,27 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("````\n```\nfenced\n```\n````"), "{md}");
+    }
+
+    #[test]
+    fn linked_rows_point_at_anchors_both_pages_have() {
+        let mut d = doc();
+        if let Some(Block::Table(t)) = d.blocks.get_mut(3) {
+            t.links = vec![None, Some("fig-latency".to_owned())];
+        }
+        let md = to_markdown(&d);
+        assert!(md.contains("| [c](#fig-latency) | 20 |"), "{md}");
+        assert!(
+            md.contains("<a id=\"fig-latency\"></a>\n\n![Latency"),
+            "{md}"
+        );
+        assert!(!md.contains("<a id=\"results-notes\">"), "{md}");
+        let html = to_html(&d).unwrap();
+        assert!(
+            html.contains("<td><a href=\"#fig-latency\">c</a></td>"),
+            "{html}"
+        );
+        assert!(html.contains("<figure id=\"fig-latency\">"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Paper 003's Internet checksum: kernels against memory bandwidth and crates.io peers, and checksums end to end.
 
+pub mod claims;
 pub mod measure;
 pub mod render;
 
@@ -16,6 +17,8 @@ impl Experiment for Checksum {
     const ID: &'static str = "checksum";
     const PAPER: &'static str = "003";
     const TITLE: &'static str = "Figures 6-7: Internet checksum kernels against memory bandwidth and crates.io peers; naive, optimized and elided checksums end to end";
+    const ABOUT: &'static str =
+        "Paper 003's checksum, when its experiment ran: what `zcio bench checksum --json` prints.";
     type Plan = crate::lab::sequoia::checksum::measure::ChecksumArgs;
     type Section = crate::lab::sequoia::checksum::measure::ChecksumSection;
 
@@ -48,12 +51,12 @@ impl Experiment for Checksum {
         })
     }
 
-    fn store(results: &mut Results, section: Self::Section) {
-        results.checksum = Some(section);
-    }
-
     fn findings(results: &Results) -> Vec<String> {
         crate::lab::sequoia::checksum::render::findings(results)
+    }
+
+    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
+        claims::claims(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {

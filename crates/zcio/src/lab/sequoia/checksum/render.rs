@@ -11,8 +11,8 @@ use crate::report::text::{figure, h, p, size, table};
 
 /// The paper's UDP throughput gains over the unmodified checksum (Figure 7): the optimized
 /// checksum, and no checksum on the LAN.
-const PAPER_OPTIMIZED: f64 = 0.37;
-const PAPER_ELIDED: f64 = 0.74;
+pub(super) const PAPER_OPTIMIZED: f64 = 0.37;
+pub(super) const PAPER_ELIDED: f64 = 0.74;
 
 fn color(contender: &str) -> usize {
     match contender {
@@ -43,9 +43,9 @@ fn at<'a>(s: &'a ChecksumSection, contender: &str, size: usize) -> Option<&'a Ro
         .find(|r| r.contender == contender && r.size == size)
 }
 
-/// The findings for the report's summary.
+/// The findings that head the section.
 pub fn findings(r: &Results) -> Vec<String> {
-    let Some(s) = &r.checksum else {
+    let Some(s) = r.section::<super::Checksum>() else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -95,7 +95,7 @@ pub fn findings(r: &Results) -> Vec<String> {
 
 /// The section.
 pub fn blocks(r: &Results) -> Vec<Block> {
-    let Some(s) = &r.checksum else {
+    let Some(s) = r.section::<super::Checksum>() else {
         return Vec::new();
     };
     let mut b = vec![

@@ -1,5 +1,6 @@
 //! Paper 003's frame experiment: frames through relay processes to a display, by sealed and volatile containers and by read/write.
 
+pub mod claims;
 pub mod measure;
 pub mod render;
 
@@ -16,6 +17,9 @@ impl Experiment for Containers {
     const ID: &'static str = "containers";
     const PAPER: &'static str = "003";
     const TITLE: &'static str = "Figure 4: 640x480 frames through pipelines of relay processes to a display process, by sealed and volatile containers and by read/write";
+    const KEY: &'static str = "frames";
+    const ABOUT: &'static str =
+        "Paper 003's frame experiment, when it ran: what `zcio bench containers --json` prints.";
     type Plan = crate::lab::sequoia::containers::measure::FramesArgs;
     type Section = crate::lab::sequoia::containers::measure::FramesSection;
 
@@ -48,12 +52,12 @@ impl Experiment for Containers {
         })
     }
 
-    fn store(results: &mut Results, section: Self::Section) {
-        results.frames = Some(section);
-    }
-
     fn findings(results: &Results) -> Vec<String> {
         crate::lab::sequoia::containers::render::frames_findings(results)
+    }
+
+    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
+        claims::claims(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {

@@ -6,9 +6,9 @@ use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
 use crate::report::text::{figure, h, p, table};
 
-/// The frame experiment's findings for the report's summary.
+/// The frame experiment's findings, at the head of its section.
 pub fn frames_findings(r: &Results) -> Vec<String> {
-    let Some(f) = &r.frames else {
+    let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();
     };
     let Some(first) = f.rows.first().map(|x| x.relays) else {
@@ -62,7 +62,7 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
 
 /// The frame experiment's sections.
 pub fn frames_blocks(r: &Results) -> Vec<Block> {
-    let Some(f) = &r.frames else {
+    let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();
     };
     let mut series = Vec::new();

@@ -1,5 +1,6 @@
 //! Paper 003's peer-to-peer I/O: splice against a read/write loop.
 
+pub mod claims;
 pub mod ends;
 pub mod measure;
 pub mod render;
@@ -18,6 +19,7 @@ impl Experiment for Splice {
     const ID: &'static str = "splice";
     const PAPER: &'static str = "003";
     const TITLE: &'static str = "Peer-to-peer I/O: splice against a read/write loop, file to socket, file to file, socket to file: throughput, latency, CPU availability";
+    const ABOUT: &'static str = "Paper 003's peer-to-peer I/O, when its experiment ran: what `zcio bench splice --json`\nprints.";
     type Plan = crate::lab::sequoia::splice::measure::SpliceArgs;
     type Section = crate::lab::sequoia::splice::measure::SpliceSection;
 
@@ -50,12 +52,12 @@ impl Experiment for Splice {
         })
     }
 
-    fn store(results: &mut Results, section: Self::Section) {
-        results.splice = Some(section);
-    }
-
     fn findings(results: &Results) -> Vec<String> {
         crate::lab::sequoia::splice::render::splice_findings(results)
+    }
+
+    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
+        claims::claims(results)
     }
 
     fn render(results: &Results) -> Vec<Block> {

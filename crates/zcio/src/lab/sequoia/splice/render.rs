@@ -6,9 +6,9 @@ use crate::report::doc::Block;
 use crate::report::results::Results;
 use crate::report::text::{h, p, table};
 
-/// The peer-to-peer I/O findings for the report's summary.
+/// The peer-to-peer I/O findings, at the head of its section.
 pub fn splice_findings(r: &Results) -> Vec<String> {
-    let Some(s) = &r.splice else {
+    let Some(s) = r.section::<super::Splice>() else {
         return Vec::new();
     };
     let parts: Vec<String> = s
@@ -43,7 +43,7 @@ pub fn splice_findings(r: &Results) -> Vec<String> {
 
 /// The peer-to-peer I/O sections.
 pub fn splice_blocks(r: &Results) -> Vec<Block> {
-    let Some(s) = &r.splice else {
+    let Some(s) = r.section::<super::Splice>() else {
         return Vec::new();
     };
     let mut b = vec![
