@@ -20,6 +20,7 @@
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
 use crate::passing::{BouncePool, Held, InputBuffers, Source, output_app};
+use crate::path::{DataPath, RegionOut};
 use crate::profile::Profile;
 use crate::region::{Region, RegionCache, RegionState, fill, mark};
 use crate::semantics::{Accounting, Fallback, InputBuffering, Semantics};
@@ -540,20 +541,16 @@ impl MemnetEndpoint {
         let path = match sem {
             Semantics::Move => {
                 time(Op::RegionDeallocate, || drop(region));
-                "vmsplice+unmap (I/O-deferred deallocation)".to_string()
+                DataPath::RegionOut(RegionOut::Unmapped)
             }
             _ => {
                 let st = self.regions.keep(region, sem, ticket)?;
-                match st {
-                    RegionState::MovedOut if sem == Semantics::EmulatedMove => {
-                        "vmsplice+hide (region cached)".into()
-                    }
-                    RegionState::WeaklyMovedOut if sem == Semantics::WeakMove => {
-                        "vmsplice+mlock (region cached)".into()
-                    }
-                    RegionState::WeaklyMovedOut => "vmsplice (region cached)".into(),
-                    _ => "vmsplice+unmap (region cache full)".into(),
-                }
+                DataPath::RegionOut(match st {
+                    RegionState::MovedOut if sem == Semantics::EmulatedMove => RegionOut::Hidden,
+                    RegionState::WeaklyMovedOut if sem == Semantics::WeakMove => RegionOut::Wired,
+                    RegionState::WeaklyMovedOut => RegionOut::Cached,
+                    _ => RegionOut::CacheFull,
+                })
             }
         };
         self.pending.push(PendingOut {
@@ -862,7 +859,7 @@ impl MemnetEndpoint {
                     cpu_copied_bytes: d.copied as u64,
                     kernel_copied_bytes: Some(len as u64),
                     swapped_bytes: d.swapped as u64,
-                    path: "read into huge staging, pages moved into a new region [2m]".into(),
+                    path: DataPath::RegionInHugeStaging,
                 };
                 return Ok((region, acc));
             }
@@ -885,10 +882,7 @@ impl MemnetEndpoint {
             cpu_copied_bytes: 0,
             kernel_copied_bytes: Some(len as u64),
             swapped_bytes: 0,
-            path: format!(
-                "read into system-allocated region{}",
-                if huge { " [2m]" } else { "" }
-            ),
+            path: DataPath::RegionIn { huge },
         };
         Ok((region, acc))
     }

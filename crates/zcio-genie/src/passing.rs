@@ -3,10 +3,11 @@
 
 use crate::breakdown::{Op, time};
 use crate::error::{GenieError, Result};
+use crate::path::{CopyFallback, DataPath, StagingVia, Wiring, Write};
 use crate::profile::Profile;
 use crate::semantics::{Accounting, InputBuffering, Semantics};
 use zcio_vm::huge::Granule;
-use zcio_vm::runtime::{OutputRef, TcowMode};
+use zcio_vm::runtime::OutputRef;
 use zcio_vm::staging::Staging;
 use zcio_vm::wire::Striped;
 use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
@@ -95,14 +96,6 @@ impl Drop for Held {
     }
 }
 
-pub(crate) fn tcow_path() -> &'static str {
-    match VmRuntime::get().capabilities().tcow {
-        TcowMode::UffdMove => "vmsplice+tcow(uffd-wp, uffd-move)",
-        TcowMode::UffdCopy => "vmsplice+tcow(uffd-wp, copy: no UFFDIO_MOVE)",
-        TcowMode::MprotectSleepOnWrite => "vmsplice+mprotect (sleep-on-write: no userfaultfd)",
-    }
-}
-
 /// Which granule an emulated-copy output or input of a buffer takes.
 enum HugePlan {
     /// Whole PMDs at 2 MiB (the bytes around them copied); why, in a phrase.
@@ -160,7 +153,7 @@ fn huge_plan(r: RawRange, min_bytes: Option<usize>, huge_tcow: bool) -> HugePlan
 fn tcow_output(
     buf: &[u8],
     inner: RawRange,
-    path: String,
+    why: String,
     granule: Granule,
     wire: Striped<'_>,
     pool: &mut BouncePool,
@@ -192,13 +185,18 @@ fn tcow_output(
         pool.put(b);
         return Err(e);
     }
-    let mut path = path;
-    let mut wait = false;
+    let mut protect_failed = None;
     if let Err(e) = time(Op::ReadOnly, || refs.protect()) {
         // Queued but writable: keep the promise by waiting for the receiver instead.
-        path = format!("{path} (write-protect failed: {e}; the call waited for the receiver)");
-        wait = true;
+        protect_failed = Some(e.to_string());
     }
+    let wait = protect_failed.is_some();
+    let path = DataPath::Tcow {
+        mode: rt.capabilities().tcow,
+        granule,
+        why,
+        protect_failed,
+    };
     let acc = Accounting {
         cpu_copied_bytes: (head + tail) as u64,
         kernel_copied_bytes: Some(0),
@@ -232,7 +230,7 @@ pub(crate) fn output_app(
         time(Op::Reference, || wire.vmsplice_message(pieces))
             .map_err(|e| GenieError::from_wire(e, "output"))
     };
-    let copy_out = |pool: &mut BouncePool, why: String| -> Result<(Held, Accounting)> {
+    let copy_out = |pool: &mut BouncePool, path: DataPath| -> Result<(Held, Accounting)> {
         // Copy semantics: copy into a system buffer, queue the system buffer's pages.
         let mut b = pool.get(len)?;
         time(Op::Copyin, || b.as_mut_slice()[..len].copy_from_slice(buf));
@@ -242,7 +240,7 @@ pub(crate) fn output_app(
             cpu_copied_bytes: len as u64,
             kernel_copied_bytes: Some(0),
             swapped_bytes: 0,
-            path: why,
+            path,
         };
         Ok((
             Held {
@@ -255,7 +253,7 @@ pub(crate) fn output_app(
         ))
     };
     match sem {
-        Semantics::Copy => copy_out(pool, "copy: bounce+vmsplice".into()),
+        Semantics::Copy => copy_out(pool, DataPath::Bounce(Write::Vmsplice)),
         Semantics::EmulatedCopy => {
             let r = RawRange::of(buf);
             let plan = huge_plan(
@@ -265,8 +263,7 @@ pub(crate) fn output_app(
             );
             let why_4k = match plan {
                 HugePlan::Huge { pmds, why } => {
-                    let path = format!("{} [2m: {why}]", tcow_path());
-                    return tcow_output(buf, pmds, path, Granule::Huge, wire, pool);
+                    return tcow_output(buf, pmds, why, Granule::Huge, wire, pool);
                 }
                 HugePlan::Base(why) => why,
             };
@@ -277,40 +274,28 @@ pub(crate) fn output_app(
             let in_huge = !full.is_empty() && zcio_vm::huge::touches_huge(full);
             if len < profile.thresholds.short_output_bytes || full.is_empty() || in_huge {
                 let why = if in_huge {
-                    format!(
-                        "copy-fallback: inside a huge page but not covering it whole ({why_4k})"
-                    )
+                    CopyFallback::InsideHugePage(why_4k)
                 } else if full.is_empty() {
-                    "copy-fallback: no full page".to_string()
+                    CopyFallback::NoFullPage
                 } else {
-                    format!(
-                        "copy-fallback: short transfer (< {} bytes)",
-                        profile.thresholds.short_output_bytes
-                    )
+                    CopyFallback::ShortOutput(profile.thresholds.short_output_bytes)
                 };
-                return copy_out(pool, why);
+                return copy_out(pool, DataPath::CopyFallback(why));
             }
-            tcow_output(
-                buf,
-                full,
-                format!("{} [4k: {why_4k}]", tcow_path()),
-                Granule::Base,
-                wire,
-                pool,
-            )
+            tcow_output(buf, full, why_4k, Granule::Base, wire, pool)
         }
         Semantics::Share | Semantics::EmulatedShare => {
             let r = RawRange::of(buf);
             let full = r.full_pages();
-            let mut path = "vmsplice (in place)".to_string();
+            let mut wiring = Wiring::No;
             let wired = if sem == Semantics::Share && !full.is_empty() {
                 match time(Op::Wire, || zcio_vm::protect::wire(full)) {
                     Ok(()) => {
-                        path = "vmsplice+mlock (in place)".into();
+                        wiring = Wiring::Wired;
                         Some(full)
                     }
                     Err(e) => {
-                        path = format!("vmsplice (in place; wiring failed: {e})");
+                        wiring = Wiring::Failed(e.to_string());
                         None
                     }
                 }
@@ -331,9 +316,10 @@ pub(crate) fn output_app(
             // Referenced in place at whatever granule the buffer is mapped at: whole huge pages
             // are referenced (and wired) whole, never split.
             let granule = zcio_vm::huge::scan(r).granule();
-            if granule != Granule::Base {
-                path = format!("{path} [{granule}]");
-            }
+            let path = DataPath::InPlace {
+                wiring,
+                granule: (granule != Granule::Base).then_some(granule),
+            };
             let acc = Accounting {
                 granule: Some(granule),
                 cpu_copied_bytes: 0,
@@ -450,7 +436,7 @@ impl InputBuffers {
         offset_of: usize,
         src: &mut dyn Source,
         min_pmds: usize,
-        what: String,
+        via: StagingVia,
         acc: &mut Accounting,
     ) -> Result<()> {
         let len = buf.len();
@@ -465,10 +451,9 @@ impl InputBuffers {
         acc.cpu_copied_bytes += d.copied as u64;
         acc.swapped_bytes += d.swapped as u64;
         acc.granule = Some(Granule::Huge);
-        acc.path = if d.swapped > 0 {
-            format!("{what}: huge staging+swap [2m: {} PMDs]", d.swapped >> 21)
-        } else {
-            format!("{what}: huge staging+copyout [2m]")
+        acc.path = DataPath::HugeStaging {
+            via,
+            swapped_pmds: d.swapped >> 21,
         };
         Ok(())
     }
@@ -504,7 +489,7 @@ impl InputBuffers {
                            offset_of: usize,
                            src: &mut dyn Source,
                            min_pages: usize,
-                           what: &str,
+                           via: StagingVia,
                            acc: &mut Accounting|
          -> Result<()> {
             let t = crate::breakdown::start();
@@ -520,10 +505,9 @@ impl InputBuffers {
             if d.swapped > 0 {
                 acc.granule = Some(Granule::Base);
             }
-            acc.path = if d.swapped > 0 {
-                format!("{what}: staging+swap")
-            } else {
-                format!("{what}: staging+copyout")
+            acc.path = DataPath::Staging {
+                via,
+                swapped: d.swapped > 0,
             };
             Ok(())
         };
@@ -533,7 +517,7 @@ impl InputBuffers {
                 src.read_exact(&mut b[..len])?;
                 time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
                 acc.cpu_copied_bytes = len as u64;
-                acc.path = "copy: system buffer+copyout".into();
+                acc.path = DataPath::SystemBufferCopyout;
             }
             Semantics::EmulatedCopy => {
                 let min_pages = profile.thresholds.swap_min_pages;
@@ -547,15 +531,15 @@ impl InputBuffers {
                     && src.direct_ok(buf)
                     && len <= src.capacity();
                 if matches!(plan, HugePlan::Huge { .. }) && !outboard_direct {
-                    let (at, what) = match buffering {
+                    let (at, via) = match buffering {
                         InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                            (0, "pooled")
+                            (0, StagingVia::Pooled)
                         }
-                        _ => (buf.as_ptr() as usize, "early-demux (system-aligned)"),
+                        _ => (buf.as_ptr() as usize, StagingVia::EarlyDemux),
                     };
                     let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
                     return self
-                        .via_huge_staging(buf, at, src, min_pmds, what.into(), &mut acc)
+                        .via_huge_staging(buf, at, src, min_pmds, via, &mut acc)
                         .map(|()| acc);
                 }
                 let full = r.full_pages().pages();
@@ -567,18 +551,18 @@ impl InputBuffers {
                     src.read_exact(&mut b[..len])?;
                     time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
                     acc.cpu_copied_bytes = len as u64;
-                    acc.path = if min_pages == usize::MAX {
-                        "copy-fallback: swapping costs more than copying here".into()
+                    acc.path = DataPath::CopyFallback(if min_pages == usize::MAX {
+                        CopyFallback::SwapCostsMore
                     } else {
-                        format!("copy-fallback: short transfer (< {min_pages} full pages)")
-                    };
+                        CopyFallback::ShortInput(min_pages)
+                    });
                     return Ok(acc);
                 }
                 match buffering {
                     InputBuffering::Outboard if src.direct_ok(buf) && src.wait_whole(len)? => {
                         // The whole message is in the module: the read cannot stop halfway.
                         src.read_exact(buf)?;
-                        acc.path = "outboard: direct read into application buffer".into();
+                        acc.path = DataPath::OutboardDirect;
                     }
                     InputBuffering::EarlyDemux | InputBuffering::Outboard => {
                         let a = buf.as_ptr() as usize;
@@ -588,12 +572,12 @@ impl InputBuffers {
                             a,
                             src,
                             min_pages,
-                            "early-demux (system-aligned)",
+                            StagingVia::EarlyDemux,
                             &mut acc,
                         )?;
                     }
                     InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                        via_staging(self, buf, 0, src, min_pages, "pooled", &mut acc)?;
+                        via_staging(self, buf, 0, src, min_pages, StagingVia::Pooled, &mut acc)?;
                     }
                 }
             }
@@ -605,9 +589,9 @@ impl InputBuffers {
                     if matches!(plan, HugePlan::Huge { .. })
                         && buf.as_ptr() as usize % zcio_vm::page::HUGE_PAGE_SIZE == 0
                     {
-                        self.via_huge_staging(buf, 0, src, 1, "pooled".into(), &mut acc)?;
+                        self.via_huge_staging(buf, 0, src, 1, StagingVia::Pooled, &mut acc)?;
                     } else {
-                        via_staging(self, buf, 0, src, 1, "pooled", &mut acc)?;
+                        via_staging(self, buf, 0, src, 1, StagingVia::Pooled, &mut acc)?;
                     }
                 }
                 _ if !src.direct_ok(buf) => {
@@ -617,7 +601,7 @@ impl InputBuffers {
                         buf.as_ptr() as usize,
                         src,
                         1,
-                        "aligned staging",
+                        StagingVia::Aligned,
                         &mut acc,
                     )?;
                 }
@@ -628,11 +612,7 @@ impl InputBuffers {
                     let wired = sem == Semantics::Share
                         && !full.is_empty()
                         && time(Op::Wire, || zcio_vm::protect::wire(full)).is_ok();
-                    acc.path = if wired {
-                        "in-place read (wired)".into()
-                    } else {
-                        "in-place read".into()
-                    };
+                    acc.path = DataPath::InPlaceRead { wired };
                     let r = src.read_exact(buf);
                     if wired {
                         let _ = time(Op::Unwire, || zcio_vm::protect::unwire(full));

@@ -1,6 +1,7 @@
 //! The eight data-passing semantics of Genie (paper 000, §2, Table 1) and the input buffering
 //! schemes (§6.2).
 
+use crate::path::DataPath;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -240,8 +241,9 @@ pub struct Accounting {
     pub kernel_copied_bytes: Option<u64>,
     /// Bytes delivered by swapping or moving pages.
     pub swapped_bytes: u64,
-    /// The mechanism actually used, e.g. `"vmsplice+uffd-wp"` or `"copy-fallback: short transfer"`.
-    pub path: String,
+    /// The mechanism actually used and, where it was copied instead, why: in JSON the phrase,
+    /// e.g. `"copy: bounce+vmsplice"` or `"copy-fallback: short transfer (< 8192 bytes)"`.
+    pub path: DataPath,
     /// The page granule the VM work was done at (`4k`, `2m`, or `mixed` where both were used
     /// on one transfer), `None` where no page work was done (copies, regions, kernel streams).
     #[serde(default)]
@@ -264,7 +266,7 @@ impl Accounting {
         if self.path.is_empty() {
             self.path = other.path.clone();
         } else if !other.path.is_empty() && other.path != self.path {
-            self.path = format!("{}; {}", self.path, other.path);
+            self.path = std::mem::take(&mut self.path).then(other.path.clone());
         }
     }
 }

@@ -10,6 +10,7 @@
 
 use crate::error::{GenieError, Result};
 use crate::passing::{BouncePool, InputBuffers, Source};
+use crate::path::{DataPath, Write};
 use crate::profile::Profile;
 use crate::region::{Region, RegionCache, RegionState, mark};
 use crate::semantics::{Accounting, Allocation, Fallback, InputBuffering, Semantics};
@@ -383,23 +384,19 @@ impl StreamEnd {
         ok.then(|| fd.as_fd())
     }
 
-    /// Write all of `buf`; returns (kernel copied bytes, path).
-    fn put(&mut self, buf: &[u8]) -> Result<(Option<u64>, String)> {
+    /// Write all of `buf`; returns (kernel copied bytes, how it was written).
+    fn put(&mut self, buf: &[u8]) -> Result<(Option<u64>, Write)> {
         let len = buf.len();
         match self.kind {
             ModuleKind::File => {
                 let (fd, kernel, path) = match self.direct_for(buf, self.write_pos) {
-                    Some(d) => (d, 0, "pwrite(O_DIRECT)".to_string()),
+                    Some(d) => (d, 0, Write::PwriteDirect),
                     None => {
                         let why = self
                             .direct_reason
                             .clone()
                             .unwrap_or_else(|| "buffer or length not aligned for O_DIRECT".into());
-                        (
-                            self.fd.as_fd(),
-                            len as u64,
-                            format!("pwrite(buffered: {why})"),
-                        )
+                        (self.fd.as_fd(), len as u64, Write::PwriteBuffered(why))
                     }
                 };
                 let mut off = 0;
@@ -430,22 +427,17 @@ impl StreamEnd {
                         }
                     }
                 }
-                Ok((
-                    Some(len as u64),
-                    "send(udp, kernel copies; MSG_ZEROCOPY not used: loopback copies)".into(),
-                ))
+                Ok((Some(len as u64), Write::SendUdp))
             }
             _ => {
                 zcio_vm::wire::write_all(self.fd.as_fd(), buf)
                     .map_err(|e| GenieError::from_wire(e, "output"))?;
-                let what = match self.kind {
-                    ModuleKind::Tcp => {
-                        "send(tcp, kernel copies; MSG_ZEROCOPY not used: loopback copies)"
-                    }
-                    ModuleKind::Unix => "send(unix, kernel copies)",
-                    _ => "write(pipe, kernel copies)",
+                let how = match self.kind {
+                    ModuleKind::Tcp => Write::SendTcp,
+                    ModuleKind::Unix => Write::SendUnix,
+                    _ => Write::WritePipe,
                 };
-                Ok((Some(len as u64), what.into()))
+                Ok((Some(len as u64), how))
             }
         }
     }
@@ -474,7 +466,7 @@ impl StreamEnd {
                 cpu_copied_bytes: len as u64,
                 kernel_copied_bytes: kernel,
                 swapped_bytes: 0,
-                path: format!("copy: bounce+{path}"),
+                path: DataPath::Bounce(path),
             });
         }
         let (kernel, path) = self.put(buf)?;
@@ -483,7 +475,7 @@ impl StreamEnd {
             cpu_copied_bytes: 0,
             kernel_copied_bytes: kernel,
             swapped_bytes: 0,
-            path,
+            path: DataPath::Kernel(path),
         })
     }
 
@@ -501,20 +493,22 @@ impl StreamEnd {
         let (kernel, path) = self.put(region.as_slice())?;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        let what = if sem == Semantics::Move {
+        let unmapped = sem == Semantics::Move;
+        if unmapped {
             drop(region);
-            "unmapped"
         } else {
             self.regions.keep(region, sem, ticket)?;
             self.regions.completed(ticket);
-            "cached"
-        };
+        }
         Ok(Accounting {
             granule: None,
             cpu_copied_bytes: 0,
             kernel_copied_bytes: kernel,
             swapped_bytes: 0,
-            path: format!("{path}; region {what}"),
+            path: DataPath::StreamRegionOut {
+                write: path,
+                unmapped,
+            },
         })
     }
 
@@ -577,7 +571,7 @@ impl StreamEnd {
                 cpu_copied_bytes: 0,
                 kernel_copied_bytes: kernel,
                 swapped_bytes: 0,
-                path: "read into system-allocated region".into(),
+                path: DataPath::RegionIn { huge: false },
             },
         ))
     }
