@@ -365,6 +365,36 @@ fn share_output(
     Ok((held, acc))
 }
 
+/// Where an input goes through staging: the alignment it takes (`offset_of`'s, modulo the
+/// granule), the granule, and the fewest pages (at 2 MiB: PMDs) worth swapping.
+#[derive(Debug, Clone, Copy)]
+struct StagingAt {
+    offset_of: usize,
+    via: StagingVia,
+    huge: bool,
+    min: usize,
+}
+
+impl StagingAt {
+    fn base(offset_of: usize, via: StagingVia, min_pages: usize) -> StagingAt {
+        StagingAt {
+            offset_of,
+            via,
+            huge: false,
+            min: min_pages,
+        }
+    }
+
+    fn huge(offset_of: usize, via: StagingVia, min_pmds: usize) -> StagingAt {
+        StagingAt {
+            offset_of,
+            via,
+            huge: true,
+            min: min_pmds,
+        }
+    }
+}
+
 /// Input staging and bounce buffers of one receiving endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct InputBuffers {
@@ -449,36 +479,6 @@ impl InputBuffers {
         }
     }
 
-    /// Emulated copy input at 2 MiB: read into huge staging at the buffer's offset modulo
-    /// 2 MiB, swap the whole PMDs in, copy the bytes around them.
-    fn via_huge_staging(
-        &mut self,
-        buf: &mut [u8],
-        offset_of: usize,
-        src: &mut dyn Source,
-        min_pmds: usize,
-        via: StagingVia,
-        acc: &mut Accounting,
-    ) -> Result<()> {
-        let len = buf.len();
-        let t = crate::breakdown::start();
-        let st = self.hstaging(len)?;
-        let w = st.window_huge(offset_of, len)?;
-        crate::breakdown::stop(Op::OverlayAllocate, t);
-        src.read_exact(w)?;
-        let t = crate::breakdown::start();
-        let d = st.deliver_huge(buf, min_pmds)?;
-        crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
-        acc.cpu_copied_bytes += d.copied as u64;
-        acc.swapped_bytes += d.swapped as u64;
-        acc.granule = Some(Granule::Huge);
-        acc.path = DataPath::HugeStaging {
-            via,
-            swapped_pmds: d.swapped >> 21,
-        };
-        Ok(())
-    }
-
     /// Place a message of `buf.len()` bytes from `src` into the application buffer under `sem`
     /// (paper 000, Table 3). Under copy and emulated copy, `buf` is not written until the whole
     /// message has arrived.
@@ -542,38 +542,56 @@ impl InputBuffers {
         Ok(())
     }
 
-    /// Input at 4 KiB through staging: read into the staging at `offset_of`'s alignment, then
-    /// swap the full pages in (from `min_pages` up; partial pages by reverse copyout) or copy
-    /// out.
-    #[allow(clippy::too_many_arguments)]
+    /// Input through staging: read into the staging at `at.offset_of` modulo the granule,
+    /// then swap the whole pages (at 2 MiB: PMDs) in, from `at.min` up, or copy out (at 4 KiB,
+    /// a partial page with enough data swaps by reverse copyout).
     fn via_staging(
         &mut self,
         buf: &mut [u8],
-        offset_of: usize,
         src: &mut dyn Source,
-        min_pages: usize,
-        via: StagingVia,
+        at: StagingAt,
         profile: &Profile,
         acc: &mut Accounting,
     ) -> Result<()> {
         let len = buf.len();
         let t = crate::breakdown::start();
-        let st = self.staging(len)?;
-        let w = st.window(offset_of, len)?;
+        let st = if at.huge {
+            self.hstaging(len)?
+        } else {
+            self.staging(len)?
+        };
+        let w = if at.huge {
+            st.window_huge(at.offset_of, len)?
+        } else {
+            st.window(at.offset_of, len)?
+        };
         crate::breakdown::stop(Op::OverlayAllocate, t);
         src.read_exact(w)?;
         let t = crate::breakdown::start();
-        let d = st.deliver_with(buf, min_pages, profile.thresholds.reverse_copyout_bytes)?;
+        let d = if at.huge {
+            st.deliver_huge(buf, at.min)?
+        } else {
+            st.deliver_with(buf, at.min, profile.thresholds.reverse_copyout_bytes)?
+        };
         crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
         acc.cpu_copied_bytes += d.copied as u64;
         acc.swapped_bytes += d.swapped as u64;
-        if d.swapped > 0 {
-            acc.granule = Some(Granule::Base);
+        let via = at.via;
+        if at.huge {
+            acc.granule = Some(Granule::Huge);
+            acc.path = DataPath::HugeStaging {
+                via,
+                swapped_pmds: d.swapped >> 21,
+            };
+        } else {
+            if d.swapped > 0 {
+                acc.granule = Some(Granule::Base);
+            }
+            acc.path = DataPath::Staging {
+                via,
+                swapped: d.swapped > 0,
+            };
         }
-        acc.path = DataPath::Staging {
-            via,
-            swapped: d.swapped > 0,
-        };
         Ok(())
     }
 
@@ -605,7 +623,8 @@ impl InputBuffers {
                 _ => (buf.as_ptr() as usize, StagingVia::EarlyDemux),
             };
             let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
-            return self.via_huge_staging(buf, at, src, min_pmds, via, acc);
+            let at = StagingAt::huge(at, via, min_pmds);
+            return self.via_staging(buf, src, at, profile, acc);
         }
         let full = r.full_pages().pages();
         // A partial page with enough data swaps by reverse copyout.
@@ -628,12 +647,12 @@ impl InputBuffers {
             }
             InputBuffering::EarlyDemux | InputBuffering::Outboard => {
                 let a = buf.as_ptr() as usize;
-                let via = StagingVia::EarlyDemux;
-                self.via_staging(buf, a, src, min_pages, via, profile, acc)?;
+                let at = StagingAt::base(a, StagingVia::EarlyDemux, min_pages);
+                self.via_staging(buf, src, at, profile, acc)?;
             }
             InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                let via = StagingVia::Pooled;
-                self.via_staging(buf, 0, src, min_pages, via, profile, acc)?;
+                let at = StagingAt::base(0, StagingVia::Pooled, min_pages);
+                self.via_staging(buf, src, at, profile, acc)?;
             }
         }
         Ok(())
@@ -659,14 +678,17 @@ impl InputBuffers {
                 if matches!(plan, HugePlan::Huge { .. })
                     && buf.as_ptr() as usize % zcio_vm::page::HUGE_PAGE_SIZE == 0
                 {
-                    self.via_huge_staging(buf, 0, src, 1, StagingVia::Pooled, acc)?;
+                    let at = StagingAt::huge(0, StagingVia::Pooled, 1);
+                    self.via_staging(buf, src, at, profile, acc)?;
                 } else {
-                    self.via_staging(buf, 0, src, 1, StagingVia::Pooled, profile, acc)?;
+                    let at = StagingAt::base(0, StagingVia::Pooled, 1);
+                    self.via_staging(buf, src, at, profile, acc)?;
                 }
             }
             _ if !src.direct_ok(buf) => {
                 let a = buf.as_ptr() as usize;
-                self.via_staging(buf, a, src, 1, StagingVia::Aligned, profile, acc)?;
+                let at = StagingAt::base(a, StagingVia::Aligned, 1);
+                self.via_staging(buf, src, at, profile, acc)?;
             }
             _ => {
                 // In place; share wires the buffer for the duration of the input. (Wired pages
