@@ -522,13 +522,7 @@ impl StreamEnd {
         Self::check_len(buf.len())?;
         crate::passing::check_writable(buf)?;
         self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
-        let mut src = EndSource {
-            end_kind: self.kind,
-            fd: self.fd.as_fd(),
-            direct: self.direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
-            pos: self.read_pos,
-            direct_bytes: 0,
-        };
+        let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
         let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
             self.inputs
                 .input_app(sem, buf, buffering, &mut src, self.profile)
@@ -553,13 +547,7 @@ impl StreamEnd {
         } else {
             self.regions.take(len, sem)?
         };
-        let mut src = EndSource {
-            end_kind: self.kind,
-            fd: self.fd.as_fd(),
-            direct: self.direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
-            pos: self.read_pos,
-            direct_bytes: 0,
-        };
+        let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
         src.read_exact(region.as_mut_slice())?;
         let kernel = src.kernel_copies(len);
         self.read_pos = src.pos;
@@ -583,6 +571,25 @@ struct EndSource<'a> {
     direct: Option<(BorrowedFd<'a>, DirectAlign)>,
     pos: u64,
     direct_bytes: usize,
+}
+
+impl<'a> EndSource<'a> {
+    /// The input side of the module `fd` (with its `O_DIRECT` descriptor, if any), reading
+    /// from `pos` on.
+    fn new(
+        kind: ModuleKind,
+        fd: &'a OwnedFd,
+        direct: &'a Option<(OwnedFd, DirectAlign)>,
+        pos: u64,
+    ) -> EndSource<'a> {
+        EndSource {
+            end_kind: kind,
+            fd: fd.as_fd(),
+            direct: direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
+            pos,
+            direct_bytes: 0,
+        }
+    }
 }
 
 impl Source for EndSource<'_> {
