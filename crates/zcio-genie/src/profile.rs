@@ -238,14 +238,7 @@ impl Profile {
     fn measure_protect(reps: usize) -> Result<(Cost, Mapping)> {
         let ps = page_size();
         let rt = VmRuntime::get();
-        let mut m = Mapping::anonymous(
-            BIG_PAGES * ps,
-            MapOptions {
-                populate: true,
-                no_huge: true,
-                ..Default::default()
-            },
-        )?;
+        let mut m = Mapping::anonymous(BIG_PAGES * ps, MapOptions::POPULATED_4K)?;
         m.as_mut_slice().fill(1);
         let one = m.range().sub(0, ps)?;
         let p_small = sample(reps, || {
@@ -302,14 +295,7 @@ impl Profile {
     fn measure_swap(reps: usize) -> Result<Cost> {
         let ps = page_size();
         let mut staging = Staging::new(BIG_PAGES * ps)?;
-        let mut app = Mapping::anonymous(
-            BIG_PAGES * ps,
-            MapOptions {
-                populate: true,
-                no_huge: true,
-                ..Default::default()
-            },
-        )?;
+        let mut app = Mapping::anonymous(BIG_PAGES * ps, MapOptions::POPULATED_4K)?;
         let mut swap_once = |pages: usize| {
             let a = &mut app.as_mut_slice()[..pages * ps];
             let w = staging

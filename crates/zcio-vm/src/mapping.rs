@@ -26,6 +26,16 @@ pub struct MapOptions {
     pub no_huge: bool,
 }
 
+impl MapOptions {
+    /// Every page faulted in now, in 4 KiB pages only: what measurements of 4 KiB page
+    /// operations map.
+    pub const POPULATED_4K: MapOptions = MapOptions {
+        populate: true,
+        huge: false,
+        no_huge: true,
+    };
+}
+
 /// A mapping this process owns; unmapped when dropped.
 ///
 /// Its bytes may be changed by the kernel (input into it, pages moved into it) only through
