@@ -490,19 +490,6 @@ impl InputBuffers {
         src: &mut dyn Source,
         profile: &Profile,
     ) -> Result<Accounting> {
-        let mut acc = self.input_app_inner(sem, buf, buffering, src, profile)?;
-        acc.kernel_copied_bytes = src.kernel_copies(buf.len());
-        Ok(acc)
-    }
-
-    fn input_app_inner(
-        &mut self,
-        sem: Semantics,
-        buf: &mut [u8],
-        buffering: InputBuffering,
-        src: &mut dyn Source,
-        profile: &Profile,
-    ) -> Result<Accounting> {
         let mut acc = Accounting::default();
         match sem {
             Semantics::Copy => {
@@ -524,6 +511,7 @@ impl InputBuffers {
                 ));
             }
         }
+        acc.kernel_copied_bytes = src.kernel_copies(buf.len());
         Ok(acc)
     }
 
