@@ -136,6 +136,19 @@ impl Semantics {
     }
 }
 
+/// The one of `all` whose `name` is `s`, or an error naming `what` and every name.
+fn by_name<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> Result<T, String> {
+    all.iter().copied().find(|&x| name(x) == s).ok_or_else(|| {
+        let names: Vec<_> = all.iter().map(|&x| name(x)).collect();
+        format!("unknown {what} `{s}` (one of: {})", names.join(", "))
+    })
+}
+
 impl fmt::Display for Semantics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -145,13 +158,7 @@ impl fmt::Display for Semantics {
 impl FromStr for Semantics {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Semantics::ALL
-            .into_iter()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Semantics::ALL.iter().map(|x| x.name()).collect();
-                format!("unknown semantics `{s}` (one of: {})", names.join(", "))
-            })
+        by_name(s, &Semantics::ALL, Semantics::name, "semantics")
     }
 }
 
@@ -201,16 +208,12 @@ impl fmt::Display for InputBuffering {
 impl FromStr for InputBuffering {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        InputBuffering::ALL
-            .into_iter()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = InputBuffering::ALL.iter().map(|x| x.name()).collect();
-                format!(
-                    "unknown input buffering `{s}` (one of: {})",
-                    names.join(", ")
-                )
-            })
+        by_name(
+            s,
+            &InputBuffering::ALL,
+            InputBuffering::name,
+            "input buffering",
+        )
     }
 }
 
