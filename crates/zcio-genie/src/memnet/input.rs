@@ -1,7 +1,9 @@
 //! Input on the memory network: descriptors validated, messages read off the wire and placed,
 //! completions posted.
 
-use super::{DONE_MAGIC, Descriptor, MemnetEndpoint, SPIN, decode_descriptor, spin_until, striped};
+use super::{
+    DONE_MAGIC, Descriptor, MemnetEndpoint, SPIN, decode_descriptor, poll, spin_until, striped,
+};
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
 use crate::passing::Source;
@@ -10,6 +12,7 @@ use crate::region::{Region, RegionState, fill, mark};
 use crate::semantics::{Accounting, InputBuffering, Semantics};
 use rustix::event::{PollFd, PollFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 use zcio_vm::wire::STRIPES;
 
@@ -43,10 +46,7 @@ impl MemnetEndpoint {
             }
             // Descriptors are published before data: wait for data (or the sender's end).
             let mut fds = [PollFd::new(&self.in_rx[0], PollFlags::IN)];
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(GenieError::io("poll", e)),
-            }
+            poll(&mut fds, None)?;
             let re = fds[0].revents();
             if re.contains(PollFlags::HUP) && !re.contains(PollFlags::IN) {
                 return Err(GenieError::PeerGone {
@@ -275,14 +275,7 @@ impl<'a> Completion<'a> {
                 Ok(false) if t0.elapsed() < SPIN => std::thread::yield_now(),
                 Ok(false) => {
                     let mut fds = [PollFd::new(&self.wire, PollFlags::empty())];
-                    let ms = rustix::time::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: 1_000_000,
-                    };
-                    match rustix::event::poll(&mut fds, Some(&ms)) {
-                        Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                        Err(e) => return Err(GenieError::io("poll", e)),
-                    }
+                    poll(&mut fds, Some(Duration::from_millis(1)))?;
                     if fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) {
                         return Err(GenieError::PeerGone {
                             during: "input (the sender's completion ring full)",

@@ -22,9 +22,11 @@ use crate::passing::{BouncePool, Held, InputBuffers};
 use crate::profile::Profile;
 use crate::region::RegionCache;
 use crate::semantics::{Fallback, InputBuffering, Semantics};
+use rustix::event::PollFd;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::Duration;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 use zcio_vm::wire::{Pipe, STRIPES, Striped};
 
@@ -266,6 +268,19 @@ pub fn link_parts() -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
         peer_bell: e0,
     };
     Ok((s0, s1, Arc::new(arena)))
+}
+
+/// Wait until one of `fds` is ready or `timeout` (`None`: no limit) passes; an interrupted
+/// wait returns as a wake-up.
+fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> Result<()> {
+    let ts = timeout.map(|d| rustix::time::Timespec {
+        tv_sec: d.as_secs() as _,
+        tv_nsec: d.subsec_nanos() as _,
+    });
+    match rustix::event::poll(fds, ts.as_ref()) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(GenieError::io("poll", e)),
+    }
 }
 
 /// Two connected endpoints in this process (both directions work; for tests and threads).

@@ -1,7 +1,7 @@
 //! Output on the memory network: descriptors published, pages referenced, completions reaped.
 
 use super::{
-    DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, decode_completion, spin_until, striped,
+    DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, decode_completion, poll, spin_until, striped,
 };
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
@@ -10,6 +10,7 @@ use crate::path::{DataPath, RegionOut};
 use crate::region::{Region, RegionState, mark};
 use crate::semantics::{Accounting, Semantics};
 use rustix::event::{PollFd, PollFlags};
+use std::time::Duration;
 use zcio_vm::arena::SLOT_WORDS;
 
 impl MemnetEndpoint {
@@ -219,14 +220,7 @@ impl MemnetEndpoint {
             PollFd::new(&self.out_tx[0], PollFlags::empty()),
             PollFd::new(&self.out_tx[1], PollFlags::empty()),
         ];
-        let timeout = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 100_000_000,
-        };
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(GenieError::io("poll", e)),
-        }
+        poll(&mut fds, Some(Duration::from_millis(100)))?;
         // A peer that completed our outputs and then left is not gone for them: completions
         // already in the ring are reaped first.
         if fds[1..]
