@@ -502,8 +502,11 @@ fn parse_variable(s: &str) -> Option<DataPath> {
             return Some(DataPath::HugeStaging { via, swapped_pmds });
         }
     }
-    let (wiring, granule) = match s.rsplit_once(" [") {
-        Some((w, g)) => (w, Some(parse_granule(g.strip_suffix(']')?)?)),
+    let tagged = s
+        .rsplit_once(" [")
+        .and_then(|(w, g)| Some((w, parse_granule(g.strip_suffix(']')?)?)));
+    let (wiring, granule) = match tagged {
+        Some((w, g)) => (w, Some(g)),
         None => (s, None),
     };
     let e = wiring
@@ -624,6 +627,10 @@ mod tests {
             DataPath::InPlace {
                 wiring: Wiring::Failed("ENOMEM".into()),
                 granule: Some(Granule::Huge),
+            },
+            DataPath::InPlace {
+                wiring: Wiring::Failed("odd [x]".into()),
+                granule: None,
             },
             DataPath::HugeStaging {
                 via: StagingVia::EarlyDemux,
