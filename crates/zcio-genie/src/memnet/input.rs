@@ -6,8 +6,9 @@ use super::{
 };
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
-use crate::passing::Source;
+use crate::passing::{InputBuffers, Source};
 use crate::path::DataPath;
+use crate::profile::Profile;
 use crate::region::{Region, RegionState, fill, mark};
 use crate::semantics::{Accounting, InputBuffering, Semantics};
 use rustix::event::{PollFd, PollFlags};
@@ -64,6 +65,25 @@ impl MemnetEndpoint {
                 ));
             }
         }
+    }
+
+    /// Run `f` on the input buffers and the current message of `len` bytes on the wire, as a
+    /// source that posts the message's completion once its last byte is read.
+    fn with_completing_source<T>(
+        &mut self,
+        len: usize,
+        f: impl FnOnce(&mut InputBuffers, &mut PipeSource<'_>, &'static Profile) -> Result<T>,
+    ) -> Result<T> {
+        let done = Completion::new(
+            &self.arena,
+            &mut self.comp_tx,
+            &self.peer_bell,
+            self.in_rx[0].as_fd(),
+            self.cur_ticket,
+        );
+        let mut src =
+            PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset).completing(len, done);
+        f(&mut self.inputs, &mut src, self.profile)
     }
 
     fn complete(&mut self) -> Result<()> {
@@ -131,19 +151,11 @@ impl MemnetEndpoint {
                 ),
             ));
         }
-        let done = Completion::new(
-            &self.arena,
-            &mut self.comp_tx,
-            &self.peer_bell,
-            self.in_rx[0].as_fd(),
-            self.cur_ticket,
-        );
-        let mut src =
-            PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset).completing(len, done);
-        let acc = self
-            .inputs
-            .input_app(sem, &mut buf[..len], buffering, &mut src, self.profile)?;
-        src.finish()?;
+        let acc = self.with_completing_source(len, |inputs, src, profile| {
+            let acc = inputs.input_app(sem, &mut buf[..len], buffering, src, profile)?;
+            src.finish()?;
+            Ok(acc)
+        })?;
         Ok((len, acc))
     }
 
@@ -176,18 +188,15 @@ impl MemnetEndpoint {
             self.regions.take(len, sem)?
         };
         if sem == Semantics::Move {
-            let done = Completion::new(
-                &self.arena,
-                &mut self.comp_tx,
-                &self.peer_bell,
-                self.in_rx[0].as_fd(),
-                self.cur_ticket,
-            );
-            let mut src = PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset)
-                .completing(len, done);
-            if let Some(d) = self.inputs.fill_region_huge(&mut region, &mut src)? {
-                mark(&mut region, RegionState::MovedIn);
-                src.finish()?;
+            let huge = self.with_completing_source(len, |inputs, src, _| {
+                let d = inputs.fill_region_huge(&mut region, src)?;
+                if d.is_some() {
+                    mark(&mut region, RegionState::MovedIn);
+                    src.finish()?;
+                }
+                Ok(d)
+            })?;
+            if let Some(d) = huge {
                 let acc = Accounting {
                     granule: Some(zcio_vm::huge::Granule::Huge),
                     cpu_copied_bytes: d.copied as u64,
