@@ -24,6 +24,7 @@ pub mod buffer;
 pub mod error;
 pub mod memnet;
 mod passing;
+pub mod path;
 pub mod probe;
 pub mod profile;
 pub mod region;
@@ -33,6 +34,7 @@ pub mod zerocopy;
 
 pub use buffer::{AppBuffer, granule_of};
 pub use error::{GenieError, Result};
+pub use path::DataPath;
 pub use region::{Region, RegionCache, RegionState};
 pub use semantics::{Accounting, Fallback, InputBuffering, Integrity, Semantics};
 pub use zcio_vm::huge::Granule;

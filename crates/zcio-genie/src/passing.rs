@@ -3,10 +3,11 @@
 
 use crate::breakdown::{Op, time};
 use crate::error::{GenieError, Result};
+use crate::path::{CopyFallback, DataPath, StagingVia, Wiring, Write};
 use crate::profile::Profile;
 use crate::semantics::{Accounting, InputBuffering, Semantics};
 use zcio_vm::huge::Granule;
-use zcio_vm::runtime::{OutputRef, TcowMode};
+use zcio_vm::runtime::OutputRef;
 use zcio_vm::staging::Staging;
 use zcio_vm::wire::Striped;
 use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
@@ -95,14 +96,6 @@ impl Drop for Held {
     }
 }
 
-pub(crate) fn tcow_path() -> &'static str {
-    match VmRuntime::get().capabilities().tcow {
-        TcowMode::UffdMove => "vmsplice+tcow(uffd-wp, uffd-move)",
-        TcowMode::UffdCopy => "vmsplice+tcow(uffd-wp, copy: no UFFDIO_MOVE)",
-        TcowMode::MprotectSleepOnWrite => "vmsplice+mprotect (sleep-on-write: no userfaultfd)",
-    }
-}
-
 /// Which granule an emulated-copy output or input of a buffer takes.
 enum HugePlan {
     /// Whole PMDs at 2 MiB (the bytes around them copied); why, in a phrase.
@@ -160,7 +153,7 @@ fn huge_plan(r: RawRange, min_bytes: Option<usize>, huge_tcow: bool) -> HugePlan
 fn tcow_output(
     buf: &[u8],
     inner: RawRange,
-    path: String,
+    why: String,
     granule: Granule,
     wire: Striped<'_>,
     pool: &mut BouncePool,
@@ -179,26 +172,31 @@ fn tcow_output(
     // the page tables change. No write can come between (the caller holds `buf` borrowed),
     // and the protection is in place before the call returns.
     let mut refs = rt.reference_output(inner, false)?;
-    let res = time(Op::Reference, || {
-        wire.vmsplice_message(&[
+    let res = splice(
+        wire,
+        &[
             &b.as_slice()[..head],
             &buf[head..len - tail],
             &b.as_slice()[head..head + tail],
-        ])
-    })
-    .map_err(|e| GenieError::from_wire(e, "output"));
+        ],
+    );
     if let Err(e) = res {
         refs.release();
         pool.put(b);
         return Err(e);
     }
-    let mut path = path;
-    let mut wait = false;
+    let mut protect_failed = None;
     if let Err(e) = time(Op::ReadOnly, || refs.protect()) {
         // Queued but writable: keep the promise by waiting for the receiver instead.
-        path = format!("{path} (write-protect failed: {e}; the call waited for the receiver)");
-        wait = true;
+        protect_failed = Some(e.to_string());
     }
+    let wait = protect_failed.is_some();
+    let path = DataPath::Tcow {
+        mode: rt.capabilities().tcow,
+        granule,
+        why,
+        protect_failed,
+    };
     let acc = Accounting {
         cpu_copied_bytes: (head + tail) as u64,
         kernel_copied_bytes: Some(0),
@@ -226,135 +224,174 @@ pub(crate) fn output_app(
     pool: &mut BouncePool,
     profile: &Profile,
 ) -> Result<(Held, Accounting)> {
-    let rt = VmRuntime::get();
-    let len = buf.len();
-    let splice = |pieces: &[&[u8]]| {
-        time(Op::Reference, || wire.vmsplice_message(pieces))
-            .map_err(|e| GenieError::from_wire(e, "output"))
-    };
-    let copy_out = |pool: &mut BouncePool, why: String| -> Result<(Held, Accounting)> {
-        // Copy semantics: copy into a system buffer, queue the system buffer's pages.
-        let mut b = pool.get(len)?;
-        time(Op::Copyin, || b.as_mut_slice()[..len].copy_from_slice(buf));
-        splice(&[&b.as_slice()[..len]])?;
-        let acc = Accounting {
-            granule: None,
-            cpu_copied_bytes: len as u64,
-            kernel_copied_bytes: Some(0),
-            swapped_bytes: 0,
-            path: why,
-        };
-        Ok((
-            Held {
-                refs: None,
-                wired: None,
-                bounce: Some(b),
-                wait: false,
-            },
-            acc,
-        ))
-    };
     match sem {
-        Semantics::Copy => copy_out(pool, "copy: bounce+vmsplice".into()),
-        Semantics::EmulatedCopy => {
-            let r = RawRange::of(buf);
-            let plan = huge_plan(
-                r,
-                profile.huge.map(|h| h.short_output_bytes),
-                rt.huge_tcow(),
-            );
-            let why_4k = match plan {
-                HugePlan::Huge { pmds, why } => {
-                    let path = format!("{} [2m: {why}]", tcow_path());
-                    return tcow_output(buf, pmds, path, Granule::Huge, wire, pool);
-                }
-                HugePlan::Base(why) => why,
-            };
-            let full = r.full_pages();
-            // A page of a huge page the output does not cover whole cannot be moved out by
-            // TCOW while the wire references the huge page (the kernel cannot split it), so a
-            // write to it would wait for the output: such a buffer is copied instead.
-            let in_huge = !full.is_empty() && zcio_vm::huge::touches_huge(full);
-            if len < profile.thresholds.short_output_bytes || full.is_empty() || in_huge {
-                let why = if in_huge {
-                    format!(
-                        "copy-fallback: inside a huge page but not covering it whole ({why_4k})"
-                    )
-                } else if full.is_empty() {
-                    "copy-fallback: no full page".to_string()
-                } else {
-                    format!(
-                        "copy-fallback: short transfer (< {} bytes)",
-                        profile.thresholds.short_output_bytes
-                    )
-                };
-                return copy_out(pool, why);
-            }
-            tcow_output(
-                buf,
-                full,
-                format!("{} [4k: {why_4k}]", tcow_path()),
-                Granule::Base,
-                wire,
-                pool,
-            )
-        }
-        Semantics::Share | Semantics::EmulatedShare => {
-            let r = RawRange::of(buf);
-            let full = r.full_pages();
-            let mut path = "vmsplice (in place)".to_string();
-            let wired = if sem == Semantics::Share && !full.is_empty() {
-                match time(Op::Wire, || zcio_vm::protect::wire(full)) {
-                    Ok(()) => {
-                        path = "vmsplice+mlock (in place)".into();
-                        Some(full)
-                    }
-                    Err(e) => {
-                        path = format!("vmsplice (in place; wiring failed: {e})");
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            let refs = time(Op::Reference, || rt.reference_output(r, false))?;
-            if let Err(e) = splice(&[buf]) {
-                Held {
-                    refs: Some(refs),
-                    wired,
-                    bounce: None,
-                    wait: false,
-                }
-                .dispose(pool);
-                return Err(e);
-            }
-            // Referenced in place at whatever granule the buffer is mapped at: whole huge pages
-            // are referenced (and wired) whole, never split.
-            let granule = zcio_vm::huge::scan(r).granule();
-            if granule != Granule::Base {
-                path = format!("{path} [{granule}]");
-            }
-            let acc = Accounting {
-                granule: Some(granule),
-                cpu_copied_bytes: 0,
-                kernel_copied_bytes: Some(0),
-                swapped_bytes: 0,
-                path,
-            };
-            Ok((
-                Held {
-                    refs: Some(refs),
-                    wired,
-                    bounce: None,
-                    wait: false,
-                },
-                acc,
-            ))
-        }
+        Semantics::Copy => copy_output(buf, wire, pool, DataPath::Bounce(Write::Vmsplice)),
+        Semantics::EmulatedCopy => emulated_copy_output(buf, wire, pool, profile),
+        Semantics::Share | Semantics::EmulatedShare => share_output(sem, buf, wire, pool),
         _ => Err(GenieError::arg(
             "semantics",
             format!("{sem} passes system-allocated regions: use the region API (send_region)"),
         )),
+    }
+}
+
+/// Queue `pieces` on `wire` as one message.
+fn splice(wire: Striped<'_>, pieces: &[&[u8]]) -> Result<usize> {
+    time(Op::Reference, || wire.vmsplice_message(pieces))
+        .map_err(|e| GenieError::from_wire(e, "output"))
+}
+
+/// Copy semantics output (and emulated copy's fallback, reported as `path`): copy into a
+/// system buffer, queue the system buffer's pages.
+fn copy_output(
+    buf: &[u8],
+    wire: Striped<'_>,
+    pool: &mut BouncePool,
+    path: DataPath,
+) -> Result<(Held, Accounting)> {
+    let len = buf.len();
+    let mut b = pool.get(len)?;
+    time(Op::Copyin, || b.as_mut_slice()[..len].copy_from_slice(buf));
+    splice(wire, &[&b.as_slice()[..len]])?;
+    let acc = Accounting {
+        granule: None,
+        cpu_copied_bytes: len as u64,
+        kernel_copied_bytes: Some(0),
+        swapped_bytes: 0,
+        path,
+    };
+    Ok((
+        Held {
+            refs: None,
+            wired: None,
+            bounce: Some(b),
+            wait: false,
+        },
+        acc,
+    ))
+}
+
+/// Emulated copy output: TCOW of the whole PMDs at 2 MiB where the plan allows, else of the
+/// whole pages at 4 KiB, else (short, no full page, part of a huge page) a copy.
+fn emulated_copy_output(
+    buf: &[u8],
+    wire: Striped<'_>,
+    pool: &mut BouncePool,
+    profile: &Profile,
+) -> Result<(Held, Accounting)> {
+    let rt = VmRuntime::get();
+    let len = buf.len();
+    let r = RawRange::of(buf);
+    let plan = huge_plan(
+        r,
+        profile.huge.map(|h| h.short_output_bytes),
+        rt.huge_tcow(),
+    );
+    let why_4k = match plan {
+        HugePlan::Huge { pmds, why } => {
+            return tcow_output(buf, pmds, why, Granule::Huge, wire, pool);
+        }
+        HugePlan::Base(why) => why,
+    };
+    let full = r.full_pages();
+    // A page of a huge page the output does not cover whole cannot be moved out by
+    // TCOW while the wire references the huge page (the kernel cannot split it), so a
+    // write to it would wait for the output: such a buffer is copied instead.
+    let in_huge = !full.is_empty() && zcio_vm::huge::touches_huge(full);
+    if len < profile.thresholds.short_output_bytes || full.is_empty() || in_huge {
+        let why = if in_huge {
+            CopyFallback::InsideHugePage(why_4k)
+        } else if full.is_empty() {
+            CopyFallback::NoFullPage
+        } else {
+            CopyFallback::ShortOutput(profile.thresholds.short_output_bytes)
+        };
+        return copy_output(buf, wire, pool, DataPath::CopyFallback(why));
+    }
+    tcow_output(buf, full, why_4k, Granule::Base, wire, pool)
+}
+
+/// Share and emulated share output: reference the buffer in place (share wires its full
+/// pages first).
+fn share_output(
+    sem: Semantics,
+    buf: &[u8],
+    wire: Striped<'_>,
+    pool: &mut BouncePool,
+) -> Result<(Held, Accounting)> {
+    let rt = VmRuntime::get();
+    let r = RawRange::of(buf);
+    let full = r.full_pages();
+    let mut wiring = Wiring::No;
+    let wired = if sem == Semantics::Share && !full.is_empty() {
+        match time(Op::Wire, || zcio_vm::protect::wire(full)) {
+            Ok(()) => {
+                wiring = Wiring::Wired;
+                Some(full)
+            }
+            Err(e) => {
+                wiring = Wiring::Failed(e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let refs = time(Op::Reference, || rt.reference_output(r, false))?;
+    let held = Held {
+        refs: Some(refs),
+        wired,
+        bounce: None,
+        wait: false,
+    };
+    if let Err(e) = splice(wire, &[buf]) {
+        held.dispose(pool);
+        return Err(e);
+    }
+    // Referenced in place at whatever granule the buffer is mapped at: whole huge pages
+    // are referenced (and wired) whole, never split.
+    let granule = zcio_vm::huge::scan(r).granule();
+    let path = DataPath::InPlace {
+        wiring,
+        granule: (granule != Granule::Base).then_some(granule),
+    };
+    let acc = Accounting {
+        granule: Some(granule),
+        cpu_copied_bytes: 0,
+        kernel_copied_bytes: Some(0),
+        swapped_bytes: 0,
+        path,
+    };
+    Ok((held, acc))
+}
+
+/// Where an input goes through staging: the alignment it takes (`offset_of`'s, modulo the
+/// granule), the granule, and the fewest pages (at 2 MiB: PMDs) worth swapping.
+#[derive(Debug, Clone, Copy)]
+struct StagingAt {
+    offset_of: usize,
+    via: StagingVia,
+    huge: bool,
+    min: usize,
+}
+
+impl StagingAt {
+    fn base(offset_of: usize, via: StagingVia, min_pages: usize) -> StagingAt {
+        StagingAt {
+            offset_of,
+            via,
+            huge: false,
+            min: min_pages,
+        }
+    }
+
+    fn huge(offset_of: usize, via: StagingVia, min_pmds: usize) -> StagingAt {
+        StagingAt {
+            offset_of,
+            via,
+            huge: true,
+            min: min_pmds,
+        }
     }
 }
 
@@ -442,37 +479,6 @@ impl InputBuffers {
         }
     }
 
-    /// Emulated copy input at 2 MiB: read into huge staging at the buffer's offset modulo
-    /// 2 MiB, swap the whole PMDs in, copy the bytes around them.
-    fn via_huge_staging(
-        &mut self,
-        buf: &mut [u8],
-        offset_of: usize,
-        src: &mut dyn Source,
-        min_pmds: usize,
-        what: String,
-        acc: &mut Accounting,
-    ) -> Result<()> {
-        let len = buf.len();
-        let t = crate::breakdown::start();
-        let st = self.hstaging(len)?;
-        let w = st.window_huge(offset_of, len)?;
-        crate::breakdown::stop(Op::OverlayAllocate, t);
-        src.read_exact(w)?;
-        let t = crate::breakdown::start();
-        let d = st.deliver_huge(buf, min_pmds)?;
-        crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
-        acc.cpu_copied_bytes += d.copied as u64;
-        acc.swapped_bytes += d.swapped as u64;
-        acc.granule = Some(Granule::Huge);
-        acc.path = if d.swapped > 0 {
-            format!("{what}: huge staging+swap [2m: {} PMDs]", d.swapped >> 21)
-        } else {
-            format!("{what}: huge staging+copyout [2m]")
-        };
-        Ok(())
-    }
-
     /// Place a message of `buf.len()` bytes from `src` into the application buffer under `sem`
     /// (paper 000, Table 3). Under copy and emulated copy, `buf` is not written until the whole
     /// message has arrived.
@@ -484,162 +490,18 @@ impl InputBuffers {
         src: &mut dyn Source,
         profile: &Profile,
     ) -> Result<Accounting> {
-        let mut acc = self.input_app_inner(sem, buf, buffering, src, profile)?;
-        acc.kernel_copied_bytes = src.kernel_copies(buf.len());
-        Ok(acc)
-    }
-
-    fn input_app_inner(
-        &mut self,
-        sem: Semantics,
-        buf: &mut [u8],
-        buffering: InputBuffering,
-        src: &mut dyn Source,
-        profile: &Profile,
-    ) -> Result<Accounting> {
-        let len = buf.len();
         let mut acc = Accounting::default();
-        let via_staging = |this: &mut Self,
-                           buf: &mut [u8],
-                           offset_of: usize,
-                           src: &mut dyn Source,
-                           min_pages: usize,
-                           what: &str,
-                           acc: &mut Accounting|
-         -> Result<()> {
-            let t = crate::breakdown::start();
-            let st = this.staging(len)?;
-            let w = st.window(offset_of, len)?;
-            crate::breakdown::stop(Op::OverlayAllocate, t);
-            src.read_exact(w)?;
-            let t = crate::breakdown::start();
-            let d = st.deliver_with(buf, min_pages, profile.thresholds.reverse_copyout_bytes)?;
-            crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
-            acc.cpu_copied_bytes += d.copied as u64;
-            acc.swapped_bytes += d.swapped as u64;
-            if d.swapped > 0 {
-                acc.granule = Some(Granule::Base);
-            }
-            acc.path = if d.swapped > 0 {
-                format!("{what}: staging+swap")
-            } else {
-                format!("{what}: staging+copyout")
-            };
-            Ok(())
-        };
         match sem {
             Semantics::Copy => {
-                let b = self.bounce(len)?;
-                src.read_exact(&mut b[..len])?;
-                time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
-                acc.cpu_copied_bytes = len as u64;
-                acc.path = "copy: system buffer+copyout".into();
+                self.copy_input(buf, src, &mut acc)?;
+                acc.path = DataPath::SystemBufferCopyout;
             }
             Semantics::EmulatedCopy => {
-                let min_pages = profile.thresholds.swap_min_pages;
-                let r = RawRange::of(buf);
-                let huge_min = profile.huge.map(|h| {
-                    h.swap_min_pmds
-                        .saturating_mul(zcio_vm::page::HUGE_PAGE_SIZE)
-                });
-                let plan = huge_plan(RawRange::of(buf), huge_min, VmRuntime::get().huge_tcow());
-                let outboard_direct = buffering == InputBuffering::Outboard
-                    && src.direct_ok(buf)
-                    && len <= src.capacity();
-                if matches!(plan, HugePlan::Huge { .. }) && !outboard_direct {
-                    let (at, what) = match buffering {
-                        InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                            (0, "pooled")
-                        }
-                        _ => (buf.as_ptr() as usize, "early-demux (system-aligned)"),
-                    };
-                    let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
-                    return self
-                        .via_huge_staging(buf, at, src, min_pmds, what.into(), &mut acc)
-                        .map(|()| acc);
-                }
-                let full = r.full_pages().pages();
-                // A partial page with enough data swaps by reverse copyout.
-                let (head, tail) = r.partial_lens();
-                let reverse = head.max(tail) >= profile.thresholds.reverse_copyout_bytes;
-                if full < min_pages && !reverse {
-                    let b = self.bounce(len)?;
-                    src.read_exact(&mut b[..len])?;
-                    time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
-                    acc.cpu_copied_bytes = len as u64;
-                    acc.path = if min_pages == usize::MAX {
-                        "copy-fallback: swapping costs more than copying here".into()
-                    } else {
-                        format!("copy-fallback: short transfer (< {min_pages} full pages)")
-                    };
-                    return Ok(acc);
-                }
-                match buffering {
-                    InputBuffering::Outboard if src.direct_ok(buf) && src.wait_whole(len)? => {
-                        // The whole message is in the module: the read cannot stop halfway.
-                        src.read_exact(buf)?;
-                        acc.path = "outboard: direct read into application buffer".into();
-                    }
-                    InputBuffering::EarlyDemux | InputBuffering::Outboard => {
-                        let a = buf.as_ptr() as usize;
-                        via_staging(
-                            self,
-                            buf,
-                            a,
-                            src,
-                            min_pages,
-                            "early-demux (system-aligned)",
-                            &mut acc,
-                        )?;
-                    }
-                    InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                        via_staging(self, buf, 0, src, min_pages, "pooled", &mut acc)?;
-                    }
-                }
+                self.emulated_copy_input(buf, buffering, src, profile, &mut acc)?;
             }
-            Semantics::Share | Semantics::EmulatedShare => match buffering {
-                InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
-                    // The pool's pages swap in at 2 MiB where the buffer's whole granules are
-                    // huge pages on the pool's alignment.
-                    let plan = huge_plan(RawRange::of(buf), Some(0), VmRuntime::get().huge_tcow());
-                    if matches!(plan, HugePlan::Huge { .. })
-                        && buf.as_ptr() as usize % zcio_vm::page::HUGE_PAGE_SIZE == 0
-                    {
-                        self.via_huge_staging(buf, 0, src, 1, "pooled".into(), &mut acc)?;
-                    } else {
-                        via_staging(self, buf, 0, src, 1, "pooled", &mut acc)?;
-                    }
-                }
-                _ if !src.direct_ok(buf) => {
-                    via_staging(
-                        self,
-                        buf,
-                        buf.as_ptr() as usize,
-                        src,
-                        1,
-                        "aligned staging",
-                        &mut acc,
-                    )?;
-                }
-                _ => {
-                    // In place; share wires the buffer for the duration of the input. (Wired pages
-                    // cannot be swapped, so only in-place reads wire.)
-                    let full = RawRange::of(buf).full_pages();
-                    let wired = sem == Semantics::Share
-                        && !full.is_empty()
-                        && time(Op::Wire, || zcio_vm::protect::wire(full)).is_ok();
-                    acc.path = if wired {
-                        "in-place read (wired)".into()
-                    } else {
-                        "in-place read".into()
-                    };
-                    let r = src.read_exact(buf);
-                    if wired {
-                        let _ = time(Op::Unwire, || zcio_vm::protect::unwire(full));
-                    }
-                    r?;
-                }
-            },
+            Semantics::Share | Semantics::EmulatedShare => {
+                self.share_input(sem, buf, buffering, src, profile, &mut acc)?;
+            }
             _ => {
                 return Err(GenieError::arg(
                     "semantics",
@@ -649,7 +511,189 @@ impl InputBuffers {
                 ));
             }
         }
+        acc.kernel_copied_bytes = src.kernel_copies(buf.len());
         Ok(acc)
+    }
+
+    /// Copy input: read the whole message into the system buffer, then copy it out.
+    fn copy_input(
+        &mut self,
+        buf: &mut [u8],
+        src: &mut dyn Source,
+        acc: &mut Accounting,
+    ) -> Result<()> {
+        let len = buf.len();
+        let b = self.bounce(len)?;
+        src.read_exact(&mut b[..len])?;
+        time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
+        acc.cpu_copied_bytes = len as u64;
+        Ok(())
+    }
+
+    /// Input through staging: read into the staging at `at.offset_of` modulo the granule,
+    /// then swap the whole pages (at 2 MiB: PMDs) in, from `at.min` up, or copy out (at 4 KiB,
+    /// a partial page with enough data swaps by reverse copyout).
+    fn via_staging(
+        &mut self,
+        buf: &mut [u8],
+        src: &mut dyn Source,
+        at: StagingAt,
+        profile: &Profile,
+        acc: &mut Accounting,
+    ) -> Result<()> {
+        let len = buf.len();
+        let t = crate::breakdown::start();
+        let st = if at.huge {
+            self.hstaging(len)?
+        } else {
+            self.staging(len)?
+        };
+        let w = if at.huge {
+            st.window_huge(at.offset_of, len)?
+        } else {
+            st.window(at.offset_of, len)?
+        };
+        crate::breakdown::stop(Op::OverlayAllocate, t);
+        src.read_exact(w)?;
+        let t = crate::breakdown::start();
+        let d = if at.huge {
+            st.deliver_huge(buf, at.min)?
+        } else {
+            st.deliver_with(buf, at.min, profile.thresholds.reverse_copyout_bytes)?
+        };
+        crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
+        acc.cpu_copied_bytes += d.copied as u64;
+        acc.swapped_bytes += d.swapped as u64;
+        let via = at.via;
+        if at.huge {
+            acc.granule = Some(Granule::Huge);
+            acc.path = DataPath::HugeStaging {
+                via,
+                swapped_pmds: d.swapped >> 21,
+            };
+        } else {
+            if d.swapped > 0 {
+                acc.granule = Some(Granule::Base);
+            }
+            acc.path = DataPath::Staging {
+                via,
+                swapped: d.swapped > 0,
+            };
+        }
+        Ok(())
+    }
+
+    /// Emulated copy input: swap at 2 MiB through huge staging where the plan allows, else
+    /// copy a short message, else read directly (outboard buffering) or through staging.
+    fn emulated_copy_input(
+        &mut self,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+        src: &mut dyn Source,
+        profile: &Profile,
+        acc: &mut Accounting,
+    ) -> Result<()> {
+        let len = buf.len();
+        let min_pages = profile.thresholds.swap_min_pages;
+        let r = RawRange::of(buf);
+        let huge_min = profile.huge.map(|h| {
+            h.swap_min_pmds
+                .saturating_mul(zcio_vm::page::HUGE_PAGE_SIZE)
+        });
+        let plan = huge_plan(RawRange::of(buf), huge_min, VmRuntime::get().huge_tcow());
+        let outboard_direct =
+            buffering == InputBuffering::Outboard && src.direct_ok(buf) && len <= src.capacity();
+        if matches!(plan, HugePlan::Huge { .. }) && !outboard_direct {
+            let (at, via) = match buffering {
+                InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
+                    (0, StagingVia::Pooled)
+                }
+                _ => (buf.as_ptr() as usize, StagingVia::EarlyDemux),
+            };
+            let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
+            let at = StagingAt::huge(at, via, min_pmds);
+            return self.via_staging(buf, src, at, profile, acc);
+        }
+        let full = r.full_pages().pages();
+        // A partial page with enough data swaps by reverse copyout.
+        let (head, tail) = r.partial_lens();
+        let reverse = head.max(tail) >= profile.thresholds.reverse_copyout_bytes;
+        if full < min_pages && !reverse {
+            self.copy_input(buf, src, acc)?;
+            acc.path = DataPath::CopyFallback(if min_pages == usize::MAX {
+                CopyFallback::SwapCostsMore
+            } else {
+                CopyFallback::ShortInput(min_pages)
+            });
+            return Ok(());
+        }
+        match buffering {
+            InputBuffering::Outboard if src.direct_ok(buf) && src.wait_whole(len)? => {
+                // The whole message is in the module: the read cannot stop halfway.
+                src.read_exact(buf)?;
+                acc.path = DataPath::OutboardDirect;
+            }
+            InputBuffering::EarlyDemux | InputBuffering::Outboard => {
+                let a = buf.as_ptr() as usize;
+                let at = StagingAt::base(a, StagingVia::EarlyDemux, min_pages);
+                self.via_staging(buf, src, at, profile, acc)?;
+            }
+            InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
+                let at = StagingAt::base(0, StagingVia::Pooled, min_pages);
+                self.via_staging(buf, src, at, profile, acc)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Share and emulated share input: swap from the pool (at 2 MiB where the buffer allows),
+    /// through aligned staging where a direct read does not work, else read in place (share
+    /// wires the buffer for the read).
+    fn share_input(
+        &mut self,
+        sem: Semantics,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+        src: &mut dyn Source,
+        profile: &Profile,
+        acc: &mut Accounting,
+    ) -> Result<()> {
+        match buffering {
+            InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
+                // The pool's pages swap in at 2 MiB where the buffer's whole granules are
+                // huge pages on the pool's alignment.
+                let plan = huge_plan(RawRange::of(buf), Some(0), VmRuntime::get().huge_tcow());
+                if matches!(plan, HugePlan::Huge { .. })
+                    && buf.as_ptr() as usize % zcio_vm::page::HUGE_PAGE_SIZE == 0
+                {
+                    let at = StagingAt::huge(0, StagingVia::Pooled, 1);
+                    self.via_staging(buf, src, at, profile, acc)?;
+                } else {
+                    let at = StagingAt::base(0, StagingVia::Pooled, 1);
+                    self.via_staging(buf, src, at, profile, acc)?;
+                }
+            }
+            _ if !src.direct_ok(buf) => {
+                let a = buf.as_ptr() as usize;
+                let at = StagingAt::base(a, StagingVia::Aligned, 1);
+                self.via_staging(buf, src, at, profile, acc)?;
+            }
+            _ => {
+                // In place; share wires the buffer for the duration of the input. (Wired pages
+                // cannot be swapped, so only in-place reads wire.)
+                let full = RawRange::of(buf).full_pages();
+                let wired = sem == Semantics::Share
+                    && !full.is_empty()
+                    && time(Op::Wire, || zcio_vm::protect::wire(full)).is_ok();
+                acc.path = DataPath::InPlaceRead { wired };
+                let r = src.read_exact(buf);
+                if wired {
+                    let _ = time(Op::Unwire, || zcio_vm::protect::unwire(full));
+                }
+                r?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -78,6 +78,60 @@ impl Probe {
 
 /// Probe the features; `dir` is where file transfers will go (for `O_DIRECT`).
 pub fn probe(dir: &Path) -> Probe {
+    let mut f = userfaultfd_features();
+    f.push(huge_pages_feature());
+    f.push(o_direct_feature(dir));
+    match io_uring::IoUring::new(2) {
+        Ok(_) => f.push(feature("io-uring", "io_uring", true, "available")),
+        Err(e) => f.push(feature(
+            "io-uring",
+            "io_uring",
+            false,
+            format!("{e}: synchronous system calls are used"),
+        )),
+    }
+    f.push(feature(
+        "pipe-max-size",
+        "pipe-max-size",
+        true,
+        format!("{} bytes", zcio_vm::wire::pipe_max_size()),
+    ));
+    f.push(msg_zerocopy_feature());
+    f.push(
+        match rustix::process::pidfd_open(
+            rustix::process::getpid(),
+            rustix::process::PidfdFlags::empty(),
+        ) {
+            Ok(_) => feature("pidfd", "pidfd", true, "pidfd_open works"),
+            Err(e) => feature(
+                "pidfd",
+                "pidfd",
+                false,
+                format!("pidfd_open: {e}: fbuf receivers are not checked for being alive by pidfd"),
+            ),
+        },
+    );
+    for (id, what) in [
+        ("chromium", "the report's browser check"),
+        ("fio", "the peer of the user-level I/O bench"),
+    ] {
+        f.push(match tool_on_path(id) {
+            Some(p) => feature(id, id, true, format!("{} ({what})", p.display())),
+            None => feature(id, id, false, format!("not on PATH: no {what}")),
+        });
+    }
+    Probe {
+        kernel: rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned(),
+        features: f,
+        vm: VmRuntime::get().capabilities().clone(),
+    }
+}
+
+/// userfaultfd's write protection (TCOW) and `UFFDIO_MOVE` (page swapping).
+fn userfaultfd_features() -> Vec<Feature> {
     let mut f = Vec::new();
     match Userfaultfd::probe() {
         Ok(feat) => {
@@ -117,6 +171,11 @@ pub fn probe(dir: &Path) -> Probe {
             ));
         }
     }
+    f
+}
+
+/// Transparent huge pages, with the system's mode.
+fn huge_pages_feature() -> Feature {
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     let mode = thp
@@ -126,7 +185,7 @@ pub fn probe(dir: &Path) -> Probe {
         .trim_matches(|c| c == '[' || c == ']')
         .to_string();
     let huge = zcio_vm::huge::unavailable_reason();
-    f.push(feature(
+    feature(
         "huge-pages",
         "transparent huge pages",
         huge.is_none(),
@@ -134,7 +193,11 @@ pub fn probe(dir: &Path) -> Probe {
             None => format!("mode {mode}"),
             Some(why) => format!("mode {mode}: {why}"),
         },
-    ));
+    )
+}
+
+/// `O_DIRECT` in `dir`, with the alignments it needs.
+fn o_direct_feature(dir: &Path) -> Feature {
     // The alignment O_DIRECT needs is reported for files, not directories: ask of a new file.
     let file = dir.join(format!(".zcio-probe-{}", std::process::id()));
     let align = std::fs::File::create(&file)
@@ -142,7 +205,7 @@ pub fn probe(dir: &Path) -> Probe {
         .and_then(|_| crate::stream::direct_align(&file));
     let _ = std::fs::remove_file(&file);
     match align {
-        Ok(a) => f.push(feature(
+        Ok(a) => feature(
             "o-direct",
             "O_DIRECT",
             true,
@@ -152,31 +215,20 @@ pub fn probe(dir: &Path) -> Probe {
                 a.mem,
                 a.offset
             ),
-        )),
-        Err(r) => f.push(feature(
+        ),
+        Err(r) => feature(
             "o-direct",
             "O_DIRECT",
             false,
             format!("{r}: file transfers use the page cache"),
-        )),
+        ),
     }
-    match io_uring::IoUring::new(2) {
-        Ok(_) => f.push(feature("io-uring", "io_uring", true, "available")),
-        Err(e) => f.push(feature(
-            "io-uring",
-            "io_uring",
-            false,
-            format!("{e}: synchronous system calls are used"),
-        )),
-    }
-    f.push(feature(
-        "pipe-max-size",
-        "pipe-max-size",
-        true,
-        format!("{} bytes", zcio_vm::wire::pipe_max_size()),
-    ));
+}
+
+/// `MSG_ZEROCOPY` on loopback, measured.
+fn msg_zerocopy_feature() -> Feature {
     let zc = crate::zerocopy::loopback();
-    f.push(feature(
+    feature(
         "msg-zerocopy",
         "MSG_ZEROCOPY on loopback",
         zc.supported && !zc.copied,
@@ -196,38 +248,7 @@ pub fn probe(dir: &Path) -> Probe {
                 zc.detail
             )
         },
-    ));
-    f.push(
-        match rustix::process::pidfd_open(
-            rustix::process::getpid(),
-            rustix::process::PidfdFlags::empty(),
-        ) {
-            Ok(_) => feature("pidfd", "pidfd", true, "pidfd_open works"),
-            Err(e) => feature(
-                "pidfd",
-                "pidfd",
-                false,
-                format!("pidfd_open: {e}: fbuf receivers are not checked for being alive by pidfd"),
-            ),
-        },
-    );
-    for (id, what) in [
-        ("chromium", "the report's browser check"),
-        ("fio", "the peer of the user-level I/O bench"),
-    ] {
-        f.push(match tool_on_path(id) {
-            Some(p) => feature(id, id, true, format!("{} ({what})", p.display())),
-            None => feature(id, id, false, format!("not on PATH: no {what}")),
-        });
-    }
-    Probe {
-        kernel: rustix::system::uname()
-            .release()
-            .to_string_lossy()
-            .into_owned(),
-        features: f,
-        vm: VmRuntime::get().capabilities().clone(),
-    }
+    )
 }
 
 #[cfg(test)]

@@ -110,6 +110,9 @@ pub struct Profile {
 
 const VERSION: u32 = 4;
 
+/// The pages of the large sample of the 4 KiB fits (copy, protect, swap).
+const BIG_PAGES: usize = 64;
+
 /// Environment variable naming the profile file.
 pub const PROFILE_ENV: &str = "ZCIO_PROFILE";
 
@@ -148,124 +151,15 @@ impl Profile {
     pub fn calibrate(quick: bool, mut progress: impl FnMut(&str, f64)) -> Result<Profile> {
         let ps = page_size();
         let reps = if quick { 15 } else { 201 };
-        let big_pages = 64usize;
         let rt = VmRuntime::get();
 
-        progress("copy", 0.0);
-        let src = vec![7u8; big_pages * ps];
-        let mut dst = vec![0u8; big_pages * ps];
-        let c_small = sample(reps, || {
-            dst[..64].copy_from_slice(std::hint::black_box(&src[..64]))
-        });
-        let c_large = sample(reps, || dst.copy_from_slice(std::hint::black_box(&src)));
-        let copy = fit(c_small, 64.0, c_large, (big_pages * ps) as f64);
-        drop((src, dst));
-        let mut copy_by_size = Vec::new();
-        let sizes: &[usize] = if quick {
-            &[4 << 10, 1 << 20, 16 << 20]
-        } else {
-            &[4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-        };
-        for (k, &n) in sizes.iter().enumerate() {
-            progress("copy", 0.25 * k as f64 / sizes.len() as f64);
-            let src = Mapping::anonymous(n, MapOptions::default())?;
-            let mut dst = Mapping::anonymous(n, MapOptions::default())?;
-            let mut s = src;
-            s.as_mut_slice().fill(7);
-            dst.as_mut_slice().fill(1);
-            let r = if n >= 16 << 20 { reps.min(21) } else { reps };
-            let (t, _) = sample(r, || {
-                dst.as_mut_slice()
-                    .copy_from_slice(std::hint::black_box(s.as_slice()))
-            });
-            copy_by_size.push((n, t / n as f64));
-        }
-
+        let (copy, copy_by_size) = Self::measure_copy(quick, reps, &mut progress)?;
         progress("protect", 0.25);
-        let mut m = Mapping::anonymous(
-            big_pages * ps,
-            MapOptions {
-                populate: true,
-                no_huge: true,
-                ..Default::default()
-            },
-        )?;
-        m.as_mut_slice().fill(1);
-        let one = m.range().sub(0, ps)?;
-        let p_small = sample(reps, || {
-            let r = rt.reference_output(one, true).expect("reference one page");
-            r.release();
-        });
-        let all = m.range();
-        let p_large = sample(reps, || {
-            let r = rt.reference_output(all, true).expect("reference pages");
-            r.release();
-        });
-        let protect = fit(p_small, 1.0, p_large, big_pages as f64);
-
+        let (protect, mut m) = Self::measure_protect(reps)?;
         progress("tcow fault", 0.5);
-        let mut faults = Vec::with_capacity(reps);
-        if rt.capabilities().tcow == zcio_vm::runtime::TcowMode::UffdMove {
-            for _ in 0..reps {
-                let r = rt.reference_output(one, true)?;
-                let t = Instant::now();
-                m.as_mut_slice()[0] = 2; // one write fault, resolved by TCOW
-                faults.push(t.elapsed().as_nanos() as f64);
-                r.release();
-            }
-        } else {
-            // Sleep on write: the writer waits for the output's completion, so it must be
-            // another thread; what it costs is the wait (here, until a 200 us output ends).
-            for _ in 0..reps.min(5) {
-                let r = rt.reference_output(one, true)?;
-                let page = &mut m.as_mut_slice()[..1];
-                let waited = std::thread::scope(|s| {
-                    let w = s.spawn(move || {
-                        let t = Instant::now();
-                        page[0] = 2;
-                        t.elapsed().as_nanos() as f64
-                    });
-                    std::thread::sleep(std::time::Duration::from_micros(200));
-                    r.release();
-                    w.join().expect("writer thread")
-                });
-                faults.push(waited);
-            }
-        }
-        let (tcow_fault_ns, _) = median_spread(faults);
-
+        let tcow_fault_ns = Self::measure_tcow_fault(reps, &mut m)?;
         progress("swap", 0.75);
-        let mut staging = Staging::new(big_pages * ps)?;
-        let mut app = Mapping::anonymous(
-            big_pages * ps,
-            MapOptions {
-                populate: true,
-                no_huge: true,
-                ..Default::default()
-            },
-        )?;
-        let mut swap_once = |pages: usize| {
-            let a = &mut app.as_mut_slice()[..pages * ps];
-            let w = staging
-                .window(a.as_ptr() as usize, a.len())
-                .expect("window");
-            w.fill(3); // the whole window, as an input writes it (untimed)
-            let t = Instant::now();
-            staging.deliver(a, 1).expect("deliver");
-            t.elapsed().as_nanos() as f64
-        };
-        let s_small = median_spread((0..reps).map(|_| swap_once(1)).collect());
-        let s_large = median_spread((0..reps).map(|_| swap_once(big_pages)).collect());
-        let swap = if rt.capabilities().swap {
-            fit(s_small, 1.0, s_large, big_pages as f64)
-        } else {
-            // Swaps are copies here: say so by costing them above a copy.
-            Cost {
-                per_call_ns: 1e12,
-                per_unit_ns: 1e12,
-                spread: 0.0,
-            }
-        };
+        let swap = Self::measure_swap(reps)?;
         progress("2 MiB", 0.85);
         let huge = if rt.huge_tcow() {
             Some(Self::measure_huge(reps.min(31), &copy_by_size)?)
@@ -296,6 +190,133 @@ impl Profile {
             thresholds,
             remap,
             huge,
+        })
+    }
+
+    /// The copy: a fit of 64 bytes and [`BIG_PAGES`] pages in cache, and the per-byte cost by
+    /// size from 4 KiB to 16 MiB (64 MiB when not quick).
+    fn measure_copy(
+        quick: bool,
+        reps: usize,
+        progress: &mut impl FnMut(&str, f64),
+    ) -> Result<(Cost, Vec<(usize, f64)>)> {
+        let ps = page_size();
+        progress("copy", 0.0);
+        let src = vec![7u8; BIG_PAGES * ps];
+        let mut dst = vec![0u8; BIG_PAGES * ps];
+        let c_small = sample(reps, || {
+            dst[..64].copy_from_slice(std::hint::black_box(&src[..64]))
+        });
+        let c_large = sample(reps, || dst.copy_from_slice(std::hint::black_box(&src)));
+        let copy = fit(c_small, 64.0, c_large, (BIG_PAGES * ps) as f64);
+        drop((src, dst));
+        let mut copy_by_size = Vec::new();
+        let sizes: &[usize] = if quick {
+            &[4 << 10, 1 << 20, 16 << 20]
+        } else {
+            &[4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+        };
+        for (k, &n) in sizes.iter().enumerate() {
+            progress("copy", 0.25 * k as f64 / sizes.len() as f64);
+            let src = Mapping::anonymous(n, MapOptions::default())?;
+            let mut dst = Mapping::anonymous(n, MapOptions::default())?;
+            let mut s = src;
+            s.as_mut_slice().fill(7);
+            dst.as_mut_slice().fill(1);
+            let r = if n >= 16 << 20 { reps.min(21) } else { reps };
+            let (t, _) = sample(r, || {
+                dst.as_mut_slice()
+                    .copy_from_slice(std::hint::black_box(s.as_slice()))
+            });
+            copy_by_size.push((n, t / n as f64));
+        }
+        Ok((copy, copy_by_size))
+    }
+
+    /// Page referencing with write protection (TCOW's prepare step) and its release: a fit of
+    /// 1 and [`BIG_PAGES`] pages. Returns the populated 4 KiB mapping measured, for the fault.
+    fn measure_protect(reps: usize) -> Result<(Cost, Mapping)> {
+        let ps = page_size();
+        let rt = VmRuntime::get();
+        let mut m = Mapping::anonymous(BIG_PAGES * ps, MapOptions::POPULATED_4K)?;
+        m.as_mut_slice().fill(1);
+        let one = m.range().sub(0, ps)?;
+        let p_small = sample(reps, || {
+            let r = rt.reference_output(one, true).expect("reference one page");
+            r.release();
+        });
+        let all = m.range();
+        let p_large = sample(reps, || {
+            let r = rt.reference_output(all, true).expect("reference pages");
+            r.release();
+        });
+        Ok((fit(p_small, 1.0, p_large, BIG_PAGES as f64), m))
+    }
+
+    /// One write to a page under output (median ns): a TCOW fault, or with sleep-on-write the
+    /// writer's wait for the output's completion.
+    fn measure_tcow_fault(reps: usize, m: &mut Mapping) -> Result<f64> {
+        let ps = page_size();
+        let rt = VmRuntime::get();
+        let one = m.range().sub(0, ps)?;
+        let mut faults = Vec::with_capacity(reps);
+        if rt.capabilities().tcow == zcio_vm::runtime::TcowMode::UffdMove {
+            for _ in 0..reps {
+                let r = rt.reference_output(one, true)?;
+                let t = Instant::now();
+                m.as_mut_slice()[0] = 2; // one write fault, resolved by TCOW
+                faults.push(t.elapsed().as_nanos() as f64);
+                r.release();
+            }
+        } else {
+            // Sleep on write: the writer waits for the output's completion, so it must be
+            // another thread; what it costs is the wait (here, until a 200 us output ends).
+            for _ in 0..reps.min(5) {
+                let r = rt.reference_output(one, true)?;
+                let page = &mut m.as_mut_slice()[..1];
+                let waited = std::thread::scope(|s| {
+                    let w = s.spawn(move || {
+                        let t = Instant::now();
+                        page[0] = 2;
+                        t.elapsed().as_nanos() as f64
+                    });
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    r.release();
+                    w.join().expect("writer thread")
+                });
+                faults.push(waited);
+            }
+        }
+        Ok(median_spread(faults).0)
+    }
+
+    /// Page swapping from aligned staging into an application buffer: a fit of 1 and
+    /// [`BIG_PAGES`] pages (priced above a copy where swaps are copies).
+    fn measure_swap(reps: usize) -> Result<Cost> {
+        let ps = page_size();
+        let mut staging = Staging::new(BIG_PAGES * ps)?;
+        let mut app = Mapping::anonymous(BIG_PAGES * ps, MapOptions::POPULATED_4K)?;
+        let mut swap_once = |pages: usize| {
+            let a = &mut app.as_mut_slice()[..pages * ps];
+            let w = staging
+                .window(a.as_ptr() as usize, a.len())
+                .expect("window");
+            w.fill(3); // the whole window, as an input writes it (untimed)
+            let t = Instant::now();
+            staging.deliver(a, 1).expect("deliver");
+            t.elapsed().as_nanos() as f64
+        };
+        let s_small = median_spread((0..reps).map(|_| swap_once(1)).collect());
+        let s_large = median_spread((0..reps).map(|_| swap_once(BIG_PAGES)).collect());
+        Ok(if VmRuntime::get().capabilities().swap {
+            fit(s_small, 1.0, s_large, BIG_PAGES as f64)
+        } else {
+            // Swaps are copies here: say so by costing them above a copy.
+            Cost {
+                per_call_ns: 1e12,
+                per_unit_ns: 1e12,
+                spread: 0.0,
+            }
         })
     }
 

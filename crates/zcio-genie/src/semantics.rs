@@ -1,6 +1,7 @@
 //! The eight data-passing semantics of Genie (paper 000, §2, Table 1) and the input buffering
 //! schemes (§6.2).
 
+use crate::path::DataPath;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -135,6 +136,19 @@ impl Semantics {
     }
 }
 
+/// The one of `all` whose `name` is `s`, or an error naming `what` and every name.
+fn by_name<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> Result<T, String> {
+    all.iter().copied().find(|&x| name(x) == s).ok_or_else(|| {
+        let names: Vec<_> = all.iter().map(|&x| name(x)).collect();
+        format!("unknown {what} `{s}` (one of: {})", names.join(", "))
+    })
+}
+
 impl fmt::Display for Semantics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -144,13 +158,7 @@ impl fmt::Display for Semantics {
 impl FromStr for Semantics {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Semantics::ALL
-            .into_iter()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Semantics::ALL.iter().map(|x| x.name()).collect();
-                format!("unknown semantics `{s}` (one of: {})", names.join(", "))
-            })
+        by_name(s, &Semantics::ALL, Semantics::name, "semantics")
     }
 }
 
@@ -200,16 +208,12 @@ impl fmt::Display for InputBuffering {
 impl FromStr for InputBuffering {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        InputBuffering::ALL
-            .into_iter()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = InputBuffering::ALL.iter().map(|x| x.name()).collect();
-                format!(
-                    "unknown input buffering `{s}` (one of: {})",
-                    names.join(", ")
-                )
-            })
+        by_name(
+            s,
+            &InputBuffering::ALL,
+            InputBuffering::name,
+            "input buffering",
+        )
     }
 }
 
@@ -240,8 +244,9 @@ pub struct Accounting {
     pub kernel_copied_bytes: Option<u64>,
     /// Bytes delivered by swapping or moving pages.
     pub swapped_bytes: u64,
-    /// The mechanism actually used, e.g. `"vmsplice+uffd-wp"` or `"copy-fallback: short transfer"`.
-    pub path: String,
+    /// The mechanism actually used and, where it was copied instead, why: in JSON the phrase,
+    /// e.g. `"copy: bounce+vmsplice"` or `"copy-fallback: short transfer (< 8192 bytes)"`.
+    pub path: DataPath,
     /// The page granule the VM work was done at (`4k`, `2m`, or `mixed` where both were used
     /// on one transfer), `None` where no page work was done (copies, regions, kernel streams).
     #[serde(default)]
@@ -264,7 +269,7 @@ impl Accounting {
         if self.path.is_empty() {
             self.path = other.path.clone();
         } else if !other.path.is_empty() && other.path != self.path {
-            self.path = format!("{}; {}", self.path, other.path);
+            self.path = std::mem::take(&mut self.path).then(other.path.clone());
         }
     }
 }

@@ -10,6 +10,7 @@
 
 use crate::error::{GenieError, Result};
 use crate::passing::{BouncePool, InputBuffers, Source};
+use crate::path::{DataPath, Write};
 use crate::profile::Profile;
 use crate::region::{Region, RegionCache, RegionState, mark};
 use crate::semantics::{Accounting, Allocation, Fallback, InputBuffering, Semantics};
@@ -383,23 +384,19 @@ impl StreamEnd {
         ok.then(|| fd.as_fd())
     }
 
-    /// Write all of `buf`; returns (kernel copied bytes, path).
-    fn put(&mut self, buf: &[u8]) -> Result<(Option<u64>, String)> {
+    /// Write all of `buf`; returns (kernel copied bytes, how it was written).
+    fn put(&mut self, buf: &[u8]) -> Result<(Option<u64>, Write)> {
         let len = buf.len();
         match self.kind {
             ModuleKind::File => {
                 let (fd, kernel, path) = match self.direct_for(buf, self.write_pos) {
-                    Some(d) => (d, 0, "pwrite(O_DIRECT)".to_string()),
+                    Some(d) => (d, 0, Write::PwriteDirect),
                     None => {
                         let why = self
                             .direct_reason
                             .clone()
                             .unwrap_or_else(|| "buffer or length not aligned for O_DIRECT".into());
-                        (
-                            self.fd.as_fd(),
-                            len as u64,
-                            format!("pwrite(buffered: {why})"),
-                        )
+                        (self.fd.as_fd(), len as u64, Write::PwriteBuffered(why))
                     }
                 };
                 let mut off = 0;
@@ -430,22 +427,17 @@ impl StreamEnd {
                         }
                     }
                 }
-                Ok((
-                    Some(len as u64),
-                    "send(udp, kernel copies; MSG_ZEROCOPY not used: loopback copies)".into(),
-                ))
+                Ok((Some(len as u64), Write::SendUdp))
             }
             _ => {
                 zcio_vm::wire::write_all(self.fd.as_fd(), buf)
                     .map_err(|e| GenieError::from_wire(e, "output"))?;
-                let what = match self.kind {
-                    ModuleKind::Tcp => {
-                        "send(tcp, kernel copies; MSG_ZEROCOPY not used: loopback copies)"
-                    }
-                    ModuleKind::Unix => "send(unix, kernel copies)",
-                    _ => "write(pipe, kernel copies)",
+                let how = match self.kind {
+                    ModuleKind::Tcp => Write::SendTcp,
+                    ModuleKind::Unix => Write::SendUnix,
+                    _ => Write::WritePipe,
                 };
-                Ok((Some(len as u64), what.into()))
+                Ok((Some(len as u64), how))
             }
         }
     }
@@ -474,7 +466,7 @@ impl StreamEnd {
                 cpu_copied_bytes: len as u64,
                 kernel_copied_bytes: kernel,
                 swapped_bytes: 0,
-                path: format!("copy: bounce+{path}"),
+                path: DataPath::Bounce(path),
             });
         }
         let (kernel, path) = self.put(buf)?;
@@ -483,7 +475,7 @@ impl StreamEnd {
             cpu_copied_bytes: 0,
             kernel_copied_bytes: kernel,
             swapped_bytes: 0,
-            path,
+            path: DataPath::Kernel(path),
         })
     }
 
@@ -501,20 +493,22 @@ impl StreamEnd {
         let (kernel, path) = self.put(region.as_slice())?;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        let what = if sem == Semantics::Move {
+        let unmapped = sem == Semantics::Move;
+        if unmapped {
             drop(region);
-            "unmapped"
         } else {
             self.regions.keep(region, sem, ticket)?;
             self.regions.completed(ticket);
-            "cached"
-        };
+        }
         Ok(Accounting {
             granule: None,
             cpu_copied_bytes: 0,
             kernel_copied_bytes: kernel,
             swapped_bytes: 0,
-            path: format!("{path}; region {what}"),
+            path: DataPath::StreamRegionOut {
+                write: path,
+                unmapped,
+            },
         })
     }
 
@@ -528,13 +522,7 @@ impl StreamEnd {
         Self::check_len(buf.len())?;
         crate::passing::check_writable(buf)?;
         self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
-        let mut src = EndSource {
-            end_kind: self.kind,
-            fd: self.fd.as_fd(),
-            direct: self.direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
-            pos: self.read_pos,
-            direct_bytes: 0,
-        };
+        let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
         let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
             self.inputs
                 .input_app(sem, buf, buffering, &mut src, self.profile)
@@ -559,13 +547,7 @@ impl StreamEnd {
         } else {
             self.regions.take(len, sem)?
         };
-        let mut src = EndSource {
-            end_kind: self.kind,
-            fd: self.fd.as_fd(),
-            direct: self.direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
-            pos: self.read_pos,
-            direct_bytes: 0,
-        };
+        let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
         src.read_exact(region.as_mut_slice())?;
         let kernel = src.kernel_copies(len);
         self.read_pos = src.pos;
@@ -577,7 +559,7 @@ impl StreamEnd {
                 cpu_copied_bytes: 0,
                 kernel_copied_bytes: kernel,
                 swapped_bytes: 0,
-                path: "read into system-allocated region".into(),
+                path: DataPath::RegionIn { huge: false },
             },
         ))
     }
@@ -589,6 +571,25 @@ struct EndSource<'a> {
     direct: Option<(BorrowedFd<'a>, DirectAlign)>,
     pos: u64,
     direct_bytes: usize,
+}
+
+impl<'a> EndSource<'a> {
+    /// The input side of the module `fd` (with its `O_DIRECT` descriptor, if any), reading
+    /// from `pos` on.
+    fn new(
+        kind: ModuleKind,
+        fd: &'a OwnedFd,
+        direct: &'a Option<(OwnedFd, DirectAlign)>,
+        pos: u64,
+    ) -> EndSource<'a> {
+        EndSource {
+            end_kind: kind,
+            fd: fd.as_fd(),
+            direct: direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
+            pos,
+            direct_bytes: 0,
+        }
+    }
 }
 
 impl Source for EndSource<'_> {

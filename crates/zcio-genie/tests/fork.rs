@@ -94,7 +94,7 @@ fn child_uses_zcio(parent_runtime: usize, buf: zcio_vm::RawRange) -> i32 {
         let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
         m.as_mut_slice().fill(0x5A);
         let (t, acc) = tx.send(Semantics::EmulatedCopy, m.as_slice()).unwrap();
-        if !acc.path.contains("tcow") {
+        if !acc.path.is_uffd_tcow() {
             return 2; // the child did not get the VM path
         }
         m.as_mut_slice().fill(0xA5); // overwrite during output: TCOW in the child
@@ -132,7 +132,7 @@ fn a_fork_during_pending_output_gives_the_child_its_own_runtime() {
             let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
             m.as_mut_slice().fill(0x11);
             let (t, acc) = tx.send(Semantics::EmulatedCopy, m.as_slice()).unwrap();
-            assert!(acc.path.contains("tcow"), "path {}", acc.path);
+            assert!(acc.path.is_uffd_tcow(), "path {}", acc.path);
             let parent_runtime = std::ptr::from_ref(rt) as usize;
             // SAFETY: the child runs `child_uses_zcio` and leaves with _exit (no destructors of
             // the parent's state, no atexit handlers).

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use zcio_genie::memnet::MemnetEndpoint;
 use zcio_genie::profile::Profile;
-use zcio_genie::{Accounting, AppBuffer, Granule, InputBuffering, Semantics, granule_of};
+use zcio_genie::{Accounting, AppBuffer, DataPath, Granule, InputBuffering, Semantics, granule_of};
 use zcio_vm::huge::whole_pmds;
 use zcio_vm::runtime::TcowMode;
 use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime};
@@ -222,7 +222,7 @@ fn check_accounting(
             assert_eq!(racc.cpu_copied_bytes, size, "{ctx}: {paths}");
             assert_eq!(sacc.swapped_bytes + racc.swapped_bytes, 0, "{ctx}: {paths}");
         }
-        Semantics::EmulatedCopy if racc.path.contains("outboard: direct read") => {
+        Semantics::EmulatedCopy if racc.path == DataPath::OutboardDirect => {
             // The whole message was in the wire: read straight into the application buffer
             // (Genie's emulated copy with outboard buffering, much as emulated share).
             assert_eq!(input, InputBuffering::Outboard, "{ctx}: {paths}");
@@ -247,7 +247,7 @@ fn check_accounting(
                     Some(Granule::Huge),
                     "{ctx}: sender granule: {paths}"
                 );
-                assert!(sacc.path.contains("[2m"), "{ctx}: sender path: {paths}");
+                assert!(sacc.path.is_2m(), "{ctx}: sender path: {paths}");
                 assert_eq!(
                     sacc.cpu_copied_bytes,
                     size - whole,
@@ -551,7 +551,7 @@ fn a_split_huge_page_under_emulated_copy_with_a_concurrent_overwriter() {
             if !rt.huge_tcow() {
                 continue;
             }
-            assert!(sacc.path.contains("[2m"), "round {round}: {}", sacc.path);
+            assert!(sacc.path.is_2m(), "round {round}: {}", sacc.path);
             if slept > 0 {
                 // The first write met a page of a split huge page still queued in the link:
                 // the 4 KiB TCOW could not move it and the write slept until `wait` lifted the

@@ -85,6 +85,16 @@ struct Chunk {
     pins: usize,
 }
 
+impl Chunk {
+    /// The bytes read (the chunk must be ready).
+    fn data(&self) -> &[u8] {
+        let State::Ready(done) = &self.state else {
+            unreachable!("made ready above")
+        };
+        done.data()
+    }
+}
+
 /// A file read sequentially through a layer.
 pub struct ReadAhead {
     uio: Arc<Uio>,
@@ -176,20 +186,11 @@ impl ReadAhead {
                     self.find(pos).expect("the window starts at pos")
                 }
             };
-            let c = match at {
-                None => self.head.as_mut().expect("found"),
-                Some(i) => {
-                    self.ready(i)?;
-                    &mut self.window[i]
-                }
-            };
-            let State::Ready(done) = &c.state else {
-                unreachable!("made ready above")
-            };
+            let c = self.ready_chunk(at)?;
             let from = (pos - c.off) as usize;
             let n = (c.len - from).min((end - pos) as usize);
             let into = (pos - off) as usize;
-            dst[into..into + n].copy_from_slice(&done.data()[from..from + n]);
+            dst[into..into + n].copy_from_slice(&c.data()[from..from + n]);
             self.stats.bytes_copied += n as u64;
             pos += n as u64;
         }
@@ -239,21 +240,12 @@ impl ReadAhead {
             }
             _ => return Ok(None),
         };
-        let c = match at {
-            None => self.head.as_mut().expect("found"),
-            Some(i) => {
-                self.ready(i)?;
-                &mut self.window[i]
-            }
-        };
-        let State::Ready(done) = &c.state else {
-            unreachable!("made ready above")
-        };
+        let c = self.ready_chunk(at)?;
         let from = (off - c.off) as usize;
-        if done.data().len() < from + len {
+        if c.data().len() < from + len {
             return Ok(None);
         }
-        let addr = done.data().as_ptr() as usize + from;
+        let addr = c.data().as_ptr() as usize + from;
         c.pins += 1;
         self.stats.bytes_fetched += len as u64;
         if at.is_some() {
@@ -428,6 +420,18 @@ impl ReadAhead {
             self.next += len as u64;
         }
         Ok(())
+    }
+
+    /// The chunk at window index `at` (`None`: the head chunk, read on its own), its read
+    /// completed.
+    fn ready_chunk(&mut self, at: Option<usize>) -> Result<&mut Chunk, UioError> {
+        match at {
+            None => Ok(self.head.as_mut().expect("found")),
+            Some(i) => {
+                self.ready(i)?;
+                Ok(&mut self.window[i])
+            }
+        }
     }
 
     fn ready(&mut self, i: usize) -> Result<(), UioError> {

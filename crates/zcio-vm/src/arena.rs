@@ -140,13 +140,12 @@ impl SharedArena {
     /// If `offset` is not 8-aligned or lies outside the arena: offsets come from this process's
     /// own layout, never from shared memory, so a bad one is a bug here.
     pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        assert!(
-            offset % 8 == 0 && offset + 8 <= self.len(),
-            "arena offset {offset} out of bounds"
-        );
-        // SAFETY: in bounds and aligned (checked); AtomicU64 has no invalid bit patterns and is
-        // designed for concurrent modification, which is exactly what other processes do here.
-        unsafe { &*((self.addr() + offset) as *const AtomicU64) }
+        // SAFETY: the arena hands out no byte slices of its mapping: its words are reached only
+        // atomically.
+        match unsafe { self.map.atomic_words(offset, 8) } {
+            Some(w) => &w[0],
+            None => panic!("arena offset {offset} out of bounds"),
+        }
     }
 
     /// The words of `[offset, offset + len)` (8-aligned, in bounds), for loops over many words.
@@ -154,16 +153,9 @@ impl SharedArena {
     /// # Panics
     /// As [`SharedArena::atomic_u64`].
     pub fn atomic_u64s(&self, offset: usize, len: usize) -> &[AtomicU64] {
-        assert!(
-            offset % 8 == 0
-                && len % 8 == 0
-                && offset.checked_add(len).is_some_and(|e| e <= self.len()),
-            "arena range [{offset}, +{len}) out of bounds"
-        );
-        // SAFETY: in bounds and aligned (checked), borrowed from the arena so the mapping
-        // outlives it; AtomicU64 has no invalid bit patterns and is made for concurrent
-        // modification.
-        unsafe { std::slice::from_raw_parts((self.addr() + offset) as *const AtomicU64, len / 8) }
+        // SAFETY: as in `atomic_u64`, the arena's words are reached only atomically.
+        unsafe { self.map.atomic_words(offset, len) }
+            .unwrap_or_else(|| panic!("arena range [{offset}, +{len}) out of bounds"))
     }
 
     /// The 32-bit atomic at byte `offset` (for doorbell flags).

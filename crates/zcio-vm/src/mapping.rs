@@ -26,6 +26,16 @@ pub struct MapOptions {
     pub no_huge: bool,
 }
 
+impl MapOptions {
+    /// Every page faulted in now, in 4 KiB pages only: what measurements of 4 KiB page
+    /// operations map.
+    pub const POPULATED_4K: MapOptions = MapOptions {
+        populate: true,
+        huge: false,
+        no_huge: true,
+    };
+}
+
 /// A mapping this process owns; unmapped when dropped.
 ///
 /// Its bytes may be changed by the kernel (input into it, pages moved into it) only through
@@ -222,6 +232,29 @@ impl Mapping {
             backing: Backing::Shared,
             map_start: p as usize,
             map_len: len,
+        })
+    }
+
+    /// The 64-bit words of `[offset, offset + len)`, or `None` unless both are 8-aligned and
+    /// the range lies inside the mapping.
+    ///
+    /// # Safety
+    ///
+    /// While the words are in use, the mapping's bytes must be reached only atomically (no
+    /// [`Mapping::as_slice`] of them in any thread): other processes may write them at any time.
+    pub(crate) unsafe fn atomic_words(
+        &self,
+        offset: usize,
+        len: usize,
+    ) -> Option<&[std::sync::atomic::AtomicU64]> {
+        let ok = offset % 8 == 0
+            && len % 8 == 0
+            && offset.checked_add(len).is_some_and(|e| e <= self.len());
+        // SAFETY: in bounds and aligned (checked), borrowed from `self`, so the mapping outlives
+        // the slice; AtomicU64 has no invalid bit patterns and is made for concurrent
+        // modification, and the caller reaches these bytes no other way.
+        ok.then(|| unsafe {
+            std::slice::from_raw_parts((self.addr() + offset) as *const _, len / 8)
         })
     }
 

@@ -23,6 +23,18 @@ use rustix::fs::SealFlags;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
+/// The length of the memory file `fd`, which must be a whole number of pages.
+fn whole_pages(fd: &OwnedFd) -> Result<usize> {
+    let st = rustix::fs::fstat(fd).map_err(|e| VmError::sys("fstat", e.into()))?;
+    let len = st.st_size as usize;
+    if len == 0 || len % page_size() != 0 {
+        return Err(VmError::Misuse {
+            what: "a memory file that is not a whole number of pages",
+        });
+    }
+    Ok(len)
+}
+
 /// The seals that make a file's contents final.
 fn final_seals() -> SealFlags {
     SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW
@@ -164,19 +176,10 @@ impl SealedFile {
                 }
             }
         }
-        let len = match rustix::fs::fstat(&fd) {
-            Ok(st) => st.st_size as usize,
-            Err(e) => return Err((VmError::sys("fstat", e.into()), fd)),
-        };
-        if len == 0 || len % page_size() != 0 {
-            return Err((
-                VmError::Misuse {
-                    what: "a memory file that is not a whole number of pages",
-                },
-                fd,
-            ));
+        match whole_pages(&fd) {
+            Ok(len) => Ok(SealedFile { fd, len }),
+            Err(e) => Err((e, fd)),
         }
-        Ok(SealedFile { fd, len })
     }
 
     /// Its length (whole pages).
@@ -310,17 +313,10 @@ impl VolatileFile {
         {
             return Err((refuse("a memory file whose size cannot be sealed"), fd));
         }
-        let st = match rustix::fs::fstat(&fd) {
-            Ok(st) => st,
-            Err(e) => return Err((VmError::sys("fstat", e.into()), fd)),
+        let len = match whole_pages(&fd) {
+            Ok(len) => len,
+            Err(e) => return Err((e, fd)),
         };
-        let len = st.st_size as usize;
-        if len == 0 || len % page_size() != 0 {
-            return Err((
-                refuse("a memory file that is not a whole number of pages"),
-                fd,
-            ));
-        }
         match rustix::fs::fcntl_getfl(&fd) {
             Ok(fl) if fl & rustix::fs::OFlags::ACCMODE == rustix::fs::OFlags::RDWR => {}
             Ok(_) => {

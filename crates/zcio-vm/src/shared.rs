@@ -68,29 +68,21 @@ impl SharedWords {
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
-        assert!(
-            offset % 8 == 0 && offset + 8 <= self.len(),
-            "shared word offset {offset} out of bounds"
-        );
-        // SAFETY: in bounds and aligned (checked); AtomicU64 has no invalid bit patterns and is
-        // made for concurrent modification, which other processes may do here at any time.
-        unsafe { &*((self.addr() + offset) as *const AtomicU64) }
+        // SAFETY: nothing here hands out byte slices of the mapping: its words are reached only
+        // atomically.
+        match unsafe { self.map.atomic_words(offset, 8) } {
+            Some(w) => &w[0],
+            None => panic!("shared word offset {offset} out of bounds"),
+        }
     }
 
     /// The words of `[offset, offset + len)` (8-aligned, in bounds: a bad range is a bug of the
     /// caller and panics), for loops over many words without a call per word. Stores through
     /// them fault where the range is read-only, exactly as [`SharedWords::store`] does.
     pub fn words(&self, offset: usize, len: usize) -> &[AtomicU64] {
-        assert!(
-            offset % 8 == 0
-                && len % 8 == 0
-                && offset.checked_add(len).is_some_and(|e| e <= self.len()),
-            "shared words [{offset}, +{len}) out of bounds"
-        );
-        // SAFETY: in bounds and aligned (checked), and borrowed from `self`, so the mapping
-        // outlives the slice; AtomicU64 has no invalid bit patterns and is made for concurrent
-        // modification, which other processes may do here at any time.
-        unsafe { std::slice::from_raw_parts((self.addr() + offset) as *const AtomicU64, len / 8) }
+        // SAFETY: as in `word`, the mapping's words are reached only atomically.
+        unsafe { self.map.atomic_words(offset, len) }
+            .unwrap_or_else(|| panic!("shared words [{offset}, +{len}) out of bounds"))
     }
 
     /// Load the word at byte `offset` (8-aligned, in bounds: a bad offset is a bug of the

@@ -150,6 +150,21 @@ pub struct MoveError {
     pub errno: i32,
 }
 
+/// The requests [`Userfaultfd::range_ioctl`] makes.
+#[derive(Debug, Clone, Copy)]
+enum RangeOp {
+    Unregister,
+    Wake,
+}
+
+/// The `uffdio_range` of `r`.
+fn uffd_range(r: RawRange) -> uapi::uffdio_range {
+    uapi::uffdio_range {
+        start: r.addr as u64,
+        len: r.len as u64,
+    }
+}
+
 /// A userfaultfd, closed on drop (which also drops every registration).
 #[derive(Debug)]
 pub struct Userfaultfd {
@@ -246,10 +261,7 @@ impl Userfaultfd {
     pub fn register(&self, r: RawRange, mode: RegisterMode) -> Result<()> {
         r.check_pages("registered range")?;
         let mut reg = uapi::uffdio_register {
-            range: uapi::uffdio_range {
-                start: r.addr as u64,
-                len: r.len as u64,
-            },
+            range: uffd_range(r),
             mode: mode.bits(),
             ioctls: 0,
         };
@@ -266,19 +278,19 @@ impl Userfaultfd {
 
     /// Unregister a page-aligned range.
     pub fn unregister(&self, r: RawRange) -> Result<()> {
-        let mut range = uapi::uffdio_range {
-            start: r.addr as u64,
-            len: r.len as u64,
+        self.range_ioctl(r, RangeOp::Unregister)
+    }
+
+    /// A request whose argument is the range alone.
+    fn range_ioctl(&self, r: RawRange, op: RangeOp) -> Result<()> {
+        let (request, name) = match op {
+            RangeOp::Unregister => (linux_raw_sys::ioctl::UFFDIO_UNREGISTER, "UFFDIO_UNREGISTER"),
+            RangeOp::Wake => (linux_raw_sys::ioctl::UFFDIO_WAKE, "UFFDIO_WAKE"),
         };
-        // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range; it changes only VMA flags.
-        unsafe {
-            ioctl(
-                &self.fd,
-                linux_raw_sys::ioctl::UFFDIO_UNREGISTER,
-                "UFFDIO_UNREGISTER",
-                &mut range,
-            )
-        }
+        let mut range = uffd_range(r);
+        // SAFETY: UFFDIO_UNREGISTER and UFFDIO_WAKE each read one uffdio_range; the first changes
+        // only VMA flags, the second only wakes waiters.
+        unsafe { ioctl(&self.fd, request, name, &mut range) }
     }
 
     /// Write-protect (`protect = true`) or unprotect a registered range. Unprotecting wakes the
@@ -292,10 +304,7 @@ impl Userfaultfd {
             mode |= 2u64 /* UFFDIO_WRITEPROTECT_MODE_DONTWAKE */;
         }
         let mut wp = uapi::uffdio_writeprotect {
-            range: uapi::uffdio_range {
-                start: r.addr as u64,
-                len: r.len as u64,
-            },
+            range: uffd_range(r),
             mode,
         };
         // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect; it changes only PTE write bits.
@@ -393,10 +402,7 @@ impl Userfaultfd {
     /// Map the zero page at the empty, registered `dst` (resolves a missing-page fault).
     pub fn zeropage(&self, r: RawRange) -> Result<()> {
         let mut z = uapi::uffdio_zeropage {
-            range: uapi::uffdio_range {
-                start: r.addr as u64,
-                len: r.len as u64,
-            },
+            range: uffd_range(r),
             mode: 0,
             zeropage: 0,
         };
@@ -414,19 +420,7 @@ impl Userfaultfd {
 
     /// Wake threads waiting on faults in a range.
     pub fn wake(&self, r: RawRange) -> Result<()> {
-        let mut range = uapi::uffdio_range {
-            start: r.addr as u64,
-            len: r.len as u64,
-        };
-        // SAFETY: UFFDIO_WAKE reads one uffdio_range and only wakes waiters.
-        unsafe {
-            ioctl(
-                &self.fd,
-                linux_raw_sys::ioctl::UFFDIO_WAKE,
-                "UFFDIO_WAKE",
-                &mut range,
-            )
-        }
+        self.range_ioctl(r, RangeOp::Wake)
     }
 
     /// Read pending events without blocking (empty when none).

@@ -63,26 +63,40 @@ pub fn set_capacity(fd: BorrowedFd<'_>, want: usize) -> Result<usize> {
 pub fn vmsplice_all(fd: BorrowedFd<'_>, bufs: &[&[u8]]) -> Result<usize> {
     let mut total = 0;
     for buf in bufs {
-        let mut off = 0;
-        while off < buf.len() {
-            let slice = [IoSliceRaw::from_slice(&buf[off..])];
-            // SAFETY: the slice is valid for reads for its whole length for the duration of the
-            // call (borrowed); vmsplice without GIFT only takes page references and never writes.
-            match unsafe { rustix::pipe::vmsplice(fd, &slice, SpliceFlags::empty()) } {
-                Ok(0) => {
-                    return Err(VmError::sys(
-                        "vmsplice",
-                        std::io::ErrorKind::WriteZero.into(),
-                    ));
-                }
-                Ok(n) => off += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(VmError::sys("vmsplice", e.into())),
-            }
-        }
+        each_part(
+            "vmsplice",
+            buf.len(),
+            std::io::ErrorKind::WriteZero,
+            |off| {
+                let slice = [IoSliceRaw::from_slice(&buf[off..])];
+                // SAFETY: the slice is valid for reads for its whole length for the duration of the
+                // call (borrowed); vmsplice without GIFT only takes page references and never writes.
+                unsafe { rustix::pipe::vmsplice(fd, &slice, SpliceFlags::empty()) }
+            },
+        )?;
         total += buf.len();
     }
     Ok(total)
+}
+
+/// Call `step` with the offset reached until `len` bytes are done, again after `EINTR`: a call
+/// that moves no byte fails with `short` (the other end went away), an error with `op` named.
+fn each_part(
+    op: &'static str,
+    len: usize,
+    short: std::io::ErrorKind,
+    mut step: impl FnMut(usize) -> rustix::io::Result<usize>,
+) -> Result<()> {
+    let mut off = 0;
+    while off < len {
+        match step(off) {
+            Ok(0) => return Err(VmError::sys(op, short.into())),
+            Ok(n) => off += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(VmError::sys(op, e.into())),
+        }
+    }
+    Ok(())
 }
 
 /// Pipes a [`Striped`] wire uses in turn.
@@ -185,35 +199,18 @@ pub fn queued(fd: BorrowedFd<'_>) -> Result<usize> {
 /// (the writer died or closed); the bytes read so far are in `buf` and their count in the error
 /// is not reported: callers that must keep an application buffer untouched read into staging.
 pub fn read_exact(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        match rustix::io::read(fd, &mut buf[off..]) {
-            Ok(0) => {
-                return Err(VmError::sys(
-                    "read",
-                    std::io::ErrorKind::UnexpectedEof.into(),
-                ));
-            }
-            Ok(n) => off += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(VmError::sys("read", e.into())),
-        }
-    }
-    Ok(())
+    let eof = std::io::ErrorKind::UnexpectedEof;
+    each_part("read", buf.len(), eof, |off| {
+        rustix::io::read(fd, &mut buf[off..])
+    })
 }
 
 /// Write all of `buf` to `fd` with `write` (the kernel copies).
 pub fn write_all(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        match rustix::io::write(fd, &buf[off..]) {
-            Ok(0) => return Err(VmError::sys("write", std::io::ErrorKind::WriteZero.into())),
-            Ok(n) => off += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(VmError::sys("write", e.into())),
-        }
-    }
-    Ok(())
+    let short = std::io::ErrorKind::WriteZero;
+    each_part("write", buf.len(), short, |off| {
+        rustix::io::write(fd, &buf[off..])
+    })
 }
 
 /// Anything with a descriptor can be a wire end.

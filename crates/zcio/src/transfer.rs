@@ -573,7 +573,7 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         match r {
             Ok(x) => {
                 lat.push(elapsed);
-                *out_paths.entry(x.path.clone()).or_default() += 1;
+                *out_paths.entry(x.path.to_string()).or_default() += 1;
                 if i == 0 {
                     vma_first = zcio_vm::mapping::vma_count();
                 }
@@ -581,7 +581,7 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
                     acc = x;
                 } else {
                     acc.add(&Accounting {
-                        path: String::new(),
+                        path: Default::default(),
                         ..x
                     });
                 }
@@ -756,18 +756,18 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
             mismatches += 1;
             first.get_or_insert((i, p));
         }
-        *out_paths.entry(s.path.clone()).or_default() += 1;
-        *in_paths.entry(r.path.clone()).or_default() += 1;
+        *out_paths.entry(s.path.to_string()).or_default() += 1;
+        *in_paths.entry(r.path.to_string()).or_default() += 1;
         if i == 0 {
             send_acc = s;
             recv_acc = r;
         } else {
             send_acc.add(&Accounting {
-                path: String::new(),
+                path: Default::default(),
                 ..s
             });
             recv_acc.add(&Accounting {
-                path: String::new(),
+                path: Default::default(),
                 ..r
             });
         }
@@ -778,7 +778,7 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
         Out::Memnet(_) => unreachable!(),
     };
     if let Some(r) = f.direct_unavailable() {
-        send_acc.path = format!("{} [O_DIRECT unavailable: {r}]", send_acc.path);
+        send_acc.path = std::mem::take(&mut send_acc.path).direct_unavailable(r);
     }
     let mut v = summarize(
         a,
@@ -885,12 +885,12 @@ pub fn peer(connect: &Path) -> Res<()> {
                 report.mismatches += 1;
                 report.first_mismatch.get_or_insert((i, p));
             }
-            *report.paths.entry(acc.path.clone()).or_default() += 1;
+            *report.paths.entry(acc.path.to_string()).or_default() += 1;
             if i == 0 {
                 report.accounting = acc;
             } else {
                 report.accounting.add(&Accounting {
-                    path: String::new(),
+                    path: Default::default(),
                     ..acc
                 });
             }

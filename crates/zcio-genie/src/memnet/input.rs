@@ -1,0 +1,408 @@
+//! Input on the memory network: descriptors validated, messages read off the wire and placed,
+//! completions posted.
+
+use super::{
+    DONE_MAGIC, Descriptor, MemnetEndpoint, SPIN, decode_descriptor, poll, spin_until, striped,
+};
+use crate::breakdown::{Op, Phase, time};
+use crate::error::{GenieError, Result};
+use crate::passing::{InputBuffers, Source};
+use crate::path::DataPath;
+use crate::profile::Profile;
+use crate::region::{Region, RegionState, fill, mark};
+use crate::semantics::{Accounting, InputBuffering, Semantics};
+use rustix::event::{PollFd, PollFlags};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
+use zcio_vm::wire::STRIPES;
+
+impl MemnetEndpoint {
+    /// Wait for the next message and return its length (validated).
+    fn next_message(&mut self) -> Result<usize> {
+        loop {
+            match self.desc_rx.pop(&self.arena) {
+                Ok(Some(w)) => {
+                    let Descriptor {
+                        ticket,
+                        len,
+                        offset,
+                    } = decode_descriptor(&w)?;
+                    self.cur_ticket = ticket;
+                    self.cur_offset = offset;
+                    // The data follows its descriptor closely: spin for it rather than sleep in
+                    // the read.
+                    let fd = self.in_rx[0].as_fd(); // every message starts in the first pipe
+                    spin_until(self.spin, || {
+                        zcio_vm::wire::queued(fd).map_or(true, |q| q > 0)
+                    });
+                    return Ok(len);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            }
+            let (arena, desc) = (&self.arena, &self.desc_rx);
+            if spin_until(self.spin, || desc.has_next(arena).unwrap_or(true)) {
+                continue;
+            }
+            // Descriptors are published before data: wait for data (or the sender's end).
+            let mut fds = [PollFd::new(&self.in_rx[0], PollFlags::IN)];
+            poll(&mut fds, None)?;
+            let re = fds[0].revents();
+            if re.contains(PollFlags::HUP) && !re.contains(PollFlags::IN) {
+                return Err(GenieError::PeerGone {
+                    during: "input (waiting for a message)",
+                });
+            }
+            if re.contains(PollFlags::IN)
+                && !self
+                    .desc_rx
+                    .has_next(&self.arena)
+                    .map_err(|e| GenieError::Protocol(e.to_string()))?
+            {
+                return Err(GenieError::Protocol(
+                    "data arrived without a descriptor".into(),
+                ));
+            }
+        }
+    }
+
+    /// Run `f` on the input buffers and the current message of `len` bytes on the wire, as a
+    /// source that posts the message's completion once its last byte is read.
+    fn with_completing_source<T>(
+        &mut self,
+        len: usize,
+        f: impl FnOnce(&mut InputBuffers, &mut PipeSource<'_>, &'static Profile) -> Result<T>,
+    ) -> Result<T> {
+        let done = Completion::new(
+            &self.arena,
+            &mut self.comp_tx,
+            &self.peer_bell,
+            self.in_rx[0].as_fd(),
+            self.cur_ticket,
+        );
+        let mut src =
+            PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset).completing(len, done);
+        f(&mut self.inputs, &mut src, self.profile)
+    }
+
+    fn complete(&mut self) -> Result<()> {
+        Completion::new(
+            &self.arena,
+            &mut self.comp_tx,
+            &self.peer_bell,
+            self.in_rx[0].as_fd(),
+            self.cur_ticket,
+        )
+        .post()
+    }
+
+    /// Drain and discard `len` bytes of a message that could not be delivered, keeping the
+    /// stream in step.
+    fn discard(&mut self, len: usize) -> Result<()> {
+        let mut left = len;
+        let mut junk = vec![0u8; 64 * 1024];
+        let mut rx = striped(&self.in_rx, self.in_capacity).reader();
+        while left > 0 {
+            let n = left.min(junk.len());
+            rx.read_exact(&mut junk[..n])
+                .map_err(|e| GenieError::from_wire(e, "input"))?;
+            left -= n;
+        }
+        self.complete()
+    }
+
+    /// Input the next message into the application buffer `buf` under `sem` (copy, emulated
+    /// copy, share, emulated share) with the given input buffering. Returns the message length
+    /// (at most `buf.len()`; a longer message is discarded with an error).
+    pub fn recv(
+        &mut self,
+        sem: Semantics,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+    ) -> Result<(usize, Accounting)> {
+        crate::breakdown::in_phase(Phase::Input, || self.recv_inner(sem, buf, buffering))
+    }
+
+    fn recv_inner(
+        &mut self,
+        sem: Semantics,
+        buf: &mut [u8],
+        buffering: InputBuffering,
+    ) -> Result<(usize, Accounting)> {
+        Self::check_len(buf.len())?;
+        if sem.allocation() == crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} returns regions: use recv_region"),
+            ));
+        }
+        // Before the message is taken: a buffer that cannot be written loses nothing.
+        crate::passing::check_writable(buf)?;
+        self.refuse_copying_input(sem, buf, buffering)?;
+        let len = self.next_message()?;
+        if len > buf.len() {
+            self.discard(len)?;
+            return Err(GenieError::arg(
+                "buf",
+                format!(
+                    "message of {len} bytes does not fit a buffer of {} bytes",
+                    buf.len()
+                ),
+            ));
+        }
+        let acc = self.with_completing_source(len, |inputs, src, profile| {
+            let acc = inputs.input_app(sem, &mut buf[..len], buffering, src, profile)?;
+            src.finish()?;
+            Ok(acc)
+        })?;
+        Ok((len, acc))
+    }
+
+    /// Input the next message into a system-allocated region (move family, paper 000, Table 4):
+    /// a cached region that passes the region check, else a new one. The region's pages after the
+    /// data read as zeros.
+    pub fn recv_region(
+        &mut self,
+        sem: Semantics,
+        buffering: InputBuffering,
+    ) -> Result<(Region, Accounting)> {
+        crate::breakdown::in_phase(Phase::Input, || self.recv_region_inner(sem, buffering))
+    }
+
+    fn recv_region_inner(
+        &mut self,
+        sem: Semantics,
+        _buffering: InputBuffering,
+    ) -> Result<(Region, Accounting)> {
+        if sem.allocation() != crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} fills application buffers: use recv"),
+            ));
+        }
+        let len = self.next_message()?;
+        let mut region = if sem == Semantics::Move {
+            time(Op::RegionCreate, || Region::alloc(len))?
+        } else {
+            self.regions.take(len, sem)?
+        };
+        if sem == Semantics::Move {
+            let huge = self.with_completing_source(len, |inputs, src, _| {
+                let d = inputs.fill_region_huge(&mut region, src)?;
+                if d.is_some() {
+                    mark(&mut region, RegionState::MovedIn);
+                    src.finish()?;
+                }
+                Ok(d)
+            })?;
+            if let Some(d) = huge {
+                let acc = Accounting {
+                    granule: Some(zcio_vm::huge::Granule::Huge),
+                    cpu_copied_bytes: d.copied as u64,
+                    kernel_copied_bytes: Some(len as u64),
+                    swapped_bytes: d.swapped as u64,
+                    path: DataPath::RegionInHugeStaging,
+                };
+                return Ok((region, acc));
+            }
+        }
+        fill(&mut region)?;
+        striped(&self.in_rx, self.in_capacity)
+            .reader()
+            .read_exact(region.as_mut_slice())
+            .map_err(|e| GenieError::from_wire(e, "input"))?;
+        mark(&mut region, RegionState::MovedIn);
+        self.complete()?;
+        let huge = region.capacity() % zcio_vm::page::HUGE_PAGE_SIZE == 0
+            && zcio_vm::huge::scan(region.range()).granule() != zcio_vm::huge::Granule::Base;
+        let acc = Accounting {
+            granule: Some(if huge {
+                zcio_vm::huge::Granule::Huge
+            } else {
+                zcio_vm::huge::Granule::Base
+            }),
+            cpu_copied_bytes: 0,
+            kernel_copied_bytes: Some(len as u64),
+            swapped_bytes: 0,
+            path: DataPath::RegionIn { huge },
+        };
+        Ok((region, acc))
+    }
+}
+
+/// The completion of one input message, posted to the sender's completion ring.
+///
+/// Posted as soon as the message's last byte has been read off the wire, before the receiver
+/// delivers it (swaps pages, copies out): from then on the wire no longer references the
+/// sender's pages, so the sender's dispose-time operations (unreference, end of TCOW protection)
+/// overlap the receiver's, as they overlap the network and the receiver in Genie (paper 000,
+/// §8.1: only prepare-time operations at the sender add to the end-to-end latency).
+struct Completion<'a> {
+    arena: &'a SharedArena,
+    ring: &'a mut SharedRing,
+    bell: BorrowedFd<'a>,
+    /// The first pipe of the wire in: its writers closed means the sender is gone.
+    wire: BorrowedFd<'a>,
+    ticket: u64,
+    posted: bool,
+}
+
+impl<'a> Completion<'a> {
+    fn new(
+        arena: &'a SharedArena,
+        ring: &'a mut SharedRing,
+        bell: &'a OwnedFd,
+        wire: BorrowedFd<'a>,
+        ticket: u64,
+    ) -> Completion<'a> {
+        Completion {
+            arena,
+            ring,
+            bell: bell.as_fd(),
+            wire,
+            ticket,
+            posted: false,
+        }
+    }
+
+    /// Post the completion (once) and ring the sender's doorbell. A full ring waits for the
+    /// sender to take completions in (it does before each output and in each wait): spinning a
+    /// while, then a millisecond at a time, watching the wire; a sender gone meanwhile (killed
+    /// before it took them in) would never make room, and is [`GenieError::PeerGone`].
+    fn post(&mut self) -> Result<()> {
+        if self.posted {
+            return Ok(());
+        }
+        let mut w = [0u64; SLOT_WORDS];
+        w[0] = DONE_MAGIC;
+        w[1] = self.ticket;
+        let t0 = std::time::Instant::now();
+        loop {
+            match self.ring.push(self.arena, &w) {
+                Ok(true) => break,
+                Ok(false) if t0.elapsed() < SPIN => std::thread::yield_now(),
+                Ok(false) => {
+                    let mut fds = [PollFd::new(&self.wire, PollFlags::empty())];
+                    poll(&mut fds, Some(Duration::from_millis(1)))?;
+                    if fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) {
+                        return Err(GenieError::PeerGone {
+                            during: "input (the sender's completion ring full)",
+                        });
+                    }
+                }
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            }
+        }
+        self.posted = true;
+        let _ = rustix::io::write(self.bell, &1u64.to_ne_bytes());
+        Ok(())
+    }
+}
+
+struct PipeSource<'a> {
+    /// The wire's pipes; every message starts in the first.
+    pipes: [BorrowedFd<'a>; STRIPES],
+    rx: zcio_vm::wire::StripedReader<'a>,
+    /// Bytes one pipe holds, and the chunk of a message each pipe takes in turn.
+    capacity: usize,
+    /// Page offset of the message in the sender's memory.
+    offset: usize,
+    /// The message's length and its completion, posted when the last byte is read.
+    done: Option<(usize, Completion<'a>)>,
+}
+
+impl<'a> PipeSource<'a> {
+    /// The next message of the wire of these pipes, from its first byte.
+    fn new(pipes: &'a [OwnedFd; STRIPES], capacity: usize, offset: usize) -> PipeSource<'a> {
+        PipeSource {
+            pipes: std::array::from_fn(|i| pipes[i].as_fd()),
+            rx: striped(pipes, capacity).reader(),
+            capacity,
+            offset,
+            done: None,
+        }
+    }
+
+    /// Post `done` as soon as the message's `len` bytes have been read.
+    fn completing(mut self, len: usize, done: Completion<'a>) -> PipeSource<'a> {
+        self.done = Some((len, done));
+        self
+    }
+
+    /// The message has been delivered: post its completion if the last read did not.
+    fn finish(&mut self) -> Result<()> {
+        match self.done.as_mut() {
+            Some((_, c)) => c.post(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Source for PipeSource<'_> {
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        self.rx
+            .read_exact(buf)
+            .map_err(|e| GenieError::from_wire(e, "input"))?;
+        match self.done.as_mut() {
+            Some((len, c)) if self.rx.position() >= *len => c.post(),
+            _ => Ok(()),
+        }
+    }
+
+    fn wait_whole(&mut self, len: usize) -> Result<bool> {
+        // Only a message that the wire holds whole can be waited for (otherwise the sender
+        // blocks with part of it queued).
+        if len > self.capacity() {
+            return Ok(false);
+        }
+        let used = len.div_ceil(self.capacity).min(STRIPES);
+        loop {
+            // One sender queues messages in order: once this message's pipes hold `len` bytes,
+            // all of it is here (bytes beyond it belong to messages queued after it).
+            let mut q = 0;
+            for p in &self.pipes[..used] {
+                q += zcio_vm::wire::queued(*p)?;
+            }
+            if q >= len {
+                return Ok(true);
+            }
+            let mut fds = [PollFd::new(&self.pipes[0], PollFlags::IN)];
+            let _ = rustix::event::poll(
+                &mut fds,
+                Some(&rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                }),
+            );
+            if fds[0].revents().contains(PollFlags::HUP) {
+                let mut q = 0;
+                for p in &self.pipes[..used] {
+                    q += zcio_vm::wire::queued(*p)?;
+                }
+                if q < len {
+                    return Err(GenieError::PeerGone {
+                        during: "input (outboard: message incomplete)",
+                    });
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn kernel_copies(&self, len: usize) -> Option<u64> {
+        Some(len as u64)
+    }
+
+    /// The longest message at this page offset that the wire holds whole. A pipe holds
+    /// `capacity / page` page slots, and a chunk off the page boundary spans one page more than
+    /// its length in pages: a message on the boundary fills every pipe, one off it only the
+    /// first (its first chunk already overflows its pipe).
+    fn capacity(&self) -> usize {
+        if self.offset == 0 {
+            STRIPES * self.capacity
+        } else {
+            self.capacity - self.offset
+        }
+    }
+}

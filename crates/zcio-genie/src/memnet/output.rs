@@ -1,0 +1,239 @@
+//! Output on the memory network: descriptors published, pages referenced, completions reaped.
+
+use super::{
+    DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, decode_completion, poll, spin_until, striped,
+};
+use crate::breakdown::{Op, Phase, time};
+use crate::error::{GenieError, Result};
+use crate::passing::{Held, output_app};
+use crate::path::{DataPath, RegionOut};
+use crate::region::{Region, RegionState, mark};
+use crate::semantics::{Accounting, Semantics};
+use rustix::event::{PollFd, PollFlags};
+use std::time::Duration;
+use zcio_vm::arena::SLOT_WORDS;
+
+impl MemnetEndpoint {
+    fn publish(&mut self, ticket: u64, len: usize, offset: usize, sem: Semantics) -> Result<()> {
+        let mut w = [0u64; SLOT_WORDS];
+        w[0] = DESC_MAGIC;
+        w[1] = ticket;
+        w[2] = len as u64;
+        w[3] = offset as u64;
+        w[4] = Semantics::ALL.iter().position(|s| *s == sem).unwrap_or(0) as u64;
+        loop {
+            match self.desc_tx.push(&self.arena, &w) {
+                Ok(true) => return Ok(()),
+                Ok(false) => self.wait_event("output (descriptor ring full)")?,
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            }
+        }
+    }
+
+    /// Output an application buffer under `sem` (copy, emulated copy, share, emulated share).
+    /// Returns when the data is queued; the ticket completes when the receiver has it.
+    pub fn send(&mut self, sem: Semantics, buf: &[u8]) -> Result<(Ticket, Accounting)> {
+        Self::check_len(buf.len())?;
+        self.reap()?;
+        if sem.allocation() == crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} passes regions: use send_region"),
+            ));
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        // Descriptor first: the receiver finds it whenever data is readable.
+        self.publish(
+            ticket,
+            buf.len(),
+            buf.as_ptr() as usize % zcio_vm::page_size(),
+            sem,
+        )?;
+        let (held, acc) = output_app(
+            sem,
+            buf,
+            striped(&self.out_tx, self.out_chunk),
+            &mut self.pool,
+            self.profile,
+        )?;
+        let wait = held.wait;
+        self.pending.push(PendingOut { ticket, held });
+        if wait {
+            self.wait(Ticket(ticket))?;
+        }
+        Ok((Ticket(ticket), acc))
+    }
+
+    /// Fault injection for tests: announce a message of `claimed` bytes but queue only `buf`,
+    /// as a sender that dies mid-transfer would. Drop the endpoint afterwards to close the link.
+    #[doc(hidden)]
+    pub fn send_truncated(&mut self, buf: &[u8], claimed: usize) -> Result<()> {
+        Self::check_len(claimed)?;
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        self.publish(t, claimed, 0, Semantics::Copy)?;
+        striped(&self.out_tx, self.out_chunk)
+            .vmsplice_message(&[buf])
+            .map_err(|e| GenieError::from_wire(e, "output"))?;
+        Ok(())
+    }
+
+    /// Output a system-allocated region under a move-family semantics (paper 000, Table 4).
+    /// Move deallocates the region at once (the pending output keeps its pages); emulated move
+    /// hides it in the region cache; the weak moves keep it mapped in the cache.
+    pub fn send_region(
+        &mut self,
+        sem: Semantics,
+        mut region: Region,
+    ) -> Result<(Ticket, Accounting)> {
+        if sem.allocation() != crate::semantics::Allocation::System {
+            return Err(GenieError::arg(
+                "semantics",
+                format!("{sem} passes application buffers: use send"),
+            ));
+        }
+        self.reap()?;
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.publish(ticket, region.len(), 0, sem)?;
+        mark(&mut region, RegionState::MovingOut);
+        time(Op::Reference, || {
+            striped(&self.out_tx, self.out_chunk).vmsplice_message(&[region.as_slice()])
+        })
+        .map_err(|e| GenieError::from_wire(e, "output"))?;
+        let path = match sem {
+            Semantics::Move => {
+                time(Op::RegionDeallocate, || drop(region));
+                DataPath::RegionOut(RegionOut::Unmapped)
+            }
+            _ => {
+                let st = self.regions.keep(region, sem, ticket)?;
+                DataPath::RegionOut(match st {
+                    RegionState::MovedOut if sem == Semantics::EmulatedMove => RegionOut::Hidden,
+                    RegionState::WeaklyMovedOut if sem == Semantics::WeakMove => RegionOut::Wired,
+                    RegionState::WeaklyMovedOut => RegionOut::Cached,
+                    _ => RegionOut::CacheFull,
+                })
+            }
+        };
+        self.pending.push(PendingOut {
+            ticket,
+            held: Held::default(),
+        });
+        Ok((
+            Ticket(ticket),
+            Accounting {
+                granule: None,
+                cpu_copied_bytes: 0,
+                kernel_copied_bytes: Some(0),
+                swapped_bytes: 0,
+                path,
+            },
+        ))
+    }
+
+    /// A region for the application to fill and output under `sem` (move family): a cached
+    /// one that passes the region check, else a new one (Genie's region allocation from the
+    /// region cache: in steady state no mapping, no page fault, no zeroing).
+    pub fn alloc_region(&mut self, len: usize, sem: Semantics) -> Result<Region> {
+        Self::check_len(len)?;
+        self.reap()?;
+        let mut r = self.regions.take(len, sem)?;
+        mark(&mut r, RegionState::MovedIn);
+        Ok(r)
+    }
+
+    /// Give a region the application is done with back to this endpoint's region cache, for
+    /// the next input or [`MemnetEndpoint::alloc_region`] (hidden under emulated move, kept
+    /// mapped under the weak moves; deallocated under move). Returns whether it was cached.
+    pub fn recycle(&mut self, mut region: Region, sem: Semantics) -> bool {
+        if sem == Semantics::Move {
+            // Move caches no region (it is unmapped), but its pages go back to the pool the
+            // next input reads into.
+            time(Op::RegionDeallocate, || self.inputs.take_back(&mut region));
+            return false;
+        }
+        self.regions.recycle(region, sem)
+    }
+
+    /// Outputs not yet completed.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Process the completions that arrived (non-blocking).
+    pub fn reap(&mut self) -> Result<usize> {
+        let mut n = 0;
+        loop {
+            let w = match self.comp_rx.pop(&self.arena) {
+                Ok(Some(w)) => w,
+                Ok(None) => return Ok(n),
+                Err(e) => return Err(GenieError::Protocol(e.to_string())),
+            };
+            let ticket = decode_completion(&w)?;
+            let Some(i) = self.pending.iter().position(|p| p.ticket == ticket) else {
+                return Err(GenieError::Protocol(format!(
+                    "completion for unknown ticket {ticket}"
+                )));
+            };
+            let p = self.pending.remove(i);
+            crate::breakdown::in_phase(Phase::Dispose, || {
+                p.held.dispose(&mut self.pool);
+                self.regions.completed(p.ticket);
+            });
+            n += 1;
+        }
+    }
+
+    /// Wait until `t` has completed.
+    pub fn wait(&mut self, t: Ticket) -> Result<()> {
+        loop {
+            self.reap()?;
+            if !self.pending.iter().any(|p| p.ticket == t.0) {
+                return Ok(());
+            }
+            let (arena, comp) = (&self.arena, &self.comp_rx);
+            if spin_until(self.spin, || comp.has_next(arena).unwrap_or(true)) {
+                continue;
+            }
+            self.wait_event("waiting for output completion")?;
+        }
+    }
+
+    /// Wait until every pending output has completed.
+    pub fn flush(&mut self) -> Result<()> {
+        while !self.pending.is_empty() {
+            self.reap()?;
+            if self.pending.is_empty() {
+                break;
+            }
+            self.wait_event("waiting for output completion")?;
+        }
+        Ok(())
+    }
+
+    /// Sleep until the peer rings our doorbell; fail if it is gone (our output pipe lost its reader).
+    fn wait_event(&self, during: &'static str) -> Result<()> {
+        let mut fds = [
+            PollFd::new(&self.my_bell, PollFlags::IN),
+            PollFd::new(&self.out_tx[0], PollFlags::empty()),
+            PollFd::new(&self.out_tx[1], PollFlags::empty()),
+        ];
+        poll(&mut fds, Some(Duration::from_millis(100)))?;
+        // A peer that completed our outputs and then left is not gone for them: completions
+        // already in the ring are reaped first.
+        if fds[1..]
+            .iter()
+            .any(|f| f.revents().intersects(PollFlags::ERR | PollFlags::HUP))
+            && !self.comp_rx.has_next(&self.arena).unwrap_or(false)
+        {
+            return Err(GenieError::PeerGone { during });
+        }
+        if fds[0].revents().contains(PollFlags::IN) {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&self.my_bell, &mut b);
+        }
+        Ok(())
+    }
+}
