@@ -5,10 +5,13 @@
 //! meanwhile. The same holds the other way, for a receiver's notices to an originator that
 //! stops reading; and a frame cut short on a socket never holds up the end that reads it.
 
+mod peer;
+
+use peer::peer;
 use std::io::{BufRead, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{LinkError, OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
@@ -82,7 +85,7 @@ fn receiver(
     args: &[&str],
     small: bool,
 ) -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
+    let child = peer()
         .arg("receiver-loop")
         .arg(dir.path().join("up"))
         .args(args)
@@ -305,7 +308,6 @@ fn a_forwarder_keeps_taking_from_upstream_while_its_receiver_stalls() {
             assert!(p.info().len() / zcio_vm::page_size() >= M as usize);
             let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
             end.ring_slots = SLOTS;
-            let peer = || Command::new(env!("CARGO_BIN_EXE_fbuf-peer"));
             let mut server = peer()
                 .arg("forward")
                 .args([&up, &down])

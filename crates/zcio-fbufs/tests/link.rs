@@ -2,6 +2,9 @@
 //! killed mid-stream or outliving its socket, an originator that exits, a three-process path,
 //! notices piggybacked on a request, and aggregate messages sent as one root reference.
 
+mod peer;
+
+use peer::peer;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
@@ -11,10 +14,6 @@ use zcio_fbufs::link::{OriginatorEnd, ReceiverEnd};
 use zcio_fbufs::path::{Fbuf, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
-
-fn peer() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
-}
 
 /// An originator on a small path (4 chunks of 256 KiB) listening on a fresh socket.
 fn originator(variant: Variant) -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) {

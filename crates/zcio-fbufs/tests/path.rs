@@ -1,9 +1,11 @@
 //! A data path's fbufs: quota, LIFO reuse, lazy memory, and protection enforced by the kernel
 //! between real processes.
 
+mod peer;
+
+use peer::peer;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 
@@ -156,10 +158,6 @@ fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
         ov.secure(r).is_err(),
         "securing a freed fbuf must be refused"
     );
-}
-
-fn peer() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
 }
 
 #[test]
