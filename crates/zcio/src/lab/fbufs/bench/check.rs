@@ -199,42 +199,29 @@ impl Record {
     /// Touch the next message, in shared memory (an fbuf, a mapped memfd), keeping what was
     /// read.
     pub fn words(&mut self, words: &[AtomicU64]) {
-        if !self.begin(words.len() * 8) {
-            return;
-        }
-        match self.touch {
-            Touch::Word => {
-                for w in words.iter().step_by(WPP) {
-                    self.kept.push(w.load(Relaxed));
-                }
-            }
-            Touch::All => {
-                for page in words.chunks(WPP) {
-                    let rest = page[1..]
-                        .iter()
-                        .fold(0u64, |a, w| a.wrapping_add(w.load(Relaxed)));
-                    self.kept.push(page[0].load(Relaxed));
-                    self.kept.push(rest);
-                }
-            }
-        }
+        self.touch_words(words, |w| w.load(Relaxed));
     }
 
     /// Touch the next message, of plain words (one per 8 bytes of the message).
     pub fn plain_words(&mut self, words: &[u64]) {
+        self.touch_words(words, |w| *w);
+    }
+
+    /// Touch the next message, of `words` each read with `load`, keeping what was read.
+    fn touch_words<W>(&mut self, words: &[W], load: impl Fn(&W) -> u64) {
         if !self.begin(words.len() * 8) {
             return;
         }
         match self.touch {
             Touch::Word => {
                 for w in words.iter().step_by(WPP) {
-                    self.kept.push(*w);
+                    self.kept.push(load(w));
                 }
             }
             Touch::All => {
                 for page in words.chunks(WPP) {
-                    let rest = page[1..].iter().fold(0u64, |a, w| a.wrapping_add(*w));
-                    self.kept.push(page[0]);
+                    let rest = page[1..].iter().fold(0u64, |a, w| a.wrapping_add(load(w)));
+                    self.kept.push(load(&page[0]));
                     self.kept.push(rest);
                 }
             }

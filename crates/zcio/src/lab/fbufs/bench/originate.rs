@@ -49,7 +49,13 @@ pub fn run(
     let accepted = accept(&listener, &mut child);
     let _ = std::fs::remove_dir_all(&dir);
     let (mut sock, said) = connection(accepted, &mut child, who, said)?;
-    match originate(c, bytes, count, touch, fault, &mut sock) {
+    let stream = Stream {
+        bytes,
+        count,
+        touch,
+        fault,
+    };
+    match originate(c, stream, &mut sock) {
         Ok(ns) => {
             finish(child, said, who)?;
             Ok(Run { ns_per_message: ns })
@@ -58,23 +64,42 @@ pub fn run(
     }
 }
 
-/// The originator's side of a run: the time per message (ns).
-fn originate(
-    c: Contender,
+/// What a run streams: `count` messages of `bytes`, written the `touch` way, `fault` spoiling
+/// or leaving out one.
+#[derive(Clone, Copy)]
+struct Stream {
     bytes: usize,
     count: usize,
     touch: Touch,
     fault: Option<Fault>,
-    sock: &mut UnixStream,
-) -> Result<f64, BenchError> {
+}
+
+impl Stream {
+    /// Whether timed message `k` is left out.
+    fn skips(self, k: usize) -> bool {
+        self.fault == Some(Fault::Skip(k as u64))
+    }
+
+    /// Whether timed message `k` is spoiled.
+    fn spoils(self, k: usize) -> bool {
+        self.fault == Some(Fault::Corrupt(k as u64))
+    }
+}
+
+/// The originator's side of a run: the time per message (ns).
+fn originate(c: Contender, s: Stream, sock: &mut UnixStream) -> Result<f64, BenchError> {
     let t0 = match c {
-        Contender::Fbufs(_) | Contender::Forwarded => {
-            return originate_fbufs(c, bytes, count, touch, fault, sock);
+        Contender::Fbufs(v) => return originate_fbufs(v, s, sock),
+        Contender::Forwarded => {
+            let v = Variant {
+                cached: true,
+                volatile: true,
+            };
+            return originate_fbufs(v, s, sock);
         }
-        Contender::Remap => originate_remap(bytes, count, touch, fault, sock)?,
-        Contender::UnixSocket | Contender::Pipe => {
-            originate_copies(c, bytes, count, touch, fault, sock)?
-        }
+        Contender::Remap => originate_remap(s, sock)?,
+        Contender::UnixSocket => originate_copies(false, s, sock)?,
+        Contender::Pipe => originate_copies(true, s, sock)?,
     };
     sock.shutdown(std::net::Shutdown::Write)?;
     // The receiver says when it has touched the last message (and checks them after).
@@ -85,36 +110,18 @@ fn originate(
         }
         .into());
     }
-    Ok(t0.elapsed().as_nanos() as f64 / count as f64)
+    Ok(t0.elapsed().as_nanos() as f64 / s.count as f64)
 }
 
-/// Whether `fault` leaves out timed message `k`.
-fn skips(fault: Option<Fault>, k: usize) -> bool {
-    fault == Some(Fault::Skip(k as u64))
-}
-
-/// Whether `fault` spoils timed message `k`.
-fn spoils(fault: Option<Fault>, k: usize) -> bool {
-    fault == Some(Fault::Corrupt(k as u64))
-}
-
-/// [`originate`] for fbufs (`c` is [`Contender::Fbufs`] or [`Contender::Forwarded`]): the time
-/// per message (ns), from the first timed message to the last fbuf given back.
-fn originate_fbufs(
-    c: Contender,
-    bytes: usize,
-    count: usize,
-    touch: Touch,
-    fault: Option<Fault>,
-    sock: &mut UnixStream,
-) -> Result<f64, BenchError> {
-    let v = match c {
-        Contender::Fbufs(v) => v,
-        _ => Variant {
-            cached: true,
-            volatile: true,
-        },
-    };
+/// [`originate`] for fbufs of variant `v` (through the forwarding server too): the time per
+/// message (ns), from the first timed message to the last fbuf given back.
+fn originate_fbufs(v: Variant, s: Stream, sock: &mut UnixStream) -> Result<f64, BenchError> {
+    let Stream {
+        bytes,
+        count,
+        touch,
+        ..
+    } = s;
     let (chunk, quota) = path_quota(bytes);
     let p = PathMemory::create(chunk, quota, v)?;
     let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
@@ -131,7 +138,7 @@ fn originate_fbufs(
             start = Some(Instant::now());
         }
         let timed = i.checked_sub(warm);
-        if timed.is_some_and(|k| skips(fault, k)) {
+        if timed.is_some_and(|k| s.skips(k)) {
             continue;
         }
         let f = end.alloc_waiting(bytes)?;
@@ -139,7 +146,7 @@ fn originate_fbufs(
         // data where it will be sent from).
         let words = end.originator.fbuf_words(&f);
         write_words(words, touch, i as u64);
-        if timed.is_some_and(|k| spoils(fault, k)) {
+        if timed.is_some_and(|k| s.spoils(k)) {
             words[spoiled_word(words.len(), touch)].fetch_xor(1, Relaxed);
         }
         end.send(f, &[0])?;
@@ -165,18 +172,10 @@ fn originate_fbufs(
 
 /// [`originate`] for page remapping: a fresh memfd per message, written, passed and dropped.
 /// When the clock started.
-fn originate_remap(
-    bytes: usize,
-    count: usize,
-    touch: Touch,
-    fault: Option<Fault>,
-    sock: &UnixStream,
-) -> Result<Instant, BenchError> {
+fn originate_remap(s: Stream, sock: &UnixStream) -> Result<Instant, BenchError> {
+    let (bytes, touch) = (s.bytes, s.touch);
     let t0 = Instant::now();
-    for i in 0..count {
-        if skips(fault, i) {
-            continue;
-        }
+    for i in (0..s.count).filter(|i| !s.skips(*i)) {
         let fd = zcio_vm::mapping::memfd("zcio-remap", bytes)?;
         let w = zcio_vm::shared::SharedWords::map(
             fd.as_fd(),
@@ -187,7 +186,7 @@ fn originate_remap(
         )?;
         let words = w.words(0, bytes);
         write_words(words, touch, i as u64);
-        if spoils(fault, i) {
+        if s.spoils(i) {
             words[spoiled_word(words.len(), touch)].fetch_xor(1, Relaxed);
         }
         drop(w);
@@ -196,17 +195,11 @@ fn originate_remap(
     Ok(t0)
 }
 
-/// [`originate`] for the copies (`c` is [`Contender::UnixSocket`] or [`Contender::Pipe`]):
+/// [`originate`] for the copies, through a pipe passed first (`pipe`) or the socket itself:
 /// one buffer written and copied out per message. When the clock started.
-fn originate_copies(
-    c: Contender,
-    bytes: usize,
-    count: usize,
-    touch: Touch,
-    fault: Option<Fault>,
-    sock: &mut UnixStream,
-) -> Result<Instant, BenchError> {
-    let pipe = if c == Contender::Pipe {
+fn originate_copies(pipe: bool, s: Stream, sock: &mut UnixStream) -> Result<Instant, BenchError> {
+    let (bytes, touch) = (s.bytes, s.touch);
+    let pipe = if pipe {
         let pipe = zcio_vm::wire::Pipe::new(bytes.clamp(PAGE, 1 << 20))?;
         zcio_vm::wire::send_with_fds(sock.as_fd(), b"p", &[pipe.rx.as_fd()])?;
         Some(pipe.tx)
@@ -216,12 +209,9 @@ fn originate_copies(
     // The sender's buffer, written and copied out once per message.
     let mut page = vec![0u8; bytes];
     let t0 = Instant::now();
-    for i in 0..count {
-        if skips(fault, i) {
-            continue;
-        }
+    for i in (0..s.count).filter(|i| !s.skips(*i)) {
         write_bytes(&mut page, touch, i as u64);
-        if spoils(fault, i) {
+        if s.spoils(i) {
             let k = spoiled_word(bytes / 8, touch);
             page[8 * k] ^= 1;
         }
