@@ -102,6 +102,13 @@ fn receiver(
     child
 }
 
+/// Put `r` on the sends ring at `tx`, as an originator that goes around the link does, and
+/// take it at `rx`.
+fn send_raw(rings: &Rings, tx: &mut u64, rx: &mut ReceiverEnd, r: FbufRef) {
+    assert!(rings.push(Dir::Sends, tx, [SEND, r.addr, r.len]).unwrap());
+    assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r));
+}
+
 /// The first line `out` prints.
 fn line(out: &mut std::io::BufReader<ChildStdout>) -> String {
     let mut s = String::new();
@@ -503,12 +510,7 @@ fn notices_never_wait_for_an_originator_that_stopped_reading() {
                 addr: base + (i % 4) * 4096,
                 len: 10,
             };
-            assert!(
-                rings
-                    .push(Dir::Sends, &mut tx, [SEND, r.addr, r.len])
-                    .unwrap()
-            );
-            assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r));
+            send_raw(&rings, &mut tx, &mut rx, r);
             let t = Instant::now();
             rx.free(r).unwrap();
             slowest = slowest.max(t.elapsed());
@@ -551,12 +553,7 @@ fn a_receiver_gives_up_on_an_originator_stalled_past_the_limit() {
                 addr: base,
                 len: 10,
             };
-            assert!(
-                rings
-                    .push(Dir::Sends, &mut tx, [SEND, r.addr, r.len])
-                    .unwrap()
-            );
-            assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r));
+            send_raw(&rings, &mut tx, &mut rx, r);
             if let Err(e) = rx.free(r) {
                 break e;
             }

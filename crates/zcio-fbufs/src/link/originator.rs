@@ -169,6 +169,14 @@ impl OriginatorEnd {
         })
     }
 
+    /// The receivers of `to` still alive.
+    fn live(&self, to: &[usize]) -> Vec<usize> {
+        to.iter()
+            .copied()
+            .filter(|i| self.peers.get(*i).is_some_and(|p| p.alive))
+            .collect()
+    }
+
     /// Send `fbuf` to the receivers `to`. If every one of them is gone (and `to` names one),
     /// the fbuf goes back to the free lists and the error says how they went.
     pub fn send(&mut self, fbuf: Fbuf, to: &[usize]) -> Result<FbufRef, LinkError> {
@@ -176,11 +184,7 @@ impl OriginatorEnd {
             self.originator.free(fbuf)?;
             return Err(e);
         }
-        let live: Vec<usize> = to
-            .iter()
-            .copied()
-            .filter(|i| self.peers.get(*i).is_some_and(|p| p.alive))
-            .collect();
+        let live = self.live(to);
         let r = self.originator.send(fbuf, live.len())?;
         for i in live {
             if self.peers[i].post(SEND, r) {
@@ -244,11 +248,7 @@ impl OriginatorEnd {
             }
             return Err(e);
         }
-        let live: Vec<usize> = to
-            .iter()
-            .copied()
-            .filter(|i| self.peers.get(*i).is_some_and(|p| p.alive))
-            .collect();
+        let live = self.live(to);
         let mut refs = Vec::with_capacity(parts.len());
         for f in parts {
             refs.push(self.originator.send(f, live.len())?);

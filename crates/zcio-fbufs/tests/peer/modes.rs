@@ -33,13 +33,15 @@
 //!   two send frames, and sends a deallocation notice for an fbuf it was never given.
 
 use std::io::{BufRead, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use zcio_fbufs::aggregate::{Limits, walk};
 use zcio_fbufs::link::{Forwarder, OriginatorEnd, Received, ReceiverEnd};
 use zcio_fbufs::owner::OwnerClient;
 use zcio_fbufs::path::{FbufRef, Originator, PathInfo, PathMemory, Receiver, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
+use zcio_vm::protect::Access;
+use zcio_vm::shared::SharedWords;
 
 fn arg<T: std::str::FromStr>(a: &[String], i: usize) -> T {
     a.get(i)
@@ -126,28 +128,25 @@ fn receive(mode: &str, a: &[String]) {
 fn write_what_was_received(a: &[String], info: PathInfo, r: FbufRef) {
     let fd = open_read_only(a);
     let elsewhere = zcio_vm::arena::random_address(info.len());
-    match zcio_vm::shared::SharedWords::map(
-        fd.as_fd(),
-        0,
-        info.len(),
-        elsewhere,
-        zcio_vm::protect::Access::ReadWrite,
-    ) {
+    match map_path(fd.as_fd(), info, elsewhere, Access::ReadWrite) {
         Ok(_) => println!("writable mapping GRANTED"),
         Err(e) => println!("writable mapping refused: {e}"),
     }
-    let ro = zcio_vm::shared::SharedWords::map(
-        fd.as_fd(),
-        0,
-        info.len(),
-        elsewhere,
-        zcio_vm::protect::Access::ReadOnly,
-    )
-    .expect("read-only mapping");
+    let ro = map_path(fd.as_fd(), info, elsewhere, Access::ReadOnly).expect("read-only mapping");
     println!("storing");
     flush();
     ro.store((r.addr - info.addr as u64) as usize, 0xbad);
     println!("store went through");
+}
+
+/// The whole path of `info` mapped from `fd` at `at` (not its own address), with `access`.
+fn map_path(
+    fd: BorrowedFd<'_>,
+    info: PathInfo,
+    at: usize,
+    access: Access,
+) -> Result<SharedWords, zcio_vm::VmError> {
+    SharedWords::map(fd, 0, info.len(), at, access)
 }
 
 /// `originator-writes-after-send VOLATILE`.
@@ -443,15 +442,9 @@ fn reopen_rw_and_write(ro: std::os::fd::BorrowedFd<'_>, info: PathInfo) {
     let elsewhere = zcio_vm::arena::random_address(info.len());
     outcome(
         "writable mapping",
-        zcio_vm::shared::SharedWords::map(
-            rw.as_fd(),
-            0,
-            info.len(),
-            elsewhere,
-            zcio_vm::protect::Access::ReadWrite,
-        )
-        .map(drop)
-        .map_err(|e| e.to_string()),
+        map_path(rw.as_fd(), info, elsewhere, Access::ReadWrite)
+            .map(drop)
+            .map_err(|e| e.to_string()),
     );
     outcome(
         "write",
@@ -473,18 +466,12 @@ fn reopen_rw_and_write(ro: std::os::fd::BorrowedFd<'_>, info: PathInfo) {
         )
         .map_err(|e| e.to_string()),
     );
-    let ro_map = zcio_vm::shared::SharedWords::map(
-        rw.as_fd(),
-        0,
-        info.len(),
-        elsewhere,
-        zcio_vm::protect::Access::ReadOnly,
-    )
-    .expect("a read-only mapping through the reopened descriptor");
+    let ro_map = map_path(rw.as_fd(), info, elsewhere, Access::ReadOnly)
+        .expect("a read-only mapping through the reopened descriptor");
     outcome(
         "mprotect writable",
         ro_map
-            .set_access(0, info.len(), zcio_vm::protect::Access::ReadWrite)
+            .set_access(0, info.len(), Access::ReadWrite)
             .map_err(|e| e.to_string()),
     );
 }
