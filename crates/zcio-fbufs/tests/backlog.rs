@@ -75,8 +75,8 @@ fn originator() -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) 
     (dir, l, p, end)
 }
 
-/// Start `fbuf-peer receiver-loop` with `args` after its socket, as a receiver of `end`; with
-/// `small`, the originator's side of its socket holds only a few frames.
+/// Start a peer in mode `receiver-loop` with `args` after its socket, as a receiver of `end`;
+/// with `small`, the originator's side of its socket holds only a few frames.
 fn receiver(
     dir: &tempfile::TempDir,
     l: &UnixListener,

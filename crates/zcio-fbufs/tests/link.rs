@@ -40,7 +40,7 @@ fn originator(variant: Variant) -> (tempfile::TempDir, UnixListener, PathMemory,
     (dir, l, p, end)
 }
 
-/// Start `fbuf-peer` with `args` (the socket goes in after the mode) as a receiver of `end`.
+/// Start a peer with `args` (the socket goes in after the mode) as a receiver of `end`.
 fn receiver(
     dir: &tempfile::TempDir,
     l: &UnixListener,
@@ -205,7 +205,7 @@ fn what_an_exiting_originator_sent_stays_readable() {
     assert_eq!(rx.recv().unwrap(), None);
 }
 
-/// The forwarding server of a three-process path (`fbuf-peer forward`), joined to `end` and
+/// The forwarding server of a three-process path (a peer in mode `forward`), joined to `end` and
 /// listening downstream: the process, what it prints after "listening", and the downstream
 /// socket's path.
 fn forwarder(
@@ -236,8 +236,8 @@ fn forwarder(
     (server, out, down)
 }
 
-/// An originator → server → receiver path: the server is `fbuf-peer forward`, the receiver
-/// `fbuf-peer` with `receiver_args` (after its socket). `send` streams; then everything must
+/// An originator → server → receiver path: the server is a peer in mode `forward`, the
+/// receiver a peer with `receiver_args` (after its socket). `send` streams; then everything must
 /// come back, the receiver and the server end, and their outputs are returned.
 fn three_process_path(
     receiver_args: &[&str],

@@ -7,7 +7,7 @@
 //! as a peer the paper could not have measured ([`crate::lab::fbufs::iceoryx`]).
 //!
 //! Every contender's receiver checks every page of every message once the clock has stopped
-//! ([`crate::lab::fbufs::bench`], "Checking what is timed"; iceoryx2's the same way): a message that did
+//! ([`super::bench`], "Checking what is timed"; iceoryx2's the same way): a message that did
 //! not arrive as it was sent fails the run with the receiver's account, naming the contender,
 //! the message and the page.
 
@@ -51,7 +51,7 @@ pub struct FbufsArgs {
 /// A contender of the bench: one of the fbuf crate's, or iceoryx2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entrant {
-    /// Fbufs, page remapping or a copying path ([`crate::lab::fbufs::bench`]).
+    /// Fbufs, page remapping or a copying path ([`super::bench`]).
     Fbufs(Contender),
     /// iceoryx2's publish-subscribe between the same two processes ([`crate::lab::fbufs::iceoryx`]).
     Iceoryx2,

@@ -15,9 +15,9 @@ use zcio_fbufs::path::{Originator, PathMemory, Variant};
 
 /// Run `count` messages of `bytes` (a positive multiple of [`PAGE`]) from here to a receiver
 /// started by `spawn_sink` (which gets the socket path to connect to and must start a process
-/// running [`sink`](super::sink) as a [`Role::Receiver`](super::Role::Receiver), or for [`Contender::Forwarded`] as its
-/// [`Role::Server`](super::Role::Server); its standard error piped, so that a failure can be quoted), spoiling a
-/// message if `fault` says so.
+/// running [`sink`](super::sink) as a [`Role::Receiver`](super::Role::Receiver), or for
+/// [`Contender::Forwarded`] as its [`Role::Server`](super::Role::Server); its standard error
+/// piped, so that a failure can be quoted), spoiling a message if `fault` says so.
 ///
 /// The time per message is taken from the first timed message to the receiver's "done" (to
 /// the last fbuf given back, for fbufs); the receiver checks every message after that, and a
