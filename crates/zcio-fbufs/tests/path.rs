@@ -40,6 +40,16 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
+/// A path of `chunks` chunks of 1 MiB.
+fn path(chunks: usize, variant: Variant) -> PathMemory {
+    PathMemory::create(1 << 20, chunks, variant).unwrap()
+}
+
+/// A path variant: cached or not, volatile or not.
+fn variant(cached: bool, volatile: bool) -> Variant {
+    Variant { cached, volatile }
+}
+
 #[test]
 fn the_quota_stops_one_path_and_not_another() {
     let a = PathMemory::create(64 * 1024, 2, CACHED).unwrap();
@@ -67,15 +77,7 @@ fn the_quota_stops_one_path_and_not_another() {
 #[test]
 fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
     for cached in [true, false] {
-        let p = PathMemory::create(
-            1 << 20,
-            4,
-            Variant {
-                cached,
-                volatile: true,
-            },
-        )
-        .unwrap();
+        let p = path(4, variant(cached, true));
         let mut o = Originator::new(p.fd(), p.info()).unwrap();
         let f: Vec<_> = (0..3).map(|_| o.alloc(5000).unwrap()).collect();
         let addrs: Vec<u64> = f.iter().map(|x| x.addr()).collect();
@@ -102,7 +104,7 @@ fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
 
 #[test]
 fn large_fbufs_of_varying_sizes_cost_memory_only_where_touched() {
-    let p = PathMemory::create(1 << 20, 64, CACHED).unwrap();
+    let p = path(64, CACHED);
     let mut o = Originator::new(p.fd(), p.info()).unwrap();
     let before = rss_kib();
     let sizes = [9 << 20, 12 << 20, 3000, (8 << 20) + 1];
@@ -123,15 +125,7 @@ fn large_fbufs_of_varying_sizes_cost_memory_only_where_touched() {
 
 #[test]
 fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
-    let p = PathMemory::create(
-        1 << 20,
-        2,
-        Variant {
-            cached: true,
-            volatile: false,
-        },
-    )
-    .unwrap();
+    let p = path(2, variant(true, false));
     let mut o = Originator::new(p.fd(), p.info()).unwrap();
     let f = o.alloc(8192).unwrap();
     let addr = f.addr();
@@ -144,7 +138,7 @@ fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
     assert_eq!(perms(addr), "rw-s");
 
     // A volatile path keeps write access, until a receiver asks to secure the fbuf.
-    let v = PathMemory::create(1 << 20, 2, CACHED).unwrap();
+    let v = path(2, CACHED);
     let mut ov = Originator::new(v.fd(), v.info()).unwrap();
     let f = ov.alloc(100).unwrap();
     let a = f.addr();
@@ -163,15 +157,7 @@ fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
 #[test]
 fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
     for cached in [true, false] {
-        let p = PathMemory::create(
-            1 << 20,
-            4,
-            Variant {
-                cached,
-                volatile: false,
-            },
-        )
-        .unwrap();
+        let p = path(4, variant(cached, false));
         let info = p.info();
         let mut o = Originator::new(p.fd(), info).unwrap();
         let f = o.alloc(300).unwrap();
@@ -224,7 +210,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
 
 #[test]
 fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_kernel() {
-    let p = PathMemory::create(1 << 20, 2, CACHED).unwrap();
+    let p = path(2, CACHED);
     let info = p.info();
     assert!(!zcio_vm::mapping::is_sealed_for_writes(p.fd()));
     let mut o = Originator::new(p.fd(), info).unwrap();
