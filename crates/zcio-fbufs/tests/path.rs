@@ -195,12 +195,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
             stdout.contains("storing") && !stdout.contains("store went through"),
             "{stdout}"
         );
-        assert_eq!(
-            out.status.signal(),
-            Some(libc_sigsegv()),
-            "{:?}",
-            out.status
-        );
+        assert_faulted(&out);
         // The data is as the originator wrote it.
         let mut back = vec![0u8; 300];
         assert!(o.read_bytes(r.addr, &mut back));
@@ -280,12 +275,7 @@ fn an_originator_that_writes_a_non_volatile_fbuf_after_sending_it_faults() {
         stdout.contains("sent") && !stdout.contains("returned"),
         "{stdout}"
     );
-    assert_eq!(
-        out.status.signal(),
-        Some(libc_sigsegv()),
-        "{:?}",
-        out.status
-    );
+    assert_faulted(&out);
     // A volatile one may be written.
     let out = peer()
         .args(["originator-writes-after-send", "true"])
@@ -336,6 +326,16 @@ fn references_outside_the_path_are_refused() {
     rx.free(ok).unwrap();
     assert!(rx.free(ok).is_err(), "freed twice");
     assert_eq!(rx.held(), 0);
+}
+
+/// The peer died of a segmentation fault (SIGSEGV).
+fn assert_faulted(out: &std::process::Output) {
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigsegv()),
+        "{:?}",
+        out.status
+    );
 }
 
 fn libc_sigsegv() -> i32 {
