@@ -27,20 +27,20 @@
 //!   server for three-process paths.
 //! - [`owner`]: the region's owner (the kernel's role): paths created, chunks granted against
 //!   quotas and a budget, and taken back when every process of a path is gone.
-//! - [`bench`](mod@bench): the experiments of Table 1 and Figure 3 (fbuf variants against page
-//!   remapping and copies, between two processes), run by `zcio bench fbufs`.
+//!
+//! The experiments of Table 1 and Figure 3 (fbuf variants against page remapping and copies,
+//! between two processes) live with the `zcio` command (`zcio bench fbufs`), not here.
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
-pub mod bench;
 pub mod link;
 pub mod owner;
 pub mod path;
 pub mod region;
 pub mod ring;
 
-/// The test pattern of message `seq`: `len` bytes both ends can regenerate (used by the tests,
-/// the benchmark and `fbuf-peer`).
+/// The test pattern of message `seq`: `len` bytes both ends can regenerate (used by the tests
+/// and their peer processes).
 pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|j| (seq.wrapping_mul(131) ^ j.wrapping_mul(7) ^ (j >> 8)) as u8)

@@ -5,10 +5,13 @@
 //! meanwhile. The same holds the other way, for a receiver's notices to an originator that
 //! stops reading; and a frame cut short on a socket never holds up the end that reads it.
 
+mod peer;
+
+use peer::peer;
 use std::io::{BufRead, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{LinkError, OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
@@ -72,8 +75,8 @@ fn originator() -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) 
     (dir, l, p, end)
 }
 
-/// Start `fbuf-peer receiver-loop` with `args` after its socket, as a receiver of `end`; with
-/// `small`, the originator's side of its socket holds only a few frames.
+/// Start a peer in mode `receiver-loop` with `args` after its socket, as a receiver of `end`;
+/// with `small`, the originator's side of its socket holds only a few frames.
 fn receiver(
     dir: &tempfile::TempDir,
     l: &UnixListener,
@@ -82,7 +85,7 @@ fn receiver(
     args: &[&str],
     small: bool,
 ) -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
+    let child = peer()
         .arg("receiver-loop")
         .arg(dir.path().join("up"))
         .args(args)
@@ -97,6 +100,13 @@ fn receiver(
     end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
         .unwrap();
     child
+}
+
+/// Put `r` on the sends ring at `tx`, as an originator that goes around the link does, and
+/// take it at `rx`.
+fn send_raw(rings: &Rings, tx: &mut u64, rx: &mut ReceiverEnd, r: FbufRef) {
+    assert!(rings.push(Dir::Sends, tx, [SEND, r.addr, r.len]).unwrap());
+    assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r));
 }
 
 /// The first line `out` prints.
@@ -305,7 +315,6 @@ fn a_forwarder_keeps_taking_from_upstream_while_its_receiver_stalls() {
             assert!(p.info().len() / zcio_vm::page_size() >= M as usize);
             let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
             end.ring_slots = SLOTS;
-            let peer = || Command::new(env!("CARGO_BIN_EXE_fbuf-peer"));
             let mut server = peer()
                 .arg("forward")
                 .args([&up, &down])
@@ -501,12 +510,7 @@ fn notices_never_wait_for_an_originator_that_stopped_reading() {
                 addr: base + (i % 4) * 4096,
                 len: 10,
             };
-            assert!(
-                rings
-                    .push(Dir::Sends, &mut tx, [SEND, r.addr, r.len])
-                    .unwrap()
-            );
-            assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r));
+            send_raw(&rings, &mut tx, &mut rx, r);
             let t = Instant::now();
             rx.free(r).unwrap();
             slowest = slowest.max(t.elapsed());
@@ -549,12 +553,7 @@ fn a_receiver_gives_up_on_an_originator_stalled_past_the_limit() {
                 addr: base,
                 len: 10,
             };
-            assert!(
-                rings
-                    .push(Dir::Sends, &mut tx, [SEND, r.addr, r.len])
-                    .unwrap()
-            );
-            assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r));
+            send_raw(&rings, &mut tx, &mut rx, r);
             if let Err(e) = rx.free(r) {
                 break e;
             }

@@ -2,9 +2,12 @@
 //! killed mid-stream or outliving its socket, an originator that exits, a three-process path,
 //! notices piggybacked on a request, and aggregate messages sent as one root reference.
 
+mod peer;
+
+use peer::{Peer, peer};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use zcio_fbufs::aggregate::{Builder, BumpNodes, Msg};
 use zcio_fbufs::link::{OriginatorEnd, ReceiverEnd};
@@ -12,38 +15,63 @@ use zcio_fbufs::path::{Fbuf, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
 
-fn peer() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
+/// A cached path whose sends take write access away until the fbuf is freed.
+const CACHED: Variant = Variant {
+    cached: true,
+    volatile: false,
+};
+/// A cached, volatile path (sends leave the fbuf writable).
+const CACHED_VOLATILE: Variant = Variant {
+    cached: true,
+    volatile: true,
+};
+/// An uncached, volatile path.
+const VOLATILE: Variant = Variant {
+    cached: false,
+    volatile: true,
+};
+
+/// Where an originator's receivers connect: the socket (in a fresh directory) and the path
+/// they are offered.
+struct Origin {
+    dir: tempfile::TempDir,
+    l: UnixListener,
+    p: PathMemory,
+}
+
+impl Origin {
+    /// The socket's path.
+    fn up(&self) -> std::path::PathBuf {
+        self.dir.path().join("up")
+    }
+
+    /// Start `peer` (which connects to the socket) as a receiver of `end`.
+    fn join(&self, peer: &mut Peer, end: &mut OriginatorEnd) -> Child {
+        let child = peer.spawn().unwrap();
+        let (s, _) = self.l.accept().unwrap();
+        end.add_receiver(s, self.p.receiver_fd().unwrap().as_fd())
+            .unwrap();
+        child
+    }
 }
 
 /// An originator on a small path (4 chunks of 256 KiB) listening on a fresh socket.
-fn originator(variant: Variant) -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) {
+fn originator(variant: Variant) -> (Origin, OriginatorEnd) {
     let dir = tempfile::tempdir().unwrap();
     let l = UnixListener::bind(dir.path().join("up")).unwrap();
     let p = PathMemory::create(256 * 1024, 4, variant).unwrap();
     let end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
-    (dir, l, p, end)
+    (Origin { dir, l, p }, end)
 }
 
-/// Start `fbuf-peer` with `args` (the socket goes in after the mode) as a receiver of `end`.
-fn receiver(
-    dir: &tempfile::TempDir,
-    l: &UnixListener,
-    p: &PathMemory,
-    end: &mut OriginatorEnd,
-    args: &[&str],
-) -> std::process::Child {
-    let child = peer()
-        .arg(args[0])
-        .arg(dir.path().join("up"))
+/// Start a peer with `args` (the socket goes in after the mode) as a receiver of `end`.
+fn receiver(o: &Origin, end: &mut OriginatorEnd, args: &[&str]) -> Child {
+    let mut peer = peer();
+    peer.arg(args[0])
+        .arg(o.up())
         .args(&args[1..])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
-    child
+        .stdout(Stdio::piped());
+    o.join(&mut peer, end)
 }
 
 fn send_stream(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
@@ -54,6 +82,23 @@ fn send_stream(end: &mut OriginatorEnd, count: u64, to: &[usize]) {
         end.send(f, to).unwrap();
         end.poll(false).unwrap();
     }
+}
+
+/// The first line `child` prints (its standard output piped, and taken).
+fn first_line(child: &mut Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
+/// Kill `child`, a receiver of `end`, and wait until `end` has back what it held.
+fn kill_and_take_back(child: &mut Child, end: &mut OriginatorEnd) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_all_back(end);
 }
 
 /// `count` aggregate messages: "msg N:" in one fbuf prepended to the pattern of N in another,
@@ -95,33 +140,13 @@ fn wait_all_back(end: &mut OriginatorEnd) {
 
 #[test]
 fn a_stream_reuses_its_fbufs_through_batched_notices() {
-    for variant in [
-        Variant {
-            cached: true,
-            volatile: true,
-        },
-        Variant {
-            cached: true,
-            volatile: false,
-        },
-        Variant {
-            cached: false,
-            volatile: false,
-        },
-    ] {
-        let (dir, l, p, mut end) = originator(variant);
-        let child = peer()
-            .args([
-                "receiver-loop",
-                dir.path().join("up").to_str().unwrap(),
-                "400",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (s, _) = l.accept().unwrap();
-        end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-            .unwrap();
+    let uncached = Variant {
+        cached: false,
+        volatile: false,
+    };
+    for variant in [CACHED_VOLATILE, CACHED, uncached] {
+        let (o, mut end) = originator(variant);
+        let child = receiver(&o, &mut end, &["receiver-loop", "400"]);
         // 400 messages of up to 70 KiB through 1 MiB of path: only reuse makes it fit.
         send_stream(&mut end, 400, &[0]);
         wait_all_back(&mut end);
@@ -139,23 +164,14 @@ fn a_stream_reuses_its_fbufs_through_batched_notices() {
 
 #[test]
 fn a_receiver_killed_mid_stream_gives_every_fbuf_back() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: false,
-    });
-    let mut child = receiver(&dir, &l, &p, &mut end, &["receiver-loop", "10", "hold"]);
+    let (o, mut end) = originator(CACHED);
+    let mut child = receiver(&o, &mut end, &["receiver-loop", "10", "hold"]);
     send_stream(&mut end, 10, &[0]);
     // Let the receiver take them all, then kill it while it holds them.
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = first_line(&mut child);
     assert!(line.starts_with("ok 10"), "{line}");
     assert_eq!(end.originator.outstanding(), 10);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    wait_all_back(&mut end);
+    kill_and_take_back(&mut child, &mut end);
     assert_eq!(end.released_for_dead, 10);
     assert_eq!(end.receivers_alive(), 0);
     // Back to the baseline: every fbuf on a free list, writable again, reusable.
@@ -202,30 +218,25 @@ fn what_an_exiting_originator_sent_stays_readable() {
     assert_eq!(rx.recv().unwrap(), None);
 }
 
-/// The forwarding server of a three-process path (`fbuf-peer forward`), joined to `end` and
+/// The forwarding server of a three-process path (a peer in mode `forward`), joined to `end` and
 /// listening downstream: the process, what it prints after "listening", and the downstream
 /// socket's path.
 fn forwarder(
-    dir: &tempfile::TempDir,
-    l: &UnixListener,
-    p: &PathMemory,
+    o: &Origin,
     end: &mut OriginatorEnd,
 ) -> (
-    std::process::Child,
+    Child,
     std::io::BufReader<std::process::ChildStdout>,
     std::path::PathBuf,
 ) {
     use std::io::BufRead;
-    let up = dir.path().join("up");
-    let down = dir.path().join("down");
-    let mut server = peer()
-        .args(["forward", up.to_str().unwrap(), down.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    let down = o.dir.path().join("down");
+    let mut peer = peer();
+    peer.arg("forward")
+        .arg(o.up())
+        .arg(&down)
+        .stdout(Stdio::piped());
+    let mut server = o.join(&mut peer, end);
     let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -233,18 +244,15 @@ fn forwarder(
     (server, out, down)
 }
 
-/// An originator → server → receiver path: the server is `fbuf-peer forward`, the receiver
-/// `fbuf-peer` with `receiver_args` (after its socket). `send` streams; then everything must
+/// An originator → server → receiver path: the server is a peer in mode `forward`, the
+/// receiver a peer with `receiver_args` (after its socket). `send` streams; then everything must
 /// come back, the receiver and the server end, and their outputs are returned.
 fn three_process_path(
     receiver_args: &[&str],
     send: impl FnOnce(&mut OriginatorEnd),
 ) -> (String, String) {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: false,
-    });
-    let (mut server, mut server_out, down) = forwarder(&dir, &l, &p, &mut end);
+    let (o, mut end) = originator(CACHED);
+    let (mut server, mut server_out, down) = forwarder(&o, &mut end);
     use std::io::Read;
     let receiver = peer()
         .arg(receiver_args[0])
@@ -276,11 +284,8 @@ fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
 #[test]
 fn a_killed_forwarder_leaves_what_its_receiver_holds_unused_until_the_receiver_ends() {
     use std::io::{BufRead, Write};
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: false,
-    });
-    let (mut server, _server_out, down) = forwarder(&dir, &l, &p, &mut end);
+    let (o, mut end) = originator(CACHED);
+    let (mut server, _server_out, down) = forwarder(&o, &mut end);
     let mut line = String::new();
     let mut receiver = peer()
         .args([
@@ -346,11 +351,8 @@ fn a_killed_forwarder_leaves_what_its_receiver_holds_unused_until_the_receiver_e
 
 #[test]
 fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: false,
-    });
-    let mut bad = receiver(&dir, &l, &p, &mut end, &["receiver-frees-foreign"]);
+    let (o, mut end) = originator(CACHED);
+    let mut bad = receiver(&o, &mut end, &["receiver-frees-foreign"]);
     // Two fbufs; the receiver reads both, then names a page it was not given.
     send_stream(&mut end, 2, &[0]);
     let t = Instant::now();
@@ -378,14 +380,9 @@ fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
 
 #[test]
 fn a_receiver_whose_socket_outlives_it_in_a_child_still_gives_every_fbuf_back() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: false,
-    });
+    let (o, mut end) = originator(CACHED);
     let mut child = receiver(
-        &dir,
-        &l,
-        &p,
+        &o,
         &mut end,
         &["receiver-loop", "5", "leave-socket-to-child"],
     );
@@ -426,14 +423,11 @@ fn a_receiver_whose_socket_outlives_it_in_a_child_still_gives_every_fbuf_back() 
 
 #[test]
 fn notices_go_on_the_ring_and_what_overflows_it_rides_along_with_a_request() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: true,
-    });
+    let (o, mut end) = originator(CACHED_VOLATILE);
     // Rings of one slot: the second and third sends overflow to the socket, and so does the
     // second notice while this end is not taking them in.
     end.ring_slots = 1;
-    let mut child = receiver(&dir, &l, &p, &mut end, &["free-two-secure-third"]);
+    let mut child = receiver(&o, &mut end, &["free-two-secure-third"]);
     send_stream(&mut end, 3, &[0]);
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -459,11 +453,8 @@ fn notices_go_on_the_ring_and_what_overflows_it_rides_along_with_a_request() {
 
 #[test]
 fn aggregates_go_as_one_reference_and_come_back_with_all_their_fbufs() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: false,
-    });
-    let child = receiver(&dir, &l, &p, &mut end, &["receive-msgs", "60"]);
+    let (o, mut end) = originator(CACHED);
+    let child = receiver(&o, &mut end, &["receive-msgs", "60"]);
     // 60 messages of three fbufs each need more than the path's 1 MiB: they must be reused.
     send_msgs(&mut end, 60, &[0]);
     wait_all_back(&mut end);
@@ -480,22 +471,12 @@ fn aggregates_go_as_one_reference_and_come_back_with_all_their_fbufs() {
 
 #[test]
 fn a_receiver_killed_holding_aggregates_gives_back_every_part() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: true,
-    });
-    let mut child = receiver(&dir, &l, &p, &mut end, &["receive-msgs", "5", "hold"]);
+    let (o, mut end) = originator(CACHED_VOLATILE);
+    let mut child = receiver(&o, &mut end, &["receive-msgs", "5", "hold"]);
     send_msgs(&mut end, 5, &[0]);
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ok 5 messages");
+    assert_eq!(first_line(&mut child).trim(), "ok 5 messages");
     assert_eq!(end.originator.outstanding(), 15);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    wait_all_back(&mut end);
+    kill_and_take_back(&mut child, &mut end);
     // Five messages released, fifteen fbufs back on the free lists.
     assert_eq!(end.released_for_dead, 5);
     assert_eq!(end.msgs_outstanding(), 0);
@@ -514,10 +495,7 @@ fn one_leaf(end: &mut OriginatorEnd) -> (Fbuf, Fbuf, Msg) {
 
 #[test]
 fn an_aggregate_on_an_uncached_path_is_refused_and_loses_nothing() {
-    let (_dir, _l, _p, mut end) = originator(Variant {
-        cached: false,
-        volatile: true,
-    });
+    let (_o, mut end) = originator(VOLATILE);
     let (data, nodes, m) = one_leaf(&mut end);
     let e = end.send_msg(m, vec![nodes, data], &[]).unwrap_err();
     assert!(e.to_string().contains("cached path"), "{e}");
@@ -528,10 +506,7 @@ fn an_aggregate_on_an_uncached_path_is_refused_and_loses_nothing() {
 
 #[test]
 fn an_aggregate_whose_root_is_not_in_its_parts_is_refused() {
-    let (_dir, _l, _p, mut end) = originator(Variant {
-        cached: true,
-        volatile: true,
-    });
+    let (_o, mut end) = originator(CACHED_VOLATILE);
     let (data, nodes, m) = one_leaf(&mut end);
     // The node fbuf is left out of the parts: the message would outlive its root.
     let e = end.send_msg(m, vec![data], &[]).unwrap_err();
@@ -567,17 +542,8 @@ fn perms(addr: u64) -> String {
 
 #[test]
 fn a_secured_aggregate_is_read_only_in_every_part_until_freed() {
-    let (dir, l, p, mut end) = originator(Variant {
-        cached: true,
-        volatile: true,
-    });
-    let mut child = receiver(
-        &dir,
-        &l,
-        &p,
-        &mut end,
-        &["receive-msgs", "1", "secure-hold"],
-    );
+    let (o, mut end) = originator(CACHED_VOLATILE);
+    let mut child = receiver(&o, &mut end, &["receive-msgs", "1", "secure-hold"]);
     let parts = send_msgs(&mut end, 1, &[0]);
     // Volatile: the parts stay writable on send.
     assert!(parts.iter().all(|a| perms(*a).starts_with("rw")));
@@ -603,9 +569,7 @@ fn a_secured_aggregate_is_read_only_in_every_part_until_freed() {
     for a in &parts {
         assert!(perms(*a).starts_with("r-"), "{a:#x}: {}", perms(*a));
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    wait_all_back(&mut end);
+    kill_and_take_back(&mut child, &mut end);
     // Given back: writable again.
     assert!(parts.iter().all(|a| perms(*a).starts_with("rw")));
     assert_eq!(end.originator.cached(), 3);

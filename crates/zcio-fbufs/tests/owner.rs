@@ -1,9 +1,12 @@
 //! The fbuf region's owner: chunks granted against a path's quota and the region's budget, and
 //! taken back when every process of a path is gone, whatever way it went.
 
+mod peer;
+
+use peer::peer;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -98,7 +101,7 @@ fn an_originator_killed_mid_stream_leaves_its_chunks_to_its_receivers_until_they
     assert_eq!(stats.stats().unwrap(), (0, 0));
     let link = dir.path().join("link");
     let l = UnixListener::bind(&link).unwrap();
-    let mut originator = Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
+    let mut originator = peer()
         .args([
             "owner-originator",
             at.to_str().unwrap(),

@@ -1,9 +1,11 @@
 //! A data path's fbufs: quota, LIFO reuse, lazy memory, and protection enforced by the kernel
 //! between real processes.
 
+mod peer;
+
+use peer::peer;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 
@@ -38,6 +40,16 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
+/// A path of `chunks` chunks of 1 MiB.
+fn path(chunks: usize, variant: Variant) -> PathMemory {
+    PathMemory::create(1 << 20, chunks, variant).unwrap()
+}
+
+/// A path variant: cached or not, volatile or not.
+fn variant(cached: bool, volatile: bool) -> Variant {
+    Variant { cached, volatile }
+}
+
 #[test]
 fn the_quota_stops_one_path_and_not_another() {
     let a = PathMemory::create(64 * 1024, 2, CACHED).unwrap();
@@ -65,15 +77,7 @@ fn the_quota_stops_one_path_and_not_another() {
 #[test]
 fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
     for cached in [true, false] {
-        let p = PathMemory::create(
-            1 << 20,
-            4,
-            Variant {
-                cached,
-                volatile: true,
-            },
-        )
-        .unwrap();
+        let p = path(4, variant(cached, true));
         let mut o = Originator::new(p.fd(), p.info()).unwrap();
         let f: Vec<_> = (0..3).map(|_| o.alloc(5000).unwrap()).collect();
         let addrs: Vec<u64> = f.iter().map(|x| x.addr()).collect();
@@ -100,7 +104,7 @@ fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
 
 #[test]
 fn large_fbufs_of_varying_sizes_cost_memory_only_where_touched() {
-    let p = PathMemory::create(1 << 20, 64, CACHED).unwrap();
+    let p = path(64, CACHED);
     let mut o = Originator::new(p.fd(), p.info()).unwrap();
     let before = rss_kib();
     let sizes = [9 << 20, 12 << 20, 3000, (8 << 20) + 1];
@@ -121,15 +125,7 @@ fn large_fbufs_of_varying_sizes_cost_memory_only_where_touched() {
 
 #[test]
 fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
-    let p = PathMemory::create(
-        1 << 20,
-        2,
-        Variant {
-            cached: true,
-            volatile: false,
-        },
-    )
-    .unwrap();
+    let p = path(2, variant(true, false));
     let mut o = Originator::new(p.fd(), p.info()).unwrap();
     let f = o.alloc(8192).unwrap();
     let addr = f.addr();
@@ -142,7 +138,7 @@ fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
     assert_eq!(perms(addr), "rw-s");
 
     // A volatile path keeps write access, until a receiver asks to secure the fbuf.
-    let v = PathMemory::create(1 << 20, 2, CACHED).unwrap();
+    let v = path(2, CACHED);
     let mut ov = Originator::new(v.fd(), v.info()).unwrap();
     let f = ov.alloc(100).unwrap();
     let a = f.addr();
@@ -158,22 +154,10 @@ fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
     );
 }
 
-fn peer() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fbuf-peer"))
-}
-
 #[test]
 fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
     for cached in [true, false] {
-        let p = PathMemory::create(
-            1 << 20,
-            4,
-            Variant {
-                cached,
-                volatile: false,
-            },
-        )
-        .unwrap();
+        let p = path(4, variant(cached, false));
         let info = p.info();
         let mut o = Originator::new(p.fd(), info).unwrap();
         let f = o.alloc(300).unwrap();
@@ -211,12 +195,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
             stdout.contains("storing") && !stdout.contains("store went through"),
             "{stdout}"
         );
-        assert_eq!(
-            out.status.signal(),
-            Some(libc_sigsegv()),
-            "{:?}",
-            out.status
-        );
+        assert_faulted(&out);
         // The data is as the originator wrote it.
         let mut back = vec![0u8; 300];
         assert!(o.read_bytes(r.addr, &mut back));
@@ -226,7 +205,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
 
 #[test]
 fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_kernel() {
-    let p = PathMemory::create(1 << 20, 2, CACHED).unwrap();
+    let p = path(2, CACHED);
     let info = p.info();
     assert!(!zcio_vm::mapping::is_sealed_for_writes(p.fd()));
     let mut o = Originator::new(p.fd(), info).unwrap();
@@ -296,12 +275,7 @@ fn an_originator_that_writes_a_non_volatile_fbuf_after_sending_it_faults() {
         stdout.contains("sent") && !stdout.contains("returned"),
         "{stdout}"
     );
-    assert_eq!(
-        out.status.signal(),
-        Some(libc_sigsegv()),
-        "{:?}",
-        out.status
-    );
+    assert_faulted(&out);
     // A volatile one may be written.
     let out = peer()
         .args(["originator-writes-after-send", "true"])
@@ -352,6 +326,16 @@ fn references_outside_the_path_are_refused() {
     rx.free(ok).unwrap();
     assert!(rx.free(ok).is_err(), "freed twice");
     assert_eq!(rx.held(), 0);
+}
+
+/// The peer died of a segmentation fault (SIGSEGV).
+fn assert_faulted(out: &std::process::Output) {
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigsegv()),
+        "{:?}",
+        out.status
+    );
 }
 
 fn libc_sigsegv() -> i32 {

@@ -1,6 +1,6 @@
 //! iceoryx2 (eclipse-iceoryx/iceoryx2), a present-day zero-copy IPC middleware, as a peer of
 //! paper 001's fbufs in `zcio bench fbufs`: the same experiment as the fbuf contenders of
-//! `zcio_fbufs::bench`. A publisher in this process streams `count` messages of `bytes` (a
+//! [`super::bench`]. A publisher in this process streams `count` messages of `bytes` (a
 //! slice payload sized per run) through an iceoryx2 publish-subscribe service to a subscriber
 //! in another process (the hidden `zcio iceoryx2-sink`); both touch every message one word per
 //! 4 KiB page, or every byte. The time per message is taken over the whole stream, up to the
@@ -36,7 +36,7 @@
 //!
 //! # Checking
 //!
-//! As for the other contenders (`zcio_fbufs::bench`, "Checking what is timed"): the first word
+//! As for the other contenders ([`super::bench`], "Checking what is timed"): the first word
 //! of each page carries [`stamp`]`(message index, page)`, and with every byte touched the rest
 //! of the page [`fill`]`(message index)`. The subscriber's touch keeps what it read in a
 //! [`Record`] (the word per page, or each page's first word and the sum of the others); once it
@@ -52,6 +52,8 @@
 //! experiment writes; the rest of each page is `MaybeUninit`, never written and never read, so
 //! `write_from_fn` writes one word per page and the code stays safe.
 
+pub use crate::lab::fbufs::bench::Fault;
+use crate::lab::fbufs::bench::{Mismatch, Record, Said, Touch, fill, stamp};
 use crate::transfer::{Res, zcio_command};
 use iceoryx2::port::update_connections::UpdateConnections;
 use iceoryx2::port::{BackpressureAction, BackpressureInfo};
@@ -67,8 +69,6 @@ use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-pub use zcio_fbufs::bench::Fault;
-use zcio_fbufs::bench::{Mismatch, Record, Said, Touch, fill, stamp};
 
 /// The contender's name in tables and JSON.
 pub const NAME: &str = "iceoryx2";

@@ -7,16 +7,16 @@
 //! as a peer the paper could not have measured ([`crate::lab::fbufs::iceoryx`]).
 //!
 //! Every contender's receiver checks every page of every message once the clock has stopped
-//! (`zcio_fbufs::bench`, "Checking what is timed"; iceoryx2's the same way): a message that did
+//! ([`super::bench`], "Checking what is timed"; iceoryx2's the same way): a message that did
 //! not arrive as it was sent fails the run with the receiver's account, naming the contender,
 //! the message and the page.
 
+use crate::lab::fbufs::bench::{Contender, Fault, Role, Touch};
 use crate::lab::fbufs::iceoryx;
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use zcio_fbufs::bench::{Contender, Fault, Role, Touch};
 
 /// Arguments of `zcio bench fbufs`.
 #[derive(clap::Args, Debug, Clone)]
@@ -51,7 +51,7 @@ pub struct FbufsArgs {
 /// A contender of the bench: one of the fbuf crate's, or iceoryx2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entrant {
-    /// Fbufs, page remapping or a copying path (`zcio_fbufs::bench`).
+    /// Fbufs, page remapping or a copying path ([`super::bench`]).
     Fbufs(Contender),
     /// iceoryx2's publish-subscribe between the same two processes ([`crate::lab::fbufs::iceoryx`]).
     Iceoryx2,
@@ -182,7 +182,7 @@ pub fn measure(a: &FbufsArgs, bar: &indicatif::ProgressBar) -> Res<(Vec<Row>, Ve
                             let spawn = |sock: &std::path::Path| {
                                 spawn_sink(sock, c.name(), touch.name(), bytes, count, false)
                             };
-                            zcio_fbufs::bench::run(f, bytes, count, touch, a.fault, &spawn)
+                            crate::lab::fbufs::bench::run(f, bytes, count, touch, a.fault, &spawn)
                                 .map(|r| r.ns_per_message)
                                 .map_err(|e| e.to_string())
                         }
@@ -331,6 +331,6 @@ pub fn sink(
     } else {
         Role::Receiver
     };
-    zcio_fbufs::bench::sink(connect, c, role, bytes, count, t)?;
+    crate::lab::fbufs::bench::sink(connect, c, role, bytes, count, t)?;
     Ok(())
 }

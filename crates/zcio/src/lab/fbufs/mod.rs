@@ -1,5 +1,6 @@
 //! Paper 001 (fbufs): fbuf variants against page remapping and copies, two processes.
 
+pub mod bench;
 pub mod claims;
 pub mod iceoryx;
 pub mod measure;

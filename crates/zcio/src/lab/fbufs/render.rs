@@ -153,36 +153,34 @@ pub fn blocks(r: &Results) -> Vec<Block> {
         ),
     ];
     for touch in ["word-per-page", "every-byte"] {
-        let mut trows = Vec::new();
-        for f in fits.iter().filter(|f| f.touch == touch) {
-            let paper = PAPER_TABLE1.iter().find(|x| x.0 == f.variant);
-            let peer = PEERS.iter().find(|x| x.0 == f.variant);
-            trows.push(vec![
-                f.variant.clone(),
-                format!("{:.1}", f.per_page_ns),
-                format!("{:.2}", f.asymptotic_gbps),
-                f.r2.map_or("-".into(), |r| format!("{r:.3}")),
-                paper
-                    .map(|x| x.1)
-                    .or(peer.map(|x| x.1))
-                    .unwrap_or("-")
-                    .to_string(),
-                paper.map_or("-".into(), |x| format!("{:.0} µs", x.2)),
-                paper.map_or("-".into(), |x| format!("{:.0} Mb/s", x.3)),
-            ]);
-        }
-        if trows.is_empty() {
-            continue;
-        }
-        b.push(h(
+        b.extend(touch_blocks(rows, fits, touch));
+    }
+    b.extend(peer_blocks(rows, fits));
+    b.extend(server_blocks(rows, fits));
+    b
+}
+
+/// One touch pattern's Table 1 (per-page costs beside the paper's), Figure 3 (throughput
+/// against size) and throughput table; nothing if no contender was fitted at this touch.
+fn touch_blocks(
+    rows: &[crate::lab::fbufs::measure::Row],
+    fits: &[crate::lab::fbufs::measure::Fit],
+    touch: &str,
+) -> Vec<Block> {
+    let trows = table1_rows(fits, touch);
+    if trows.is_empty() {
+        return Vec::new();
+    }
+    let mut b = vec![
+        h(
             3,
             if touch == "word-per-page" {
                 "Table 1: incremental per-page cost (one word touched per page)".to_string()
             } else {
                 "Table 1, every byte touched".to_string()
             },
-        ));
-        b.push(table(
+        ),
+        table(
             "Per-page cost and the asymptotic throughput it implies (page / per-page cost), beside the paper's",
             &[
                 "contender",
@@ -194,93 +192,136 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                 "paper asymptotic",
             ],
             trows,
-        ));
-        let mut names: Vec<String> = Vec::new();
-        for x in rows.iter().filter(|x| x.touch == touch) {
-            if !names.contains(&x.variant) {
-                names.push(x.variant.clone());
-            }
+        ),
+    ];
+    let mut names: Vec<String> = Vec::new();
+    for x in rows.iter().filter(|x| x.touch == touch) {
+        if !names.contains(&x.variant) {
+            names.push(x.variant.clone());
         }
-        let series = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let mut pts: Vec<&crate::lab::fbufs::measure::Row> = rows
-                    .iter()
-                    .filter(|x| &x.variant == n && x.touch == touch)
-                    .collect();
-                pts.sort_by_key(|x| x.bytes);
-                Series {
-                    name: n.clone(),
-                    points: pts
-                        .iter()
-                        .map(|x| (x.bytes as f64, x.throughput_gbps))
-                        .collect(),
-                    style: Style::Line,
-                    band: Some(
-                        pts.iter()
-                            .map(|x| {
-                                (
-                                    x.bytes as f64,
-                                    x.bytes as f64 / x.spread_ns[1],
-                                    x.bytes as f64 / x.spread_ns[0],
-                                )
-                            })
-                            .collect(),
-                    ),
-                    color: Some(i),
-                }
-            })
-            .collect();
-        b.push(figure(
-            &format!("fbufs-fig3-{touch}"),
-            format!(
-                "Throughput against message size, {} (median of rounds; bars: slowest and fastest round).",
-                if touch == "word-per-page" { "one word touched per page" } else { "every byte touched" }
-            ),
-            Chart {
-                title: format!("Fbufs, Figure 3: throughput ({touch})"),
-                x_label: "message size (bytes)".into(),
-                y_label: "throughput (GB/s)".into(),
-                x_scale: Scale::Log,
-                y_scale: Scale::Log,
-                series,
-            },
-        ));
-        let mut sizes: Vec<usize> = rows.iter().map(|x| x.bytes).collect();
-        sizes.sort_unstable();
-        sizes.dedup();
-        let mut header = vec!["contender".to_string()];
-        header.extend(sizes.iter().map(|s| size(*s)));
-        let body = names
-            .iter()
-            .map(|n| {
-                let mut row = vec![n.clone()];
-                for s in &sizes {
-                    row.push(
-                        rows.iter()
-                            .find(|x| &x.variant == n && x.touch == touch && x.bytes == *s)
-                            .map_or("-".into(), |x| format!("{:.2}", x.throughput_gbps)),
-                    );
-                }
-                row
-            })
-            .collect();
-        let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-        b.push(table("Throughput (GB/s) by message size", &hdr, body));
     }
-    b.extend(peer_blocks(rows, fits));
-    // Figure 4: the same fbufs through a server process that forwards them untouched.
+    b.push(figure3(rows, &names, touch));
+    let sizes = sizes(rows);
+    let mut header = vec!["contender".to_string()];
+    header.extend(sizes.iter().map(|s| size(*s)));
+    let body = names
+        .iter()
+        .map(|n| {
+            let mut row = vec![n.clone()];
+            for s in &sizes {
+                row.push(
+                    rows.iter()
+                        .find(|x| &x.variant == n && x.touch == touch && x.bytes == *s)
+                        .map_or("-".into(), |x| format!("{:.2}", x.throughput_gbps)),
+                );
+            }
+            row
+        })
+        .collect();
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    b.push(table("Throughput (GB/s) by message size", &hdr, body));
+    b
+}
+
+/// The rows of Table 1 at `touch`: each fitted contender's per-page cost beside the paper's.
+fn table1_rows(fits: &[crate::lab::fbufs::measure::Fit], touch: &str) -> Vec<Vec<String>> {
+    fits.iter()
+        .filter(|f| f.touch == touch)
+        .map(|f| {
+            let paper = PAPER_TABLE1.iter().find(|x| x.0 == f.variant);
+            let peer = PEERS.iter().find(|x| x.0 == f.variant);
+            vec![
+                f.variant.clone(),
+                format!("{:.1}", f.per_page_ns),
+                format!("{:.2}", f.asymptotic_gbps),
+                f.r2.map_or("-".into(), |r| format!("{r:.3}")),
+                paper
+                    .map(|x| x.1)
+                    .or(peer.map(|x| x.1))
+                    .unwrap_or("-")
+                    .to_string(),
+                paper.map_or("-".into(), |x| format!("{:.0} µs", x.2)),
+                paper.map_or("-".into(), |x| format!("{:.0} Mb/s", x.3)),
+            ]
+        })
+        .collect()
+}
+
+/// Figure 3 at `touch`: throughput against message size, a line per contender of `names`.
+fn figure3(rows: &[crate::lab::fbufs::measure::Row], names: &[String], touch: &str) -> Block {
+    let series = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut pts: Vec<&crate::lab::fbufs::measure::Row> = rows
+                .iter()
+                .filter(|x| &x.variant == n && x.touch == touch)
+                .collect();
+            pts.sort_by_key(|x| x.bytes);
+            Series {
+                name: n.clone(),
+                points: pts
+                    .iter()
+                    .map(|x| (x.bytes as f64, x.throughput_gbps))
+                    .collect(),
+                style: Style::Line,
+                band: Some(
+                    pts.iter()
+                        .map(|x| {
+                            (
+                                x.bytes as f64,
+                                x.bytes as f64 / x.spread_ns[1],
+                                x.bytes as f64 / x.spread_ns[0],
+                            )
+                        })
+                        .collect(),
+                ),
+                color: Some(i),
+            }
+        })
+        .collect();
+    figure(
+        &format!("fbufs-fig3-{touch}"),
+        format!(
+            "Throughput against message size, {} (median of rounds; bars: slowest and fastest round).",
+            if touch == "word-per-page" {
+                "one word touched per page"
+            } else {
+                "every byte touched"
+            }
+        ),
+        Chart {
+            title: format!("Fbufs, Figure 3: throughput ({touch})"),
+            x_label: "message size (bytes)".into(),
+            y_label: "throughput (GB/s)".into(),
+            x_scale: Scale::Log,
+            y_scale: Scale::Log,
+            series,
+        },
+    )
+}
+
+/// The message sizes measured, in order, once each.
+fn sizes(rows: &[crate::lab::fbufs::measure::Row]) -> Vec<usize> {
+    let mut sizes: Vec<usize> = rows.iter().map(|x| x.bytes).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+/// Figure 4: the same fbufs through a server process that forwards them untouched (nothing
+/// unless both paths were measured at some size).
+fn server_blocks(
+    rows: &[crate::lab::fbufs::measure::Row],
+    fits: &[crate::lab::fbufs::measure::Fit],
+) -> Vec<Block> {
     let t = "word-per-page";
     let at = |v: &str, s: usize| {
         rows.iter()
             .find(|x| x.variant == v && x.touch == t && x.bytes == s)
             .map(|x| x.ns_per_message)
     };
-    let mut sizes: Vec<usize> = rows.iter().map(|x| x.bytes).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let body: Vec<Vec<String>> = sizes
+    let body: Vec<Vec<String>> = sizes(rows)
         .iter()
         .filter_map(|s| {
             let one = at("fbufs-cached-volatile", *s)?;
@@ -293,21 +334,23 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             ])
         })
         .collect();
-    if !body.is_empty() {
-        b.push(h(3, "Figure 4: through a server process"));
-        let pp = |v: &str| per_page(fits, v, t).map_or("-".to_string(), |x| format!("{x:.1} ns"));
-        b.push(p(format!(
+    if body.is_empty() {
+        return Vec::new();
+    }
+    let pp = |v: &str| per_page(fits, v, t).map_or("-".to_string(), |x| format!("{x:.1} ns"));
+    vec![
+        h(3, "Figure 4: through a server process"),
+        p(format!(
             "Cached/volatile fbufs from the originator straight to the receiver, and through a third process that forwards each reference without touching the data (the paper's UDP/IP experiment put the protocol stack in such a server domain). Per page: {} directly, {} through the server; the extra hop costs per message, not per page, since the server never touches the data.",
             pp("fbufs-cached-volatile"),
             pp("fbufs-cached-volatile-via-server")
-        )));
-        b.push(table(
+        )),
+        table(
             "Time per message (µs), one word touched per page",
             &["size", "two processes", "three processes", "ratio"],
             body,
-        ));
-    }
-    b
+        ),
+    ]
 }
 
 /// Cached/volatile fbufs beside iceoryx2 and a Unix socket: the cost of a small message (one

@@ -1,0 +1,249 @@
+//! A peer as an end sees it: its socket, its rings, the backlog waiting for it, and the
+//! references it holds.
+
+use super::*;
+
+/// References a peer holds, with how many times each was sent to it.
+#[derive(Default)]
+pub(super) struct Held(HashMap<u64, (FbufRef, usize)>);
+
+impl Held {
+    pub(super) fn add(&mut self, r: FbufRef) {
+        self.0.entry(r.addr).or_insert((r, 0)).1 += 1;
+    }
+
+    /// Take one reference back; `false` if the peer did not hold it (a protocol violation).
+    pub(super) fn take(&mut self, r: FbufRef) -> bool {
+        let Some(e) = self.0.get_mut(&r.addr) else {
+            return false;
+        };
+        if e.0 != r {
+            return false;
+        }
+        e.1 -= 1;
+        if e.1 == 0 {
+            self.0.remove(&r.addr);
+        }
+        true
+    }
+
+    pub(super) fn holds(&self, r: FbufRef) -> bool {
+        self.0.get(&r.addr).is_some_and(|e| e.0 == r)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every reference held, as often as it is held.
+    pub(super) fn drain(&mut self) -> Vec<FbufRef> {
+        self.0
+            .drain()
+            .flat_map(|(_, (r, n))| std::iter::repeat_n(r, n))
+            .collect()
+    }
+}
+
+/// Why a receiver was cut off, where it was for something it did (not for being gone).
+pub(super) enum Failure {
+    /// It stopped reading its socket: `frames` waited for it, more than `limit`.
+    Stalled { frames: usize, limit: usize },
+    /// It spoiled the sends ring.
+    Spoiled(crate::ring::RingError),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Stalled { frames, limit } => write!(
+                f,
+                "stopped reading its socket: {frames} frames wait for it, more than the limit of {limit}"
+            ),
+            Failure::Spoiled(e) => write!(f, "spoiled its ring: {e}"),
+        }
+    }
+}
+
+/// The sending side of a link to one receiver (an originator's, or a forwarding server's
+/// downstream): sends go on the rings, what comes back is collected from them and from the
+/// socket.
+pub(super) struct Peer {
+    pub(super) sock: UnixStream,
+    pub(super) frames: Frames,
+    pub(super) rings: Rings,
+    /// Producer position on the sends ring, consumer position on the frees ring.
+    pub(super) tx: u64,
+    pub(super) rx: u64,
+    /// Socket messages of the receiver already read.
+    pub(super) mail_seen: u64,
+    /// The receiving process, watched so that its exit releases what it held even when its end
+    /// of the socket lives on in another process (inherited by a child, passed on).
+    pub(super) pidfd: Option<OwnedFd>,
+    pub(super) held: Held,
+    pub(super) alive: bool,
+    /// Frames the socket has not taken yet (the backlog).
+    pub(super) out: Outbox,
+    /// References sent on the socket rather than the ring, in all: until the receiver has
+    /// taken as many from its socket, the ring is not used.
+    pub(super) mailed: u64,
+    /// Most frames that may wait in `out`.
+    pub(super) limit: usize,
+    /// Why the receiver failed a send, when it was its doing.
+    pub(super) failed: Option<Failure>,
+    /// The receiver said goodbye: its end closed in order.
+    pub(super) bye: bool,
+    /// This end cut the receiver off for what it did (see [`OriginatorEnd::misbehaved`]).
+    pub(super) cut_off: bool,
+    /// The processes the receiver forwards to (it announced them: [`DOWNSTREAM`]), watched
+    /// through pidfds: what it held when it died waits for their end.
+    pub(super) downstream: Vec<OwnedFd>,
+}
+
+impl Peer {
+    /// Offer the path on `sock` with fresh rings of `slots` slots; at most `limit` frames may
+    /// wait for the receiver's socket.
+    pub(super) fn offer(
+        sock: UnixStream,
+        info: PathInfo,
+        ro_fd: BorrowedFd<'_>,
+        slots: usize,
+        limit: usize,
+    ) -> Result<Peer, LinkError> {
+        let rings = Rings::create(slots)?;
+        offer_path(&sock, info, ro_fd, Some(rings.fd()))?;
+        let pidfd = peer_pidfd(&sock);
+        Ok(Peer {
+            sock,
+            frames: Frames::new(),
+            rings,
+            tx: 0,
+            rx: 0,
+            mail_seen: 0,
+            pidfd,
+            held: Held::default(),
+            alive: true,
+            out: Outbox::default(),
+            mailed: 0,
+            limit,
+            failed: None,
+            bye: false,
+            cut_off: false,
+            downstream: Vec::new(),
+        })
+    }
+
+    /// Say goodbye to the receiver (behind the backlog, as far as the socket takes it now):
+    /// this end closes in order and sends nothing more.
+    pub(super) fn farewell(&mut self) {
+        if self.alive {
+            let _ = self.mail(&frame(BYE, FbufRef { addr: 0, len: 0 }));
+        }
+    }
+
+    /// Hand `r` to the receiver, never waiting for it: on the sends ring (waking it if it
+    /// sleeps), or on the socket when the ring is full or references sent there before are not
+    /// all taken yet (on the ring, this one would overtake them). `false` when the receiver is
+    /// gone, spoiled the ring, or stopped reading (see [`Peer::failed`]).
+    pub(super) fn post(&mut self, kind: u64, r: FbufRef) -> bool {
+        if !self.flush() {
+            return false;
+        }
+        if self.out.is_empty() && self.rings.mail_taken(Dir::Sends) == self.mailed {
+            match self
+                .rings
+                .push(Dir::Sends, &mut self.tx, [kind, r.addr, r.len])
+            {
+                Ok(true) => {
+                    if self.rings.must_wake(Dir::Sends) {
+                        wake(&self.sock, &mut self.out);
+                    }
+                    return true;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    self.failed = Some(Failure::Spoiled(e));
+                    return false;
+                }
+            }
+        }
+        self.mailed += 1;
+        self.mail(&frame(kind, r))
+    }
+
+    /// Frames on the socket behind the backlog, never waiting; what the socket does not take
+    /// joins the backlog. What went out is announced on the sends ring for a receiver that
+    /// looks there. `false` when the socket failed or the backlog passed the limit.
+    pub(super) fn mail(&mut self, bytes: &[u8]) -> bool {
+        match self.out.write(&self.sock, bytes) {
+            Ok(0) => {}
+            Ok(_) => self.rings.post_mail(Dir::Sends),
+            Err(_) => return false,
+        }
+        let frames = self.out.frames();
+        if frames > self.limit {
+            self.failed = Some(Failure::Stalled {
+                frames,
+                limit: self.limit,
+            });
+            return false;
+        }
+        true
+    }
+
+    /// Send the backlog as far as the socket takes it now; `false` when the socket failed.
+    pub(super) fn flush(&mut self) -> bool {
+        match self.out.flush(&self.sock) {
+            Ok(0) => true,
+            Ok(_) => {
+                self.rings.post_mail(Dir::Sends);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Cut the receiver off: no more sends, the backlog forgotten. What it held is the
+    /// caller's to release.
+    pub(super) fn cut(&mut self) {
+        self.alive = false;
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.pidfd = None;
+        self.out.clear();
+    }
+
+    /// Whether something came back that [`Peer::collect`] would take.
+    pub(super) fn pending(&self) -> bool {
+        self.rings.pending(Dir::Frees, self.rx) || self.rings.mail(Dir::Frees) != self.mail_seen
+    }
+
+    /// What came back: the frees ring, then the socket when the receiver posted there (or
+    /// always, with `socket`). A spoiled ring or a closed socket ends the list.
+    pub(super) fn collect(&mut self, socket: bool, out: &mut Vec<Result<Next, LinkError>>) {
+        loop {
+            match self.rings.pop(Dir::Frees, &mut self.rx) {
+                Ok(Some([k, addr, len])) => out.push(Ok(Next::Frame(k, FbufRef { addr, len }))),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(LinkError::Protocol(e.to_string())));
+                    return;
+                }
+            }
+        }
+        let mail = self.rings.mail(Dir::Frees);
+        if !socket && mail == self.mail_seen {
+            return;
+        }
+        self.mail_seen = mail;
+        loop {
+            match self.frames.next(&self.sock, false) {
+                Ok(Next::Empty) => return,
+                Ok(Next::Frame(WAKE, _)) => {}
+                n @ (Ok(Next::Closed) | Err(_)) => {
+                    out.push(n);
+                    return;
+                }
+                n => out.push(n),
+            }
+        }
+    }
+}
