@@ -34,7 +34,8 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
         .collect();
     assert!(kernels.contains(&"reference") && kernels.contains(&"unrolled"));
     let rows = v["rows"].as_array().unwrap();
-    let contenders = kernels.len() + 4; // fused copy, two peers, read
+    // Fused copy, two peers (one also built for the kernels' instruction sets), read.
+    let contenders = kernels.len() + 5;
     assert_eq!(rows.len(), 3 * contenders);
     for r in rows {
         let g = r["gbps"].as_f64().unwrap();
@@ -46,7 +47,13 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
             "{r}"
         );
     }
-    for peer in ["internet-checksum", "ip4sum", "fused_copy", "read"] {
+    for peer in [
+        "internet-checksum",
+        "internet-checksum/native",
+        "ip4sum",
+        "fused_copy",
+        "read",
+    ] {
         assert!(rows.iter().any(|r| r["contender"] == peer), "{peer}");
     }
     // Every datagram was checked at the receiver (a wrong checksum fails the run).

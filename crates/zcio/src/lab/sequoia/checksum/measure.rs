@@ -145,12 +145,26 @@ fn contenders() -> Vec<Contender> {
         Box::new(|d, _| u16::from_be_bytes(internet_checksum::checksum(d)) as u64),
     ));
     v.push((
+        "internet-checksum/native",
+        "peer",
+        Box::new(|d, _| u16::from_be_bytes(internet_checksum_native(d)) as u64),
+    ));
+    v.push((
         "ip4sum",
         "peer",
         Box::new(|d, _| ip4sum::checksum(d) as u64),
     ));
     v.push(("read", "limit", Box::new(|d, _| read_all(d))));
     v
+}
+
+/// `internet-checksum` built for the instruction sets zcio's kernels use (its code is all
+/// `#[inline]`, so each version of this function compiles it for that version's features),
+/// so that the ratio to the peers compares algorithms, not compiler flags. (`ip4sum`'s loop
+/// is not inlinable: it runs as its crate was built, for baseline x86-64.)
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2", "x86_64+avx2"))]
+fn internet_checksum_native(d: &[u8]) -> [u8; 2] {
+    internet_checksum::checksum(d)
 }
 
 /// Read every byte (64-bit words into four accumulators, so nothing is skipped): what reading
