@@ -243,7 +243,9 @@ fn tcow_mode_name(mode: TcowMode) -> &'static str {
     match mode {
         TcowMode::UffdMove => "vmsplice+tcow(uffd-wp, uffd-move)",
         TcowMode::UffdCopy => "vmsplice+tcow(uffd-wp, copy: no UFFDIO_MOVE)",
-        TcowMode::MprotectSleepOnWrite => "vmsplice+mprotect (sleep-on-write: no userfaultfd)",
+        TcowMode::MprotectSleepOnWrite => {
+            "vmsplice+mprotect (no userfaultfd: a write copies the range, or sleeps on shared memory)"
+        }
     }
 }
 

@@ -18,7 +18,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint};
 use zcio_genie::profile::Profile;
 use zcio_genie::{AppBuffer, InputBuffering, Semantics};
-use zcio_vm::runtime::TcowMode;
 
 /// The control socket the receiver connects to.
 const SOCKET: &str = "ZCIO_EXAMPLE_SOCKET";
@@ -58,30 +57,15 @@ fn run() -> Result<()> {
     let (ticket, acc) = link.send(Semantics::EmulatedCopy, &buf)?;
     println!("sender: send returned, path taken: {}", acc.path);
 
-    // Overwrite the buffer right away. With userfaultfd the write takes a fault that gives
-    // this process fresh copies of the pages (TCOW) while the output keeps the originals, so it
-    // is done before the receiver has read anything. Without userfaultfd (the fallback) the
-    // write sleeps until the output completes, which this thread sees in `wait`: so the write
-    // is made on a thread of its own, and the receiver goes first.
+    // Overwrite the buffer right away. The write takes a fault that gives this process fresh
+    // copies of the pages (TCOW: with userfaultfd page by page, without it the whole protected
+    // range at the first write) while the output keeps the originals, so it is done before the
+    // receiver has read anything.
     let runtime = zcio_vm::VmRuntime::get();
-    let sleeps = runtime.capabilities().tcow == TcowMode::MprotectSleepOnWrite;
-    if sleeps {
-        println!("sender: fallback: no userfaultfd, the overwrite waits for the receiver");
-    }
     let before = runtime.stats().tcow_copies;
-    std::thread::scope(|s| -> Result<()> {
-        let writer = s.spawn(|| buf.fill(0xEE));
-        if sleeps {
-            ctl.write_all(b"g")?; // the receiver takes the message...
-            link.wait(ticket)?; // ...its completion wakes the writer
-            writer.join().map_err(|_| "the writer panicked")?;
-        } else {
-            writer.join().map_err(|_| "the writer panicked")?; // done at once
-            ctl.write_all(b"g")?; // only now may the receiver take the message
-            link.wait(ticket)?; // the receiver has it
-        }
-        Ok(())
-    })?;
+    buf.fill(0xEE);
+    ctl.write_all(b"g")?; // only now may the receiver take the message
+    link.wait(ticket)?; // the receiver has it
     let copies = runtime.stats().tcow_copies - before;
     println!("sender: overwrote its buffer ({copies} pages copied on write)");
 

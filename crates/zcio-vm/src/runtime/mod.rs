@@ -26,8 +26,8 @@
 //! - no thread touches application memory while holding the state lock (except the handler
 //!   reading a present, write-protected page it copies, which cannot fault).
 //!
-//! Without userfaultfd the runtime falls back to `mprotect` + `SIGSEGV` sleep-on-write for
-//! protection and to copying for swaps ([`crate::fallback`]); [`VmRuntime::capabilities`] says
+//! Without userfaultfd the runtime falls back to `mprotect` + `SIGSEGV` (a write copies the
+//! protected range, or sleeps on write in shared memory) for protection and to copying for swaps ([`crate::fallback`]); [`VmRuntime::capabilities`] says
 
 mod handler;
 mod moves;
@@ -83,7 +83,9 @@ pub enum TcowMode {
     /// bytes are copied aside, this process's mapping of the page dropped (the output keeps the
     /// original) and the copy installed with `UFFDIO_COPY`.
     UffdCopy,
-    /// `mprotect` + `SIGSEGV`: a write waits for the output (sleep-on-write).
+    /// `mprotect` + `SIGSEGV`: a write into private memory gets a copy of the protected range;
+    /// one into shared memory waits for the output (sleep-on-write). The name is kept for the
+    /// JSON that reports it.
     MprotectSleepOnWrite,
 }
 
