@@ -226,21 +226,28 @@ pub(super) fn spoil(e: &Ends, stream: &Stream, at: u64, in_file: u64) -> Res<()>
     Ok(())
 }
 
-/// One step of `variant`: at most `STEP` bytes from `e.source` to `e.sink`; 0 at the end.
+/// One step of `variant`: at most `step` bytes from `e.source` to `e.sink`; 0 at the end.
 pub(super) struct Mover<'a> {
     pub(super) splice: Option<Splice<'a>>,
+    /// The read/write variant's buffer (empty for splice).
     pub(super) buf: Vec<u8>,
+    pub(super) step: usize,
 }
 
 impl<'a> Mover<'a> {
-    pub(super) fn new(variant: &str, e: &'a Ends) -> Res<Mover<'a>> {
+    pub(super) fn new(variant: &str, e: &'a Ends, step: usize) -> Res<Mover<'a>> {
         Ok(Mover {
             splice: if variant == "splice" {
                 Some(Splice::new(e.source.fd(), e.sink.fd())?)
             } else {
                 None
             },
-            buf: vec![0u8; STEP],
+            buf: if variant == "splice" {
+                Vec::new()
+            } else {
+                vec![0u8; step]
+            },
+            step,
         })
     }
 
@@ -252,7 +259,7 @@ impl<'a> Mover<'a> {
 
     pub(super) fn step(&mut self, e: &Ends) -> Res<u64> {
         if let Some(s) = &mut self.splice {
-            return Ok(s.start_flow(Increment::Bytes(STEP as u64))?.bytes);
+            return Ok(s.start_flow(Increment::Bytes(self.step as u64))?.bytes);
         }
         let n = loop {
             match rustix::io::read(e.source.fd(), &mut self.buf) {

@@ -55,6 +55,11 @@ pub struct SpliceArgs {
     /// The pace, as a fraction of the slower variant's throughput (default 0.5).
     #[arg(long)]
     pub pace: Option<f64>,
+    /// KiB each step of a paced run moves: the unit in which the paced source delivers, as a
+    /// device delivers blocks or frames (default 64). Each step costs the transfer a wakeup,
+    /// whichever the variant.
+    #[arg(long)]
+    pub paced_kib: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -121,6 +126,9 @@ pub struct SpliceSection {
     pub seconds: f64,
     /// The pace as a fraction of the slower variant's throughput.
     pub pace_fraction: f64,
+    /// Bytes each step of a paced run moves (absent: 64 KiB, from before it could be chosen).
+    #[serde(default)]
+    pub paced_step: Option<usize>,
     /// Whether the transfer and the task could be pinned to one CPU (else the scheduler put
     /// them where it liked, and availability says less).
     pub pinned: bool,
@@ -219,7 +227,7 @@ pub(super) fn throughput(j: &Job<'_>, bytes: u64) -> Res<(f64, Vec<f64>, String,
         fault,
     } = *j;
     let e = ends(pair, src, dir, Mode::Throughput(bytes), stream)?;
-    let mut m = Mover::new(variant, &e)?;
+    let mut m = Mover::new(variant, &e, STEP)?;
     let mechanism = m.mechanism();
     let mut lat = Vec::new();
     let mut moved = 0u64;
@@ -300,7 +308,13 @@ pub(super) fn throughput(j: &Job<'_>, bytes: u64) -> Res<(f64, Vec<f64>, String,
 /// progress over `alone`). What the sink receives is checked against the stream (module docs:
 /// a file sink before each time the run empties it, the task held and the clock stopped, and
 /// after the run; a socket sink's stamps as they come, on CPU 1), and then the lengths.
-pub(super) fn paced(j: &Job<'_>, pace_gbps: f64, seconds: f64, alone: f64) -> Res<(f64, f64)> {
+pub(super) fn paced(
+    j: &Job<'_>,
+    pace_gbps: f64,
+    step: usize,
+    seconds: f64,
+    alone: f64,
+) -> Res<(f64, f64)> {
     let Job {
         pair,
         variant,
@@ -310,7 +324,7 @@ pub(super) fn paced(j: &Job<'_>, pace_gbps: f64, seconds: f64, alone: f64) -> Re
         fault,
     } = *j;
     let e = ends(pair, src, dir, Mode::Paced, stream)?;
-    let mut m = Mover::new(variant, &e)?;
+    let mut m = Mover::new(variant, &e, step)?;
     let bad = |wrong| ContentError {
         pair,
         variant,
@@ -321,7 +335,7 @@ pub(super) fn paced(j: &Job<'_>, pace_gbps: f64, seconds: f64, alone: f64) -> Re
     let count = Arc::new(AtomicU64::new(0));
     let hold = Arc::new(Hold::default());
     let h = task(stop.clone(), count.clone(), 0, hold.clone());
-    let interval = Duration::from_secs_f64(8.0 * STEP as f64 / (pace_gbps * 1e9));
+    let interval = Duration::from_secs_f64(8.0 * step as f64 / (pace_gbps * 1e9));
     let t = Instant::now();
     let mut due = t;
     // Time spent checking, the task held: not the run's.
@@ -420,6 +434,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
     let rounds = a.rounds.unwrap_or(5).max(1);
     let seconds = a.seconds.unwrap_or(1.0).clamp(0.05, 60.0);
     let pace_fraction = a.pace.unwrap_or(0.5).clamp(0.05, 1.0);
+    let paced_step = a.paced_kib.unwrap_or(64).clamp(4, 16 << 10) << 10;
     let dir = tempfile::tempdir()?;
     let data: Arc<[u8]> = data(bytes as usize).into();
     let src = {
@@ -475,7 +490,8 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
             for r in 0..rounds.min(3) {
                 for k in 0..2 {
                     let v = (k + r) % 2;
-                    let (g, x) = paced(&job(pair, VARIANTS[v], true), pace, seconds, alone)?;
+                    let job = job(pair, VARIANTS[v], true);
+                    let (g, x) = paced(&job, pace, paced_step, seconds, alone)?;
                     kept[v].push(g);
                     avail[v].push(x);
                 }
@@ -510,6 +526,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
             rounds,
             seconds,
             pace_fraction,
+            paced_step: Some(paced_step),
             pinned,
             files_fs: fs_name(dir.path()),
             rows,
