@@ -1,7 +1,7 @@
 //! The arguments of `zcio transfer`, the command line that replays them, and what is refused
 //! before any process starts.
 
-use super::*;
+use super::Res;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use zcio_genie::semantics::Allocation;

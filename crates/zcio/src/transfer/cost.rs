@@ -1,7 +1,7 @@
 //! What a transfer cost: CPU clocks, the application's simulated work, and the result object
 //! (latencies, copies, paths, the VM runtime's counters).
 
-use super::*;
+use super::TransferArgs;
 use zcio_genie::Accounting;
 use zcio_genie::breakdown::OpSamples;
 use zcio_vm::VmRuntime;
@@ -23,8 +23,18 @@ pub(super) fn app_work(ns: u64) {
     }
 }
 
+/// CPU time of this thread so far (ns).
 pub(super) fn thread_cpu_now() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    clock_ns(rustix::time::ClockId::ThreadCPUTime)
+}
+
+/// CPU time of this process so far (ns).
+pub(super) fn cpu_now() -> u64 {
+    clock_ns(rustix::time::ClockId::ProcessCPUTime)
+}
+
+fn clock_ns(clock: rustix::time::ClockId) -> u64 {
+    let t = rustix::time::clock_gettime(clock);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
@@ -46,11 +56,6 @@ pub(super) fn ops_summary(samples: &[OpSamples], count: usize) -> Vec<serde_json
             })
         })
         .collect()
-}
-
-pub(super) fn cpu_now() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 pub(super) fn percentiles(mut v: Vec<u64>) -> (u64, u64, u64) {

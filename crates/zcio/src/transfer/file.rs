@@ -1,6 +1,11 @@
 //! The file module's transfer: write the file and read it back in this process.
 
-use super::*;
+use super::cost::{cpu_now, summarize};
+use super::sender::{Out, output_one};
+use super::{
+    Buf, PathTally, Res, TransferArgs, accumulate, check, check_region, configure_stream,
+    paths_json, prepare,
+};
 use crate::error::Context;
 use std::path::Path;
 use std::time::Instant;

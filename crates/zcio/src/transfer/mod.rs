@@ -15,11 +15,6 @@ pub use file::run_file_json;
 pub use receiver::peer;
 pub use sender::run_peer;
 
-use cost::*;
-use receiver::PeerReport;
-use sender::{Out, output_one};
-use wire::*;
-
 use std::path::PathBuf;
 use zcio_genie::Accounting;
 use zcio_genie::Region;

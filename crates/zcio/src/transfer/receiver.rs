@@ -1,7 +1,12 @@
 //! The receiving process of `zcio transfer` (`zcio peer`): takes the arguments over the
 //! control connection, inputs every message, checks every byte, and reports.
 
-use super::*;
+use super::cost::{app_work, cpu_now, thread_cpu_now};
+use super::wire::{recv_fd, recv_frame, send_frame};
+use super::{
+    Buf, PathTally, Res, TransferArgs, accumulate, check, check_region, configure_memnet,
+    configure_stream,
+};
 use crate::error::Context;
 use serde::{Deserialize, Serialize};
 use std::io::Write;

@@ -1,6 +1,12 @@
 //! The sending side of a transfer to a second process (`zcio peer`).
 
-use super::*;
+use super::cost::{cpu_now, ops_summary, summarize, thread_cpu_now};
+use super::receiver::PeerReport;
+use super::wire::{recv_frame, send_fd, send_frame};
+use super::{
+    Buf, PathTally, Res, TransferArgs, accumulate, configure_memnet, configure_stream, paths_json,
+    prepare, zcio_command,
+};
 use crate::error::{Context, Error};
 use std::io::Read;
 use std::os::unix::net::UnixListener;

@@ -1,7 +1,7 @@
 //! The control connection between the sender and the receiving process: length-prefixed
 //! frames and passed descriptors.
 
-use super::*;
+use super::Res;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
