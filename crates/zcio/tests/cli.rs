@@ -2,14 +2,16 @@
 //! any process starts, with one line naming the argument; an error is printed once, on stderr,
 //! and with `--json` also as the one JSON object on stdout; a value clap refuses is named.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// `zcio ARGS` with its temporary files in `tmp`: a transfer to a second process makes its
 /// control socket there before the process starts, so an empty `tmp` after the run shows that
 /// none started.
 fn zcio(tmp: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zcio"))
+    common::zcio()
         .args(args)
         .env("TMPDIR", tmp)
         .output()
