@@ -1,11 +1,14 @@
 //! The `zcio` command's library: transfers between processes, benchmarks side by side, and the
 //! reproduction report (`zcio report`) with its experiments, fitted models, plots and documents.
 
+pub mod error;
 pub mod lab;
 pub mod memnet;
 pub mod report;
 pub mod soak;
 pub mod transfer;
+
+pub use error::Res;
 
 /// A progress bar for a `zcio bench` run of `len` steps: elapsed time, the bar, steps done,
 /// what is being measured.
@@ -27,8 +30,8 @@ pub fn run_bench<S: serde::Serialize>(
     name: &str,
     steps: u64,
     json: bool,
-    measure: impl FnOnce(&mut dyn FnMut(String)) -> transfer::Res<S>,
-) -> transfer::Res<Option<S>> {
+    measure: impl FnOnce(&mut dyn FnMut(String)) -> Res<S>,
+) -> Res<Option<S>> {
     let bar = bench_bar(steps);
     let s = measure(&mut |m| {
         bar.set_message(m);
@@ -43,7 +46,7 @@ pub fn run_bench<S: serde::Serialize>(
 }
 
 /// Print a bench's results as JSON, with `"bench": name` added.
-pub fn print_bench_json(name: &str, section: &impl serde::Serialize) -> transfer::Res<()> {
+pub fn print_bench_json(name: &str, section: &impl serde::Serialize) -> Res<()> {
     let mut v = serde_json::to_value(section)?;
     if let Some(o) = v.as_object_mut() {
         o.insert("bench".into(), name.into());

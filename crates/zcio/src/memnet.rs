@@ -7,7 +7,8 @@
 //! round), the bytes copied and the path taken, and the ratios zcio's Genie targets are stated in:
 //! emulated copy against copy (throughput, CPU time) and against emulated share (latency).
 
-use crate::transfer::{Res, TransferArgs, run_peer};
+use crate::error::Context;
+use crate::transfer::{Res, TransferArgs, check_bytes, run_peer};
 use serde::Serialize;
 use zcio_genie::{InputBuffering, Semantics};
 
@@ -124,14 +125,44 @@ fn median(v: &mut [u64]) -> f64 {
     }
 }
 
+impl BenchArgs {
+    /// Refuse what no round could run, before any process starts: every length is one a
+    /// transfer carries (`--bytes`, each with this bench's settings), and there is something
+    /// to run.
+    pub fn validate(&self) -> Res<()> {
+        if self.rounds == 0 {
+            return Err("invalid argument `--rounds`: 0: at least one round".into());
+        }
+        if self.count == 0 {
+            return Err("invalid argument `--count`: 0: at least one message".into());
+        }
+        if self.semantics.is_empty() {
+            return Err("invalid argument `--semantics`: none: at least one contender".into());
+        }
+        for &bytes in &self.bytes {
+            check_bytes("--bytes", bytes)?;
+            for &sem in &self.semantics {
+                self.transfer(sem, bytes, 0).validate()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The transfer of one contender at one length in round `round`.
+    fn transfer(&self, sem: Semantics, bytes: usize, round: usize) -> TransferArgs {
+        TransferArgs {
+            input: self.input,
+            seed: 1 + round as u64,
+            force_zero_copy: self.force_zero_copy,
+            huge: self.huge,
+            ..TransferArgs::memnet(sem, bytes, self.count)
+        }
+    }
+}
+
 /// Run the benchmark and print it.
 pub fn run(b: BenchArgs) -> Res<()> {
-    if b.rounds == 0 || b.count == 0 || b.semantics.is_empty() || b.bytes.contains(&0) {
-        return Err(
-            "invalid argument: --rounds, --count, --semantics and every --bytes must be non-zero"
-                .into(),
-        );
-    }
+    b.validate()?;
     let total = (b.bytes.len() * b.rounds * b.semantics.len()) as u64;
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
@@ -141,79 +172,9 @@ pub fn run(b: BenchArgs) -> Res<()> {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     for &bytes in &b.bytes {
-        // Per contender: per-round latency and CPU medians, plus the last round's result.
-        let mut lat: Vec<Vec<u64>> = vec![Vec::new(); b.semantics.len()];
-        let mut cpu: Vec<Vec<u64>> = vec![Vec::new(); b.semantics.len()];
-        let mut last: Vec<Option<serde_json::Value>> = vec![None; b.semantics.len()];
-        let mut verified = vec![true; b.semantics.len()];
-        for round in 0..b.rounds {
-            for k in 0..b.semantics.len() {
-                let i = (k + round) % b.semantics.len();
-                let sem = b.semantics[i];
-                bar.set_message(format!("{sem} {bytes} B"));
-                let a = TransferArgs {
-                    input: b.input,
-                    seed: 1 + round as u64,
-                    force_zero_copy: b.force_zero_copy,
-                    huge: b.huge,
-                    ..TransferArgs::memnet(sem, bytes, b.count)
-                };
-                let v = run_peer(&a)?;
-                lat[i].push(v["latency_ns"].as_u64().unwrap_or(0));
-                cpu[i].push(v["cpu_ns"].as_u64().unwrap_or(0));
-                verified[i] &= v["verified"].as_bool() == Some(true);
-                last[i] = Some(v);
-                bar.inc(1);
-            }
-        }
-        let mut by_sem = std::collections::HashMap::new();
-        for (i, &sem) in b.semantics.iter().enumerate() {
-            let v = last[i].take().expect("every contender ran");
-            let l = median(&mut lat[i]);
-            let c = median(&mut cpu[i]);
-            let row = Row {
-                bytes,
-                semantics: sem,
-                latency_ns: l,
-                latency_spread_ns: (lat[i][0], *lat[i].last().expect("rounds > 0")),
-                cpu_ns: c,
-                cpu_spread_ns: (cpu[i][0], *cpu[i].last().expect("rounds > 0")),
-                throughput_gbps: bytes as f64 / l,
-                cpu_copied_bytes: v["cpu_copied_bytes"].as_u64().unwrap_or(0),
-                kernel_copied_bytes: v["kernel_copied_bytes"].as_u64(),
-                path: v["path"].as_str().unwrap_or("").to_string(),
-                granule: v["granule"].as_str().map(str::to_string),
-                verified: verified[i],
-            };
-            by_sem.insert(sem, (l, c));
-            rows.push(row);
-        }
-        let get = |s| by_sem.get(&s).copied();
-        let (ec, cp, es) = (
-            get(Semantics::EmulatedCopy),
-            get(Semantics::Copy),
-            get(Semantics::EmulatedShare),
-        );
-        let non_copy: Vec<f64> = by_sem
-            .iter()
-            .filter(|(s, _)| **s != Semantics::Copy)
-            .map(|(_, v)| v.0)
-            .collect();
-        let non_copy_spread = (non_copy.len() >= 2).then(|| {
-            non_copy.iter().copied().fold(0.0, f64::max)
-                / non_copy.iter().copied().fold(f64::INFINITY, f64::min)
-        });
-        let mc = memcpy_ns(bytes, b.huge)?;
-        ratios.push(Ratios {
-            non_copy_spread,
-            memcpy_gbps: bytes as f64 / mc,
-            emulated_share_vs_memcpy_bandwidth: es.map(|s| mc / s.0),
-            bytes,
-            emulated_copy_vs_copy_throughput: ec.zip(cp).map(|(e, c)| c.0 / e.0),
-            emulated_copy_vs_copy_cpu: ec.zip(cp).map(|(e, c)| e.1 / c.1),
-            emulated_copy_vs_copy_latency: ec.zip(cp).map(|(e, c)| e.0 / c.0),
-            emulated_copy_vs_emulated_share_latency: ec.zip(es).map(|(e, s)| e.0 / s.0),
-        });
+        let (mut r, q) = measure_length(&b, bytes, &bar)?;
+        rows.append(&mut r);
+        ratios.push(q);
     }
     bar.finish_and_clear();
     let out = serde_json::json!({
@@ -262,4 +223,82 @@ pub fn run(b: BenchArgs) -> Res<()> {
         );
     }
     Ok(())
+}
+
+/// One length: every round runs every contender in a rotating order; then a row per contender
+/// (medians over rounds and their spread) and the length's ratios.
+fn measure_length(
+    b: &BenchArgs,
+    bytes: usize,
+    bar: &indicatif::ProgressBar,
+) -> Res<(Vec<Row>, Ratios)> {
+    let n = b.semantics.len();
+    // Per contender: per-round latency and CPU medians, plus the last round's result.
+    let mut lat: Vec<Vec<u64>> = vec![Vec::new(); n];
+    let mut cpu: Vec<Vec<u64>> = vec![Vec::new(); n];
+    let mut last: Vec<Option<serde_json::Value>> = vec![None; n];
+    let mut verified = vec![true; n];
+    for round in 0..b.rounds {
+        for k in 0..n {
+            let i = (k + round) % n;
+            let sem = b.semantics[i];
+            bar.set_message(format!("{sem} {bytes} B"));
+            let v = run_peer(&b.transfer(sem, bytes, round))
+                .with_context(|| format!("{sem}, {bytes} bytes, round {}", round + 1))?;
+            lat[i].push(v["latency_ns"].as_u64().unwrap_or(0));
+            cpu[i].push(v["cpu_ns"].as_u64().unwrap_or(0));
+            verified[i] &= v["verified"].as_bool() == Some(true);
+            last[i] = Some(v);
+            bar.inc(1);
+        }
+    }
+    let mut rows = Vec::new();
+    let mut by_sem = std::collections::HashMap::new();
+    for (i, &sem) in b.semantics.iter().enumerate() {
+        let v = last[i].take().expect("every contender ran");
+        let l = median(&mut lat[i]);
+        let c = median(&mut cpu[i]);
+        rows.push(Row {
+            bytes,
+            semantics: sem,
+            latency_ns: l,
+            latency_spread_ns: (lat[i][0], *lat[i].last().expect("rounds > 0")),
+            cpu_ns: c,
+            cpu_spread_ns: (cpu[i][0], *cpu[i].last().expect("rounds > 0")),
+            throughput_gbps: bytes as f64 / l,
+            cpu_copied_bytes: v["cpu_copied_bytes"].as_u64().unwrap_or(0),
+            kernel_copied_bytes: v["kernel_copied_bytes"].as_u64(),
+            path: v["path"].as_str().unwrap_or("").to_string(),
+            granule: v["granule"].as_str().map(str::to_string),
+            verified: verified[i],
+        });
+        by_sem.insert(sem, (l, c));
+    }
+    let get = |s| by_sem.get(&s).copied();
+    let (ec, cp, es) = (
+        get(Semantics::EmulatedCopy),
+        get(Semantics::Copy),
+        get(Semantics::EmulatedShare),
+    );
+    let non_copy: Vec<f64> = by_sem
+        .iter()
+        .filter(|(s, _)| **s != Semantics::Copy)
+        .map(|(_, v)| v.0)
+        .collect();
+    let non_copy_spread = (non_copy.len() >= 2).then(|| {
+        non_copy.iter().copied().fold(0.0, f64::max)
+            / non_copy.iter().copied().fold(f64::INFINITY, f64::min)
+    });
+    let mc = memcpy_ns(bytes, b.huge).context("the memcpy beside the rounds")?;
+    let ratios = Ratios {
+        non_copy_spread,
+        memcpy_gbps: bytes as f64 / mc,
+        emulated_share_vs_memcpy_bandwidth: es.map(|s| mc / s.0),
+        bytes,
+        emulated_copy_vs_copy_throughput: ec.zip(cp).map(|(e, c)| c.0 / e.0),
+        emulated_copy_vs_copy_cpu: ec.zip(cp).map(|(e, c)| e.1 / c.1),
+        emulated_copy_vs_copy_latency: ec.zip(cp).map(|(e, c)| e.0 / c.0),
+        emulated_copy_vs_emulated_share_latency: ec.zip(es).map(|(e, s)| e.0 / s.0),
+    };
+    Ok((rows, ratios))
 }

@@ -8,7 +8,8 @@
 //! process holds more descriptors, memory files, shared-memory objects or threads at the end
 //! than after its first cases (mappings may grow by the caches' bound).
 
-use crate::transfer::{Res, TransferArgs, run_file_json, run_peer};
+use crate::error::Context;
+use crate::transfer::{Res, TransferArgs, check_bytes, run_file_json, run_peer};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -228,13 +229,7 @@ pub fn run(args: SoakArgs) -> Res<()> {
         )
         .into());
     }
-    if args.max_bytes == 0 || args.max_bytes > 1 << 30 {
-        return Err(format!(
-            "invalid argument `--max-bytes`: {}: from 1 byte to 1 GiB",
-            args.max_bytes
-        )
-        .into());
-    }
+    check_bytes("--max-bytes", args.max_bytes)?;
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -254,7 +249,7 @@ pub fn run(args: SoakArgs) -> Res<()> {
     let huge_ok = zcio_vm::huge::unavailable_reason().is_none();
     let dir = match &args.dir {
         Some(d) => d.clone(),
-        None => std::env::current_dir()?,
+        None => std::env::current_dir().context("the current directory")?,
     };
     let budget = Duration::from_secs_f64(args.minutes * 60.0);
     eprintln!(
@@ -301,31 +296,46 @@ pub fn run(args: SoakArgs) -> Res<()> {
         &t.resources_baseline,
         &zcio_vm::resources::Tolerance::nothing_grows(VMA_SLACK),
     );
+    let failed = failure(&t);
     if args.json {
+        if let Some(reason) = failed {
+            return Err(crate::error::Error::new(crate::error::FailedWith {
+                result: serde_json::to_value(&t)?,
+                reason,
+            }));
+        }
         println!("{}", serde_json::to_string(&t)?);
     } else {
         print_tally(&t);
     }
-    if !t.failures.is_empty() || !t.grown.is_empty() {
-        let mut why = Vec::new();
-        if let Some(f) = t.failures.first() {
-            why.push(format!(
-                "{} of {} cases failed (the first: `{}`: {})",
-                t.failures.len(),
-                t.cases,
-                f.case,
-                f.what
-            ));
-        }
-        if !t.grown.is_empty() {
-            why.push(format!(
-                "resources grew after the first {WARM_CASES} cases: {}",
-                t.grown.join(", ")
-            ));
-        }
-        return Err(format!("soak (seed {seed}): {}", why.join("; ")).into());
+    match failed {
+        Some(reason) => Err(reason.into()),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Why the soak fails, if it does: failed cases, resources grown.
+fn failure(t: &Tally) -> Option<String> {
+    if t.failures.is_empty() && t.grown.is_empty() {
+        return None;
+    }
+    let mut why = Vec::new();
+    if let Some(f) = t.failures.first() {
+        why.push(format!(
+            "{} of {} cases failed (the first: `{}`: {})",
+            t.failures.len(),
+            t.cases,
+            f.case,
+            f.what
+        ));
+    }
+    if !t.grown.is_empty() {
+        why.push(format!(
+            "resources grew after the first {WARM_CASES} cases: {}",
+            t.grown.join(", ")
+        ));
+    }
+    Some(format!("soak (seed {}): {}", t.seed, why.join("; ")))
 }
 
 fn print_tally(t: &Tally) {

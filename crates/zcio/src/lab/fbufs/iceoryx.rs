@@ -250,7 +250,7 @@ impl Receiver {
     }
 
     /// `e`, with what became of the receiver (and what it said).
-    fn explain(&mut self, e: Box<dyn std::error::Error>) -> Box<dyn std::error::Error> {
+    fn explain(&mut self, e: crate::error::Error) -> crate::error::Error {
         let Some(c) = self.0.as_mut() else {
             return e;
         };

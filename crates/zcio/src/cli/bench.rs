@@ -1,0 +1,20 @@
+//! `zcio bench`: one benchmark per subcommand, each in the library.
+
+use super::args::BenchCmd;
+use zcio::Res;
+use zcio::error::Context;
+use zcio::lab::{fbufs, genie, sequoia, uio, vmmr};
+
+/// Run the chosen bench.
+pub fn run(b: BenchCmd) -> Res<()> {
+    match b {
+        BenchCmd::Memnet(a) => zcio::memnet::run(a).context("bench memnet"),
+        BenchCmd::Genie(a) => genie::bench::run(a),
+        BenchCmd::Fbufs(a) => fbufs::measure::run(a),
+        BenchCmd::Vmmr(a) => vmmr::measure::run(a),
+        BenchCmd::Checksum(a) => sequoia::checksum::measure::run(a),
+        BenchCmd::Splice(a) => sequoia::splice::measure::run(a),
+        BenchCmd::Containers(a) => sequoia::containers::measure::run(a),
+        BenchCmd::Uio(a) => uio::measure::run(a),
+    }
+}

@@ -1,0 +1,26 @@
+//! The hidden verbs: the other processes of a multi-process run, started by this executable
+//! (`zcio peer` for `zcio transfer`, the stages of `zcio bench containers`, the iceoryx2
+//! receiver of `zcio bench fbufs`).
+
+use super::args::{FrameStageArgs, Iceoryx2SinkArgs, PeerArgs};
+use zcio::Res;
+
+/// `zcio peer`: the receiving process of a transfer.
+pub fn peer(a: PeerArgs) -> Res<()> {
+    zcio::transfer::peer(&a.connect)
+}
+
+/// `zcio frame-stage`: a relay or the display of the frame experiment.
+pub fn frame_stage(a: FrameStageArgs) -> Res<()> {
+    zcio::lab::sequoia::containers::measure::stage(
+        &a.variant,
+        &a.listen,
+        a.to.as_deref(),
+        a.release.as_deref(),
+    )
+}
+
+/// `zcio iceoryx2-sink`: the iceoryx2 contender's receiving process.
+pub fn iceoryx2_sink(a: Iceoryx2SinkArgs) -> Res<()> {
+    zcio::lab::fbufs::iceoryx::sink(&a.connect, &a.service, &a.touch, a.bytes, a.messages)
+}
