@@ -6,7 +6,7 @@ use zcio_genie::{InputBuffering, Semantics};
 use zcio_vm::{MapOptions, Mapping, page_size};
 
 mod common;
-use common::{bounded, forced_pair};
+use common::{bounded, forced_pair, recv_copy};
 
 /// In the child: wait for the parent's word that its input completed, then report (one byte:
 /// 1 = the buffer still holds the old bytes, 0 = it shows the input) and leave at once. Only
@@ -98,13 +98,7 @@ fn child_uses_zcio(parent_runtime: usize, buf: zcio_vm::RawRange) -> i32 {
             return 2; // the child did not get the VM path
         }
         m.as_mut_slice().fill(0xA5); // overwrite during output: TCOW in the child
-        let mut got = vec![0u8; len];
-        rx.recv(
-            Semantics::EmulatedCopy,
-            &mut got,
-            InputBuffering::EarlyDemux,
-        )
-        .unwrap();
+        let got = recv_copy(&mut rx, len);
         tx.wait(t).unwrap();
         if got.iter().any(|&b| b != 0x5A) {
             return 3; // the receiver saw the overwrite

@@ -8,16 +8,10 @@ use zcio_vm::{MapOptions, Mapping, page_size};
 
 /// A profile that takes the VM paths from one page up (the calibrated one may say copy wins).
 mod common;
-use common::{bounded, forced_pair};
+use common::{bounded, fill, forced_pair, recv_copy};
 
 fn zero_copy_profile() -> &'static Profile {
     Profile::zero_copy()
-}
-
-fn fill(buf: &mut [u8], seed: u8) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(13).wrapping_add(seed);
-    }
 }
 
 #[test]
@@ -451,14 +445,7 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
             let before = rt.stats();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let receiver = std::thread::spawn(move || {
-                let mut got = vec![0u8; len];
-                rx.recv(
-                    Semantics::EmulatedCopy,
-                    &mut got,
-                    InputBuffering::EarlyDemux,
-                )
-                .unwrap();
-                done_tx.send(got).unwrap();
+                done_tx.send(recv_copy(&mut rx, len)).unwrap();
             });
             let (t, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
             // This thread writes every page, then waits: nobody else can reap the completion.

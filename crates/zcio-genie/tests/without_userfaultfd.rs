@@ -9,26 +9,30 @@
 
 use std::process::Command;
 use std::time::Duration;
-use zcio_genie::{InputBuffering, Semantics};
+use zcio_genie::Semantics;
 use zcio_vm::runtime::TcowMode;
 use zcio_vm::{MapOptions, Mapping, VmRuntime};
 
 mod common;
-use common::{bounded, forced_pair};
+use common::{bounded, fill, forced_pair, recv_copy};
 
 /// What a child prints when its scenario ran to the end.
 const DONE: &str = "scenario finished without userfaultfd";
 
-/// Run `scenario` in a child without userfaultfd (when this is the parent), or run it (when
-/// this is that child).
-fn without_userfaultfd(test: &str, scenario: impl FnOnce()) {
+/// Run `scenario` in a child without userfaultfd (when this is the parent), or run it there,
+/// failing if it has not finished within `limit` (when this is that child).
+fn without_userfaultfd(
+    test: &'static str,
+    limit: Duration,
+    scenario: impl FnOnce() + Send + 'static,
+) {
     if std::env::var("ZCIO_VM_DISABLE").is_ok_and(|v| v.split(',').any(|s| s == "uffd")) {
         assert_eq!(
             VmRuntime::get().capabilities().tcow,
             TcowMode::MprotectSleepOnWrite,
             "the runtime still uses userfaultfd"
         );
-        scenario();
+        bounded(test, limit, scenario);
         println!("{DONE}");
         return;
     }
@@ -48,12 +52,6 @@ fn without_userfaultfd(test: &str, scenario: impl FnOnce()) {
     );
 }
 
-fn fill(buf: &mut [u8], seed: u8) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(13).wrapping_add(seed);
-    }
-}
-
 /// The sending thread overwrites all of a 40 MiB emulated-copy output before it waits, and
 /// nobody else can reap the output's completion: the first write copies the range, every write
 /// goes on at once, and the receiver sees the data of the call.
@@ -61,60 +59,46 @@ fn fill(buf: &mut [u8], seed: u8) {
 fn a_single_threaded_overwrite_gets_a_copy_and_never_waits() {
     without_userfaultfd(
         "a_single_threaded_overwrite_gets_a_copy_and_never_waits",
+        Duration::from_secs(120),
         || {
-            bounded(
-                "overwrite without userfaultfd",
-                Duration::from_secs(120),
-                || {
-                    let rt = VmRuntime::get();
-                    let len = 40 << 20;
-                    let (mut tx, mut rx) = forced_pair();
-                    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
-                    let buf = m.as_mut_slice();
-                    fill(buf, 7);
-                    let want = buf.to_vec();
-                    let before = rt.stats();
-                    let receiver = std::thread::spawn(move || {
-                        let mut got = vec![0u8; len];
-                        rx.recv(
-                            Semantics::EmulatedCopy,
-                            &mut got,
-                            InputBuffering::EarlyDemux,
-                        )
-                        .unwrap();
-                        got
-                    });
-                    let (t, acc) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
-                    assert!(
-                        acc.path.to_string().contains("mprotect"),
-                        "the output was not write-protected in place: {}",
-                        acc.path
-                    );
-                    buf.fill(0xEE);
-                    let st = rt.stats();
-                    tx.wait(t).unwrap();
-                    let got = receiver.join().unwrap();
-                    let first = got.iter().zip(&want).position(|(a, b)| a != b);
-                    assert!(
-                        first.is_none(),
-                        "the receiver saw a write made after the call, first at byte {first:?}"
-                    );
-                    assert!(buf.iter().all(|&b| b == 0xEE), "the sender's own writes");
-                    assert_eq!(
-                        st.sleep_on_write, before.sleep_on_write,
-                        "a write waited for the output"
-                    );
-                    assert_eq!(
-                        st.tcow_copied_bytes - before.tcow_copied_bytes,
-                        len as u64,
-                        "the first write copies the whole protected range, once"
-                    );
-                    assert_eq!(
-                        (st.tcow_copies - before.tcow_copies) * zcio_vm::page_size() as u64,
-                        len as u64,
-                        "TCOW page copies against bytes"
-                    );
-                },
+            let rt = VmRuntime::get();
+            let len = 40 << 20;
+            let (mut tx, mut rx) = forced_pair();
+            let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+            let buf = m.as_mut_slice();
+            fill(buf, 7);
+            let want = buf.to_vec();
+            let before = rt.stats();
+            let receiver = std::thread::spawn(move || recv_copy(&mut rx, len));
+            let (t, acc) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            assert!(
+                acc.path.to_string().contains("mprotect"),
+                "the output was not write-protected in place: {}",
+                acc.path
+            );
+            buf.fill(0xEE);
+            let st = rt.stats();
+            tx.wait(t).unwrap();
+            let got = receiver.join().unwrap();
+            let first = got.iter().zip(&want).position(|(a, b)| a != b);
+            assert!(
+                first.is_none(),
+                "the receiver saw a write made after the call, first at byte {first:?}"
+            );
+            assert!(buf.iter().all(|&b| b == 0xEE), "the sender's own writes");
+            assert_eq!(
+                st.sleep_on_write, before.sleep_on_write,
+                "a write waited for the output"
+            );
+            assert_eq!(
+                st.tcow_copied_bytes - before.tcow_copied_bytes,
+                len as u64,
+                "the first write copies the whole protected range, once"
+            );
+            assert_eq!(
+                (st.tcow_copies - before.tcow_copies) * zcio_vm::page_size() as u64,
+                len as u64,
+                "TCOW page copies against bytes"
             );
         },
     );
@@ -127,75 +111,64 @@ fn a_single_threaded_overwrite_gets_a_copy_and_never_waits() {
 fn a_write_into_shared_memory_sleeps_until_the_output_completes() {
     without_userfaultfd(
         "a_write_into_shared_memory_sleeps_until_the_output_completes",
+        Duration::from_secs(60),
         || {
-            bounded(
-                "shared-memory write without userfaultfd",
-                Duration::from_secs(60),
-                || {
-                    let rt = VmRuntime::get();
-                    let len = 1 << 20;
-                    let fd = zcio_vm::mapping::memfd("zcio-test-shared", len).unwrap();
-                    // SAFETY: a fresh shared mapping of our memfd, unmapped at the end.
-                    let at = unsafe {
-                        libc::mmap(
-                            std::ptr::null_mut(),
-                            len,
-                            libc::PROT_READ | libc::PROT_WRITE,
-                            libc::MAP_SHARED,
-                            std::os::fd::AsRawFd::as_raw_fd(&fd),
-                            0,
-                        )
-                    };
-                    assert_ne!(at, libc::MAP_FAILED);
-                    let at = at as usize;
-                    // SAFETY: the mapping above, `len` bytes, used only through this slice
-                    // here and by the writer thread's one write, joined before the unmap.
-                    let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) };
-                    fill(buf, 3);
-                    let want = buf.to_vec();
-                    let (mut tx, mut rx) = forced_pair();
-                    let before = rt.stats();
-                    let (t, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
-                    let writer = std::thread::spawn(move || {
-                        // SAFETY: the mapping outlives this thread (joined below) and the main
-                        // thread does not touch it meanwhile; the write is the test's point.
-                        unsafe { std::ptr::write_volatile(at as *mut u8, 0xAB) };
-                    });
-                    // The writer is asleep in the handler before the output completes.
-                    let t0 = std::time::Instant::now();
-                    while rt.stats().sleep_on_write == before.sleep_on_write {
-                        assert!(
-                            t0.elapsed() < Duration::from_secs(20),
-                            "the write never faulted"
-                        );
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    let mut got = vec![0u8; len];
-                    rx.recv(
-                        Semantics::EmulatedCopy,
-                        &mut got,
-                        InputBuffering::EarlyDemux,
-                    )
-                    .unwrap();
-                    tx.wait(t).unwrap();
-                    writer.join().unwrap();
-                    assert_eq!(got, want, "the receiver saw a write made after the call");
-                    let st = rt.stats();
-                    assert!(
-                        st.sleep_on_write > before.sleep_on_write,
-                        "the write did not wait for the output"
-                    );
-                    assert_eq!(
-                        st.tcow_copied_bytes, before.tcow_copied_bytes,
-                        "shared memory was replaced by a copy"
-                    );
-                    let mut first = [0u8; 1];
-                    rustix::io::pread(&fd, &mut first, 0).unwrap();
-                    assert_eq!(first[0], 0xAB, "the write did not reach the file");
-                    // SAFETY: the mapping made above; nothing uses it any more.
-                    unsafe { libc::munmap(at as *mut libc::c_void, len) };
-                },
+            let rt = VmRuntime::get();
+            let len = 1 << 20;
+            let fd = zcio_vm::mapping::memfd("zcio-test-shared", len).unwrap();
+            // SAFETY: a fresh shared mapping of our memfd, unmapped at the end.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            let at = at as usize;
+            // SAFETY: the mapping above, `len` bytes, used only through this slice
+            // here and by the writer thread's one write, joined before the unmap.
+            let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) };
+            fill(buf, 3);
+            let want = buf.to_vec();
+            let (mut tx, mut rx) = forced_pair();
+            let before = rt.stats();
+            let (t, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            let writer = std::thread::spawn(move || {
+                // SAFETY: the mapping outlives this thread (joined below) and the main
+                // thread does not touch it meanwhile; the write is the test's point.
+                unsafe { std::ptr::write_volatile(at as *mut u8, 0xAB) };
+            });
+            // The writer is asleep in the handler before the output completes.
+            let t0 = std::time::Instant::now();
+            while rt.stats().sleep_on_write == before.sleep_on_write {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "the write never faulted"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let got = recv_copy(&mut rx, len);
+            tx.wait(t).unwrap();
+            writer.join().unwrap();
+            assert_eq!(got, want, "the receiver saw a write made after the call");
+            let st = rt.stats();
+            assert!(
+                st.sleep_on_write > before.sleep_on_write,
+                "the write did not wait for the output"
             );
+            assert_eq!(
+                st.tcow_copied_bytes, before.tcow_copied_bytes,
+                "shared memory was replaced by a copy"
+            );
+            let mut first = [0u8; 1];
+            rustix::io::pread(&fd, &mut first, 0).unwrap();
+            assert_eq!(first[0], 0xAB, "the write did not reach the file");
+            // SAFETY: the mapping made above; nothing uses it any more.
+            unsafe { libc::munmap(at as *mut libc::c_void, len) };
         },
     );
 }

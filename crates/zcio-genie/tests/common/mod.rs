@@ -31,3 +31,24 @@ pub fn bounded<F: FnOnce() + Send + 'static>(what: &str, limit: Duration, f: F) 
         Err(_) => panic!("{what}: not finished after {limit:?}: hung"),
     }
 }
+
+/// A recognizable pattern: byte `i` is `13 i + seed` (mod 256).
+#[allow(dead_code)] // not every test file fills buffers this way
+pub fn fill(buf: &mut [u8], seed: u8) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(13).wrapping_add(seed);
+    }
+}
+
+/// Receive one emulated-copy message of `len` bytes (early demultiplexing) into a new buffer.
+#[allow(dead_code)] // not every test file receives this way
+pub fn recv_copy(rx: &mut MemnetEndpoint, len: usize) -> Vec<u8> {
+    let mut got = vec![0u8; len];
+    rx.recv(
+        zcio_genie::Semantics::EmulatedCopy,
+        &mut got,
+        zcio_genie::InputBuffering::EarlyDemux,
+    )
+    .unwrap();
+    got
+}
