@@ -91,9 +91,8 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         .arg(&sock_path)
         .spawn()
         .context("start the receiving process")?;
-    let (mut ctl, _) = listener
-        .accept()
-        .context("the receiving process's connection")?;
+    let mut ctl =
+        accept_from(&listener, &mut child).context("the receiving process's connection")?;
     send_frame(&mut ctl, &serde_json::to_vec(a)?).context("hand the receiver its arguments")?;
     let mut out = open_output(a, &ctl).with_context(|| format!("open the {} module", a.module))?;
     let sent = send_all(a, &mut out, &mut ctl)?;
@@ -110,6 +109,37 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
         return Err(format!("receiver: {e} (exit status: {status})").into());
     }
     Ok(result(a, sent, report))
+}
+
+/// The connection of the process `child` on `listener`; an error, rather than a wait forever,
+/// if the process ends before it connects.
+fn accept_from(listener: &UnixListener, child: &mut std::process::Child) -> Res<UnixStream> {
+    listener.set_nonblocking(true)?;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(
+                format!("the receiving process ended ({status}) before it connected").into(),
+            );
+        }
+        let mut fds = [rustix::event::PollFd::new(
+            listener,
+            rustix::event::PollFlags::IN,
+        )];
+        let tick = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 20_000_000,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&tick));
+    }
 }
 
 /// The sender's end of the module, the receiver's handed over the control connection.
@@ -246,4 +276,45 @@ fn result(a: &TransferArgs, sent: Sent, report: PeerReport) -> serde_json::Value
         "receiver_after_last": report.vma_last,
     });
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accept_from;
+    use std::os::unix::net::{UnixListener, UnixStream};
+
+    #[test]
+    fn a_receiver_that_ends_before_it_connects_is_an_error_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(dir.path().join("ctl")).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let t0 = std::time::Instant::now();
+        let e = accept_from(&listener, &mut child).unwrap_err().to_string();
+        assert!(
+            e.contains("ended") && e.contains("before it connected"),
+            "{e}"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_receiver_that_connects_is_accepted_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl");
+        let listener = UnixListener::bind(&path).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let client = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            UnixStream::connect(path).unwrap()
+        });
+        let s = accept_from(&listener, &mut child).unwrap();
+        let _c = client.join().unwrap();
+        let flags = rustix::fs::fcntl_getfl(&s).unwrap();
+        assert!(!flags.contains(rustix::fs::OFlags::NONBLOCK));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
