@@ -257,15 +257,38 @@ pub struct UioSection {
     pub fio_failed: Vec<String>,
 }
 
-/// CPU seconds (user, system) of this process so far, from `/proc/self/stat`.
-fn process_cpu() -> (f64, f64) {
+/// This process's CPU so far: the total to the nanosecond, and the user and system clock
+/// ticks (`/proc/self/stat`) that say how it splits.
+#[derive(Debug, Clone, Copy)]
+struct CpuSample {
+    total_s: f64,
+    user_ticks: f64,
+    sys_ticks: f64,
+}
+
+fn process_cpu() -> CpuSample {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let after = s.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after.split_whitespace().collect();
-    let hz = rustix::param::clock_ticks_per_second() as f64;
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / hz;
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // After the command's ')': state is field 3, utime 14 and stime 15 (1-based in proc(5)).
-    (tick(11), tick(12))
+    CpuSample {
+        total_s: t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9,
+        user_ticks: tick(11),
+        sys_ticks: tick(12),
+    }
+}
+
+/// CPU seconds (user, system) between two samples: the exact total, split as the ticks
+/// between them split (a run shorter than a tick has none: all of it counts as user time).
+fn cpu_between(a: CpuSample, b: CpuSample) -> (f64, f64) {
+    let total = (b.total_s - a.total_s).max(0.0);
+    let (u, s) = (b.user_ticks - a.user_ticks, b.sys_ticks - a.sys_ticks);
+    if u + s <= 0.0 {
+        return (total, 0.0);
+    }
+    (total * u / (u + s), total * s / (u + s))
 }
 
 fn drop_cache(paths: &[PathBuf]) -> Res<()> {
@@ -359,7 +382,7 @@ fn run_queries(
     }
     Ok(Run {
         seconds,
-        cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+        cpu: cpu_between(cpu0, cpu1),
         requests: st.requests,
         bytes_copied: st.bytes_copied,
         bytes_fetched: st.bytes_fetched,
