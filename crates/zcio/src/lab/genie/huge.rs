@@ -222,6 +222,39 @@ fn answers(pts: &[Point], lengths: &[usize]) -> Answers {
     }
 }
 
+/// The 2 MiB series in three numbers, for the claims table: at the largest length, copy's
+/// latency over emulated copy's and the non-copy semantics' spread; and emulated copy over
+/// emulated share at its worst length (decided as the conclusions decide it).
+pub(super) struct HugeSummary {
+    /// The largest length measured.
+    pub largest: usize,
+    /// Copy over emulated copy there.
+    pub copy_over_ec: Option<f64>,
+    /// Slowest over fastest non-copy semantics there.
+    pub spread: Option<f64>,
+    /// Emulated copy over emulated share, the worst length.
+    pub ec_over_es_worst: Option<f64>,
+}
+
+/// The 2 MiB series' summary (`None` when it did not run).
+pub(super) fn summary(g: &GenieResults) -> Option<HugeSummary> {
+    let lengths = distinct_lengths(&g.huge);
+    let largest = *lengths.last()?;
+    let a = answers(&g.huge, &lengths);
+    let fast = a.ec_over_es_fast.len() == a.ec_over_es.len();
+    let ratios: Vec<f64> = if fast {
+        a.ec_over_es_fast.iter().map(|x| x.1).collect()
+    } else {
+        a.ec_over_es.iter().map(|x| x.1).collect()
+    };
+    Some(HugeSummary {
+        largest,
+        copy_over_ec: a.copy_over_ec,
+        spread: a.spread.map(|x| x.0),
+        ec_over_es_worst: ratios.into_iter().reduce(f64::max),
+    })
+}
+
 /// The paper's three conclusions answered at 2 MiB from the data, each beside the same
 /// answer on 4 KiB pages at the same lengths.
 pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
