@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
-/// A splice whose flows run on a thread of its own (see the [module](self)).
+/// A splice whose flows run on a thread of its own: paper 003's `SPLICE_OP_STARTFLOW` as the
+/// paper describes it, data routed "without user process intervention". The thread is this
+/// process's (Linux has no kernel-side splice loop), so its CPU time is the process's; what it
+/// runs is the in-kernel transfer a [`Splice`] makes.
 ///
 /// Flows started while one runs queue behind it; each completes in order with its own [`Flow`]
 /// or error. A flow that fails on the sink leaves its stranded bytes for the next flow, as a

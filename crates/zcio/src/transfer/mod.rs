@@ -216,6 +216,57 @@ pub fn zcio_command() -> Res<std::process::Command> {
     Ok(c)
 }
 
+/// Why a child process's connection did not come.
+#[derive(Debug)]
+pub enum NoConnection {
+    /// The process ended first, with this status (it is reaped).
+    Ended(std::process::ExitStatus),
+    /// The time allowed passed.
+    Stalled,
+    /// Accepting or waiting failed.
+    Io(std::io::Error),
+}
+
+/// The connection of the process `child` on `listener` (blocking, once made). The listener
+/// and the process are polled together, so that the process's end, or `stall` passing where
+/// one is given, ends the wait instead of a blocking `accept` waiting for good.
+pub fn accept_child(
+    listener: &std::os::unix::net::UnixListener,
+    mut child: Option<&mut std::process::Child>,
+    stall: Option<std::time::Duration>,
+) -> Result<std::os::unix::net::UnixStream, NoConnection> {
+    listener.set_nonblocking(true).map_err(NoConnection::Io)?;
+    let t0 = std::time::Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(NoConnection::Io)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(NoConnection::Io(e)),
+        }
+        if let Some(c) = child.as_mut()
+            && let Some(status) = c.try_wait().map_err(NoConnection::Io)?
+        {
+            return Err(NoConnection::Ended(status));
+        }
+        if stall.is_some_and(|d| t0.elapsed() > d) {
+            return Err(NoConnection::Stalled);
+        }
+        let mut fds = [rustix::event::PollFd::new(
+            listener,
+            rustix::event::PollFlags::IN,
+        )];
+        let tick = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 2_000_000,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&tick));
+    }
+}
+
 /// The paths taken, message by message, as `{"output": {path: messages}, "input": {...}}`:
 /// the path of the first message alone (`path`) can hide a fallback later ones took.
 fn paths_json(out: &PathTally, inp: &PathTally) -> serde_json::Value {

@@ -111,34 +111,16 @@ pub fn run_peer(a: &TransferArgs) -> Res<serde_json::Value> {
     Ok(result(a, sent, report))
 }
 
-/// The connection of the process `child` on `listener`; an error, rather than a wait forever,
-/// if the process ends before it connects.
+/// The receiving process's connection; an error naming its exit status, rather than a wait
+/// forever, if it ends before it connects.
 fn accept_from(listener: &UnixListener, child: &mut std::process::Child) -> Res<UnixStream> {
-    listener.set_nonblocking(true)?;
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.into()),
+    match super::accept_child(listener, Some(child), None) {
+        Ok(s) => Ok(s),
+        Err(super::NoConnection::Ended(status)) => {
+            Err(format!("the receiving process ended ({status}) before it connected").into())
         }
-        if let Some(status) = child.try_wait()? {
-            return Err(
-                format!("the receiving process ended ({status}) before it connected").into(),
-            );
-        }
-        let mut fds = [rustix::event::PollFd::new(
-            listener,
-            rustix::event::PollFlags::IN,
-        )];
-        let tick = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 20_000_000,
-        };
-        let _ = rustix::event::poll(&mut fds, Some(&tick));
+        Err(super::NoConnection::Stalled) => Err("the receiving process did not connect".into()),
+        Err(super::NoConnection::Io(e)) => Err(e.into()),
     }
 }
 

@@ -54,7 +54,7 @@
 
 pub use crate::lab::fbufs::bench::Fault;
 use crate::lab::fbufs::bench::{Mismatch, Record, Said, Touch, fill, stamp};
-use crate::transfer::{Res, zcio_command};
+use crate::transfer::{NoConnection, Res, zcio_command};
 use iceoryx2::port::update_connections::UpdateConnections;
 use iceoryx2::port::{BackpressureAction, BackpressureInfo};
 use iceoryx2::prelude::*;
@@ -286,27 +286,14 @@ impl Drop for Receiver {
 
 /// Accept the receiver's connection, unless its process ends first or [`STALL`] passes.
 fn accept(listener: &UnixListener, rx: &mut Receiver) -> Res<UnixStream> {
-    listener.set_nonblocking(true)?;
-    let t0 = Instant::now();
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e.into()),
-        }
-        if let Some(c) = rx.0.as_mut()
-            && let Some(s) = c.try_wait()?
-        {
+    match crate::transfer::accept_child(listener, rx.0.as_mut(), Some(STALL)) {
+        Ok(s) => Ok(s),
+        Err(NoConnection::Ended(s)) => {
             rx.0 = None;
-            return Err(format!("{} before connecting", rx.ended(s)).into());
+            Err(format!("{} before connecting", rx.ended(s)).into())
         }
-        if t0.elapsed() > STALL {
-            return Err("the iceoryx2 receiver process did not connect".into());
-        }
-        std::thread::sleep(Duration::from_millis(2));
+        Err(NoConnection::Stalled) => Err("the iceoryx2 receiver process did not connect".into()),
+        Err(NoConnection::Io(e)) => Err(e.into()),
     }
 }
 
