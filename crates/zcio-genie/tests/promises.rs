@@ -8,7 +8,7 @@ use zcio_vm::{MapOptions, Mapping, page_size};
 
 /// A profile that takes the VM paths from one page up (the calibrated one may say copy wins).
 mod common;
-use common::{bounded, fill, forced_pair, recv_copy};
+use common::{bounded, fill, filled, forced_pair, recv_copy};
 
 fn zero_copy_profile() -> &'static Profile {
     Profile::zero_copy()
@@ -438,10 +438,8 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
         || {
             let len = 40 << 20;
             let (mut tx, mut rx) = forced_pair();
-            let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+            let (mut m, want) = filled(len, 7);
             let buf = m.as_mut_slice();
-            fill(buf, 7);
-            let want = buf.to_vec();
             let before = rt.stats();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let receiver = std::thread::spawn(move || {

@@ -11,10 +11,10 @@ use std::process::Command;
 use std::time::Duration;
 use zcio_genie::Semantics;
 use zcio_vm::runtime::TcowMode;
-use zcio_vm::{MapOptions, Mapping, VmRuntime};
+use zcio_vm::VmRuntime;
 
 mod common;
-use common::{bounded, fill, forced_pair, recv_copy};
+use common::{bounded, fill, filled, forced_pair, recv_copy};
 
 /// What a child prints when its scenario ran to the end.
 const DONE: &str = "scenario finished without userfaultfd";
@@ -64,10 +64,8 @@ fn a_single_threaded_overwrite_gets_a_copy_and_never_waits() {
             let rt = VmRuntime::get();
             let len = 40 << 20;
             let (mut tx, mut rx) = forced_pair();
-            let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+            let (mut m, want) = filled(len, 7);
             let buf = m.as_mut_slice();
-            fill(buf, 7);
-            let want = buf.to_vec();
             let before = rt.stats();
             let receiver = std::thread::spawn(move || recv_copy(&mut rx, len));
             let (t, acc) = tx.send(Semantics::EmulatedCopy, buf).unwrap();

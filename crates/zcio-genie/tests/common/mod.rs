@@ -40,6 +40,15 @@ pub fn fill(buf: &mut [u8], seed: u8) {
     }
 }
 
+/// `len` bytes of fresh anonymous memory filled with [`fill`]'s pattern, and a copy of them.
+#[allow(dead_code)] // not every test file fills buffers this way
+pub fn filled(len: usize, seed: u8) -> (zcio_vm::Mapping, Vec<u8>) {
+    let mut m = zcio_vm::Mapping::anonymous(len, zcio_vm::MapOptions::default()).unwrap();
+    fill(m.as_mut_slice(), seed);
+    let want = m.as_slice().to_vec();
+    (m, want)
+}
+
 /// Receive one emulated-copy message of `len` bytes (early demultiplexing) into a new buffer.
 #[allow(dead_code)] // not every test file receives this way
 pub fn recv_copy(rx: &mut MemnetEndpoint, len: usize) -> Vec<u8> {
