@@ -10,8 +10,8 @@
 use std::process::Command;
 use std::time::Duration;
 use zcio_genie::Semantics;
-use zcio_vm::runtime::TcowMode;
 use zcio_vm::VmRuntime;
+use zcio_vm::runtime::TcowMode;
 
 mod common;
 use common::{bounded, fill, filled, forced_pair, recv_copy};

@@ -53,6 +53,20 @@ fn layer(initiation: Initiation, translation: Translation, entries: u32) -> Opti
 /// A chunk's number and bytes, as a handler got them.
 type Chunk = (u64, Vec<u8>);
 
+/// A handler that keeps each completion's argument and bytes (failing on an error), and what
+/// it kept.
+fn collecting(uio: &Uio) -> (HandlerId, Arc<Mutex<Vec<Chunk>>>) {
+    let got: Arc<Mutex<Vec<Chunk>>> = Arc::default();
+    let g = got.clone();
+    let h = uio.handler(move |c| {
+        assert!(c.error.is_none(), "{:?}", c.error);
+        g.lock()
+            .unwrap()
+            .push((c.record.argument, c.data().to_vec()));
+    });
+    (h, got)
+}
+
 /// A malformed record: its argument, how it is spoiled, and what the error must say.
 type Case = (u64, Box<dyn Fn(&mut Request)>, &'static str);
 
@@ -119,14 +133,7 @@ fn reads_are_byte_exact_for_every_initiation_and_translation() {
         if let Some(why) = uio.buffered_because(target) {
             eprintln!("{why}");
         }
-        let got: Arc<Mutex<Vec<Chunk>>> = Arc::default();
-        let g = got.clone();
-        let h = uio.handler(move |c| {
-            assert!(c.error.is_none(), "{:?}", c.error);
-            g.lock()
-                .unwrap()
-                .push((c.record.argument, c.data().to_vec()));
-        });
+        let (h, got) = collecting(&uio);
         let chunk = 64 << 10;
         let mut sent = 0;
         let n = data.len() / chunk;
@@ -559,4 +566,54 @@ fn a_refused_submission_is_an_error_that_question_mark_carries() {
         free,
         "the buffer came back with the error's end"
     );
+}
+
+/// Asynchronous delivery: the completion descriptor turns readable when the device completes
+/// a request (not before), and the handler runs at the next poll after it, with the bytes.
+#[test]
+fn the_completion_descriptor_turns_readable_when_a_request_completes() {
+    let readable = |fd: std::os::fd::BorrowedFd<'_>, ms: i64| {
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let t = rustix::event::Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: (ms % 1000) * 1_000_000,
+        };
+        rustix::event::poll(&mut fds, Some(&t)).unwrap() == 1
+    };
+    let (_d, path, data) = data_file(1 << 20);
+    for (i, t) in ALL {
+        let Some(uio) = layer(i, t, 8) else { continue };
+        let target = uio.open(&path, false).unwrap();
+        let fd = uio.completion_fd().unwrap();
+        assert_eq!(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            std::os::fd::AsRawFd::as_raw_fd(&uio.completion_fd().unwrap()),
+            "one descriptor per layer"
+        );
+        assert!(!readable(fd, 0), "{i:?} {t:?}: readable before any request");
+        let (h, got) = collecting(&uio);
+        let buf = uio.buffer().unwrap();
+        let rec = Request::new(Opcode::Read, target, 65536, buf.addr(), 65536, h, 7);
+        uio.submit(rec, buf).unwrap();
+        assert!(
+            readable(fd, 10_000),
+            "{i:?} {t:?}: no signal within 10 s of the request"
+        );
+        assert_eq!(rustix::io::read(fd, &mut [0u8; 8]).unwrap(), 8);
+        let mut ran = 0;
+        while ran == 0 {
+            ran = uio.poll();
+        }
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 1, "{i:?} {t:?}");
+        assert_eq!(got[0].0, 7);
+        assert!(got[0].1 == data[65536..131072], "{i:?} {t:?}: other bytes");
+        assert!(
+            !readable(fd, 0),
+            "{i:?} {t:?}: still readable once acknowledged"
+        );
+    }
 }

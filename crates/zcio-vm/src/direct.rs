@@ -25,7 +25,7 @@ use crate::error::{Result, VmError};
 use crate::mapping::{MapOptions, Mapping};
 use crate::page::page_size;
 use io_uring::{IoUring, opcode, squeue, types};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 struct Region {
@@ -292,6 +292,15 @@ impl DirectRing {
             cq_capacity,
             stats: RingStats::default(),
         })
+    }
+
+    /// Have the kernel signal the eventfd `fd` each time it posts a completion
+    /// (`IORING_REGISTER_EVENTFD`): one per ring.
+    pub fn register_eventfd(&mut self, fd: BorrowedFd<'_>) -> Result<()> {
+        self.uring
+            .submitter()
+            .register_eventfd(fd.as_raw_fd())
+            .map_err(|e| VmError::sys("io_uring_register(eventfd)", e))
     }
 
     /// Whether a polling kernel thread initiates requests.

@@ -171,6 +171,8 @@ pub struct Uio {
     delivered: AtomicU64,
     wait_enters: AtomicU64,
     sequence: AtomicU64,
+    /// The eventfd the ring signals on every completion, once asked for.
+    events: std::sync::OnceLock<OwnedFd>,
 }
 
 impl std::fmt::Debug for Uio {
@@ -211,6 +213,7 @@ impl Uio {
             delivered: AtomicU64::new(0),
             wait_enters: AtomicU64::new(0),
             sequence: AtomicU64::new(0),
+            events: std::sync::OnceLock::new(),
         })
     }
 
@@ -557,6 +560,32 @@ impl Uio {
             }
         }
         n
+    }
+
+    /// Asynchronous delivery: a descriptor that turns readable when the device completes a
+    /// request (an eventfd the ring signals on every completion), to wait on with `poll`,
+    /// `epoll` or another ring beside the application's other descriptors instead of
+    /// blocking in [`Uio::wait`]. On wake-up, read it (8 bytes, which acknowledges every
+    /// completion signalled so far) and call [`Uio::poll`] on the issuing thread, which runs
+    /// that thread's handlers. Completions go to the thread that issued them, so an event
+    /// loop waits on the descriptor of a layer whose requests it issues itself.
+    pub fn completion_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>, UioError> {
+        use std::os::fd::AsFd;
+        if let Some(fd) = self.events.get() {
+            return Ok(fd.as_fd());
+        }
+        // Made and registered under the ring's lock: one eventfd per ring.
+        let mut inner = self.inner.lock().expect("ring");
+        if self.events.get().is_none() {
+            let flags =
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK;
+            let fd = rustix::event::eventfd(0, flags)
+                .map_err(|e| UioError::Device(std::io::Error::from(e)))?;
+            inner.ring.register_eventfd(fd.as_fd())?;
+            let _ = self.events.set(fd);
+        }
+        drop(inner);
+        Ok(self.events.get().expect("set above").as_fd())
     }
 
     /// Reap what has completed (if no other thread is reaping) and run this thread's
