@@ -68,12 +68,10 @@ pub struct DelegatedSplice {
 }
 
 impl DelegatedSplice {
-    /// `splice(source, sink)` with its own thread. The pair is checked here (the errors of
-    /// [`Splice::new`]); nothing moves until [`DelegatedSplice::start_flow`].
+    /// `splice(source, sink)` with its own thread, which sets the splice up before this
+    /// returns (the errors of [`Splice::new`]); nothing moves until
+    /// [`DelegatedSplice::start_flow`].
     pub fn new(source: OwnedFd, sink: OwnedFd) -> Result<Self, SpliceError> {
-        let probe = Splice::new(source.as_fd(), sink.as_fd())?;
-        let (mechanism, why) = (probe.mechanism(), probe.why());
-        drop(probe);
         let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK | EventfdFlags::SEMAPHORE;
         let done =
             Arc::new(
@@ -85,14 +83,27 @@ impl DelegatedSplice {
         let moved = Arc::new(AtomicU64::new(0));
         let (orders, inbox) = mpsc::channel::<Increment>();
         let (outbox, results) = mpsc::channel();
+        let (ready_tx, ready) = mpsc::sync_channel(1);
         let (done2, moved2) = (Arc::clone(&done), Arc::clone(&moved));
         std::thread::Builder::new()
             .name("zcio-splice".into())
-            .spawn(move || carry(source, sink, inbox, outbox, &done2, &moved2))
+            .spawn(move || {
+                // The splice is set up once, here, where it lives; the caller learns how.
+                let splice = match Splice::new(source.as_fd(), sink.as_fd()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok((splice.mechanism(), splice.why())));
+                carry(splice, inbox, outbox, &done2, &moved2);
+            })
             .map_err(|e| SpliceError::Descriptor {
                 which: "splice thread",
                 source: e,
             })?;
+        let (mechanism, why) = ready.recv().map_err(|_| SpliceError::ThreadGone)??;
         Ok(DelegatedSplice {
             orders: Some(orders),
             results,
@@ -194,24 +205,12 @@ impl Drop for DelegatedSplice {
 
 /// The splice's thread: carry each flow ordered, report it, count it on the eventfd.
 fn carry(
-    source: OwnedFd,
-    sink: OwnedFd,
+    mut splice: Splice<'_>,
     inbox: mpsc::Receiver<Increment>,
     outbox: mpsc::Sender<Result<Flow, SpliceError>>,
     done: &OwnedFd,
     moved: &AtomicU64,
 ) {
-    let mut splice = match Splice::new(source.as_fd(), sink.as_fd()) {
-        Ok(s) => s,
-        Err(e) => {
-            // Checked by `new` already; report it to the first flow all the same.
-            if inbox.recv().is_ok() {
-                let _ = rustix::io::write(done, &1u64.to_ne_bytes());
-                let _ = outbox.send(Err(e));
-            }
-            return;
-        }
-    };
     while let Ok(increment) = inbox.recv() {
         let r = splice.start_flow(increment);
         moved.store(splice.moved(), Ordering::Relaxed);
