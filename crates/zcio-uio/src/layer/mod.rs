@@ -580,7 +580,7 @@ impl Uio {
             let flags =
                 rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK;
             let fd = rustix::event::eventfd(0, flags)
-                .map_err(|e| UioError::Device(std::io::Error::from(e)))?;
+                .map_err(|e| zcio_vm::VmError::sys("eventfd(completions)", e.into()))?;
             inner.ring.register_eventfd(fd.as_fd())?;
             let _ = self.events.set(fd);
         }
