@@ -175,6 +175,21 @@ struct Answers {
     ec_over_es_fast: Vec<(usize, f64, f64, f64)>,
 }
 
+impl Answers {
+    /// Whether the fast modes decide (every length has one), and the emulated copy over
+    /// emulated share ratios that decide: the fast modes' where they do (the host's wake-ups
+    /// and competing processes land on either semantics at random), else all messages'.
+    fn deciding_ec_over_es(&self) -> (bool, Vec<f64>) {
+        let fast = self.ec_over_es_fast.len() == self.ec_over_es.len();
+        let ratios = if fast {
+            self.ec_over_es_fast.iter().map(|x| x.1).collect()
+        } else {
+            self.ec_over_es.iter().map(|x| x.1).collect()
+        };
+        (fast, ratios)
+    }
+}
+
 fn answers(pts: &[Point], lengths: &[usize]) -> Answers {
     let mut crossover = None;
     for &b in lengths.iter().rev() {
@@ -241,12 +256,7 @@ pub(super) fn summary(g: &GenieResults) -> Option<HugeSummary> {
     let lengths = distinct_lengths(&g.huge);
     let largest = *lengths.last()?;
     let a = answers(&g.huge, &lengths);
-    let fast = a.ec_over_es_fast.len() == a.ec_over_es.len();
-    let ratios: Vec<f64> = if fast {
-        a.ec_over_es_fast.iter().map(|x| x.1).collect()
-    } else {
-        a.ec_over_es.iter().map(|x| x.1).collect()
-    };
+    let (_, ratios) = a.deciding_ec_over_es();
     Some(HugeSummary {
         largest,
         copy_over_ec: a.copy_over_ec,
@@ -318,14 +328,7 @@ pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    // The verdict is the fast modes' where every length has one: the host's wake-ups and
-    // competing processes land on either semantics at random.
-    let fast = huge.ec_over_es_fast.len() == huge.ec_over_es.len();
-    let ratios: Vec<f64> = if fast {
-        huge.ec_over_es_fast.iter().map(|x| x.1).collect()
-    } else {
-        huge.ec_over_es.iter().map(|x| x.1).collect()
-    };
+    let (fast, ratios) = huge.deciding_ec_over_es();
     let worst = ratios.iter().copied().fold(f64::NAN, f64::max);
     let fast_list = huge
         .ec_over_es_fast

@@ -282,10 +282,12 @@ fn kernel_cpu_table(u: &UioSection) -> Block {
                 // A share only of CPU time that holds the estimate (the parts are estimated
                 // from primitives, the whole measured).
                 let pc = |v: f64| {
-                    if x.cpu_s > 0.0 && v <= x.cpu_s {
+                    if v > x.cpu_s {
+                        format!("{v:.3} s (more than the CPU measured)")
+                    } else if x.cpu_s > 0.0 {
                         format!("{:.3} s ({:.0} %)", v, 100.0 * v / x.cpu_s)
                     } else {
-                        format!("{v:.3} s (more than the CPU measured)")
+                        format!("{v:.3} s")
                     }
                 };
                 vec![
