@@ -4,11 +4,15 @@
 //!   (the ABI edge with SQLite; this crate's only `unsafe`).
 //! - [`readahead`]: the sequential read-ahead those reads use: large `O_DIRECT` requests in
 //!   flight into the layer's buffers, pages copied out to the engine.
+//! - [`pool`]: the engine's own buffer pool, chunks kept in the layer's buffers across reads
+//!   and connections.
 //! - [`tables`]: the Wisconsin `tenk1` tables and the paper's scan query.
 
+pub mod pool;
 pub mod readahead;
 pub mod tables;
 pub mod vfs;
 
+pub use pool::{BufferPool, PoolStats};
 pub use readahead::ReadStats;
 pub use vfs::UioVfs;

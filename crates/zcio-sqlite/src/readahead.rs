@@ -8,6 +8,7 @@
 //! window stays. The file's first chunk is kept, for the header reads SQLite makes again and
 //! again.
 
+use crate::pool::{BufferPool, FileId};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -36,6 +37,10 @@ pub struct ReadStats {
     pub bytes_fetched: u64,
     /// Reads behind the window, made on their own (the window stays).
     pub side_reads: u64,
+    /// Chunks found in the engine's buffer pool ([`crate::pool::BufferPool`]): no request.
+    pub pool_hits: u64,
+    /// Bytes those chunks held.
+    pub bytes_pooled: u64,
 }
 
 impl ReadStats {
@@ -50,6 +55,8 @@ impl ReadStats {
         self.restarts += o.restarts;
         self.bytes_fetched += o.bytes_fetched;
         self.side_reads += o.side_reads;
+        self.pool_hits += o.pool_hits;
+        self.bytes_pooled += o.bytes_pooled;
     }
 }
 
@@ -74,7 +81,8 @@ fn take_done(token: u64) -> Option<Completion> {
 
 enum State {
     InFlight(u64),
-    Ready(Completion),
+    /// Read: the completion that filled it, shared with the buffer pool if there is one.
+    Ready(Arc<Completion>),
 }
 
 struct Chunk {
@@ -111,6 +119,10 @@ pub struct ReadAhead {
     /// Where the last read ended: a miss there means the reader streams on from it.
     last_end: u64,
     abandoned: Vec<u64>,
+    /// The engine's buffer pool and this file's identity in it, if reads go through one.
+    pool: Option<(Arc<BufferPool>, FileId)>,
+    /// Pooled chunks outside the window holding pages the engine reads in place.
+    pool_pins: Vec<Arc<Completion>>,
     stats: ReadStats,
 }
 
@@ -142,11 +154,24 @@ impl ReadAhead {
             next: 0,
             last_end: u64::MAX,
             abandoned: Vec::new(),
+            pool: None,
+            pool_pins: Vec::new(),
             stats: ReadStats {
                 files: 1,
                 ..ReadStats::default()
             },
         })
+    }
+
+    /// Read through `pool`: chunks it holds are not read again, and chunks read are put in
+    /// it. The file is known to the pool by its identity now (see [`FileId`]).
+    pub fn with_pool(mut self, pool: Arc<BufferPool>, path: &Path) -> Result<Self, UioError> {
+        let id = FileId::of(path).map_err(|e| UioError::Open {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        self.pool = Some((pool, id));
+        Ok(self)
     }
 
     /// What it did so far (its file counted once).
@@ -219,8 +244,8 @@ impl ReadAhead {
 
     /// The address of `len` bytes at `off` in a buffer a transfer filled, for the engine to
     /// read in place (no copy), pinned until [`ReadAhead::unfetch`]; `None` where they are not
-    /// within one chunk of the window at the reader's position (the engine then reads them
-    /// with a copy). The memory stays valid and unchanged while pinned: the chunk is neither
+    /// within one chunk of the window at the reader's position, nor, with a pool, in a pooled
+    /// chunk (the engine then reads them with a copy). The memory stays valid and unchanged while pinned: the chunk is neither
     /// dropped nor refilled.
     pub fn fetch(&mut self, off: u64, len: usize) -> Result<Option<usize>, UioError> {
         let end = off.saturating_add(len as u64);
@@ -235,10 +260,10 @@ impl ReadAhead {
                 self.restart(off)?;
                 match self.find(off) {
                     Some(Some(i)) if inside(&self.window[i]) => Some(i),
-                    _ => return Ok(None),
+                    _ => return Ok(self.fetch_pooled(off, len)),
                 }
             }
-            _ => return Ok(None),
+            _ => return Ok(self.fetch_pooled(off, len)),
         };
         let c = self.ready_chunk(at)?;
         let from = (off - c.off) as usize;
@@ -280,6 +305,11 @@ impl ReadAhead {
             if self.pinned[i].pins == 0 {
                 self.pinned.swap_remove(i);
             }
+        } else if let Some(i) = self.pool_pins.iter().position(|d| {
+            let base = d.data().as_ptr() as usize;
+            base <= addr && addr < base + d.data().len()
+        }) {
+            self.pool_pins.swap_remove(i);
         }
     }
 
@@ -324,8 +354,11 @@ impl ReadAhead {
             .min(start + self.chunk as u64)
             .next_multiple_of(4096)
             .min(self.size);
+        if let Some(n) = self.side_read_pooled(dst, off, pos, end)? {
+            return Ok(n);
+        }
         let buf = loop {
-            match self.uio.buffer() {
+            match self.take_buffer() {
                 Some(b) => break b,
                 None => self.await_buffer()?,
             }
@@ -351,6 +384,104 @@ impl ReadAhead {
         dst[into..into + n].copy_from_slice(&c.data()[from..from + n]);
         self.stats.bytes_copied += n as u64;
         Ok(n)
+    }
+
+    /// The pooled chunk at `off` if it holds `len` bytes (counted as a pool hit).
+    fn pooled(&mut self, off: u64, len: usize) -> Option<Arc<Completion>> {
+        let (pool, id) = self.pool.as_ref()?;
+        let hit = pool.get(*id, off).filter(|c| c.data().len() == len)?;
+        self.stats.pool_hits += 1;
+        self.stats.bytes_pooled += len as u64;
+        Some(hit)
+    }
+
+    /// A free buffer of the layer; with a pool, one it gives back if none is free.
+    fn take_buffer(&self) -> Option<zcio_vm::direct::IoBuf> {
+        if let Some(b) = self.uio.buffer() {
+            return Some(b);
+        }
+        let (pool, _) = self.pool.as_ref()?;
+        while pool.evict_one() {
+            if let Some(b) = self.uio.buffer() {
+                return Some(b);
+            }
+        }
+        None
+    }
+
+    /// With a pool: the chunk that holds `pos`, from the pool, or read whole with one blocking
+    /// request and put in it; the bytes copied from it into `dst` (`None` without a pool).
+    fn side_read_pooled(
+        &mut self,
+        dst: &mut [u8],
+        off: u64,
+        pos: u64,
+        end: u64,
+    ) -> Result<Option<usize>, UioError> {
+        let Some((pool, id)) = self.pool.clone() else {
+            return Ok(None);
+        };
+        let start = pos - pos % self.chunk as u64;
+        let len = (self.chunk as u64).min(self.size - start) as usize;
+        let c = match self.pooled(start, len) {
+            Some(c) => c,
+            None => {
+                let buf = loop {
+                    match self.take_buffer() {
+                        Some(b) => break b,
+                        None => self.await_buffer()?,
+                    }
+                };
+                let read_len = (len as u64).next_multiple_of(4096) as u32;
+                let mut c = self
+                    .uio
+                    .read_blocking(self.target, start, buf, 0, read_len)?;
+                if let Some(e) = c.error.take() {
+                    return Err(e);
+                }
+                self.stats.side_reads += 1;
+                self.stats.requests += 1;
+                self.stats.bytes_transferred += read_len as u64;
+                let c = Arc::new(c);
+                if c.data().len() == len {
+                    pool.insert(id, start, c.clone());
+                }
+                c
+            }
+        };
+        let from = (pos - start) as usize;
+        let n = c
+            .data()
+            .len()
+            .saturating_sub(from)
+            .min((end - pos) as usize);
+        if n == 0 {
+            return Err(UioError::PastEnd {
+                offset: pos,
+                length: (end - pos) as u32,
+                size: self.size,
+            });
+        }
+        let into = (pos - off) as usize;
+        dst[into..into + n].copy_from_slice(&c.data()[from..from + n]);
+        self.stats.bytes_copied += n as u64;
+        Ok(Some(n))
+    }
+
+    /// With a pool: the address of `len` bytes at `off` in the pooled chunk that holds them,
+    /// pinned until [`ReadAhead::unfetch`].
+    fn fetch_pooled(&mut self, off: u64, len: usize) -> Option<usize> {
+        let start = off - off % self.chunk as u64;
+        let chunk_len = (self.chunk as u64).min(self.size - start) as usize;
+        let from = (off - start) as usize;
+        if from + len > chunk_len {
+            return None;
+        }
+        let c = self.pooled(start, chunk_len)?;
+        let addr = c.data().as_ptr() as usize + from;
+        self.pool_pins.push(c);
+        self.stats.bytes_fetched += len as u64;
+        Some(addr)
     }
 
     fn restart(&mut self, pos: u64) -> Result<(), UioError> {
@@ -390,8 +521,18 @@ impl ReadAhead {
 
     fn fill(&mut self) -> Result<(), UioError> {
         while self.window.len() < self.depth && self.next < self.size {
-            let Some(buf) = self.uio.buffer() else { break };
             let len = (self.chunk as u64).min(self.size - self.next) as usize;
+            if let Some(hit) = self.pooled(self.next, len) {
+                self.window.push_back(Chunk {
+                    off: self.next,
+                    len,
+                    state: State::Ready(hit),
+                    pins: 0,
+                });
+                self.next += len as u64;
+                continue;
+            }
+            let Some(buf) = self.take_buffer() else { break };
             let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
             let rec = Request::new(
                 Opcode::Read,
@@ -444,6 +585,13 @@ impl ReadAhead {
                 if let Some(e) = c.error.take() {
                     self.window.remove(i);
                     return Err(e);
+                }
+                let c = Arc::new(c);
+                let chunk = &self.window[i];
+                if let Some((pool, id)) = &self.pool
+                    && c.data().len() == chunk.len
+                {
+                    pool.insert(*id, chunk.off, c.clone());
                 }
                 self.window[i].state = State::Ready(c);
                 return Ok(());

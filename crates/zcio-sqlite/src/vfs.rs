@@ -13,6 +13,7 @@
 //! `xUnfetch` (the direct transfer into the application's buffer); otherwise, and for pages
 //! outside the window, `xRead` copies the page into SQLite's.
 
+use crate::pool::BufferPool;
 use crate::readahead::{ReadAhead, ReadStats};
 use rusqlite::ffi;
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ struct VfsCtx {
     /// Our copy of each `unix` method table we have seen, by its address.
     methods: Mutex<HashMap<usize, Box<ffi::sqlite3_io_methods>>>,
     stats: Arc<Mutex<ReadStats>>,
+    pool: Option<Arc<BufferPool>>,
 }
 
 /// A VFS registered with SQLite under a name, reading main databases through a layer.
@@ -40,6 +42,7 @@ pub struct UioVfs {
     vfs: *mut ffi::sqlite3_vfs,
     ctx: *mut VfsCtx,
     stats: Arc<Mutex<ReadStats>>,
+    pool: Option<Arc<BufferPool>>,
 }
 
 // SAFETY: the registered structures are only read by SQLite (which is thread-safe in its
@@ -78,6 +81,30 @@ impl UioVfs {
         chunk: usize,
         depth: usize,
     ) -> Result<UioVfs, VfsError> {
+        Self::register_with(name, uio, chunk, depth, None)
+    }
+
+    /// [`UioVfs::register`], the files' chunks kept in `pool` across reads and connections:
+    /// a chunk the pool holds is read from it, without a request. The pool's chunks occupy
+    /// the layer's buffers, so the layer needs `pool.capacity()` of them beside those the reads
+    /// in flight use.
+    pub fn register_pooled(
+        name: &str,
+        uio: Arc<Uio>,
+        chunk: usize,
+        depth: usize,
+        pool: Arc<BufferPool>,
+    ) -> Result<UioVfs, VfsError> {
+        Self::register_with(name, uio, chunk, depth, Some(pool))
+    }
+
+    fn register_with(
+        name: &str,
+        uio: Arc<Uio>,
+        chunk: usize,
+        depth: usize,
+        pool: Option<Arc<BufferPool>>,
+    ) -> Result<UioVfs, VfsError> {
         let name = CString::new(name).map_err(|_| VfsError::BadName)?;
         // SAFETY: a lookup by a valid C string; SQLite initializes itself if needed.
         let unix = unsafe { ffi::sqlite3_vfs_find(c"unix".as_ptr()) };
@@ -97,6 +124,7 @@ impl UioVfs {
             depth: depth.max(1),
             methods: Mutex::new(HashMap::new()),
             stats: stats.clone(),
+            pool: pool.clone(),
         }));
         let vfs = Box::into_raw(Box::new(ffi::sqlite3_vfs {
             szOsFile: (state_at + std::mem::size_of::<*mut FileState>()) as c_int,
@@ -121,12 +149,18 @@ impl UioVfs {
             vfs,
             ctx,
             stats,
+            pool,
         })
     }
 
     /// The name to open connections with.
     pub fn name(&self) -> &str {
         self.name.to_str().expect("made from a str")
+    }
+
+    /// The buffer pool its reads go through, if any.
+    pub fn pool(&self) -> Option<&BufferPool> {
+        self.pool.as_deref()
     }
 
     /// What the reads through this VFS did so far.
@@ -192,7 +226,11 @@ unsafe extern "C" fn x_open(
         Path::new(path),
         ctx.chunk,
         ctx.depth,
-    ) {
+    )
+    .and_then(|ra| match &ctx.pool {
+        Some(p) => ra.with_pool(p.clone(), Path::new(path)),
+        None => Ok(ra),
+    }) {
         Ok(ra) => ra,
         // Not through the layer: the file stays unix's, whole (the stats count it).
         Err(_) => {

@@ -1,0 +1,242 @@
+//! The engine's buffer pool on the layer: a second scan is served from the layer's buffers
+//! without a request, with the same rows; a pool smaller than the data evicts and stays exact;
+//! a pool holding every buffer gives them back to new reads; a changed file is read again; a
+//! page read in place keeps its buffer after the pool lets go of it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use zcio_sqlite::readahead::{self, ReadAhead};
+use zcio_sqlite::tables::{self, QueryResult};
+use zcio_sqlite::{BufferPool, UioVfs};
+use zcio_uio::{Config, Initiation, Translation, Uio};
+
+const CHUNK: usize = 64 << 10;
+
+fn layer(buffers: usize) -> Option<Arc<Uio>> {
+    match Uio::new(Config {
+        initiation: Initiation::Syscall,
+        translation: Translation::Registered,
+        entries: 32,
+        buffers,
+        buf_size: CHUNK,
+        ..Config::default()
+    }) {
+        Ok(u) => Some(Arc::new(u)),
+        Err(e) => {
+            zcio_vm::skip::skip(zcio_vm::skip::Capability::IoUring, &e.to_string());
+            None
+        }
+    }
+}
+
+fn make_tables(dir: &Path, n: u64) -> (Vec<PathBuf>, Vec<QueryResult>) {
+    let paths: Vec<PathBuf> = (0..n)
+        .map(|k| {
+            let p = dir.join(format!("t{k}.db"));
+            tables::create_tenk1(&p, 12_000 + 500 * k, k).unwrap();
+            p
+        })
+        .collect();
+    let want = paths
+        .iter()
+        .map(|p| tables::scan(&tables::open(p, None).unwrap()).unwrap())
+        .collect();
+    (paths, want)
+}
+
+/// Scan `paths` through `vfs`, one thread each, pages in place with `mmap`.
+fn scan_all(vfs: &UioVfs, paths: &[PathBuf], mmap: bool) -> Vec<QueryResult> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = paths
+            .iter()
+            .map(|p| {
+                let name = vfs.name().to_string();
+                s.spawn(move || {
+                    let c = tables::open(p, Some(&name)).unwrap();
+                    if mmap {
+                        tables::use_mmap(&c, 1 << 30).unwrap();
+                    }
+                    tables::scan(&c).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn bytes_of(paths: &[PathBuf]) -> u64 {
+    paths
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn a_second_scan_is_served_from_the_pool_without_a_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, want) = make_tables(dir.path(), 2);
+    let size = bytes_of(&paths);
+    let chunks = paths
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len().div_ceil(CHUNK as u64) as usize)
+        .sum::<usize>();
+    let Some(uio) = layer(chunks + 24) else {
+        return;
+    };
+    let pool = Arc::new(BufferPool::new(chunks));
+    let vfs = UioVfs::register_pooled("zcio-pool-a", uio.clone(), CHUNK, 4, pool.clone()).unwrap();
+    assert_eq!(scan_all(&vfs, &paths, true), want, "first scan");
+    let first = vfs.stats();
+    assert!(first.bytes_transferred >= size, "{first:?} of {size}");
+    assert_eq!(pool.stats().chunks, chunks, "every chunk kept: {pool:?}");
+    for mmap in [true, false] {
+        assert_eq!(scan_all(&vfs, &paths, mmap), want, "again, mmap {mmap}");
+    }
+    let after = vfs.stats();
+    assert_eq!(after.requests, first.requests, "no request: {after:?}");
+    assert_eq!(
+        after.bytes_transferred, first.bytes_transferred,
+        "{after:?}"
+    );
+    assert!(
+        after.bytes_pooled - first.bytes_pooled >= 2 * size - 4 * CHUNK as u64,
+        "both scans from the pool: {after:?} of {size}"
+    );
+    assert!(after.bytes_fetched > first.bytes_fetched, "{after:?}");
+    drop(vfs);
+    pool.clear();
+    assert_eq!(uio.buffers_free(), chunks + 24, "every buffer back");
+}
+
+#[test]
+fn a_pool_smaller_than_the_tables_evicts_and_reads_stay_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, want) = make_tables(dir.path(), 3);
+    let Some(uio) = layer(40) else {
+        return;
+    };
+    let pool = Arc::new(BufferPool::new(5));
+    let vfs = UioVfs::register_pooled("zcio-pool-b", uio, CHUNK, 4, pool.clone()).unwrap();
+    for round in 0..2 {
+        assert_eq!(scan_all(&vfs, &paths, round == 0), want, "round {round}");
+        let st = pool.stats();
+        assert!(st.chunks <= 5, "{st:?}");
+        assert!(st.evicted > 0, "{st:?}");
+    }
+    assert!(vfs.stats().requests > 0);
+}
+
+#[test]
+fn a_pool_holding_every_buffer_gives_them_back_to_new_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, want) = make_tables(dir.path(), 2);
+    let Some(uio) = layer(10) else {
+        return;
+    };
+    // Room for more chunks than the layer has buffers: after the first table, the pool holds
+    // them all, and the second table's reads must get theirs back from it.
+    let pool = Arc::new(BufferPool::new(1000));
+    let vfs = UioVfs::register_pooled("zcio-pool-c", uio.clone(), CHUNK, 4, pool.clone()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for (p, w) in paths.iter().zip(&want) {
+                let got = scan_all(&vfs, std::slice::from_ref(p), true);
+                assert_eq!(&got[0], w, "{}", p.display());
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(120))
+            .expect("the reads went on (no hang waiting for a buffer the pool held)");
+    });
+    assert_eq!(uio.buffers_free(), 10 - pool.stats().chunks);
+    assert!(pool.stats().evicted > 0, "{pool:?}");
+}
+
+#[test]
+fn a_changed_file_is_read_again_not_served_from_its_old_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let len = 5 * CHUNK + 4096;
+    let old: Vec<u8> = (0..len).map(|i| (i / 4096) as u8).collect();
+    std::fs::write(&path, &old).unwrap();
+    let Some(uio) = layer(16) else {
+        return;
+    };
+    let h = readahead::handler(&uio);
+    let pool = Arc::new(BufferPool::new(16));
+    let read = |want: &[u8]| {
+        let mut ra = ReadAhead::open(uio.clone(), h, &path, CHUNK, 2)
+            .unwrap()
+            .with_pool(pool.clone(), &path)
+            .unwrap();
+        let mut got = vec![0u8; len];
+        assert_eq!(ra.read(&mut got, 0).unwrap(), len);
+        assert!(got == want, "the file's bytes as they are now");
+        ra.stats()
+    };
+    let first = read(&old);
+    assert!(first.bytes_transferred >= len as u64, "{first:?}");
+    assert_eq!(pool.stats().chunks, 6, "{pool:?}");
+    let again = read(&old);
+    assert_eq!(
+        again.requests, 0,
+        "the second read from the pool: {again:?} {pool:?}"
+    );
+    let new: Vec<u8> = old.iter().map(|b| b ^ 0x5a).collect();
+    std::fs::write(&path, &new).unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    drop(f);
+    let st = read(&new);
+    assert!(
+        st.bytes_transferred >= len as u64,
+        "read again whole: {st:?}"
+    );
+}
+
+#[test]
+fn a_page_read_in_place_keeps_its_buffer_after_the_pool_lets_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let len = 4 * CHUNK;
+    std::fs::write(&path, vec![7u8; len]).unwrap();
+    let Some(uio) = layer(8) else {
+        return;
+    };
+    let h = readahead::handler(&uio);
+    let pool = Arc::new(BufferPool::new(8));
+    let open = || {
+        ReadAhead::open(uio.clone(), h, &path, CHUNK, 2)
+            .unwrap()
+            .with_pool(pool.clone(), &path)
+            .unwrap()
+    };
+    let mut ra = open();
+    let mut all = vec![0u8; len];
+    ra.read(&mut all, 0).unwrap();
+    drop(ra);
+    assert_eq!(pool.stats().chunks, 4);
+    // A page of the third chunk: the new reader's window starts there, from the pool.
+    let mut ra = open();
+    let off = 2 * CHUNK as u64 + 4096;
+    let in_window = ra.fetch(off, 4096).unwrap().expect("in place");
+    assert_eq!(ra.stats().pool_hits, 2, "a window of two, both pooled");
+    // A page of the first chunk, behind the window: pinned straight from the pool.
+    let behind = ra.fetch(4096, 4096).unwrap().expect("in place");
+    assert_eq!(ra.stats().pool_hits, 3);
+    assert_eq!(ra.stats().requests, 0);
+    pool.clear();
+    assert_eq!(
+        uio.buffers_free(),
+        8 - 3,
+        "the window's two chunks and the pinned first one stay after the pool lets go"
+    );
+    ra.unfetch(4096, behind);
+    assert_eq!(uio.buffers_free(), 8 - 2, "released: its buffer back");
+    ra.unfetch(off, in_window);
+    drop(ra);
+    assert_eq!(uio.buffers_free(), 8, "every buffer back");
+}
