@@ -3,6 +3,7 @@
 pub mod claims;
 pub mod discussion;
 pub mod measure;
+pub mod raw;
 pub mod render;
 
 use crate::lab::Experiment;
