@@ -38,6 +38,7 @@ fn bench_uio_json_has_every_variant_and_n() {
         "uio_syscall",
         "uio_per_request",
         "uio_syscall_per_request",
+        "uio_pool",
         "kernel_mmap",
     ];
     let rows = v["rows"].as_array().unwrap();
@@ -69,9 +70,18 @@ fn bench_uio_json_has_every_variant_and_n() {
                 for k in ["cpu_user_s", "cpu_sys_s"] {
                     assert!(r[k].as_f64().unwrap() >= 0.0, "{k} in {r}");
                 }
-                // The layer's variants made requests; SQLite's own VFS none through it.
+                // The layer's variants made requests; SQLite's own VFS none through it, and
+                // the pooled layer none with the tables warm in its pool, where it found them.
                 let req = r["requests"].as_u64().unwrap();
-                assert_eq!(req > 0, var.starts_with("uio"), "{r}");
+                let warm_pool = var == "uio_pool" && cache == "warm";
+                assert_eq!(req > 0, var.starts_with("uio") && !warm_pool, "{r}");
+                let pooled = r["bytes_pooled"].as_u64().unwrap();
+                if warm_pool {
+                    let table = v["table_bytes"].as_u64().unwrap();
+                    assert!(pooled >= n * table, "every table from the pool: {r}");
+                } else if var != "uio_pool" {
+                    assert_eq!(pooled, 0, "{r}");
+                }
                 // The in-place variants read pages where the transfers put them.
                 let fetched = r["bytes_fetched"].as_u64().unwrap();
                 assert_eq!(

@@ -10,6 +10,11 @@
 //! - `uio_syscall`: one system call per request instead;
 //! - `uio_per_request`: buffers translated by the kernel per request instead;
 //! - `uio_syscall_per_request`: both;
+//! - `uio_pool`: `uio` with the engine's own buffer pool on the layer
+//!   ([`zcio_sqlite::BufferPool`]): the tables' chunks stay in the layer's registered buffers
+//!   across queries, as a database that bypasses the kernel keeps its own pool, so that warm
+//!   means warm in the pool (filled by one untimed scan of every table first) against warm in
+//!   the page cache; cold empties the pool with the page cache;
 //! - `kernel_mmap`: SQLite's own VFS with its memory-mapped I/O (`pragma mmap_size`): pages
 //!   read in place from the page cache, with no copy and no system call per page (not the
 //!   paper's; what copy-free reading of cached data costs on Linux).
@@ -20,6 +25,7 @@
 //! 6, estimated from primitives measured in the same run), and fio on the same files and
 //! pattern beside the layer alone (no engine).
 
+use super::raw::{FIO_ENGINES, RAW_VARIANTS, fio_available, fio_contenders, layer_alone};
 use crate::report::fit;
 use crate::transfer::Res;
 use schemars::JsonSchema;
@@ -27,9 +33,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use zcio_sqlite::UioVfs;
 use zcio_sqlite::tables::{self, QueryResult};
-use super::raw::{FIO_ENGINES, RAW_VARIANTS, fio_available, fio_contenders, layer_alone};
+use zcio_sqlite::{BufferPool, ReadStats, UioVfs};
 use zcio_uio::{Config, Initiation, Translation, Uio};
 
 /// Bytes a read-ahead request asks for.
@@ -91,6 +96,7 @@ impl UioArgs {
     /// Steps `measure` reports (for progress bars).
     pub fn steps(&self) -> usize {
         self.caches().len() * self.queries().len() * self.rounds() * VARIANTS.len()
+            + usize::from(self.caches().iter().any(|c| c == "warm"))
             + if self.no_fio {
                 0
             } else {
@@ -101,20 +107,23 @@ impl UioArgs {
 }
 
 /// The variants, in the order of the rows.
-pub const VARIANTS: [&str; 7] = [
+pub const VARIANTS: [&str; 8] = [
     "kernel",
     "uio",
     "uio_copy",
     "uio_syscall",
     "uio_per_request",
     "uio_syscall_per_request",
+    "uio_pool",
     "kernel_mmap",
 ];
 
+/// Most bytes the `uio_pool` variant's pool holds (its buffers are registered, so pinned).
+pub const POOL_BUDGET: u64 = 1536 << 20;
 
 pub(super) fn layer_config(variant: &str, queries: usize) -> Option<Config> {
     let (initiation, translation) = match variant {
-        "uio" | "uio_copy" => (Initiation::Polled, Translation::Registered),
+        "uio" | "uio_copy" | "uio_pool" => (Initiation::Polled, Translation::Registered),
         "uio_syscall" => (Initiation::Syscall, Translation::Registered),
         "uio_per_request" => (Initiation::Polled, Translation::PerRequest),
         "uio_syscall_per_request" => (Initiation::Syscall, Translation::PerRequest),
@@ -162,6 +171,9 @@ pub struct Row {
     pub bytes_copied: u64,
     /// Bytes the engine read in place in the layer's buffers (0 for `kernel`).
     pub bytes_fetched: u64,
+    /// Bytes found in the engine's buffer pool, without a request (`uio_pool` only).
+    #[serde(default)]
+    pub bytes_pooled: u64,
 }
 
 /// The kernel variant's CPU time split (Figure 6), estimated from primitives measured in the
@@ -295,20 +307,39 @@ fn warm_cache(paths: &[PathBuf]) -> Res<()> {
 struct Run {
     seconds: f64,
     cpu: (f64, f64),
-    requests: u64,
-    bytes_copied: u64,
-    bytes_fetched: u64,
+    stats: ReadStats,
 }
 
-/// Run `n` queries at once by `variant`, each checked against `want`.
+/// The `uio_pool` variant's layer and VFS, for every run of the experiment (its pool is what
+/// stays warm): buffers for the reads of `max_n` queries and a pool of up to all `tables`
+/// bytes, within [`POOL_BUDGET`].
+fn pooled_vfs(max_n: usize, tables: u64) -> Res<UioVfs> {
+    let chunks = tables.min(POOL_BUDGET).div_ceil(CHUNK as u64) as usize + max_n;
+    let mut c = layer_config("uio_pool", max_n).expect("a layer variant");
+    c.buffers += chunks;
+    let uio = Arc::new(Uio::new(c)?);
+    let pool = Arc::new(BufferPool::new(chunks));
+    Ok(UioVfs::register_pooled(
+        "zcio-bench-pool",
+        uio,
+        CHUNK,
+        DEPTH,
+        pool,
+    )?)
+}
+
+/// Run `n` queries at once by `variant`, each checked against `want`; `uio_pool` through
+/// `pooled`, the others through a layer of their own.
 fn run_queries(
     variant: &str,
     paths: &[PathBuf],
     want: &[QueryResult],
     n: usize,
     serial: u64,
+    pooled: Option<&UioVfs>,
 ) -> Res<Run> {
-    let layer = match layer_config(variant, n) {
+    let own = match layer_config(variant, n) {
+        Some(_) if variant == "uio_pool" => None,
         Some(c) => {
             let uio = Arc::new(Uio::new(c)?);
             Some(UioVfs::register(
@@ -320,6 +351,12 @@ fn run_queries(
         }
         None => None,
     };
+    let layer = if variant == "uio_pool" {
+        Some(pooled.ok_or("uio_pool: no pooled layer")?)
+    } else {
+        own.as_ref()
+    };
+    let before = layer.map(|v| v.stats()).unwrap_or_default();
     let name = layer.as_ref().map(|v| v.name().to_string());
     let cpu0 = process_cpu();
     let t0 = Instant::now();
@@ -358,7 +395,7 @@ fn run_queries(
             .into());
         }
     }
-    let st = layer.as_ref().map(|v| v.stats()).unwrap_or_default();
+    let st = since(layer.map(|v| v.stats()).unwrap_or_default(), before);
     if st.fallback_files > 0 {
         return Err(format!(
             "{variant}: {} tables not read through the layer",
@@ -369,17 +406,31 @@ fn run_queries(
     Ok(Run {
         seconds,
         cpu: cpu_between(cpu0, cpu1),
-        requests: st.requests,
-        bytes_copied: st.bytes_copied,
-        bytes_fetched: st.bytes_fetched,
+        stats: st,
     })
+}
+
+/// What the reads counted in `now` that they had not in `before`.
+fn since(now: ReadStats, before: ReadStats) -> ReadStats {
+    ReadStats {
+        files: now.files - before.files,
+        fallback_files: now.fallback_files - before.fallback_files,
+        reads: now.reads - before.reads,
+        requests: now.requests - before.requests,
+        bytes_transferred: now.bytes_transferred - before.bytes_transferred,
+        bytes_copied: now.bytes_copied - before.bytes_copied,
+        restarts: now.restarts - before.restarts,
+        bytes_fetched: now.bytes_fetched - before.bytes_fetched,
+        side_reads: now.side_reads - before.side_reads,
+        pool_hits: now.pool_hits - before.pool_hits,
+        bytes_pooled: now.bytes_pooled - before.bytes_pooled,
+    }
 }
 
 mod rusqlite_result {
     /// A query's result or its error's text.
     pub type R = Result<zcio_sqlite::tables::QueryResult, String>;
 }
-
 
 /// Copy and system-call costs, measured here.
 fn primitives(path: &Path) -> Res<Primitives> {
@@ -420,67 +471,28 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         .filter(|v| layer_unavailable.is_none() || layer_config(v, 1).is_none())
         .collect();
     let primitives = primitives(&paths[0])?;
+    let pooled = if variants.contains(&"uio_pool") {
+        Some(pooled_vfs(max_n, max_n as u64 * table_bytes)?)
+    } else {
+        None
+    };
+    let set = Setup {
+        paths: &paths,
+        want: &want,
+        variants: &variants,
+        queries: &queries,
+        rounds,
+        table_bytes,
+        primitives: &primitives,
+        pooled: pooled.as_ref(),
+    };
     let mut rows = Vec::new();
     let mut breakdown = Vec::new();
     let mut serial = 0u64;
     for cache in a.caches() {
-        if cache == "warm" {
-            warm_cache(&paths)?;
-        }
-        let mut one: Vec<f64> = vec![f64::NAN; variants.len()];
-        for &n in &queries {
-            let mut secs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
-            let mut cpus: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];
-            let mut last: Vec<(u64, u64, u64)> = vec![(0, 0, 0); variants.len()];
-            for r in 0..rounds {
-                for k in 0..variants.len() {
-                    let v = (k + r) % variants.len();
-                    if cache == "cold" {
-                        drop_cache(&paths[..n])?;
-                    }
-                    serial += 1;
-                    let run = run_queries(variants[v], &paths, &want, n, serial)?;
-                    secs[v].push(run.seconds);
-                    cpus[v].push(run.cpu);
-                    last[v] = (run.requests, run.bytes_copied, run.bytes_fetched);
-                    progress(format!("uio: {} {cache} N={n}", variants[v]));
-                }
-            }
-            let med: Vec<f64> = secs
-                .iter()
-                .map(|s| fit::median(s).unwrap_or(f64::NAN))
-                .collect();
-            if n == queries[0] {
-                one.clone_from(&med);
-            }
-            for (v, name) in variants.iter().enumerate() {
-                let cu = fit::median(&cpus[v].iter().map(|c| c.0).collect::<Vec<_>>())
-                    .unwrap_or(f64::NAN);
-                let cs = fit::median(&cpus[v].iter().map(|c| c.1).collect::<Vec<_>>())
-                    .unwrap_or(f64::NAN);
-                rows.push(Row {
-                    variant: name.to_string(),
-                    cache: cache.clone(),
-                    queries: n,
-                    seconds: med[v],
-                    seconds_spread: fit::spread(&secs[v]),
-                    queries_per_s: n as f64 / med[v],
-                    bytes_per_s: (n as u64 * table_bytes) as f64 / med[v],
-                    cpu_user_s: cu,
-                    cpu_sys_s: cs,
-                    over_one: med[v] / one[v],
-                    over_kernel: med[0] / med[v],
-                    requests: last[v].0,
-                    bytes_copied: last[v].1,
-                    bytes_fetched: last[v].2,
-                });
-                if *name == "kernel" {
-                    let bytes = (n as u64 * table_bytes) as f64;
-                    breakdown.push(kernel_breakdown(&cache, n, bytes, &primitives, cu, cs));
-                }
-            }
-        }
+        set.cache_rows(&cache, &mut serial, &mut rows, &mut breakdown, progress)?;
     }
+    drop(pooled);
     // The layer alone and fio, on the same files and pattern.
     let jobs = [1, max_n];
     let mut raw = if layer_unavailable.is_none() {
@@ -515,6 +527,100 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         fio_skipped,
         fio_failed,
     })
+}
+
+/// What every run of the experiment shares.
+struct Setup<'a> {
+    paths: &'a [PathBuf],
+    want: &'a [QueryResult],
+    variants: &'a [&'a str],
+    queries: &'a [usize],
+    rounds: usize,
+    table_bytes: u64,
+    primitives: &'a Primitives,
+    pooled: Option<&'a UioVfs>,
+}
+
+impl Setup<'_> {
+    /// Every variant at every N with the tables `cache` (`warm` or `cold`): rows (and the
+    /// kernel's CPU split) into `rows` and `breakdown`.
+    fn cache_rows(
+        &self,
+        cache: &str,
+        serial: &mut u64,
+        rows: &mut Vec<Row>,
+        breakdown: &mut Vec<Breakdown>,
+        progress: &mut dyn FnMut(String),
+    ) -> Res<()> {
+        let (paths, want, variants) = (self.paths, self.want, self.variants);
+        let max_n = *self.queries.last().expect("at least one");
+        if cache == "warm" {
+            warm_cache(paths)?;
+            if let Some(p) = self.pooled {
+                // The pool warm: every table scanned through it once, untimed.
+                run_queries("uio_pool", paths, want, max_n, 0, Some(p))?;
+                progress("uio: uio_pool fills its pool".into());
+            }
+        }
+        let mut one: Vec<f64> = vec![f64::NAN; variants.len()];
+        for &n in self.queries {
+            let mut secs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+            let mut cpus: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];
+            let mut last: Vec<ReadStats> = vec![ReadStats::default(); variants.len()];
+            for r in 0..self.rounds {
+                for k in 0..variants.len() {
+                    let v = (k + r) % variants.len();
+                    if cache == "cold" {
+                        drop_cache(&paths[..n])?;
+                        if let Some(p) = self.pooled.and_then(|v| v.pool()) {
+                            p.clear();
+                        }
+                    }
+                    *serial += 1;
+                    let run = run_queries(variants[v], paths, want, n, *serial, self.pooled)?;
+                    secs[v].push(run.seconds);
+                    cpus[v].push(run.cpu);
+                    last[v] = run.stats;
+                    progress(format!("uio: {} {cache} N={n}", variants[v]));
+                }
+            }
+            let med: Vec<f64> = secs
+                .iter()
+                .map(|s| fit::median(s).unwrap_or(f64::NAN))
+                .collect();
+            if n == self.queries[0] {
+                one.clone_from(&med);
+            }
+            for (v, name) in variants.iter().enumerate() {
+                let cu = fit::median(&cpus[v].iter().map(|c| c.0).collect::<Vec<_>>())
+                    .unwrap_or(f64::NAN);
+                let cs = fit::median(&cpus[v].iter().map(|c| c.1).collect::<Vec<_>>())
+                    .unwrap_or(f64::NAN);
+                rows.push(Row {
+                    variant: name.to_string(),
+                    cache: cache.to_string(),
+                    queries: n,
+                    seconds: med[v],
+                    seconds_spread: fit::spread(&secs[v]),
+                    queries_per_s: n as f64 / med[v],
+                    bytes_per_s: (n as u64 * self.table_bytes) as f64 / med[v],
+                    cpu_user_s: cu,
+                    cpu_sys_s: cs,
+                    over_one: med[v] / one[v],
+                    over_kernel: med[0] / med[v],
+                    requests: last[v].requests,
+                    bytes_copied: last[v].bytes_copied,
+                    bytes_fetched: last[v].bytes_fetched,
+                    bytes_pooled: last[v].bytes_pooled,
+                });
+                if *name == "kernel" {
+                    let bytes = (n as u64 * self.table_bytes) as f64;
+                    breakdown.push(kernel_breakdown(cache, n, bytes, self.primitives, cu, cs));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The `max_n` tables, each of `rows_per_table` rows, in `dir`: their paths, the size of one, and
@@ -580,7 +686,6 @@ fn kernel_breakdown(
         rest_s: (cpu_s - copy_s - syscalls_s).max(0.0),
     }
 }
-
 
 /// Run the benchmark and print it.
 pub fn run(a: UioArgs) -> Res<()> {

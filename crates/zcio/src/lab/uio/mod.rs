@@ -18,7 +18,7 @@ pub struct Uio;
 impl Experiment for Uio {
     const ID: &'static str = "uio";
     const PAPER: &'static str = "004";
-    const TITLE: &'static str = "Figures 5-9: N concurrent SQLite scans of Wisconsin tables by kernel I/O and by user-level I/O (ring or system-call initiation, registered or per-request buffers), warm and cold; the kernel's CPU split; fio beside the layer";
+    const TITLE: &'static str = "Figures 5-9: N concurrent SQLite scans of Wisconsin tables by kernel I/O and by user-level I/O (ring or system-call initiation, registered or per-request buffers, the engine's own buffer pool on the layer), warm and cold; the kernel's CPU split; fio beside the layer";
     const ABOUT: &'static str =
         "Paper 004's experiment, when it ran: what `zcio bench uio --json` prints.";
     type Plan = crate::lab::uio::measure::UioArgs;

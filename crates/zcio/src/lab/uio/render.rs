@@ -40,6 +40,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             "uio_syscall",
             "uio_per_request",
             "uio_syscall_per_request",
+            "uio_pool",
         ]
         .into_iter()
         .filter_map(get)
@@ -56,7 +57,11 @@ pub fn findings(r: &Results) -> Vec<String> {
             k.queries_per_s,
             best.over_kernel,
             if cache == "warm" {
-                if fastest.over_kernel >= 1.3 { ": met" } else { ": not met" }
+                if target_row(u, n).is_some_and(|t| t.over_kernel >= 1.3) {
+                    ", by the engine's buffer pool on the layer: met"
+                } else {
+                    ", by the engine's buffer pool on the layer: not met"
+                }
             } else {
                 ""
             },
@@ -74,6 +79,9 @@ pub fn findings(r: &Results) -> Vec<String> {
                 None => String::new(),
             }
         ));
+        if let Some(pool) = get("uio_pool") {
+            out.push(pool_finding(pool, n, cache));
+        }
     }
     if let Some(b) = u
         .breakdown
@@ -119,6 +127,27 @@ pub fn findings(r: &Results) -> Vec<String> {
         _ => {}
     }
     out
+}
+
+/// The variant zcio's warm target is judged on: the engine's buffer pool on the layer, where
+/// it ran, else the layer's plain variant.
+pub(super) fn target_row(u: &UioSection, n: usize) -> Option<&Row> {
+    row(u, "uio_pool", "warm", n).or_else(|| row(u, "uio", "warm", n))
+}
+
+fn pool_finding(pool: &Row, n: usize, cache: &str) -> String {
+    let mib = pool.bytes_pooled as f64 / (1u64 << 20) as f64;
+    if cache == "warm" {
+        format!(
+            "With the engine's own buffer pool on the layer (the tables' chunks kept in the layer's registered buffers across queries, as a database that bypasses the kernel keeps its pool; warm here means warm in that pool), N = {n} scans run at {:.2}× the kernel's buffered reads from the page cache, with {} requests to the device and {mib:.0} MiB found in the pool in the last run.",
+            pool.over_kernel, pool.requests
+        )
+    } else {
+        format!(
+            "With the pool emptied before every run (tables out of memory), the pooled layer runs at {:.2}× the kernel's reads at N = {n}: what keeping the chunks costs when nothing is found ({} requests).",
+            pool.over_kernel, pool.requests
+        )
+    }
 }
 
 fn scaling_chart(u: &UioSection, cache: &str, title: &str, qps: bool) -> Chart {
