@@ -74,6 +74,7 @@ fn smoke_report_writes_every_output_and_validates() {
         "genie-bandwidth",
         "genie-throughput",
         "genie-huge",
+        "genie-regions",
         "fbufs-table1",
         "vmmr",
     ] {
@@ -106,6 +107,14 @@ fn smoke_report_writes_every_output_and_validates() {
             for run in p["runs"].as_array().unwrap() {
                 assert!(!run["latencies_ns"].as_array().unwrap().is_empty());
             }
+        }
+    }
+    // The move family with regions recycled and made anew: four semantics each, every byte.
+    for half in ["recycled", "fresh"] {
+        let pts = r["regions"][half].as_array().unwrap();
+        assert_eq!(pts.len(), 4, "{half}");
+        for p in pts {
+            assert_eq!(p["verified"], true, "{half}: {p}");
         }
     }
     // Copy semantics copies each byte once at each end; emulated share never in user space.

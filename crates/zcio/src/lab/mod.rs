@@ -133,6 +133,7 @@ pub const LABS: &[Lab] = &[
     genie::MODULES,
     genie::BANDWIDTH,
     genie::HUGE,
+    genie::REGIONS,
     genie::THROUGHPUT,
     Lab::of::<fbufs::Fbufs>(),
     Lab::of::<vmmr::Vmmr>(),

@@ -75,6 +75,12 @@ pub struct TransferArgs {
     #[arg(long)]
     #[serde(default)]
     pub huge: bool,
+    /// Move family without region caching: each output region made anew and each input
+    /// region given back to the system when the application is done with it, instead of
+    /// circulating through the region cache.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_recycle: bool,
 }
 
 impl TransferArgs {
@@ -99,6 +105,7 @@ impl TransferArgs {
             no_spin: false,
             app_work_ns: 0,
             huge: false,
+            no_recycle: false,
         }
     }
 }
@@ -133,6 +140,7 @@ impl TransferArgs {
             (self.breakdown, "--breakdown"),
             (self.no_spin, "--no-spin"),
             (self.huge, "--huge"),
+            (self.no_recycle, "--no-recycle"),
         ] {
             if on {
                 v.push(flag.into());

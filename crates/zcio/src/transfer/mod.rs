@@ -79,7 +79,8 @@ pub type PathTally = std::collections::BTreeMap<String, usize>;
 /// for the system-allocated semantics.
 ///
 /// Over the memory network the region comes from the endpoint's region cache (Genie's region
-/// allocation), so that regions circulate as in the paper's experiments.
+/// allocation), so that regions circulate as in the paper's experiments; with `--no-recycle`
+/// it is made anew.
 fn prepare(
     a: &TransferArgs,
     buf: &mut Buf,
@@ -89,12 +90,12 @@ fn prepare(
     pattern(buf.get(), a.seed, i);
     if a.semantics.allocation() == Allocation::System {
         return Ok(Some(match link {
-            Some(m) => {
+            Some(m) if !a.no_recycle => {
                 let mut r = m.alloc_region(a.bytes, a.semantics)?;
                 r.as_mut_slice().copy_from_slice(buf.get());
                 r
             }
-            None => Region::from_slice(buf.get())?,
+            _ => Region::from_slice(buf.get())?,
         }));
     }
     Ok(None)

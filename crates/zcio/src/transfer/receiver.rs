@@ -89,9 +89,13 @@ pub fn peer(connect: &Path) -> Res<()> {
                 app_work(a.app_work_ns);
                 report.app_cpu_ns += thread_cpu_now() - c0;
                 // Done with it: back to the region cache for the next input (Genie's region
-                // deallocation into the cache), as the paper's experiments recycled regions.
-                if let In::M(m) = &mut input {
-                    m.recycle(region, a.semantics);
+                // deallocation into the cache), as the paper's experiments recycled regions;
+                // with `--no-recycle`, back to the system (dropped: unmapped).
+                match &mut input {
+                    In::M(m) if !a.no_recycle => {
+                        m.recycle(region, a.semantics);
+                    }
+                    _ => drop(region),
                 }
                 (acc, bad)
             } else {

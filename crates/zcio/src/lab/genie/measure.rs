@@ -247,6 +247,9 @@ pub struct GenieResults {
     /// Why the 2 MiB series could not be measured here (huge pages unavailable), if so.
     #[serde(default)]
     pub huge_unavailable: Option<String>,
+    /// The move family with and without region caching.
+    #[serde(default)]
+    pub regions: Option<crate::lab::genie::regions::Regions>,
 }
 
 /// The sizes and repetitions of each experiment, by preset.
@@ -377,7 +380,8 @@ impl Progress for indicatif::ProgressBar {
 }
 
 /// A contender: semantics, input buffering, thresholds.
-type Contender = (Semantics, InputBuffering, Thresholds);
+/// A contender: semantics, input buffering, thresholds.
+pub(crate) type Contender = (Semantics, InputBuffering, Thresholds);
 
 fn run_args(
     c: Contender,

@@ -8,6 +8,7 @@ pub mod claims;
 pub mod huge;
 pub mod measure;
 pub mod model;
+pub mod regions;
 pub mod render;
 pub mod render_model;
 
@@ -72,6 +73,13 @@ pub const HUGE: Lab = part(
     &["genie-latency"],
 );
 
+/// §5: region caching, measured on the move family.
+pub const REGIONS: Lab = part(
+    "genie-regions",
+    "§5 region caching: the move family with regions recycled and made anew",
+    &[],
+);
+
 /// §8.2.
 pub const THROUGHPUT: Lab = part(
     "genie-throughput",
@@ -116,6 +124,9 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
     if r.on("genie-bandwidth") {
         total += 1;
     }
+    if r.on("genie-regions") {
+        total += regions::units(&plan);
+    }
     if r.on("genie-huge") {
         total += genie_huge::units(&plan);
     }
@@ -145,6 +156,7 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
             }
             "genie-throughput" => g.throughput = genie::throughput(&plan, &p)?,
             "genie-huge" => genie_huge::measure(&plan, &mut g, &p)?,
+            "genie-regions" => regions::measure(&plan, &mut g, &p)?,
             other => return Err(format!("experiment {other} has no runner").into()),
         }
         records.push(finished(e, t0, r.bar));

@@ -157,6 +157,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             }
         ));
     }
+    items.extend(crate::lab::genie::regions::finding(res));
     items
 }
 
@@ -183,6 +184,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
         b.extend(processing_time_figure(res));
     }
     b.extend(crate::lab::genie::huge::blocks(res));
+    b.extend(crate::lab::genie::regions::blocks(res));
     if !res.short.is_empty() {
         b.extend(short_messages_figure(g));
     }
