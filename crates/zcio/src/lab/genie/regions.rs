@@ -136,7 +136,7 @@ pub fn finding(g: &GenieResults) -> Option<String> {
         .filter(|x| !x.verified)
         .count();
     Some(format!(
-        "Region caching (the move family's regions recycled through the region caches, as the paper's experiments did) against regions made anew and unmapped per message: the move family is {lo:.2}–{hi:.2}× faster recycled{}.",
+        "Region caching (the move family's regions recycled through the region caches, as the paper's experiments did): with each region made anew and unmapped per message instead, the move family's latency is {lo:.2}–{hi:.2}× its latency recycled{}.",
         if bad == 0 {
             ", every message verified".to_string()
         } else {
