@@ -19,6 +19,8 @@
 //!   reference, survives cycles and concurrent rewriting, reads unreadable references as "no
 //!   data", and returns application data units across fragment boundaries, copying only the
 //!   units that straddle fragments (§5.2).
+//! - [`device`]: fbufs originated by a device: a socket received straight into a path's
+//!   fbufs through an io_uring provided-buffer ring.
 //! - [`ring`]: the shared single-producer rings a link passes references through.
 //! - [`link`]: fbufs and aggregate messages between processes: the path offered once with a
 //!   read-only descriptor, references and deallocation notices through the rings (the socket
@@ -33,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod device;
 pub mod link;
 pub mod owner;
 pub mod path;

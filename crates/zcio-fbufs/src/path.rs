@@ -26,6 +26,7 @@ use crate::region::{RegionRead, RegionWrite};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
+use zcio_vm::bufring::SharedBuf;
 use zcio_vm::page_size;
 use zcio_vm::protect::Access;
 use zcio_vm::shared::SharedWords;
@@ -502,6 +503,28 @@ impl Originator {
     /// Give back an fbuf that was never sent.
     pub fn free(&mut self, fbuf: Fbuf) -> Result<(), FbufError> {
         self.recycle(fbuf.addr, fbuf.cap, false)
+    }
+
+    /// `fbuf` as a buffer for the kernel to fill through a provided-buffer ring.
+    pub(crate) fn ring_buf(&self, fbuf: &Fbuf) -> Result<SharedBuf, FbufError> {
+        Ok(self
+            .map
+            .ring_buf(self.offset_of(fbuf.addr), fbuf.len as usize)?)
+    }
+
+    /// The path's mapping, for a receive into its buffers.
+    pub(crate) fn map_mut(&mut self) -> &mut SharedWords {
+        &mut self.map
+    }
+}
+
+impl Fbuf {
+    /// The same fbuf holding its first `len` bytes (at most its capacity).
+    pub(crate) fn with_len(self, len: u64) -> Fbuf {
+        Fbuf {
+            len: len.min(self.cap),
+            ..self
+        }
     }
 }
 

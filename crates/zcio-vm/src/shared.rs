@@ -19,6 +19,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct SharedWords {
     map: Mapping,
     access: Access,
+    /// This mapping's identity in the process (buffers handed to a provided-buffer ring
+    /// carry it).
+    id: u64,
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 impl SharedWords {
@@ -32,7 +41,11 @@ impl SharedWords {
         access: Access,
     ) -> Result<SharedWords> {
         let map = Mapping::shared_fd_access(fd, offset, len, Some(addr), access)?;
-        Ok(SharedWords { map, access })
+        Ok(SharedWords {
+            map,
+            access,
+            id: next_id(),
+        })
     }
 
     /// Map `len` bytes of `fd` from `offset` with `access` wherever the kernel places them: for
@@ -44,7 +57,37 @@ impl SharedWords {
         access: Access,
     ) -> Result<SharedWords> {
         let map = Mapping::shared_fd_access(fd, offset, len, None, access)?;
-        Ok(SharedWords { map, access })
+        Ok(SharedWords {
+            map,
+            access,
+            id: next_id(),
+        })
+    }
+
+    /// Its identity in this process.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A buffer of `len` bytes at `offset` for the kernel to fill through a provided-buffer
+    /// ring ([`crate::bufring::ProvidedRing`]): refused outside the mapping, or where this
+    /// process may not write it.
+    pub fn ring_buf(&self, offset: usize, len: usize) -> Result<crate::bufring::SharedBuf> {
+        if len == 0 || offset.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(crate::VmError::Misuse {
+                what: "a ring buffer outside the shared mapping",
+            });
+        }
+        if self.access != Access::ReadWrite {
+            return Err(crate::VmError::Misuse {
+                what: "a ring buffer in a mapping this process may not write",
+            });
+        }
+        Ok(crate::bufring::SharedBuf {
+            owner: self.id,
+            offset,
+            len,
+        })
     }
 
     /// Start address.

@@ -1,0 +1,139 @@
+//! Fbufs originated by a device: a socket received straight into a path's fbufs. Every byte
+//! lands in an fbuf of the path, at the address every process of the path knows, and what
+//! arrives is exactly what the peer wrote; bad requests are refused by name, and the fbufs
+//! come back.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use zcio_fbufs::device::SocketSource;
+use zcio_fbufs::path::{FbufError, Originator, PathMemory, Variant};
+use zcio_fbufs::region::RegionRead;
+use zcio_vm::protect::Access;
+use zcio_vm::shared::SharedWords;
+
+const SIZE: usize = 16 << 10;
+
+fn source(o: &mut Originator, buffers: usize) -> Option<SocketSource> {
+    match SocketSource::new(o, buffers, SIZE) {
+        Ok(s) => Some(s),
+        Err(FbufError::Vm(e @ zcio_vm::VmError::Unsupported { .. })) => {
+            zcio_vm::skip::skip(zcio_vm::skip::Capability::IoUring, &e.to_string());
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn message(k: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ k).collect()
+}
+
+#[test]
+fn a_socket_lands_in_fbufs_a_receiver_reads_and_every_byte_is_the_peers() {
+    for variant in [
+        Variant {
+            cached: true,
+            volatile: true,
+        },
+        Variant {
+            cached: true,
+            volatile: false,
+        },
+    ] {
+        let path = PathMemory::create(64 << 10, 4, variant).unwrap();
+        let mut o = Originator::new(path.fd(), path.info()).unwrap();
+        let Some(mut src) = source(&mut o, 4) else {
+            return;
+        };
+        assert_eq!(src.held(), 4);
+        // What every other process of the path sees: the path's memory through a read-only
+        // descriptor (mapped anywhere here, since this process has the path's address taken).
+        let view = SharedWords::map_anywhere(
+            path.receiver_fd().unwrap().as_fd(),
+            0,
+            path.info().len(),
+            Access::ReadOnly,
+        )
+        .unwrap();
+        let (a, mut peer) = UnixStream::pair().unwrap();
+        let lens = [10_000, 1, SIZE, 4096];
+        let writer = std::thread::spawn(move || {
+            for (k, len) in lens.iter().enumerate() {
+                peer.write_all(&message(k as u8, *len)).unwrap();
+            }
+        });
+        let mut seen = HashSet::new();
+        for (k, len) in lens.iter().enumerate() {
+            let f = src.recv(&mut o, a.as_fd(), *len).unwrap().expect("data");
+            assert_eq!(f.len(), *len as u64);
+            assert!(path.info().contains(f.addr(), f.len()), "in the path");
+            assert!(seen.insert(f.addr()), "a fresh fbuf each time");
+            let sent = o.send(f, 1).unwrap();
+            src.refill(&mut o).unwrap();
+            // In the path's memory as the peer wrote it, for the originator and the others.
+            let mut got = vec![0u8; *len];
+            assert!(o.read_bytes(sent.addr, &mut got));
+            assert!(got == message(k as u8, *len), "message {k}, {variant:?}");
+            let off = (sent.addr - path.info().addr as u64) as usize;
+            let words = view.words(off, len.next_multiple_of(8));
+            let seen: Vec<u8> = words
+                .iter()
+                .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+                .take(*len)
+                .collect();
+            assert!(seen == got, "the other processes' view, message {k}");
+            o.freed(sent).unwrap();
+        }
+        writer.join().unwrap();
+        assert_eq!(src.held(), 4, "refilled");
+        src.close(&mut o).unwrap();
+        assert_eq!(o.outstanding(), 0);
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_by_name_and_the_fbufs_come_back() {
+    let variant = Variant {
+        cached: true,
+        volatile: true,
+    };
+    let path = PathMemory::create(64 << 10, 2, variant).unwrap();
+    let mut o = Originator::new(path.fd(), path.info()).unwrap();
+    assert!(matches!(
+        SocketSource::new(&mut o, 2, 0),
+        Err(FbufError::Empty)
+    ));
+    let Some(mut src) = source(&mut o, 2) else {
+        return;
+    };
+    let (a, peer) = UnixStream::pair().unwrap();
+    // More than one fbuf holds.
+    let e = src.recv(&mut o, a.as_fd(), SIZE + 1).unwrap_err();
+    assert!(e.to_string().contains("one buffer"), "{e}");
+    // Another path's originator.
+    let other = PathMemory::create(64 << 10, 2, variant).unwrap();
+    let mut o2 = Originator::new(other.fd(), other.info()).unwrap();
+    let e = src.recv(&mut o2, a.as_fd(), 10).unwrap_err();
+    assert!(e.to_string().contains("another shared mapping"), "{e}");
+    // The peer closes: no fbuf taken.
+    drop(peer);
+    assert!(src.recv(&mut o, a.as_fd(), 10).unwrap().is_none());
+    assert_eq!(src.held(), 2);
+    // A quota too small for the ring: refused, nothing kept.
+    let small = PathMemory::create(SIZE, 1, variant).unwrap();
+    let mut o3 = Originator::new(small.fd(), small.info()).unwrap();
+    assert!(matches!(
+        SocketSource::new(&mut o3, 2, SIZE),
+        Err(FbufError::Quota { .. })
+    ));
+    assert_eq!(o3.cached(), 1, "the one fbuf it got went back");
+    // Closed: both fbufs back on the free list, reused by the next allocation.
+    src.close(&mut o).unwrap();
+    assert_eq!(o.cached(), 2);
+    let f = o.alloc(SIZE).unwrap();
+    assert!(path.info().contains(f.addr(), f.len()));
+    assert_eq!(o.cached(), 1);
+}
