@@ -463,15 +463,7 @@ fn a_split_huge_page_under_emulated_copy_with_a_concurrent_overwriter() {
     bounded("split huge page", LIMIT, || {
         let rt = VmRuntime::get();
         let len = 4 * H;
-        let mut m = Mapping::anonymous(
-            len,
-            MapOptions {
-                huge: true,
-                populate: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut m = Mapping::anonymous(len, MapOptions::POPULATED_2M).unwrap();
         assert_eq!(granule_of(m.as_slice()), Granule::Huge);
         // Split PMD 2, and PMD 3 near its end (still queued in the link, which holds 1 MiB,
         // when `send` returns): drop one 4 KiB page in each; the pattern below rewrites them.
@@ -736,15 +728,7 @@ fn tcow_from_the_sending_thread_in_a_split_huge_page() {
         "split huge page, sending thread",
         Duration::from_secs(20),
         || {
-            let mut m = Mapping::anonymous(
-                2 * H,
-                MapOptions {
-                    huge: true,
-                    populate: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let mut m = Mapping::anonymous(2 * H, MapOptions::POPULATED_2M).unwrap();
             // Split PMD 1 (drop one page; the pattern rewrites it), then send 256 KiB of it: no
             // whole PMD, so the 4 KiB path, and every page still queued when `send` returns.
             m.advise_range(

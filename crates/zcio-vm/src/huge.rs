@@ -300,27 +300,11 @@ mod tests {
             return;
         }
         let h = HUGE_PAGE_SIZE;
-        let m = Mapping::anonymous(
-            4 * h,
-            MapOptions {
-                huge: true,
-                populate: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = Mapping::anonymous(4 * h, MapOptions::POPULATED_2M).unwrap();
         let s = scan(m.range());
         // The kernel may fail to find free huge pages; it then says so by the granule.
         assert_ne!(s.granule(), Granule::Base, "{s:?}");
-        let b = Mapping::anonymous(
-            4 * h,
-            MapOptions {
-                populate: true,
-                no_huge: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let b = Mapping::anonymous(4 * h, MapOptions::POPULATED_4K).unwrap();
         assert_eq!(scan(b.range()).granule(), Granule::Base);
         // Splitting one PMD (a 4 KiB protection change in it) makes the range mixed.
         m.advise_range(

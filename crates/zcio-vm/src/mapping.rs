@@ -34,6 +34,25 @@ impl MapOptions {
         huge: false,
         no_huge: true,
     };
+    /// Every page faulted in now, on transparent huge pages where the kernel gives them: what
+    /// operations on 2 MiB pages map.
+    pub const POPULATED_2M: MapOptions = MapOptions {
+        populate: true,
+        huge: true,
+        no_huge: false,
+    };
+    /// Transparent huge pages asked for, pages faulted in on first touch.
+    pub const HUGE: MapOptions = MapOptions {
+        populate: false,
+        huge: true,
+        no_huge: false,
+    };
+    /// 4 KiB pages only, faulted in on first touch.
+    pub const NO_HUGE: MapOptions = MapOptions {
+        populate: false,
+        huge: false,
+        no_huge: true,
+    };
 }
 
 /// A mapping this process owns; unmapped when dropped.
@@ -478,14 +497,7 @@ mod tests {
 
     #[test]
     fn huge_mapping_is_2mib_aligned() {
-        let m = Mapping::anonymous(
-            4 << 20,
-            MapOptions {
-                huge: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = Mapping::anonymous(4 << 20, MapOptions::HUGE).unwrap();
         assert_eq!(m.addr() % HUGE_PAGE_SIZE, 0);
     }
 

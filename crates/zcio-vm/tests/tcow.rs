@@ -174,10 +174,7 @@ fn aligned_huge_pages_move_whole() {
         return;
     }
     let len = 4 << 20;
-    let huge = MapOptions {
-        huge: true,
-        ..Default::default()
-    };
+    let huge = MapOptions::HUGE;
     let mut src = rt.registered_mapping(len, huge).unwrap();
     pattern(src.as_mut_slice(), 42);
     let want = src.as_slice().to_vec();
@@ -208,15 +205,7 @@ fn huge_buffer(pmds: usize, seed: u8) -> Option<Mapping> {
         return None;
     }
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
-    let mut m = Mapping::anonymous(
-        pmds * h,
-        MapOptions {
-            huge: true,
-            populate: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut m = Mapping::anonymous(pmds * h, MapOptions::POPULATED_2M).unwrap();
     pattern(m.as_mut_slice(), seed);
     Some(m)
 }
@@ -309,26 +298,14 @@ fn a_swap_that_fails_part_way_gives_the_application_its_pages_back() {
         return;
     }
     let ps = page_size();
-    let opts = MapOptions {
-        populate: true,
-        no_huge: true,
-        ..Default::default()
-    };
+    let opts = MapOptions::POPULATED_4K;
     let mut m = Mapping::anonymous(8 * ps, opts).unwrap();
     pattern(m.as_mut_slice(), 9);
     let want = m.as_slice().to_vec();
     rt.register_app(m.range()).unwrap();
     let mut stg = rt.registered_mapping(8 * ps, opts).unwrap();
     stg.as_mut_slice().fill(0xEE);
-    let mut scr = rt
-        .registered_mapping(
-            8 * ps,
-            MapOptions {
-                no_huge: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let mut scr = rt.registered_mapping(8 * ps, MapOptions::NO_HUGE).unwrap();
     scr.as_mut_slice()[5 * ps] = 1; // page 5 of scratch is not empty: the move stops there
     // SAFETY: `m` is ours and not otherwise in use; staging and scratch are our registered
     // mappings.

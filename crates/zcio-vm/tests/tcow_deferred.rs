@@ -23,15 +23,7 @@ fn a_deferred_2mib_tcow_keeps_both_the_output_and_the_writer_whole() {
     }
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
     let pmds = 2;
-    let mut m = Mapping::anonymous(
-        pmds * h,
-        MapOptions {
-            huge: true,
-            populate: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut m = Mapping::anonymous(pmds * h, MapOptions::POPULATED_2M).unwrap();
     for (i, b) in m.as_mut_slice().iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(13).wrapping_add(5);
     }

@@ -350,10 +350,7 @@ impl<P: PagePool> Reassembler<P> {
         let g = self.space.granule().bytes();
         if self.copies.is_none() {
             let cap = self.space.capacity();
-            let options = MapOptions {
-                huge: true,
-                ..Default::default()
-            };
+            let options = MapOptions::HUGE;
             match Mapping::anonymous(cap * g, options) {
                 Ok(map) => self.copies = Some((map, BitmapPool::new(cap))),
                 Err(e) => return Err(refuse(e, slots)),
