@@ -128,6 +128,31 @@ impl ExclusiveFile {
     }
 }
 
+/// The accessors every memory file that travels has, of its `fd` and `len` (whole pages).
+macro_rules! file_accessors {
+    ($file:ty) => {
+        impl $file {
+            /// Its length (whole pages).
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// Whether it is empty (never).
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Its descriptor (to send it, or to write it to a file).
+            pub fn fd(&self) -> BorrowedFd<'_> {
+                self.fd.as_fd()
+            }
+        }
+    };
+}
+
+file_accessors!(SealedFile);
+file_accessors!(VolatileFile);
+
 /// A memory file whose bytes nobody can change.
 #[derive(Debug)]
 pub struct SealedFile {
@@ -180,21 +205,6 @@ impl SealedFile {
             Ok(len) => Ok(SealedFile { fd, len }),
             Err(e) => Err((e, fd)),
         }
-    }
-
-    /// Its length (whole pages).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it is empty (never).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Its descriptor (to send it, or to write it to a file).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 
     /// Map it privately.
@@ -333,21 +343,6 @@ impl VolatileFile {
             map: None,
             hidden: false,
         })
-    }
-
-    /// Its length (whole pages).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it is empty (never).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Its descriptor (to send it, or to write it to a file).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 
     /// Map it (or show a hidden mapping again): its words.

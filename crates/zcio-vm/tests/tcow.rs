@@ -1,5 +1,8 @@
 //! TCOW and page swapping against the real kernel.
 
+mod common;
+
+use common::{huge_buffer, tcow_by_moving};
 use std::os::fd::AsFd;
 use zcio_vm::runtime::TcowMode;
 use zcio_vm::wire::{Pipe, read_exact, vmsplice_all};
@@ -197,32 +200,22 @@ fn aligned_huge_pages_move_whole() {
     );
 }
 
-/// A huge (2 MiB-aligned, PMD-mapped) buffer of `pmds` huge pages, filled by `pattern`; `None`
-/// (after saying why) where this kernel gives no huge pages.
-fn huge_buffer(pmds: usize, seed: u8) -> Option<Mapping> {
-    if let Some(why) = zcio_vm::huge::unavailable_reason() {
-        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
-        return None;
-    }
-    let h = zcio_vm::page::HUGE_PAGE_SIZE;
-    let mut m = Mapping::anonymous(pmds * h, MapOptions::POPULATED_2M).unwrap();
+/// A [`huge_buffer`] of `pmds` huge pages, filled by `pattern`; `None` (after saying why)
+/// where this kernel gives no huge pages.
+fn huge_pattern(pmds: usize, seed: u8) -> Option<Mapping> {
+    let mut m = huge_buffer(pmds)?;
     pattern(m.as_mut_slice(), seed);
     Some(m)
 }
 
 #[test]
 fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writer() {
-    let rt = VmRuntime::get();
-    if rt.capabilities().tcow != TcowMode::UffdMove {
-        zcio_vm::skip::skip(
-            zcio_vm::skip::Capability::UffdMove,
-            &format!("TCOW mode {:?}", rt.capabilities().tcow),
-        );
+    let Some(rt) = tcow_by_moving() else {
         return;
-    }
+    };
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
     let pmds = 4;
-    let Some(mut m) = huge_buffer(pmds, 3) else {
+    let Some(mut m) = huge_pattern(pmds, 3) else {
         return;
     };
     assert_eq!(
