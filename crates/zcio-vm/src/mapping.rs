@@ -41,18 +41,6 @@ impl MapOptions {
         huge: true,
         no_huge: false,
     };
-    /// Transparent huge pages asked for, pages faulted in on first touch.
-    pub const HUGE: MapOptions = MapOptions {
-        populate: false,
-        huge: true,
-        no_huge: false,
-    };
-    /// 4 KiB pages only, faulted in on first touch.
-    pub const NO_HUGE: MapOptions = MapOptions {
-        populate: false,
-        huge: false,
-        no_huge: true,
-    };
 }
 
 /// A mapping this process owns; unmapped when dropped.
@@ -497,7 +485,14 @@ mod tests {
 
     #[test]
     fn huge_mapping_is_2mib_aligned() {
-        let m = Mapping::anonymous(4 << 20, MapOptions::HUGE).unwrap();
+        let m = Mapping::anonymous(
+            4 << 20,
+            MapOptions {
+                huge: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(m.addr() % HUGE_PAGE_SIZE, 0);
     }
 

@@ -408,6 +408,7 @@ impl VolatileFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn a_sealed_file_cannot_change_and_a_mapped_one_cannot_be_adopted() {
@@ -440,12 +441,6 @@ mod tests {
             SealedFile::adopt(std::fs::File::open("/dev/null").unwrap().into()).unwrap_err();
         assert!(e.to_string().contains("not a sealable memory file"), "{e}");
     }
-}
-
-#[cfg(test)]
-mod volatile_tests {
-    use super::*;
-    use std::sync::atomic::Ordering;
 
     #[test]
     fn a_volatile_file_is_shared_in_place_hidden_and_shown() {

@@ -177,7 +177,10 @@ fn aligned_huge_pages_move_whole() {
         return;
     }
     let len = 4 << 20;
-    let huge = MapOptions::HUGE;
+    let huge = MapOptions {
+        huge: true,
+        ..Default::default()
+    };
     let mut src = rt.registered_mapping(len, huge).unwrap();
     pattern(src.as_mut_slice(), 42);
     let want = src.as_slice().to_vec();
@@ -298,7 +301,15 @@ fn a_swap_that_fails_part_way_gives_the_application_its_pages_back() {
     rt.register_app(m.range()).unwrap();
     let mut stg = rt.registered_mapping(8 * ps, opts).unwrap();
     stg.as_mut_slice().fill(0xEE);
-    let mut scr = rt.registered_mapping(8 * ps, MapOptions::NO_HUGE).unwrap();
+    let mut scr = rt
+        .registered_mapping(
+            8 * ps,
+            MapOptions {
+                no_huge: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     scr.as_mut_slice()[5 * ps] = 1; // page 5 of scratch is not empty: the move stops there
     // SAFETY: `m` is ours and not otherwise in use; staging and scratch are our registered
     // mappings.

@@ -350,7 +350,10 @@ impl<P: PagePool> Reassembler<P> {
         let g = self.space.granule().bytes();
         if self.copies.is_none() {
             let cap = self.space.capacity();
-            let options = MapOptions::HUGE;
+            let options = MapOptions {
+                huge: true,
+                ..Default::default()
+            };
             match Mapping::anonymous(cap * g, options) {
                 Ok(map) => self.copies = Some((map, BitmapPool::new(cap))),
                 Err(e) => return Err(refuse(e, slots)),

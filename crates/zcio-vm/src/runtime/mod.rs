@@ -412,7 +412,10 @@ impl VmRuntime {
         };
         let stash = match &uffd {
             Some(u) => {
-                let opts = MapOptions::NO_HUGE;
+                let opts = MapOptions {
+                    no_huge: true,
+                    ..Default::default()
+                };
                 match stash_of(u, STASH_PAGES * page_size(), opts) {
                     Ok(m) => Some(m),
                     Err(e) => {
@@ -425,7 +428,10 @@ impl VmRuntime {
         };
         let hstash = match (&uffd, &stash, crate::huge::unavailable_reason()) {
             (Some(u), Some(_), None) if can_move => {
-                let opts = MapOptions::HUGE;
+                let opts = MapOptions {
+                    huge: true,
+                    ..Default::default()
+                };
                 match stash_of(u, HSTASH_SLOTS * HUGE_PAGE_SIZE, opts) {
                     Ok(m) => Some(m),
                     Err(e) => {
