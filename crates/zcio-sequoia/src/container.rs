@@ -449,13 +449,7 @@ impl Domain {
         let len = c.len;
         if let Pages::Volatile(mut f, key) = c.pages {
             f.hide()?;
-            let sent = if socket {
-                zcio_vm::wire::send_with_fds(path, &header(len, KIND_VOLATILE), &[f.fd()])
-                    .map_err(ContainerError::from)
-            } else {
-                send_file(path, f.fd(), len)
-            };
-            if let Err(e) = sent {
+            if let Err(e) = ship(path, socket, KIND_VOLATILE, f.fd(), len) {
                 // Not given up: it stays this domain's, under its name.
                 self.owned.insert(
                     id,
@@ -472,13 +466,7 @@ impl Domain {
             return Ok(());
         }
         let (file, len) = Self::sealed(c)?;
-        let sent = if socket {
-            zcio_vm::wire::send_with_fds(path, &header(len, KIND_SEALED), &[file.fd()])
-                .map_err(ContainerError::from)
-        } else {
-            send_file(path, file.fd(), len)
-        };
-        if let Err(e) = sent {
+        if let Err(e) = ship(path, socket, KIND_SEALED, file.fd(), len) {
             // Not given up: it stays this domain's, sealed now, under its name.
             self.owned.insert(
                 id,
@@ -670,6 +658,22 @@ fn header(len: usize, kind: u64) -> [u8; HEADER] {
     h[..8].copy_from_slice(&(len as u64).to_le_bytes());
     h[8..].copy_from_slice(&kind.to_le_bytes());
     h
+}
+
+/// A container of `kind` onto the I/O path `path`: to a Unix socket (`socket`), its descriptor
+/// after a header; to anything else, its `len` bytes.
+fn ship(
+    path: BorrowedFd<'_>,
+    socket: bool,
+    kind: u64,
+    fd: BorrowedFd<'_>,
+    len: usize,
+) -> Result<(), ContainerError> {
+    if socket {
+        zcio_vm::wire::send_with_fds(path, &header(len, kind), &[fd]).map_err(ContainerError::from)
+    } else {
+        send_file(path, fd, len)
+    }
 }
 
 /// The first `len` bytes of the memory file `from` to the file `path`, inside the kernel.

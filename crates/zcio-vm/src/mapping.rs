@@ -73,6 +73,19 @@ impl std::fmt::Debug for Mapping {
 /// Largest single mapping zcio creates: 64 GiB. Anything larger is a caller error, not a request.
 pub const MAX_MAPPING: usize = 64 << 30;
 
+/// `len` bytes rounded up to whole pages, for the mapping or memory file `what` names: refused
+/// when empty, or when the rounding overflows.
+pub(crate) fn page_rounded(len: usize, what: &'static str) -> Result<usize> {
+    if len == 0 {
+        return Err(VmError::Empty { what });
+    }
+    align_up(len, page_size()).ok_or(VmError::TooLarge {
+        what,
+        value: len,
+        limit: MAX_MAPPING,
+    })
+}
+
 impl Mapping {
     /// A new private anonymous mapping of `len` bytes (rounded up to whole pages).
     pub fn anonymous(len: usize, opts: MapOptions) -> Result<Mapping> {
@@ -172,16 +185,7 @@ impl Mapping {
         addr: Option<usize>,
         access: crate::protect::Access,
     ) -> Result<Mapping> {
-        if len == 0 {
-            return Err(VmError::Empty {
-                what: "mapping length",
-            });
-        }
-        let len = align_up(len, page_size()).ok_or(VmError::TooLarge {
-            what: "mapping length",
-            value: len,
-            limit: MAX_MAPPING,
-        })?;
+        let len = page_rounded(len, "mapping length")?;
         if addr == Some(0) {
             // A privileged process may be given the null page (below `mmap_min_addr`), and
             // no mapping here may start at a null pointer: an address a peer chose is refused.

@@ -18,7 +18,7 @@
 
 use crate::error::{Result, VmError};
 use crate::mapping::Mapping;
-use crate::page::{align_up, page_size};
+use crate::page::page_size;
 use rustix::fs::SealFlags;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
@@ -42,16 +42,7 @@ fn final_seals() -> SealFlags {
 
 /// A zeroed memory file of `len` bytes rounded up to whole pages: its descriptor and length.
 fn fresh_memfd(name: &str, len: usize) -> Result<(OwnedFd, usize)> {
-    if len == 0 {
-        return Err(VmError::Empty {
-            what: "a container",
-        });
-    }
-    let pages = align_up(len, page_size()).ok_or(VmError::TooLarge {
-        what: "a container",
-        value: len,
-        limit: crate::mapping::MAX_MAPPING,
-    })?;
+    let pages = crate::mapping::page_rounded(len, "a container")?;
     Ok((crate::mapping::memfd(name, pages)?, pages))
 }
 
