@@ -10,7 +10,7 @@ use std::os::unix::net::UnixListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use zcio_fbufs::aggregate::{Builder, BumpNodes, Msg};
-use zcio_fbufs::link::{OriginatorEnd, ReceiverEnd};
+use zcio_fbufs::link::OriginatorEnd;
 use zcio_fbufs::path::{Fbuf, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
@@ -184,17 +184,13 @@ fn a_receiver_killed_mid_stream_gives_every_fbuf_back() {
 fn what_an_exiting_originator_sent_stays_readable() {
     let dir = tempfile::tempdir().unwrap();
     let l = UnixListener::bind(dir.path().join("s")).unwrap();
-    let child = peer()
+    let (child, mut rx) = peer()
         .args([
             "originator-then-exit",
             dir.path().join("s").to_str().unwrap(),
             "5",
         ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    let mut rx = ReceiverEnd::connect(s).unwrap();
+        .offering(&l);
     let mut refs = Vec::new();
     while let Some(r) = rx.recv().unwrap() {
         refs.push(r);

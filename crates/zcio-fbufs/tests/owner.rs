@@ -6,11 +6,9 @@ mod peer;
 use peer::peer;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use zcio_fbufs::link::ReceiverEnd;
 use zcio_fbufs::owner::{Owner, OwnerClient};
 use zcio_fbufs::path::{Originator, Variant};
 use zcio_fbufs::region::RegionRead;
@@ -101,18 +99,14 @@ fn an_originator_killed_mid_stream_leaves_its_chunks_to_its_receivers_until_they
     assert_eq!(stats.stats().unwrap(), (0, 0));
     let link = dir.path().join("link");
     let l = UnixListener::bind(&link).unwrap();
-    let mut originator = peer()
+    let (mut originator, mut rx) = peer()
         .args([
             "owner-originator",
             at.to_str().unwrap(),
             link.to_str().unwrap(),
             "12",
         ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    let mut rx = ReceiverEnd::connect(s).unwrap();
+        .offering(&l);
     // This receiver holds the path through the owner too.
     let mut member = OwnerClient::connect(&at).unwrap();
     member.join_path(rx.info().addr as u64).unwrap();

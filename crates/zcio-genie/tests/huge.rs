@@ -28,21 +28,15 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// How long the split-page test lets its overwriter make a first pass before waiting.
 const GRACE: Duration = Duration::from_millis(500);
 
-/// Whether the test must skip: huge pages cannot be had here (says why).
-fn huge_unavailable() -> bool {
-    match zcio_vm::huge::unavailable_reason() {
-        Some(why) => {
-            zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
-            true
-        }
-        None => false,
+/// This test alone in the process (the counters and the mapping count are process-wide), on
+/// huge pages: `None`, the test skipping, where huge pages cannot be had here (says why).
+fn huge_alone() -> Option<MutexGuard<'static, ()>> {
+    if let Some(why) = zcio_vm::huge::unavailable_reason() {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
+        return None;
     }
-}
-
-/// One test at a time: the counters and the mapping count are process-wide.
-fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    Some(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Seeded bytes (xorshift), different for every seed.
@@ -134,10 +128,9 @@ const GUARD: u8 = 0xA5;
 
 #[test]
 fn huge_buffers_every_semantics_buffering_size_and_offset() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     bounded("matrix", LIMIT, || {
         let huge_tcow = VmRuntime::get().huge_tcow();
         if !huge_tcow {
@@ -371,10 +364,9 @@ fn tcow_from_the_sending_thread(what: &'static str, mutate: fn(&mut [u8])) {
 
 #[test]
 fn tcow_at_2m_every_page_and_a_whole_pmd_overwritten_by_the_sender() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     // From the end backwards: the last pages of the message are still queued in the link (it
     // holds 1 MiB) when `send` returns, so the first writes race with the receiver's reads.
     tcow_from_the_sending_thread("the last PMD and every 4096th byte", |b| {
@@ -388,10 +380,9 @@ fn tcow_at_2m_every_page_and_a_whole_pmd_overwritten_by_the_sender() {
 
 #[test]
 fn tcow_at_2m_one_byte_overwritten_by_the_sender() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     // In the last page: still queued in the link when `send` returns.
     tcow_from_the_sending_thread("one byte", |b| {
         let i = b.len() - 4096 + 7;
@@ -401,10 +392,9 @@ fn tcow_at_2m_one_byte_overwritten_by_the_sender() {
 
 #[test]
 fn freeing_a_huge_buffer_during_a_pending_output_still_delivers_the_original() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     bounded("free during output", LIMIT, || {
         let (mut tx, mut rx) = forced_pair();
         let mut seed = 0x0F0;
@@ -456,10 +446,9 @@ fn freeing_a_huge_buffer_during_a_pending_output_still_delivers_the_original() {
 
 #[test]
 fn a_split_huge_page_under_emulated_copy_with_a_concurrent_overwriter() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     bounded("split huge page", LIMIT, || {
         let rt = VmRuntime::get();
         let len = 4 * H;
@@ -574,10 +563,9 @@ fn a_split_huge_page_under_emulated_copy_with_a_concurrent_overwriter() {
 
 #[test]
 fn many_huge_transfers_stay_bounded() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     bounded("many transfers", LIMIT, || {
         let huge_tcow = VmRuntime::get().huge_tcow();
         let len = 4 << 20;
@@ -695,10 +683,9 @@ fn write_from_the_sending_thread(what: &str, msg: &mut [u8], at: usize, unmovabl
 
 #[test]
 fn tcow_from_the_sending_thread_on_the_4k_path_of_a_huge_buffer() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     bounded(
         "4 KiB path of a huge buffer",
         Duration::from_secs(20),
@@ -720,10 +707,9 @@ fn tcow_from_the_sending_thread_on_the_4k_path_of_a_huge_buffer() {
 
 #[test]
 fn tcow_from_the_sending_thread_in_a_split_huge_page() {
-    if huge_unavailable() {
+    let Some(_g) = huge_alone() else {
         return;
-    }
-    let _g = serial();
+    };
     bounded(
         "split huge page, sending thread",
         Duration::from_secs(20),
