@@ -123,6 +123,20 @@ struct Container {
     len: usize,
 }
 
+impl Container {
+    /// A sealed container of `len` bytes in `file`, not mapped.
+    fn sealed(file: SealedFile, len: usize) -> Container {
+        Container {
+            pages: Pages::Sealed {
+                file,
+                view: None,
+                changed: false,
+            },
+            len,
+        }
+    }
+}
+
 /// A memory file's identity while a descriptor of it is held: (device, inode).
 type FileKey = (u64, u64);
 
@@ -468,17 +482,7 @@ impl Domain {
         let (file, len) = Self::sealed(c)?;
         if let Err(e) = ship(path, socket, KIND_SEALED, file.fd(), len) {
             // Not given up: it stays this domain's, sealed now, under its name.
-            self.owned.insert(
-                id,
-                Container {
-                    pages: Pages::Sealed {
-                        file,
-                        view: None,
-                        changed: false,
-                    },
-                    len,
-                },
-            );
+            self.owned.insert(id, Container::sealed(file, len));
             return Err(e);
         }
         Ok(())
@@ -635,17 +639,7 @@ impl Domain {
         if !map {
             let c = self.owned.remove(&id).expect("just inserted");
             let (file, len) = Self::sealed(c)?;
-            self.owned.insert(
-                id,
-                Container {
-                    pages: Pages::Sealed {
-                        file,
-                        view: None,
-                        changed: false,
-                    },
-                    len,
-                },
-            );
+            self.owned.insert(id, Container::sealed(file, len));
         }
         Ok(id)
     }

@@ -269,6 +269,28 @@ impl Mapping {
         })
     }
 
+    /// The 64-bit words of `[offset, offset + len)`, as [`Mapping::atomic_words`] gives them.
+    ///
+    /// # Panics
+    ///
+    /// Unless both are 8-aligned and the range lies inside the mapping, with `what` (the
+    /// mapping's name) in the message: the offsets come from this process's own layout, never
+    /// from shared memory, so a bad one is a bug here.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mapping::atomic_words`].
+    pub(crate) unsafe fn atomic_words_in(
+        &self,
+        what: &str,
+        offset: usize,
+        len: usize,
+    ) -> &[std::sync::atomic::AtomicU64] {
+        // SAFETY: the caller keeps the promise `atomic_words` asks for.
+        unsafe { self.atomic_words(offset, len) }
+            .unwrap_or_else(|| panic!("{what} [{offset}, +{len}) out of bounds"))
+    }
+
     /// Start address.
     pub fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize

@@ -64,9 +64,7 @@ impl VmRuntime {
                     Ok(()) => break,
                     Err(e) if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
                         busy += 1;
-                        drop(st);
-                        std::thread::yield_now();
-                        st = self.lock();
+                        st = self.relock(st);
                     }
                     Err(_) => return Ok(None),
                 }
