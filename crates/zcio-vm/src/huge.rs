@@ -44,11 +44,7 @@ impl Granule {
     }
 }
 
-impl std::fmt::Display for Granule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(Granule);
 
 /// Most PMD runs one scan reports; a range with more alternations is reported in part
 /// ([`HugeScan::Known::truncated`]), the rest counted as not huge.

@@ -35,10 +35,7 @@ impl VmRuntime {
         let Some(u) = self.uffd.as_ref().filter(|_| self.caps.swap) else {
             return Ok(None);
         };
-        let pr = RawRange {
-            addr: app_page,
-            len: ps,
-        };
+        let pr = RawRange::page(app_page);
         pr.check_pages("reverse copyout page")?;
         if data.start > data.end || data.end > ps {
             return Err(VmError::OutOfBounds {
