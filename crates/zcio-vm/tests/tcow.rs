@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{huge_buffer, tcow_by_moving};
+use common::tcow_at_2mib;
 use std::os::fd::AsFd;
 use zcio_vm::runtime::TcowMode;
 use zcio_vm::wire::{Pipe, read_exact, vmsplice_all};
@@ -203,24 +203,14 @@ fn aligned_huge_pages_move_whole() {
     );
 }
 
-/// A [`huge_buffer`] of `pmds` huge pages, filled by `pattern`; `None` (after saying why)
-/// where this kernel gives no huge pages.
-fn huge_pattern(pmds: usize, seed: u8) -> Option<Mapping> {
-    let mut m = huge_buffer(pmds)?;
-    pattern(m.as_mut_slice(), seed);
-    Some(m)
-}
-
 #[test]
 fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writer() {
-    let Some(rt) = tcow_by_moving() else {
-        return;
-    };
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
     let pmds = 4;
-    let Some(mut m) = huge_pattern(pmds, 3) else {
+    let Some((rt, mut m)) = tcow_at_2mib(pmds) else {
         return;
     };
+    pattern(m.as_mut_slice(), 3);
     assert_eq!(
         zcio_vm::huge::scan(m.range()).granule(),
         zcio_vm::huge::Granule::Huge,

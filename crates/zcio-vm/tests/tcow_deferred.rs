@@ -4,19 +4,16 @@
 
 mod common;
 
-use common::{huge_buffer, tcow_by_moving};
+use common::tcow_at_2mib;
 use std::os::fd::AsFd;
 use zcio_vm::page_size;
 use zcio_vm::wire::{Pipe, read_exact, vmsplice_all};
 
 #[test]
 fn a_deferred_2mib_tcow_keeps_both_the_output_and_the_writer_whole() {
-    let Some(rt) = tcow_by_moving() else {
-        return;
-    };
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
     let pmds = 2;
-    let Some(mut m) = huge_buffer(pmds) else {
+    let Some((rt, mut m)) = tcow_at_2mib(pmds) else {
         return;
     };
     for (i, b) in m.as_mut_slice().iter_mut().enumerate() {

@@ -21,6 +21,14 @@ pub fn tcow_by_moving() -> Option<&'static VmRuntime> {
     Some(rt)
 }
 
+/// What a test of TCOW at 2 MiB needs: the runtime where TCOW moves pages ([`tcow_by_moving`])
+/// and a [`huge_buffer`] of `pmds` huge pages; `None` (after saying why) where either is
+/// missing.
+pub fn tcow_at_2mib(pmds: usize) -> Option<(&'static VmRuntime, Mapping)> {
+    let rt = tcow_by_moving()?;
+    Some((rt, huge_buffer(pmds)?))
+}
+
 /// A huge (2 MiB-aligned, populated, PMD-mapped) buffer of `pmds` huge pages; `None` (after
 /// saying why) where this kernel gives no huge pages.
 pub fn huge_buffer(pmds: usize) -> Option<Mapping> {
