@@ -62,6 +62,17 @@ pub(super) fn rows<'a>(v: &'a VmmrSection, g: &str, l: &str, c: &str) -> Vec<&'a
     r
 }
 
+/// The rows of both layouts at granule `g` and caches `c` ([`rows`]), scattered then adjacent;
+/// `None` where neither was measured.
+fn measured_layouts<'a>(
+    v: &'a VmmrSection,
+    g: &str,
+    c: &str,
+) -> Option<(Vec<&'a Row>, Vec<&'a Row>)> {
+    let (sc, ad) = (rows(v, g, "scattered", c), rows(v, g, "adjacent", c));
+    (!sc.is_empty() || !ad.is_empty()).then_some((sc, ad))
+}
+
 /// A case's medians (µs) against `x`, with the fastest and slowest iteration as bars.
 pub(super) fn curve(
     rs: &[&Row],
@@ -463,11 +474,9 @@ fn layout_tables(sc: &[&Row], ad: &[&Row], fig: &str, caches: &str) -> Vec<Block
 
 pub(super) fn figure4(v: &VmmrSection) -> Vec<Block> {
     let mut b = Vec::new();
-    let sc = rows(v, "4k", "scattered", "warm");
-    let ad = rows(v, "4k", "adjacent", "warm");
-    if sc.is_empty() && ad.is_empty() {
+    let Some((sc, ad)) = measured_layouts(v, "4k", "warm") else {
         return b;
-    }
+    };
     b.push(h(
         3,
         "Figure 4: reassembly time against message size, 4 KiB pages",
@@ -570,11 +579,9 @@ pub(super) fn per_page_text(v: &VmmrSection) -> Option<String> {
 }
 
 pub(super) fn figure5(v: &VmmrSection) -> Vec<Block> {
-    let sc = rows(v, "4k", "scattered", "cold");
-    let ad = rows(v, "4k", "adjacent", "cold");
-    if sc.is_empty() && ad.is_empty() {
+    let Some((sc, ad)) = measured_layouts(v, "4k", "cold") else {
         return Vec::new();
-    }
+    };
     let mut b = vec![h(3, "Figure 5: cold caches")];
     b.extend(layout_figures(
         &sc,
@@ -615,11 +622,9 @@ pub(super) fn figure5(v: &VmmrSection) -> Vec<Block> {
 }
 
 pub(super) fn huge(v: &VmmrSection) -> Vec<Block> {
-    let sc = rows(v, "2m", "scattered", "warm");
-    let ad = rows(v, "2m", "adjacent", "warm");
-    if sc.is_empty() && ad.is_empty() {
+    let Some((sc, ad)) = measured_layouts(v, "2m", "warm") else {
         return Vec::new();
-    }
+    };
     let mut b = vec![h(3, "2 MiB huge pages (not in the paper)")];
     let mut series = Vec::new();
     for (layout, rs, style) in [
