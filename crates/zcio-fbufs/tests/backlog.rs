@@ -154,6 +154,18 @@ fn serve_until(end: &mut OriginatorEnd, out: &mpsc::Receiver<String>) -> String 
     }
 }
 
+/// Once the stalled receiver reads again: serve it until every fbuf is back, and check that it
+/// got all `n` and ended well.
+fn caught_up(end: &mut OriginatorEnd, stalled: &mut Child, out: &mut impl Read, n: u64) {
+    while end.originator.outstanding() > 0 {
+        end.poll(true).unwrap();
+    }
+    let mut said = String::new();
+    out.read_to_string(&mut said).unwrap();
+    assert!(said.starts_with(&format!("ok {n} ")), "{said}");
+    assert!(stalled.wait().unwrap().success());
+}
+
 #[test]
 fn a_stalled_receiver_holds_up_no_send_and_gets_everything_when_it_reads_again() {
     watchdog(
@@ -194,13 +206,7 @@ fn a_stalled_receiver_holds_up_no_send_and_gets_everything_when_it_reads_again()
             // Receiver 0 reads again; the originator sends nothing more, only waits.
             let mut stdin = stalled.stdin.take().unwrap();
             stdin.write_all(b"go\n").unwrap();
-            while end.originator.outstanding() > 0 {
-                end.poll(true).unwrap();
-            }
-            let mut said = String::new();
-            stalled_out.read_to_string(&mut said).unwrap();
-            assert!(said.starts_with(&format!("ok {N} ")), "{said}");
-            assert!(stalled.wait().unwrap().success());
+            caught_up(&mut end, &mut stalled, &mut stalled_out, N);
             assert_eq!(end.released_for_dead, 0);
             assert!(end.misbehaved.is_empty(), "{:?}", end.misbehaved);
             phase.send("the stalled receiver caught up").unwrap();
@@ -358,13 +364,7 @@ fn a_forwarder_keeps_taking_from_upstream_while_its_receiver_stalls() {
             phase.send("the forwarder took everything").unwrap();
 
             stalled.stdin.take().unwrap().write_all(b"go\n").unwrap();
-            while end.originator.outstanding() > 0 {
-                end.poll(true).unwrap();
-            }
-            let mut said = String::new();
-            stalled_out.read_to_string(&mut said).unwrap();
-            assert!(said.starts_with(&format!("ok {M} ")), "{said}");
-            assert!(stalled.wait().unwrap().success());
+            caught_up(&mut end, &mut stalled, &mut stalled_out, M);
             drop(end);
             let mut rest = String::new();
             server_out.read_to_string(&mut rest).unwrap();

@@ -253,13 +253,18 @@ fn check(end: &ReceiverEnd, got: Received, fbufs: &mut Vec<FbufRef>, msgs: &mut 
     }
 }
 
+/// A path variant the fuzzer chooses.
+fn any_variant(u: &mut Unstructured<'_>) -> Result<Variant> {
+    Ok(Variant {
+        cached: u.arbitrary()?,
+        volatile: u.arbitrary()?,
+    })
+}
+
 #[test]
 fn a_hostile_originator_never_breaks_a_receiver() {
     fuzz(ORIGINATOR_REGRESSIONS, |u| {
-        let variant = Variant {
-            cached: u.arbitrary()?,
-            volatile: u.arbitrary()?,
-        };
+        let variant = any_variant(u)?;
         let p = PathMemory::create(CHUNK, CHUNKS, variant).unwrap();
         let ro = p.receiver_fd().unwrap();
         let slots = u.int_in_range(1..=3)?;
@@ -357,10 +362,7 @@ fn a_hostile_originator_never_breaks_a_receiver() {
 #[test]
 fn a_hostile_receiver_never_breaks_its_originator() {
     fuzz(RECEIVER_REGRESSIONS, |u| {
-        let variant = Variant {
-            cached: u.arbitrary()?,
-            volatile: u.arbitrary()?,
-        };
+        let variant = any_variant(u)?;
         let ring_slots = u.int_in_range(1..=8)?;
         let (mut end, sock) = placed(|| {
             let p = PathMemory::create(CHUNK, CHUNKS, variant)?;

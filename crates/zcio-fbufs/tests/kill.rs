@@ -25,17 +25,18 @@ use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{Forwarder, LinkError, OriginatorEnd, ReceiverEnd};
 use zcio_fbufs::path::{Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
-use zcio_testkit::kill::{Rng, Tolerance, accept_within, ended_within, killer, rounds, watchdog};
+use zcio_testkit::kill::{
+    PEER_ENV, Rng, Timing, Tolerance, accept_within, cast, ended_within, is_party, killer_at,
+    run_rounds, watchdog,
+};
 
-/// Environment variable that makes this binary a party: `ROLE DIR VARIANT`.
-const PEER_ENV: &str = "ZCIO_KILL_PEER";
 /// Rounds counted (after one that warms the thread caches up).
 const ROUNDS: usize = 30;
 /// Longest a survivor may take to fail after a party was killed.
@@ -239,6 +240,8 @@ fn play(
 /// A party in a process of its own: play until the path fails, say why on stderr and exit
 /// with [`FAILED`] (or be killed, which is what the test does to one of them). It leaves with
 /// `exit`, as a process that fails may: nothing of it closes its links in order.
+///
+/// What it plays is in [`PEER_ENV`]: `ROLE DIR VARIANT`.
 #[test]
 fn peer() {
     let Ok(spec) = std::env::var(PEER_ENV) else {
@@ -298,33 +301,19 @@ struct Outcome {
 /// One round; returns whether fbufs went through before the kill.
 fn round(rng: &mut Rng, n: usize) -> bool {
     let vi = rng.usize(..VARIANTS.len());
-    let mine = ROLES[rng.usize(..3)];
-    let others: Vec<&'static str> = ROLES.iter().copied().filter(|r| *r != mine).collect();
-    let victim = others[rng.usize(..2)];
-    let other = others
-        .iter()
-        .copied()
-        .find(|r| *r != victim)
-        .expect("two others");
-    let early = rng.u64(..6) == 0;
-    let delay = Duration::from_micros(rng.u64(..if early { 8_000 } else { 20_000 }));
+    let (mine, victim, other) = cast(rng, &ROLES);
+    let timing = Timing::draw(rng);
+    let delay = timing.delay;
     let what = format!(
         "round {n}: {:?}, here the {mine}, the {victim} killed {delay:?} after {}",
         VARIANTS[vi],
-        if early { "its start" } else { "data flowed" }
+        timing.after("data flowed")
     );
     let dir = tempfile::tempdir().expect("a directory for the sockets");
     let v = start(victim, dir.path(), vi);
     let mut o = start(other, dir.path(), vi);
     let killed = Arc::new(AtomicBool::new(false));
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let k = killer(v, go_rx, delay, killed.clone());
-    let go = if early {
-        drop(go_tx);
-        None
-    } else {
-        Some(go_tx)
-    };
+    let (k, go) = killer_at(v, timing, killed.clone());
     let outcome = {
         let path = dir.path().to_path_buf();
         let killed = killed.clone();
@@ -403,13 +392,8 @@ fn round(rng: &mut Rng, n: usize) -> bool {
 
 #[test]
 fn a_killed_party_makes_the_others_fail_at_once_and_leak_nothing() {
-    if std::env::var(PEER_ENV).is_ok() {
+    if is_party() {
         return;
     }
-    let seed = zcio_testkit::kill::seed();
-    let flowed = rounds(seed, ROUNDS, &Tolerance::nothing_grows(VMA_SLACK), round);
-    assert!(
-        flowed >= ROUNDS / 2,
-        "fbufs went through in {flowed} rounds of {ROUNDS} only (seed {seed:#x})"
-    );
+    run_rounds(ROUNDS, &Tolerance::nothing_grows(VMA_SLACK), "fbufs", round);
 }

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use zcio_fbufs::aggregate::{Builder, BumpNodes, Msg};
-use zcio_fbufs::link::{OriginatorEnd, ReceiverEnd};
+use zcio_fbufs::link::OriginatorEnd;
 use zcio_fbufs::path::{Fbuf, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
@@ -138,6 +138,15 @@ fn wait_all_back(end: &mut OriginatorEnd) {
     }
 }
 
+/// Wait for every fbuf to come back, then for the receiver `child` to end well: what it
+/// printed. `what` names the run in a failure.
+fn all_back_and_done(end: &mut OriginatorEnd, child: Child, what: &str) -> String {
+    wait_all_back(end);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{what}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn a_stream_reuses_its_fbufs_through_batched_notices() {
     let uncached = Variant {
@@ -149,10 +158,7 @@ fn a_stream_reuses_its_fbufs_through_batched_notices() {
         let child = receiver(&o, &mut end, &["receiver-loop", "400"]);
         // 400 messages of up to 70 KiB through 1 MiB of path: only reuse makes it fit.
         send_stream(&mut end, 400, &[0]);
-        wait_all_back(&mut end);
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{variant:?}");
-        let line = String::from_utf8_lossy(&out.stdout);
+        let line = all_back_and_done(&mut end, child, &format!("{variant:?}"));
         assert!(line.starts_with("ok 400 notices 400 in "), "{line}");
         let messages: usize = line.split_whitespace().nth(5).unwrap().parse().unwrap();
         assert!(messages <= 400, "{line}");
@@ -184,17 +190,13 @@ fn a_receiver_killed_mid_stream_gives_every_fbuf_back() {
 fn what_an_exiting_originator_sent_stays_readable() {
     let dir = tempfile::tempdir().unwrap();
     let l = UnixListener::bind(dir.path().join("s")).unwrap();
-    let child = peer()
+    let (child, mut rx) = peer()
         .args([
             "originator-then-exit",
             dir.path().join("s").to_str().unwrap(),
             "5",
         ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    let mut rx = ReceiverEnd::connect(s).unwrap();
+        .offering(&l);
     let mut refs = Vec::new();
     while let Some(r) = rx.recv().unwrap() {
         refs.push(r);
@@ -457,13 +459,8 @@ fn aggregates_go_as_one_reference_and_come_back_with_all_their_fbufs() {
     let child = receiver(&o, &mut end, &["receive-msgs", "60"]);
     // 60 messages of three fbufs each need more than the path's 1 MiB: they must be reused.
     send_msgs(&mut end, 60, &[0]);
-    wait_all_back(&mut end);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "ok 60 messages"
-    );
+    let said = all_back_and_done(&mut end, child, "60 messages");
+    assert_eq!(said.trim(), "ok 60 messages");
     assert_eq!(end.msgs_outstanding(), 0);
     assert_eq!(end.released_for_dead, 0);
     assert!(end.originator.chunks_used() <= 4);

@@ -6,25 +6,16 @@ mod peer;
 use peer::peer;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use zcio_fbufs::link::ReceiverEnd;
 use zcio_fbufs::owner::{Owner, OwnerClient};
 use zcio_fbufs::path::{Originator, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
 
-/// An owner serving on a thread until the returned flag is set.
-fn owner(
-    dir: &std::path::Path,
-    budget: usize,
-) -> (
-    std::path::PathBuf,
-    Arc<AtomicBool>,
-    std::thread::JoinHandle<()>,
-) {
+/// An owner serving on a thread, until the [`Serving`] returned is stopped: where it listens.
+fn owner(dir: &std::path::Path, budget: usize) -> (std::path::PathBuf, Serving) {
     let at = dir.join("owner");
     let mut o = Owner::bind(&at, 256 * 1024, budget).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -33,7 +24,21 @@ fn owner(
         o.serve(Duration::from_millis(20), |_| s.load(Ordering::Relaxed))
             .unwrap()
     });
-    (at, stop, t)
+    (at, Serving { stop, t })
+}
+
+/// The owner's thread, serving until [`Serving::stop`].
+struct Serving {
+    stop: Arc<AtomicBool>,
+    t: std::thread::JoinHandle<()>,
+}
+
+impl Serving {
+    /// Stop serving and wait for the thread to end (a failure of its serving fails the test).
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.t.join().unwrap();
+    }
 }
 
 fn wait_stats(c: &mut OwnerClient, want: (usize, usize)) {
@@ -59,7 +64,7 @@ const V: Variant = Variant {
 #[test]
 fn grants_stop_at_the_quota_and_the_budget_and_other_paths_go_on() {
     let dir = tempfile::tempdir().unwrap();
-    let (at, stop, t) = owner(dir.path(), 6);
+    let (at, serving) = owner(dir.path(), 6);
     let mut a = OwnerClient::connect(&at).unwrap();
     let (ia, fa) = a.create_path(4, V).unwrap();
     let mut oa = Originator::granted_by_owner(fa.as_fd(), ia).unwrap();
@@ -89,30 +94,25 @@ fn grants_stop_at_the_quota_and_the_budget_and_other_paths_go_on() {
     drop(a);
     wait_stats(&mut c, (2, 1));
     assert_eq!(b.grant(ib.addr as u64, 2).unwrap(), 4);
-    stop.store(true, Ordering::Relaxed);
-    t.join().unwrap();
+    serving.stop();
 }
 
 #[test]
 fn an_originator_killed_mid_stream_leaves_its_chunks_to_its_receivers_until_they_go() {
     let dir = tempfile::tempdir().unwrap();
-    let (at, stop, t) = owner(dir.path(), 64);
+    let (at, serving) = owner(dir.path(), 64);
     let mut stats = OwnerClient::connect(&at).unwrap();
     assert_eq!(stats.stats().unwrap(), (0, 0));
     let link = dir.path().join("link");
     let l = UnixListener::bind(&link).unwrap();
-    let mut originator = peer()
+    let (mut originator, mut rx) = peer()
         .args([
             "owner-originator",
             at.to_str().unwrap(),
             link.to_str().unwrap(),
             "12",
         ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (s, _) = l.accept().unwrap();
-    let mut rx = ReceiverEnd::connect(s).unwrap();
+        .offering(&l);
     // This receiver holds the path through the owner too.
     let mut member = OwnerClient::connect(&at).unwrap();
     member.join_path(rx.info().addr as u64).unwrap();
@@ -141,8 +141,7 @@ fn an_originator_killed_mid_stream_leaves_its_chunks_to_its_receivers_until_they
     drop(rx);
     drop(member);
     wait_stats(&mut stats, (0, 0));
-    stop.store(true, Ordering::Relaxed);
-    t.join().unwrap();
+    serving.stop();
 }
 
 /// A client that floods requests and never reads the answers is cut off; the owner never waits
@@ -151,7 +150,7 @@ fn an_originator_killed_mid_stream_leaves_its_chunks_to_its_receivers_until_they
 fn a_client_that_never_reads_its_answers_stalls_no_one() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let (at, stop, t) = owner(dir.path(), 6);
+    let (at, serving) = owner(dir.path(), 6);
     let mut flooder = std::os::unix::net::UnixStream::connect(&at).unwrap();
     // STATS requests (kind 19, no arguments), far more answers than a socket holds.
     let mut req = [0u8; 24];
@@ -185,6 +184,5 @@ fn a_client_that_never_reads_its_answers_stalls_no_one() {
     let r = std::io::Read::read_to_end(&mut &flooder, &mut sink);
     assert!(r.is_ok(), "the owner kept the flooder's connection: {r:?}");
     assert!(sink.len() < 24 * 200_000, "every answer was delivered");
-    stop.store(true, Ordering::Relaxed);
-    t.join().unwrap();
+    serving.stop();
 }

@@ -135,25 +135,29 @@ fn userfaultfd_features() -> Vec<Feature> {
     let mut f = Vec::new();
     match Userfaultfd::probe() {
         Ok(feat) => {
-            f.push(feature(
+            // A feature the kernel has or lacks: what it brings, or what its lack costs.
+            let has = |id, name, want, brings: &str, lacking: &str| {
+                let available = feat.contains(want);
+                feature(
+                    id,
+                    name,
+                    available,
+                    if available { brings } else { lacking },
+                )
+            };
+            f.push(has(
                 "uffd-wp",
                 "userfaultfd write-protect",
-                feat.contains(Features::WP),
-                if feat.contains(Features::WP) {
-                    "TCOW by write-protect faults"
-                } else {
-                    "missing: TCOW falls back to mprotect + SIGSEGV"
-                },
+                Features::WP,
+                "TCOW by write-protect faults",
+                "missing: TCOW falls back to mprotect + SIGSEGV",
             ));
-            f.push(feature(
+            f.push(has(
                 "uffd-move",
                 "UFFDIO_MOVE",
-                feat.contains(Features::MOVE),
-                if feat.contains(Features::MOVE) {
-                    "page swapping and TCOW page moves"
-                } else {
-                    "missing (Linux < 6.8): swaps become copies, TCOW copies pages instead of moving them"
-                },
+                Features::MOVE,
+                "page swapping and TCOW page moves",
+                "missing (Linux < 6.8): swaps become copies, TCOW copies pages instead of moving them",
             ));
         }
         Err(e) => {

@@ -326,11 +326,7 @@ impl Profile {
         use zcio_vm::page::HUGE_PAGE_SIZE as H;
         let rt = VmRuntime::get();
         let big = 8usize;
-        let huge = MapOptions {
-            huge: true,
-            populate: true,
-            ..Default::default()
-        };
+        let huge = MapOptions::POPULATED_2M;
         let mut m = Mapping::anonymous(big * H, huge)?;
         m.as_mut_slice().fill(1);
         let one = m.range().sub(0, H)?;

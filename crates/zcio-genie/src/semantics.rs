@@ -3,7 +3,6 @@
 
 use crate::path::DataPath;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::str::FromStr;
 
 /// How data is passed between an application buffer and an I/O module.
@@ -149,11 +148,7 @@ fn by_name<T: Copy>(
     })
 }
 
-impl fmt::Display for Semantics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+zcio_vm::display_by_name!(Semantics, InputBuffering);
 
 impl FromStr for Semantics {
     type Err = String;
@@ -196,12 +191,6 @@ impl InputBuffering {
             InputBuffering::PooledUnaligned => "pooled-unaligned",
             InputBuffering::Outboard => "outboard",
         }
-    }
-}
-
-impl fmt::Display for InputBuffering {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

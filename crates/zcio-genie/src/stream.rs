@@ -60,11 +60,7 @@ impl ModuleKind {
     }
 }
 
-impl std::fmt::Display for ModuleKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+zcio_vm::display_by_name!(ModuleKind);
 
 impl std::str::FromStr for ModuleKind {
     type Err = String;

@@ -28,21 +28,23 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// How long the split-page test lets its overwriter make a first pass before waiting.
 const GRACE: Duration = Duration::from_millis(500);
 
-/// Whether the test must skip: huge pages cannot be had here (says why).
-fn huge_unavailable() -> bool {
-    match zcio_vm::huge::unavailable_reason() {
-        Some(why) => {
-            zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
-            true
-        }
-        None => false,
+/// Run `f` as a test on huge pages ([`huge_alone`]), failing it if `f` takes longer than
+/// `limit` ([`bounded`]).
+fn on_huge_pages<F: FnOnce() + Send + 'static>(what: &str, limit: Duration, f: F) {
+    if let Some(_g) = huge_alone() {
+        bounded(what, limit, f);
     }
 }
 
-/// One test at a time: the counters and the mapping count are process-wide.
-fn serial() -> MutexGuard<'static, ()> {
+/// This test alone in the process (the counters and the mapping count are process-wide), on
+/// huge pages: `None`, the test skipping, where huge pages cannot be had here (says why).
+fn huge_alone() -> Option<MutexGuard<'static, ()>> {
+    if let Some(why) = zcio_vm::huge::unavailable_reason() {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
+        return None;
+    }
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    Some(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Seeded bytes (xorshift), different for every seed.
@@ -134,11 +136,7 @@ const GUARD: u8 = 0xA5;
 
 #[test]
 fn huge_buffers_every_semantics_buffering_size_and_offset() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
-    bounded("matrix", LIMIT, || {
+    on_huge_pages("matrix", LIMIT, || {
         let huge_tcow = VmRuntime::get().huge_tcow();
         if !huge_tcow {
             note_no_huge_tcow("matrix");
@@ -307,7 +305,7 @@ fn check_accounting(
 /// changes the buffer with `mutate`, then waits. The receiver (slow to start) must get the
 /// bytes of the call; the sender its own writes; TCOW must have copied at 2 MiB, never waited.
 fn tcow_from_the_sending_thread(what: &'static str, mutate: fn(&mut [u8])) {
-    bounded(what, LIMIT, move || {
+    on_huge_pages(what, LIMIT, move || {
         let rt = VmRuntime::get();
         let len = 16 << 20;
         let mut sb = huge_buffer(len);
@@ -371,10 +369,6 @@ fn tcow_from_the_sending_thread(what: &'static str, mutate: fn(&mut [u8])) {
 
 #[test]
 fn tcow_at_2m_every_page_and_a_whole_pmd_overwritten_by_the_sender() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
     // From the end backwards: the last pages of the message are still queued in the link (it
     // holds 1 MiB) when `send` returns, so the first writes race with the receiver's reads.
     tcow_from_the_sending_thread("the last PMD and every 4096th byte", |b| {
@@ -388,10 +382,6 @@ fn tcow_at_2m_every_page_and_a_whole_pmd_overwritten_by_the_sender() {
 
 #[test]
 fn tcow_at_2m_one_byte_overwritten_by_the_sender() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
     // In the last page: still queued in the link when `send` returns.
     tcow_from_the_sending_thread("one byte", |b| {
         let i = b.len() - 4096 + 7;
@@ -401,11 +391,7 @@ fn tcow_at_2m_one_byte_overwritten_by_the_sender() {
 
 #[test]
 fn freeing_a_huge_buffer_during_a_pending_output_still_delivers_the_original() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
-    bounded("free during output", LIMIT, || {
+    on_huge_pages("free during output", LIMIT, || {
         let (mut tx, mut rx) = forced_pair();
         let mut seed = 0x0F0;
         for sem in [
@@ -456,22 +442,10 @@ fn freeing_a_huge_buffer_during_a_pending_output_still_delivers_the_original() {
 
 #[test]
 fn a_split_huge_page_under_emulated_copy_with_a_concurrent_overwriter() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
-    bounded("split huge page", LIMIT, || {
+    on_huge_pages("split huge page", LIMIT, || {
         let rt = VmRuntime::get();
         let len = 4 * H;
-        let mut m = Mapping::anonymous(
-            len,
-            MapOptions {
-                huge: true,
-                populate: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut m = Mapping::anonymous(len, MapOptions::POPULATED_2M).unwrap();
         assert_eq!(granule_of(m.as_slice()), Granule::Huge);
         // Split PMD 2, and PMD 3 near its end (still queued in the link, which holds 1 MiB,
         // when `send` returns): drop one 4 KiB page in each; the pattern below rewrites them.
@@ -582,11 +556,7 @@ fn a_split_huge_page_under_emulated_copy_with_a_concurrent_overwriter() {
 
 #[test]
 fn many_huge_transfers_stay_bounded() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
-    bounded("many transfers", LIMIT, || {
+    on_huge_pages("many transfers", LIMIT, || {
         let huge_tcow = VmRuntime::get().huge_tcow();
         let len = 4 << 20;
         let mut sb = huge_buffer(len);
@@ -703,11 +673,7 @@ fn write_from_the_sending_thread(what: &str, msg: &mut [u8], at: usize, unmovabl
 
 #[test]
 fn tcow_from_the_sending_thread_on_the_4k_path_of_a_huge_buffer() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
-    bounded(
+    on_huge_pages(
         "4 KiB path of a huge buffer",
         Duration::from_secs(20),
         || {
@@ -728,23 +694,11 @@ fn tcow_from_the_sending_thread_on_the_4k_path_of_a_huge_buffer() {
 
 #[test]
 fn tcow_from_the_sending_thread_in_a_split_huge_page() {
-    if huge_unavailable() {
-        return;
-    }
-    let _g = serial();
-    bounded(
+    on_huge_pages(
         "split huge page, sending thread",
         Duration::from_secs(20),
         || {
-            let mut m = Mapping::anonymous(
-                2 * H,
-                MapOptions {
-                    huge: true,
-                    populate: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let mut m = Mapping::anonymous(2 * H, MapOptions::POPULATED_2M).unwrap();
             // Split PMD 1 (drop one page; the pattern rewrites it), then send 256 KiB of it: no
             // whole PMD, so the 4 KiB path, and every page still queued when `send` returns.
             m.advise_range(

@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint, Ticket};
 use zcio_genie::profile::{PROFILE_ENV, Profile};
 use zcio_genie::{GenieError, InputBuffering, Semantics};
-use zcio_testkit::kill::{Rng, Tolerance, accept_within, killer, rounds, watchdog};
+use zcio_testkit::kill::{
+    PEER_ENV, Rng, Timing, Tolerance, accept_within, is_party, killer_at, run_rounds, watchdog,
+};
 use zcio_vm::{MapOptions, Mapping, page_size};
 
-/// Environment variable that makes this binary the peer: `ROLE SEMANTICS BUFFERING LEN SOCKET`.
-const PEER_ENV: &str = "ZCIO_KILL_PEER";
 /// Rounds counted (after one that warms the runtime, the pools and the thread caches up).
 const ROUNDS: usize = 40;
 /// Longest a survivor may take to fail after its peer was killed.
@@ -170,6 +170,8 @@ fn recv_loop(
 
 /// The peer process: join the link offered on the socket and play the role until it fails
 /// (or until it is killed, which is what the test does).
+///
+/// What it plays is in [`PEER_ENV`]: `ROLE SEMANTICS BUFFERING LEN SOCKET`.
 #[test]
 fn peer() {
     let Ok(spec) = std::env::var(PEER_ENV) else {
@@ -290,17 +292,13 @@ fn round(rng: &mut Rng, n: usize, profile: &std::path::Path) -> bool {
     let sem = SEMANTICS[rng.usize(..SEMANTICS.len())];
     let buffering = InputBuffering::ALL[rng.usize(..InputBuffering::ALL.len())];
     let sends = rng.u64(..2) == 0;
-    let early = rng.u64(..6) == 0;
+    let timing = Timing::draw(rng);
+    let delay = timing.delay;
     let len = (16 + rng.usize(..112)) * page_size();
-    let delay = Duration::from_micros(rng.u64(..if early { 8_000 } else { 20_000 }));
     let what = format!(
         "round {n}: {sem}, {buffering} input, {len} bytes, {} killed {delay:?} after {}",
         if sends { "receiver" } else { "sender" },
-        if early {
-            "its start"
-        } else {
-            "the first message"
-        }
+        timing.after("the first message")
     );
     let dir = tempfile::tempdir().expect("a directory for the socket");
     let path = dir.path().join("link");
@@ -319,15 +317,8 @@ fn round(rng: &mut Rng, n: usize, profile: &std::path::Path) -> bool {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the peer");
-    let (go_tx, go_rx) = mpsc::channel();
     let killed = Arc::new(AtomicBool::new(false));
-    let k = killer(child, go_rx, delay, killed.clone());
-    let go = if early {
-        drop(go_tx);
-        None
-    } else {
-        Some(go_tx)
-    };
+    let (k, go) = killer_at(child, timing, killed.clone());
     let alive = move || !killed.load(Ordering::SeqCst);
     let out = watchdog(&what, HANG, move || {
         survive(l, sends, sem, buffering, len, go, alive)
@@ -367,11 +358,10 @@ fn round(rng: &mut Rng, n: usize, profile: &std::path::Path) -> bool {
 
 #[test]
 fn a_killed_peer_makes_the_survivor_fail_at_once_and_leak_nothing() {
-    if std::env::var(PEER_ENV).is_ok() {
+    if is_party() {
         return;
     }
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = zcio_testkit::kill::seed();
     // The peers load the profile instead of calibrating one each.
     let dir = tempfile::tempdir().expect("a directory for the profile");
     let profile = dir.path().join("profile.json");
@@ -379,11 +369,7 @@ fn a_killed_peer_makes_the_survivor_fail_at_once_and_leak_nothing() {
     // The runtime (its userfaultfd, handler thread and stash) starts once, on first use: before
     // the count, whatever the first round uses.
     zcio_vm::VmRuntime::get();
-    let flowed = rounds(seed, ROUNDS, &TOLERANCE, |rng, n| round(rng, n, &profile));
-    assert!(
-        flowed >= ROUNDS / 2,
-        "data went through in {flowed} rounds of {ROUNDS} only (seed {seed:#x})"
-    );
+    run_rounds(ROUNDS, &TOLERANCE, "data", |rng, n| round(rng, n, &profile));
 }
 
 /// A sender killed between publishing a message and taking in the completions of those before
@@ -393,7 +379,7 @@ fn a_killed_peer_makes_the_survivor_fail_at_once_and_leak_nothing() {
 /// end dropped is its death (every descriptor of it closed).
 #[test]
 fn a_sender_killed_with_its_completion_ring_full_fails_its_receiver() {
-    if std::env::var(PEER_ENV).is_ok() {
+    if is_party() {
         return;
     }
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());

@@ -123,6 +123,20 @@ struct Container {
     len: usize,
 }
 
+impl Container {
+    /// A sealed container of `len` bytes in `file`, not mapped.
+    fn sealed(file: SealedFile, len: usize) -> Container {
+        Container {
+            pages: Pages::Sealed {
+                file,
+                view: None,
+                changed: false,
+            },
+            len,
+        }
+    }
+}
+
 /// A memory file's identity while a descriptor of it is held: (device, inode).
 type FileKey = (u64, u64);
 
@@ -449,13 +463,7 @@ impl Domain {
         let len = c.len;
         if let Pages::Volatile(mut f, key) = c.pages {
             f.hide()?;
-            let sent = if socket {
-                zcio_vm::wire::send_with_fds(path, &header(len, KIND_VOLATILE), &[f.fd()])
-                    .map_err(ContainerError::from)
-            } else {
-                send_file(path, f.fd(), len)
-            };
-            if let Err(e) = sent {
+            if let Err(e) = ship(path, socket, KIND_VOLATILE, f.fd(), len) {
                 // Not given up: it stays this domain's, under its name.
                 self.owned.insert(
                     id,
@@ -472,25 +480,9 @@ impl Domain {
             return Ok(());
         }
         let (file, len) = Self::sealed(c)?;
-        let sent = if socket {
-            zcio_vm::wire::send_with_fds(path, &header(len, KIND_SEALED), &[file.fd()])
-                .map_err(ContainerError::from)
-        } else {
-            send_file(path, file.fd(), len)
-        };
-        if let Err(e) = sent {
+        if let Err(e) = ship(path, socket, KIND_SEALED, file.fd(), len) {
             // Not given up: it stays this domain's, sealed now, under its name.
-            self.owned.insert(
-                id,
-                Container {
-                    pages: Pages::Sealed {
-                        file,
-                        view: None,
-                        changed: false,
-                    },
-                    len,
-                },
-            );
+            self.owned.insert(id, Container::sealed(file, len));
             return Err(e);
         }
         Ok(())
@@ -647,17 +639,7 @@ impl Domain {
         if !map {
             let c = self.owned.remove(&id).expect("just inserted");
             let (file, len) = Self::sealed(c)?;
-            self.owned.insert(
-                id,
-                Container {
-                    pages: Pages::Sealed {
-                        file,
-                        view: None,
-                        changed: false,
-                    },
-                    len,
-                },
-            );
+            self.owned.insert(id, Container::sealed(file, len));
         }
         Ok(id)
     }
@@ -670,6 +652,22 @@ fn header(len: usize, kind: u64) -> [u8; HEADER] {
     h[..8].copy_from_slice(&(len as u64).to_le_bytes());
     h[8..].copy_from_slice(&kind.to_le_bytes());
     h
+}
+
+/// A container of `kind` onto the I/O path `path`: to a Unix socket (`socket`), its descriptor
+/// after a header; to anything else, its `len` bytes.
+fn ship(
+    path: BorrowedFd<'_>,
+    socket: bool,
+    kind: u64,
+    fd: BorrowedFd<'_>,
+    len: usize,
+) -> Result<(), ContainerError> {
+    if socket {
+        zcio_vm::wire::send_with_fds(path, &header(len, kind), &[fd]).map_err(ContainerError::from)
+    } else {
+        send_file(path, fd, len)
+    }
 }
 
 /// The first `len` bytes of the memory file `from` to the file `path`, inside the kernel.

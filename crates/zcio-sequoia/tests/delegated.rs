@@ -23,6 +23,13 @@ fn source_file(dir: &tempfile::TempDir, data: &[u8]) -> OwnedFd {
     std::fs::File::open(p).unwrap().into()
 }
 
+/// A delegated splice from a file holding `data` to a socket, and the socket's other end.
+fn to_socket(dir: &tempfile::TempDir, data: &[u8]) -> (DelegatedSplice, UnixStream) {
+    let (sink, reader) = UnixStream::pair().unwrap();
+    let splice = DelegatedSplice::new(source_file(dir, data), sink.into()).unwrap();
+    (splice, reader)
+}
+
 fn readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
     let mut fds = [rustix::event::PollFd::new(
         &fd,
@@ -40,8 +47,7 @@ fn start_flow_returns_while_the_sink_blocks_and_the_data_arrives_whole() {
     let dir = tempfile::tempdir().unwrap();
     // Far more than a socket buffer holds: the flow cannot end before this thread reads.
     let data = pattern(8 << 20, 3);
-    let (sink, mut reader) = UnixStream::pair().unwrap();
-    let mut splice = DelegatedSplice::new(source_file(&dir, &data), sink.into()).unwrap();
+    let (mut splice, mut reader) = to_socket(&dir, &data);
     assert_eq!(splice.mechanism(), Mechanism::Sendfile);
     let t0 = Instant::now();
     splice
@@ -85,8 +91,7 @@ fn start_flow_returns_while_the_sink_blocks_and_the_data_arrives_whole() {
 fn queued_flows_finish_in_order_each_with_its_own_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let data = pattern(300_000, 9);
-    let (sink, mut reader) = UnixStream::pair().unwrap();
-    let mut splice = DelegatedSplice::new(source_file(&dir, &data), sink.into()).unwrap();
+    let (mut splice, mut reader) = to_socket(&dir, &data);
     for _ in 0..3 {
         splice.start_flow(Increment::Bytes(128 * 1024)).unwrap();
     }
@@ -154,8 +159,7 @@ fn a_sink_that_goes_away_ends_the_flow_with_every_byte_accounted_for() {
 fn dropping_it_mid_flow_returns_at_once_and_its_descriptors_close_when_the_flow_ends() {
     let dir = tempfile::tempdir().unwrap();
     let data = pattern(8 << 20, 1);
-    let (sink, mut reader) = UnixStream::pair().unwrap();
-    let mut splice = DelegatedSplice::new(source_file(&dir, &data), sink.into()).unwrap();
+    let (mut splice, mut reader) = to_socket(&dir, &data);
     splice
         .start_flow(Increment::Bytes(data.len() as u64))
         .unwrap();
@@ -186,8 +190,7 @@ fn dropping_it_mid_flow_returns_at_once_and_its_descriptors_close_when_the_flow_
 #[test]
 fn bad_input_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let (sink, _reader) = UnixStream::pair().unwrap();
-    let mut splice = DelegatedSplice::new(source_file(&dir, b"abc"), sink.into()).unwrap();
+    let (mut splice, _reader) = to_socket(&dir, b"abc");
     assert!(matches!(
         splice.start_flow(Increment::Bytes(0)),
         Err(SpliceError::ZeroIncrement)

@@ -21,14 +21,14 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use zcio_sequoia::container::{ContainerError, Domain};
-use zcio_testkit::kill::{Rng, Tolerance, ended_within, killer, rounds, watchdog};
+use zcio_testkit::kill::{
+    PEER_ENV, Rng, Timing, Tolerance, cast, ended_within, is_party, killer_at, run_rounds, watchdog,
+};
 
-/// Environment variable that makes this binary a party: `ROLE VARIANT LEN SOCKET`.
-const PEER_ENV: &str = "ZCIO_KILL_PEER";
 /// Rounds counted (after one that warms the thread caches up).
 const ROUNDS: usize = 30;
 /// Longest a survivor may take to fail after a party was killed.
@@ -251,6 +251,8 @@ fn take_ends(role: &str, volatile: bool, sock: &UnixStream) -> Ends {
 
 /// A party in a process of its own: take its sockets, play until the path fails, say why on
 /// stderr and exit with [`FAILED`] (or be killed, which is what the test does to one of them).
+///
+/// What it plays is in [`PEER_ENV`]: `ROLE VARIANT LEN SOCKET`.
 #[test]
 fn peer() {
     let Ok(spec) = std::env::var(PEER_ENV) else {
@@ -341,23 +343,12 @@ fn round(rng: &mut Rng, n: usize) -> bool {
     let variant = VARIANTS[rng.usize(..VARIANTS.len())];
     let volatile = variant.starts_with("volatile");
     let len = (1 + rng.usize(..24)) * 4096 - 8 * rng.usize(..3);
-    let mine = ROLES[rng.usize(..3)];
-    let others: Vec<&'static str> = ROLES.iter().copied().filter(|r| *r != mine).collect();
-    let victim = others[rng.usize(..2)];
-    let other = others
-        .iter()
-        .copied()
-        .find(|r| *r != victim)
-        .expect("two others");
-    let early = rng.u64(..6) == 0;
-    let delay = Duration::from_micros(rng.u64(..if early { 8_000 } else { 20_000 }));
+    let (mine, victim, other) = cast(rng, &ROLES);
+    let timing = Timing::draw(rng);
+    let delay = timing.delay;
     let what = format!(
         "round {n}: {variant}, {len} bytes, here the {mine}, the {victim} killed {delay:?} after {}",
-        if early {
-            "its start"
-        } else {
-            "our first frame"
-        }
+        timing.after("our first frame")
     );
     let dir = tempfile::tempdir().expect("a directory for the sockets");
     // The sockets: sender → relay → display, and display → sender for volatile containers.
@@ -381,14 +372,7 @@ fn round(rng: &mut Rng, n: usize) -> bool {
     let v = start(victim, variant, len, dir.path());
     let o = start(other, variant, len, dir.path());
     let killed = Arc::new(AtomicBool::new(false));
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let k = killer(v.child, go_rx, delay, killed.clone());
-    let go = if early {
-        drop(go_tx);
-        None
-    } else {
-        Some(go_tx)
-    };
+    let (k, go) = killer_at(v.child, timing, killed.clone());
     let (vl, ol) = (v.listener, o.listener);
     let outcome = {
         let what = what.clone();
@@ -483,13 +467,13 @@ fn round(rng: &mut Rng, n: usize) -> bool {
 
 #[test]
 fn a_killed_party_makes_the_others_fail_at_once_and_leak_nothing() {
-    if std::env::var(PEER_ENV).is_ok() {
+    if is_party() {
         return;
     }
-    let seed = zcio_testkit::kill::seed();
-    let flowed = rounds(seed, ROUNDS, &Tolerance::nothing_grows(VMA_SLACK), round);
-    assert!(
-        flowed >= ROUNDS / 2,
-        "frames went through in {flowed} rounds of {ROUNDS} only (seed {seed:#x})"
+    run_rounds(
+        ROUNDS,
+        &Tolerance::nothing_grows(VMA_SLACK),
+        "frames",
+        round,
     );
 }

@@ -19,6 +19,10 @@ pub use zcio_vm::resources::Tolerance;
 
 pub use fastrand::Rng;
 
+/// Environment variable that makes a kill test's binary a party of the mechanism under test; its
+/// value says what to play, in the test's own words.
+pub const PEER_ENV: &str = "ZCIO_KILL_PEER";
+
 /// Environment variable replaying a run's seed (hexadecimal, as a run prints it).
 pub const SEED_ENV: &str = "ZCIO_KILL_SEED";
 
@@ -133,6 +137,66 @@ pub fn killer(
         .expect("spawn the killer")
 }
 
+/// When a round's kill comes, drawn by [`Timing::draw`].
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// The kill comes `delay` after the round's start (one round in six), not `delay` after
+    /// data first went through.
+    pub early: bool,
+    /// Up to 8 ms for an early kill, up to 20 ms for the others.
+    pub delay: Duration,
+}
+
+impl Timing {
+    /// A round's kill timing, drawn from `rng`.
+    pub fn draw(rng: &mut Rng) -> Timing {
+        let early = rng.u64(..6) == 0;
+        let delay = Duration::from_micros(rng.u64(..if early { 8_000 } else { 20_000 }));
+        Timing { early, delay }
+    }
+
+    /// What the delay runs from, said as a round describes its kill.
+    pub fn after<'a>(&self, data: &'a str) -> &'a str {
+        if self.early { "its start" } else { data }
+    }
+}
+
+/// A [`killer`] of `child` at `timing`, and the word the party that watches data go through
+/// holds: `None` for an early kill (the delay runs from now), else the sender to send on or
+/// drop once data went through.
+pub fn killer_at(
+    child: Child,
+    timing: Timing,
+    killed: Arc<AtomicBool>,
+) -> (JoinHandle<Killed>, Option<mpsc::Sender<()>>) {
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let k = killer(child, go_rx, timing.delay, killed);
+    let go = if timing.early {
+        drop(go_tx);
+        None
+    } else {
+        Some(go_tx)
+    };
+    (k, go)
+}
+
+/// The parts of a path of three parties in a round, drawn from `rng`: the one this process
+/// plays, the one killed, and the other.
+pub fn cast(
+    rng: &mut Rng,
+    roles: &[&'static str; 3],
+) -> (&'static str, &'static str, &'static str) {
+    let mine = roles[rng.usize(..3)];
+    let others: Vec<&'static str> = roles.iter().copied().filter(|r| *r != mine).collect();
+    let victim = others[rng.usize(..2)];
+    let other = others
+        .iter()
+        .copied()
+        .find(|r| *r != victim)
+        .expect("two others");
+    (mine, victim, other)
+}
+
 /// Wait for `child` (a survivor of a kill at `since`) to end by itself within `limit` of the
 /// kill; how it ended, and what it wrote on its standard error (if that was piped).
 ///
@@ -193,6 +257,32 @@ pub fn rounds(
     }
     println!("{count} rounds in {:?}", t0.elapsed());
     flowed
+}
+
+/// Run a kill test's [`rounds`] with the run's [`seed`], and check that `what` went through in
+/// at least half of them.
+///
+/// # Panics
+///
+/// As [`rounds`] does, or if `what` went through in fewer than half the rounds.
+pub fn run_rounds(
+    count: usize,
+    tolerance: &Tolerance,
+    what: &str,
+    round: impl FnMut(&mut Rng, usize) -> bool,
+) {
+    let seed = seed();
+    let flowed = rounds(seed, count, tolerance, round);
+    assert!(
+        flowed >= count / 2,
+        "{what} went through in {flowed} rounds of {count} only (seed {seed:#x})"
+    );
+}
+
+/// Whether this process is a party of a kill test, started with [`PEER_ENV`] set: there, the
+/// test binary's tests other than the party's entry have nothing to do.
+pub fn is_party() -> bool {
+    std::env::var(PEER_ENV).is_ok()
 }
 
 /// Accept a connection on `l` within `limit` (the socket returned blocking), looking every

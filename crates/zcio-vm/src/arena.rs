@@ -142,10 +142,8 @@ impl SharedArena {
     pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
         // SAFETY: the arena hands out no byte slices of its mapping: its words are reached only
         // atomically.
-        match unsafe { self.map.atomic_words(offset, 8) } {
-            Some(w) => &w[0],
-            None => panic!("arena offset {offset} out of bounds"),
-        }
+        let w = unsafe { self.map.atomic_words_in("arena word", offset, 8) };
+        &w[0]
     }
 
     /// The words of `[offset, offset + len)` (8-aligned, in bounds), for loops over many words.
@@ -154,8 +152,7 @@ impl SharedArena {
     /// As [`SharedArena::atomic_u64`].
     pub fn atomic_u64s(&self, offset: usize, len: usize) -> &[AtomicU64] {
         // SAFETY: as in `atomic_u64`, the arena's words are reached only atomically.
-        unsafe { self.map.atomic_words(offset, len) }
-            .unwrap_or_else(|| panic!("arena range [{offset}, +{len}) out of bounds"))
+        unsafe { self.map.atomic_words_in("arena range", offset, len) }
     }
 
     /// The 32-bit atomic at byte `offset` (for doorbell flags).

@@ -44,11 +44,7 @@ impl Granule {
     }
 }
 
-impl std::fmt::Display for Granule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(Granule);
 
 /// Most PMD runs one scan reports; a range with more alternations is reported in part
 /// ([`HugeScan::Known::truncated`]), the rest counted as not huge.
@@ -300,27 +296,11 @@ mod tests {
             return;
         }
         let h = HUGE_PAGE_SIZE;
-        let m = Mapping::anonymous(
-            4 * h,
-            MapOptions {
-                huge: true,
-                populate: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = Mapping::anonymous(4 * h, MapOptions::POPULATED_2M).unwrap();
         let s = scan(m.range());
         // The kernel may fail to find free huge pages; it then says so by the granule.
         assert_ne!(s.granule(), Granule::Base, "{s:?}");
-        let b = Mapping::anonymous(
-            4 * h,
-            MapOptions {
-                populate: true,
-                no_huge: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let b = Mapping::anonymous(4 * h, MapOptions::POPULATED_4K).unwrap();
         assert_eq!(scan(b.range()).granule(), Granule::Base);
         // Splitting one PMD (a 4 KiB protection change in it) makes the range mixed.
         m.advise_range(

@@ -47,6 +47,19 @@ pub mod staging;
 pub mod uffd;
 pub mod wire;
 
+/// `Display` for each type named that has a `name(self) -> &'static str`: the name, as the
+/// command line and the JSON say it.
+#[macro_export]
+macro_rules! display_by_name {
+    ($($t:ty),+ $(,)?) => {$(
+        impl ::std::fmt::Display for $t {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )+};
+}
+
 pub use error::{Result, VmError};
 pub use mapping::{MapOptions, Mapping};
 pub use page::{RawRange, page_size};

@@ -34,6 +34,13 @@ impl MapOptions {
         huge: false,
         no_huge: true,
     };
+    /// Every page faulted in now, on transparent huge pages where the kernel gives them: what
+    /// operations on 2 MiB pages map.
+    pub const POPULATED_2M: MapOptions = MapOptions {
+        populate: true,
+        huge: true,
+        no_huge: false,
+    };
 }
 
 /// A mapping this process owns; unmapped when dropped.
@@ -65,6 +72,19 @@ impl std::fmt::Debug for Mapping {
 
 /// Largest single mapping zcio creates: 64 GiB. Anything larger is a caller error, not a request.
 pub const MAX_MAPPING: usize = 64 << 30;
+
+/// `len` bytes rounded up to whole pages, for the mapping or memory file `what` names: refused
+/// when empty, or when the rounding overflows.
+pub(crate) fn page_rounded(len: usize, what: &'static str) -> Result<usize> {
+    if len == 0 {
+        return Err(VmError::Empty { what });
+    }
+    align_up(len, page_size()).ok_or(VmError::TooLarge {
+        what,
+        value: len,
+        limit: MAX_MAPPING,
+    })
+}
 
 impl Mapping {
     /// A new private anonymous mapping of `len` bytes (rounded up to whole pages).
@@ -165,16 +185,7 @@ impl Mapping {
         addr: Option<usize>,
         access: crate::protect::Access,
     ) -> Result<Mapping> {
-        if len == 0 {
-            return Err(VmError::Empty {
-                what: "mapping length",
-            });
-        }
-        let len = align_up(len, page_size()).ok_or(VmError::TooLarge {
-            what: "mapping length",
-            value: len,
-            limit: MAX_MAPPING,
-        })?;
+        let len = page_rounded(len, "mapping length")?;
         if addr == Some(0) {
             // A privileged process may be given the null page (below `mmap_min_addr`), and
             // no mapping here may start at a null pointer: an address a peer chose is refused.
@@ -256,6 +267,28 @@ impl Mapping {
         ok.then(|| unsafe {
             std::slice::from_raw_parts((self.addr() + offset) as *const _, len / 8)
         })
+    }
+
+    /// The 64-bit words of `[offset, offset + len)`, as [`Mapping::atomic_words`] gives them.
+    ///
+    /// # Panics
+    ///
+    /// Unless both are 8-aligned and the range lies inside the mapping, with `what` (the
+    /// mapping's name) in the message: the offsets come from this process's own layout, never
+    /// from shared memory, so a bad one is a bug here.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mapping::atomic_words`].
+    pub(crate) unsafe fn atomic_words_in(
+        &self,
+        what: &str,
+        offset: usize,
+        len: usize,
+    ) -> &[std::sync::atomic::AtomicU64] {
+        // SAFETY: the caller keeps the promise `atomic_words` asks for.
+        unsafe { self.atomic_words(offset, len) }
+            .unwrap_or_else(|| panic!("{what} [{offset}, +{len}) out of bounds"))
     }
 
     /// Start address.

@@ -67,6 +67,14 @@ impl RawRange {
         Ok(RawRange { addr, len })
     }
 
+    /// The base page at `addr`.
+    pub fn page(addr: usize) -> Self {
+        RawRange {
+            addr,
+            len: page_size(),
+        }
+    }
+
     /// The range a byte slice occupies.
     pub fn of(buf: &[u8]) -> Self {
         RawRange {

@@ -376,14 +376,7 @@ impl Calibration {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let mut dst = Mapping::anonymous(
-            most * g,
-            MapOptions {
-                populate: true,
-                huge: true,
-                ..Default::default()
-            },
-        )?;
+        let mut dst = Mapping::anonymous(most * g, MapOptions::POPULATED_2M)?;
         // Each timed operation comes after the granules it works on were moved in and back
         // out (untimed), as a reassembler's next message would find them, and each size is
         // measured in rounds of its own so that a larger copy does not leave a smaller one

@@ -18,7 +18,7 @@
 
 use crate::error::{Result, VmError};
 use crate::mapping::Mapping;
-use crate::page::{align_up, page_size};
+use crate::page::page_size;
 use rustix::fs::SealFlags;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
@@ -42,16 +42,7 @@ fn final_seals() -> SealFlags {
 
 /// A zeroed memory file of `len` bytes rounded up to whole pages: its descriptor and length.
 fn fresh_memfd(name: &str, len: usize) -> Result<(OwnedFd, usize)> {
-    if len == 0 {
-        return Err(VmError::Empty {
-            what: "a container",
-        });
-    }
-    let pages = align_up(len, page_size()).ok_or(VmError::TooLarge {
-        what: "a container",
-        value: len,
-        limit: crate::mapping::MAX_MAPPING,
-    })?;
+    let pages = crate::mapping::page_rounded(len, "a container")?;
     Ok((crate::mapping::memfd(name, pages)?, pages))
 }
 
@@ -128,6 +119,31 @@ impl ExclusiveFile {
     }
 }
 
+/// The accessors every memory file that travels has, of its `fd` and `len` (whole pages).
+macro_rules! file_accessors {
+    ($file:ty) => {
+        impl $file {
+            /// Its length (whole pages).
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// Whether it is empty (never).
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Its descriptor (to send it, or to write it to a file).
+            pub fn fd(&self) -> BorrowedFd<'_> {
+                self.fd.as_fd()
+            }
+        }
+    };
+}
+
+file_accessors!(SealedFile);
+file_accessors!(VolatileFile);
+
 /// A memory file whose bytes nobody can change.
 #[derive(Debug)]
 pub struct SealedFile {
@@ -180,21 +196,6 @@ impl SealedFile {
             Ok(len) => Ok(SealedFile { fd, len }),
             Err(e) => Err((e, fd)),
         }
-    }
-
-    /// Its length (whole pages).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it is empty (never).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Its descriptor (to send it, or to write it to a file).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 
     /// Map it privately.
@@ -335,21 +336,6 @@ impl VolatileFile {
         })
     }
 
-    /// Its length (whole pages).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it is empty (never).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Its descriptor (to send it, or to write it to a file).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
     /// Map it (or show a hidden mapping again): its words.
     pub fn map(&mut self) -> Result<&[std::sync::atomic::AtomicU64]> {
         match &self.map {
@@ -413,6 +399,7 @@ impl VolatileFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn a_sealed_file_cannot_change_and_a_mapped_one_cannot_be_adopted() {
@@ -445,12 +432,6 @@ mod tests {
             SealedFile::adopt(std::fs::File::open("/dev/null").unwrap().into()).unwrap_err();
         assert!(e.to_string().contains("not a sealable memory file"), "{e}");
     }
-}
-
-#[cfg(test)]
-mod volatile_tests {
-    use super::*;
-    use std::sync::atomic::Ordering;
 
     #[test]
     fn a_volatile_file_is_shared_in_place_hidden_and_shown() {

@@ -113,10 +113,8 @@ impl SharedWords {
     fn word(&self, offset: usize) -> &AtomicU64 {
         // SAFETY: nothing here hands out byte slices of the mapping: its words are reached only
         // atomically.
-        match unsafe { self.map.atomic_words(offset, 8) } {
-            Some(w) => &w[0],
-            None => panic!("shared word offset {offset} out of bounds"),
-        }
+        let w = unsafe { self.map.atomic_words_in("shared word", offset, 8) };
+        &w[0]
     }
 
     /// The words of `[offset, offset + len)` (8-aligned, in bounds: a bad range is a bug of the
@@ -124,8 +122,7 @@ impl SharedWords {
     /// them fault where the range is read-only, exactly as [`SharedWords::store`] does.
     pub fn words(&self, offset: usize, len: usize) -> &[AtomicU64] {
         // SAFETY: as in `word`, the mapping's words are reached only atomically.
-        unsafe { self.map.atomic_words(offset, len) }
-            .unwrap_or_else(|| panic!("shared words [{offset}, +{len}) out of bounds"))
+        unsafe { self.map.atomic_words_in("shared words", offset, len) }
     }
 
     /// Load the word at byte `offset` (8-aligned, in bounds: a bad offset is a bug of the

@@ -41,6 +41,15 @@ pub struct Staging {
 }
 
 impl Staging {
+    /// The runs of staging and of scratch `len` bytes long at offset `off` of each.
+    fn runs_at(&self, off: usize, len: usize) -> (RawRange, RawRange) {
+        let at = |m: &Mapping| RawRange {
+            addr: m.addr() + off,
+            len,
+        };
+        (at(&self.stg), at(&self.scr))
+    }
+
     /// Staging for inputs of up to `max_len` bytes at any page offset.
     pub fn new(max_len: usize) -> Result<Staging> {
         Self::make(
@@ -228,14 +237,7 @@ impl Staging {
         // Staging and scratch bytes correspond to application bytes at this distance; the
         // whole PMDs lie on 2 MiB boundaries in all three.
         let s_off = off + head;
-        let stg = RawRange {
-            addr: self.stg.addr() + s_off,
-            len: pmds.len,
-        };
-        let scr = RawRange {
-            addr: self.scr.addr() + s_off,
-            len: pmds.len,
-        };
+        let (stg, scr) = self.runs_at(s_off, pmds.len);
         // Scratch must be empty there: it is where the last delivery of this window moved its
         // staging pages out; otherwise empty it.
         if self.scr_empty.is_none_or(|e| !e.contains(&scr)) {
@@ -346,14 +348,7 @@ impl Staging {
             }
         }
         let s_off = off + head; // page-aligned offset of the full pages in staging
-        let stg = RawRange {
-            addr: self.stg.addr() + s_off,
-            len: full.len,
-        };
-        let scr = RawRange {
-            addr: self.scr.addr() + s_off,
-            len: full.len,
-        };
+        let (stg, scr) = self.runs_at(s_off, full.len);
         // SAFETY: `full` is the full pages of `app`, borrowed mutably for this call and registered
         // above; staging and scratch are our registered mappings and the scratch run is empty.
         let copied = unsafe { rt.swap(full, stg, scr)? };

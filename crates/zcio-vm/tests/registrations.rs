@@ -1,21 +1,19 @@
 //! The runtime's table of registered application ranges: alone in its own process (one test),
 //! so that it knows how full the table is.
 
+mod common;
+
+use common::tcow_by_moving;
 use zcio_vm::runtime::MAX_REGISTRATIONS;
-use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
+use zcio_vm::{MapOptions, Mapping, RawRange, page_size};
 
 /// Evicting the least recently used of two overlapping registrations must not unregister the
 /// pages the other one covers: an output over the other one still write-protects them.
 #[test]
 fn evicting_one_of_two_overlapping_registrations_keeps_the_other() {
-    let rt = VmRuntime::get();
-    if rt.capabilities().tcow != zcio_vm::runtime::TcowMode::UffdMove {
-        zcio_vm::skip::skip(
-            zcio_vm::skip::Capability::UffdMove,
-            &format!("TCOW mode {:?}", rt.capabilities().tcow),
-        );
+    let Some(rt) = tcow_by_moving() else {
         return;
-    }
+    };
     let ps = page_size();
     let m = Mapping::anonymous(
         8 * ps,

@@ -1,5 +1,8 @@
 //! TCOW and page swapping against the real kernel.
 
+mod common;
+
+use common::tcow_at_2mib;
 use std::os::fd::AsFd;
 use zcio_vm::runtime::TcowMode;
 use zcio_vm::wire::{Pipe, read_exact, vmsplice_all};
@@ -200,42 +203,14 @@ fn aligned_huge_pages_move_whole() {
     );
 }
 
-/// A huge (2 MiB-aligned, PMD-mapped) buffer of `pmds` huge pages, filled by `pattern`; `None`
-/// (after saying why) where this kernel gives no huge pages.
-fn huge_buffer(pmds: usize, seed: u8) -> Option<Mapping> {
-    if let Some(why) = zcio_vm::huge::unavailable_reason() {
-        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
-        return None;
-    }
-    let h = zcio_vm::page::HUGE_PAGE_SIZE;
-    let mut m = Mapping::anonymous(
-        pmds * h,
-        MapOptions {
-            huge: true,
-            populate: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    pattern(m.as_mut_slice(), seed);
-    Some(m)
-}
-
 #[test]
 fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writer() {
-    let rt = VmRuntime::get();
-    if rt.capabilities().tcow != TcowMode::UffdMove {
-        zcio_vm::skip::skip(
-            zcio_vm::skip::Capability::UffdMove,
-            &format!("TCOW mode {:?}", rt.capabilities().tcow),
-        );
-        return;
-    }
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
     let pmds = 4;
-    let Some(mut m) = huge_buffer(pmds, 3) else {
+    let Some((rt, mut m)) = tcow_at_2mib(pmds) else {
         return;
     };
+    pattern(m.as_mut_slice(), 3);
     assert_eq!(
         zcio_vm::huge::scan(m.range()).granule(),
         zcio_vm::huge::Granule::Huge,
@@ -309,11 +284,7 @@ fn a_swap_that_fails_part_way_gives_the_application_its_pages_back() {
         return;
     }
     let ps = page_size();
-    let opts = MapOptions {
-        populate: true,
-        no_huge: true,
-        ..Default::default()
-    };
+    let opts = MapOptions::POPULATED_4K;
     let mut m = Mapping::anonymous(8 * ps, opts).unwrap();
     pattern(m.as_mut_slice(), 9);
     let want = m.as_slice().to_vec();

@@ -2,36 +2,20 @@
 //! pending, which only the handler thread itself can read). A test binary of its own: the
 //! injected deferrals are process-wide.
 
+mod common;
+
+use common::tcow_at_2mib;
 use std::os::fd::AsFd;
-use zcio_vm::runtime::TcowMode;
+use zcio_vm::page_size;
 use zcio_vm::wire::{Pipe, read_exact, vmsplice_all};
-use zcio_vm::{MapOptions, Mapping, VmRuntime, page_size};
 
 #[test]
 fn a_deferred_2mib_tcow_keeps_both_the_output_and_the_writer_whole() {
-    let rt = VmRuntime::get();
-    if rt.capabilities().tcow != TcowMode::UffdMove {
-        zcio_vm::skip::skip(
-            zcio_vm::skip::Capability::UffdMove,
-            &format!("TCOW mode {:?}", rt.capabilities().tcow),
-        );
-        return;
-    }
-    if let Some(why) = zcio_vm::huge::unavailable_reason() {
-        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
-        return;
-    }
     let h = zcio_vm::page::HUGE_PAGE_SIZE;
     let pmds = 2;
-    let mut m = Mapping::anonymous(
-        pmds * h,
-        MapOptions {
-            huge: true,
-            populate: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let Some((rt, mut m)) = tcow_at_2mib(pmds) else {
+        return;
+    };
     for (i, b) in m.as_mut_slice().iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(13).wrapping_add(5);
     }

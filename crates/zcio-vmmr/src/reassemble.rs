@@ -322,21 +322,32 @@ impl<P: PagePool> Reassembler<P> {
             Err(e) => return Err(refuse(e, slots)),
         };
         match self.space.move_in(store, first, &slots) {
-            Ok(moved) => {
-                self.live += 1;
-                Ok(Message {
-                    owner: self.id,
-                    first,
-                    len,
-                    slots,
-                    moved,
-                    path: Path::Remapped,
-                })
-            }
+            Ok(moved) => Ok(self.issue(first, len, slots, moved, Path::Remapped)),
             Err(e) => {
                 let _ = self.pool.free(first, n);
                 Err(refuse(e, slots))
             }
+        }
+    }
+
+    /// A message of this reassembler's, counted live: `len` bytes at granule `first` of its
+    /// range (or of its copies), from `slots`.
+    fn issue(
+        &mut self,
+        first: usize,
+        len: usize,
+        slots: Vec<Slot>,
+        moved: Moved,
+        path: Path,
+    ) -> Message {
+        self.live += 1;
+        Message {
+            owner: self.id,
+            first,
+            len,
+            slots,
+            moved,
+            path,
         }
     }
 
@@ -370,19 +381,12 @@ impl<P: PagePool> Reassembler<P> {
             let _ = pool.free(first, n);
             return Err(refuse(e, slots));
         }
-        self.live += 1;
-        Ok(Message {
-            owner: self.id,
-            first,
-            len,
-            slots,
-            moved: Moved {
-                moved: 0,
-                copied: len,
-                calls: 0,
-            },
-            path: Path::Copied,
-        })
+        let moved = Moved {
+            moved: 0,
+            copied: len,
+            calls: 0,
+        };
+        Ok(self.issue(first, len, slots, moved, Path::Copied))
     }
 
     fn check(&self, m: &Message) -> Result<(), VmmrError> {

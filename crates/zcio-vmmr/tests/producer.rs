@@ -5,10 +5,28 @@
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use zcio_vm::remap::{Granule, PageStore};
+use zcio_vm::remap::{Granule, PageStore, Slot};
 use zcio_vmmr::pool::BitmapPool;
 use zcio_vmmr::producer::{FileProducer, ProducerError, SocketProducer};
 use zcio_vmmr::reassemble::{Path, Reassembler};
+
+/// Reassemble the message in `slots` by remapping, check it byte for byte against `want`
+/// (`what` names it in a failure), and free it: the slots it goes back to.
+fn remapped(
+    r: &mut Reassembler<BitmapPool>,
+    store: &mut PageStore,
+    slots: Vec<Slot>,
+    want: &[u8],
+    what: &str,
+) -> Vec<Slot> {
+    let m = r
+        .reassemble(store, slots, want.len())
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_eq!(m.path(), Path::Remapped, "{what}");
+    assert!(r.bytes(&m).unwrap() == want, "{what}");
+    r.free(store, m).map_err(|e| e.error).unwrap()
+}
 
 #[test]
 fn messages_read_from_a_file_come_out_contiguous_and_byte_exact() {
@@ -42,16 +60,9 @@ fn messages_read_from_a_file_come_out_contiguous_and_byte_exact() {
                 continue;
             }
             let slots = p.read_message(&mut store, offset as u64, len).unwrap();
-            let m = r
-                .reassemble(&mut store, slots, len)
-                .map_err(|r| r.error)
-                .unwrap();
-            assert_eq!(m.path(), Path::Remapped);
-            assert!(
-                r.bytes(&m).unwrap() == &data[offset..offset + len],
-                "{granule:?}: {len} bytes at {offset}"
-            );
-            for s in r.free(&mut store, m).map_err(|r| r.error).unwrap() {
+            let what = format!("{granule:?}: {len} bytes at {offset}");
+            let want = &data[offset..offset + len];
+            for s in remapped(&mut r, &mut store, slots, want, &what) {
                 store.put(s).unwrap();
             }
         }
@@ -136,17 +147,12 @@ fn messages_received_on_two_connections_interleave_and_come_out_byte_exact() {
             }
             for (i, (slots, len)) in got.into_iter().zip([*la, *lb]).enumerate() {
                 assert_eq!(slots.len(), len.div_ceil(g));
-                let m = r
-                    .reassemble(&mut store, slots, len)
-                    .map_err(|e| e.error)
-                    .unwrap();
-                assert_eq!(m.path(), Path::Remapped);
-                assert!(
-                    r.bytes(&m).unwrap() == pattern(2 * k as u32 + i as u32, len).as_slice(),
+                let what = format!(
                     "{} message {k} on connection {i}: {len} bytes",
                     granule.name()
                 );
-                let slots = r.free(&mut store, m).map_err(|e| e.error).unwrap();
+                let want = pattern(2 * k as u32 + i as u32, len);
+                let slots = remapped(&mut r, &mut store, slots, &want, &what);
                 p.give_back(&store, slots).unwrap();
             }
         }

@@ -6,10 +6,13 @@
 //! Run it with `cargo run -p zcio --example container_shipping`. The receiving domain is this
 //! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE=receiver`.
 
+#[path = "common/example.rs"]
+mod example;
 #[path = "common/roles.rs"]
 mod roles;
 
-use roles::{Result, peer_command};
+use example::Result;
+use roles::peer_command;
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use zcio_sequoia::container::{ContainerError, Domain};
@@ -65,15 +68,7 @@ fn receiver() -> Result<()> {
     // read: the next container on the path, mapped at once (`true`).
     let id = domain.read(sock.as_fd(), 0, true)?;
     let (got, want) = (domain.map_read(id)?, data());
-    if got != want.as_slice() {
-        let at = got.iter().zip(&want).position(|(a, b)| a != b);
-        return Err(format!(
-            "receiver: {} bytes, {} were sent; first difference at {at:?}",
-            got.len(),
-            want.len()
-        )
-        .into());
-    }
+    example::same("receiver", got, &want)?;
     println!("receiver: {} bytes arrived intact", got.len());
     domain.free(id)?; // done with it
     match domain.read(sock.as_fd(), 0, true) {
@@ -89,13 +84,4 @@ fn dispatch() -> Result<()> {
     roles::dispatch(run, &[("receiver", receiver)])
 }
 
-fn main() -> Result<()> {
-    dispatch()
-}
-
-#[test]
-fn example_container_shipping() {
-    if let Err(e) = dispatch() {
-        panic!("{e}");
-    }
-}
+example::main_and_test!(example_container_shipping, dispatch);

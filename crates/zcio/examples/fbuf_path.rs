@@ -9,10 +9,13 @@
 //! Run it with `cargo run -p zcio --example fbuf_path`. The forwarder and the receiver are this
 //! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE` set.
 
+#[path = "common/example.rs"]
+mod example;
 #[path = "common/roles.rs"]
 mod roles;
 
-use roles::{Result, peer_command};
+use example::Result;
+use roles::peer_command;
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -104,15 +107,7 @@ fn receiver(dir: PathBuf) -> Result<()> {
             return Err(format!("message {i}: its fbuf is not readable here").into());
         }
         let want = message(i);
-        if got != want {
-            let at = got.iter().zip(&want).position(|(a, b)| a != b);
-            return Err(format!(
-                "message {i}: {} bytes, expected {}; first difference at {at:?}",
-                got.len(),
-                want.len()
-            )
-            .into());
-        }
+        example::same(&format!("message {i}"), &got, &want)?;
         rx.free(r)?; // the notice goes back along the path
     }
     rx.flush()?;
@@ -138,13 +133,4 @@ fn dir() -> Result<PathBuf> {
         .ok_or("ZCIO_EXAMPLE_DIR is not set")?)
 }
 
-fn main() -> Result<()> {
-    dispatch()
-}
-
-#[test]
-fn example_fbuf_path() {
-    if let Err(e) = dispatch() {
-        panic!("{e}");
-    }
-}
+example::main_and_test!(example_fbuf_path, dispatch);

@@ -9,10 +9,13 @@
 //! Run it with `cargo run -p zcio --example memnet_emulated_copy`. The receiver is this same
 //! program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE=receiver`.
 
+#[path = "common/example.rs"]
+mod example;
 #[path = "common/roles.rs"]
 mod roles;
 
-use roles::{Result, peer_command};
+use example::Result;
+use roles::peer_command;
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use zcio_genie::memnet::{LinkParts, MemnetEndpoint};
@@ -119,13 +122,4 @@ fn dispatch() -> Result<()> {
     roles::dispatch(run, &[("receiver", receiver)])
 }
 
-fn main() -> Result<()> {
-    dispatch()
-}
-
-#[test]
-fn example_memnet_emulated_copy() {
-    if let Err(e) = dispatch() {
-        panic!("{e}");
-    }
-}
+example::main_and_test!(example_memnet_emulated_copy, dispatch);

@@ -13,7 +13,10 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use zcio_sequoia::ppio::{Increment, Splice};
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+#[path = "common/example.rs"]
+mod example;
+
+use example::Result;
 
 /// 3 MiB and a bit: several increments.
 const LEN: usize = (3 << 20) + 777;
@@ -41,15 +44,7 @@ fn pump(source: &std::fs::File, sink: impl AsFd) -> Result<u64> {
 
 /// Fail with the first difference if `got` is not `want`.
 fn check(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        return Err(format!(
-            "{what}: {} bytes, expected {}; first difference at {at:?}",
-            got.len(),
-            want.len()
-        )
-        .into());
-    }
+    example::same(what, got, want)?;
     println!("  {what}: every byte arrived");
     Ok(())
 }
@@ -84,13 +79,4 @@ fn run() -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
-    run()
-}
-
-#[test]
-fn example_splice() {
-    if let Err(e) = run() {
-        panic!("{e}");
-    }
-}
+example::main_and_test!(example_splice, run);

@@ -11,7 +11,10 @@ use std::sync::mpsc;
 use zcio_uio::{Config, HandlerId, Initiation, Opcode, Request, Translation, Uio};
 use zcio_vm::skip::Capability;
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+#[path = "common/example.rs"]
+mod example;
+
+use example::Result;
 
 /// Two chunks of 64 KiB (O_DIRECT wants offsets and lengths in multiples of 4 KiB).
 const CHUNK: usize = 64 << 10;
@@ -116,26 +119,9 @@ fn run() -> Result<()> {
 
 /// Fail with the first difference if `got` is not `want`.
 fn check(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        return Err(format!(
-            "{what}: {} bytes, expected {}; first difference at {at:?}",
-            got.len(),
-            want.len()
-        )
-        .into());
-    }
+    example::same(what, got, want)?;
     println!("{what}: {} bytes, byte for byte as in the file", got.len());
     Ok(())
 }
 
-fn main() -> Result<()> {
-    run()
-}
-
-#[test]
-fn example_uio_read() {
-    if let Err(e) = run() {
-        panic!("{e}");
-    }
-}
+example::main_and_test!(example_uio_read, run);

@@ -15,7 +15,10 @@ use zcio_vmmr::pool::BitmapPool;
 use zcio_vmmr::producer::FileProducer;
 use zcio_vmmr::reassemble::Reassembler;
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+#[path = "common/example.rs"]
+mod example;
+
+use example::Result;
 
 /// 40 pages and a bit: the last page of the message is partly filled.
 const LEN: usize = 40 * 4096 + 123;
@@ -99,13 +102,4 @@ fn run() -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
-    run()
-}
-
-#[test]
-fn example_vmmr_reassembly() {
-    if let Err(e) = run() {
-        panic!("{e}");
-    }
-}
+example::main_and_test!(example_vmmr_reassembly, run);

@@ -4,15 +4,13 @@
 
 mod common;
 
-use common::{json_of, zcio};
+use common::{bench_json, failure, run};
 
 #[test]
 fn bench_checksum_json_has_every_contender_at_every_size() {
-    let out = zcio()
-        .args([
-            "bench",
-            "checksum",
-            "--json",
+    let v = bench_json(
+        "checksum",
+        &[
             "--sizes",
             "64,4097,100000",
             "--rounds",
@@ -21,11 +19,8 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
             "1",
             "--datagram-sizes",
             "64,1000",
-        ])
-        .output()
-        .unwrap();
-    let v = json_of(&out);
-    assert_eq!(v["bench"], "checksum");
+        ],
+    );
     let kernels: Vec<&str> = v["kernels"]
         .as_array()
         .unwrap()
@@ -68,29 +63,19 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
 
 #[test]
 fn a_datagram_smaller_than_its_header_is_refused() {
-    let out = zcio()
-        .args([
-            "bench",
-            "checksum",
-            "--sizes",
-            "64",
-            "--datagram-sizes",
-            "4",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failure(&run(&[
+        "bench",
+        "checksum",
+        "--sizes",
+        "64",
+        "--datagram-sizes",
+        "4",
+    ]));
     assert!(err.contains("--datagram-sizes 4"), "{err}");
 }
 
 #[test]
 fn a_bad_size_is_named() {
-    let out = zcio()
-        .args(["bench", "checksum", "--sizes", "0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failure(&run(&["bench", "checksum", "--sizes", "0"]));
     assert!(err.contains("--sizes 0"), "{err}");
 }

@@ -5,26 +5,14 @@
 
 mod common;
 
-use common::{json_of, zcio};
+use common::bench_json;
 
 #[test]
 fn bench_containers_json_has_every_variant() {
-    let out = zcio()
-        .args([
-            "bench",
-            "containers",
-            "--json",
-            "--frames",
-            "20",
-            "--rounds",
-            "1",
-            "--relays",
-            "1,2",
-        ])
-        .output()
-        .unwrap();
-    let v = json_of(&out);
-    assert_eq!(v["bench"], "containers");
+    let v = bench_json(
+        "containers",
+        &["--frames", "20", "--rounds", "1", "--relays", "1,2"],
+    );
     let rows = v["rows"].as_array().unwrap();
     let names: Vec<&str> = rows
         .iter()

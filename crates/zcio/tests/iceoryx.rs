@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{json_of, zcio};
+use common::{FBUFS_TWO_SIZES, json_of, run, succeeded, zcio};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -55,24 +55,17 @@ fn finish_within(mut c: Child, limit: Duration) -> Output {
 
 #[test]
 fn iceoryx2_measures_beside_the_fbufs_at_each_size_and_touch() {
-    let out = zcio()
-        .args([
+    let out = run(&[
+        &[
             "bench",
             "fbufs",
             "--contenders",
             "iceoryx2,fbufs-cached-volatile",
-            "--sizes",
-            "4096,65536",
-            "--rounds",
-            "1",
-            "--volume",
-            "1048576",
-            "--touch",
-            "word-per-page,every-byte",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+        ],
+        FBUFS_TWO_SIZES,
+        &["--touch", "word-per-page,every-byte", "--json"],
+    ]
+    .concat());
     let v = json_of(&out);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2 * 2 * 2);
@@ -171,49 +164,46 @@ fn long_iceoryx2_run() -> Command {
     c
 }
 
-#[test]
-fn a_killed_iceoryx2_receiver_fails_the_run_and_the_next_run_works() {
+/// A long iceoryx2 run under way, its output piped (else dropped), and its receiver process,
+/// given 300 ms to get going.
+fn long_iceoryx2_run_under_way(piped: bool) -> (Child, u32) {
+    let output = || if piped { Stdio::piped() } else { Stdio::null() };
     let c = long_iceoryx2_run()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(output())
+        .stderr(output())
         .spawn()
         .unwrap();
     let sink = child_of(c.id());
     std::thread::sleep(Duration::from_millis(300));
+    (c, sink)
+}
+
+#[test]
+fn a_killed_iceoryx2_receiver_fails_the_run_and_the_next_run_works() {
+    let (c, sink) = long_iceoryx2_run_under_way(true);
     kill(sink);
     let out = finish_within(c, Duration::from_secs(20));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("SIGKILL"), "{err}");
 
-    let again = zcio()
-        .args([
-            "bench",
-            "fbufs",
-            "--contenders",
-            "iceoryx2",
-            "--sizes",
-            "65536",
-        ])
-        .args(["--rounds", "1", "--volume", "1048576"])
-        .output()
-        .unwrap();
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    succeeded(&run(&[
+        "bench",
+        "fbufs",
+        "--contenders",
+        "iceoryx2",
+        "--sizes",
+        "65536",
+        "--rounds",
+        "1",
+        "--volume",
+        "1048576",
+    ]));
 }
 
 #[test]
 fn the_iceoryx2_receiver_ends_when_the_publisher_is_killed() {
-    let mut c = long_iceoryx2_run()
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let sink = child_of(c.id());
-    std::thread::sleep(Duration::from_millis(300));
+    let (mut c, sink) = long_iceoryx2_run_under_way(false);
     c.kill().unwrap();
     c.wait().unwrap();
     let t0 = Instant::now();

@@ -1,15 +1,36 @@
 //! `zcio report` end to end (a smoke-sized run: every experiment at a few points), its JSON
 //! schema, `zcio bench genie`, and the command line's help and errors.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
-fn zcio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_zcio"))
-}
+use common::{FBUFS_TWO_SIZES, failure, json_of, read_json, run, strings, succeeded, zcio};
+use std::path::Path;
+use std::process::Output;
 
 fn schema_path() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/results.schema.json")
+}
+
+/// `zcio report --from <from> --out <out>` run to its end.
+fn report_from(from: &Path, out: &Path) -> Output {
+    zcio()
+        .args(["report", "--from"])
+        .arg(from)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+/// A smoke-sized `zcio report` of genie-short alone into `out`, run to its end with the machine's
+/// profile at `profile`.
+fn genie_short_with_profile(profile: &Path, out: &Path) -> Output {
+    zcio()
+        .env("ZCIO_PROFILE", profile)
+        .args(["report", "--smoke", "--only", "genie-short", "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -17,8 +38,7 @@ fn the_committed_schema_is_the_one_the_code_writes() {
     let out = zcio().args(["report", "--schema"]).output().unwrap();
     assert!(out.status.success());
     let generated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let committed: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path()).unwrap()).unwrap();
+    let committed: serde_json::Value = read_json(&schema_path());
     assert_eq!(
         generated, committed,
         "schema/results.schema.json is stale: regenerate it with `zcio report --schema`"
@@ -34,19 +54,13 @@ fn smoke_report_writes_every_output_and_validates() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(
-        r.status.success(),
-        "zcio report failed: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
+    succeeded(&r);
     for f in ["index.html", "REPORT.md", "results.json"] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     // results.json against its schema.
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path()).unwrap()).unwrap();
+    let results: serde_json::Value = read_json(&out.join("results.json"));
+    let schema: serde_json::Value = read_json(&schema_path());
     let v = jsonschema::validator_for(&schema).unwrap();
     let errors: Vec<String> = v.iter_errors(&results).map(|e| e.to_string()).collect();
     assert!(
@@ -60,12 +74,7 @@ fn smoke_report_writes_every_output_and_validates() {
 
     // Every experiment ran and measured something real.
     assert_eq!(results["schema"], "zcio-report/1");
-    let ids: Vec<&str> = results["experiments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect();
+    let ids: Vec<&str> = strings(&results["experiments"], "id");
     for id in [
         "genie-latency",
         "genie-short",
@@ -138,12 +147,7 @@ fn smoke_report_writes_every_output_and_validates() {
         assert!(ec["cpu_copied_bytes"].as_u64().unwrap() >= 16384, "{ec}");
     }
     // The instrumented runs recorded the primitives the model is fitted on.
-    let prims: Vec<&str> = g["model"]["primitives"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["op"].as_str().unwrap())
-        .collect();
+    let prims: Vec<&str> = strings(&g["model"]["primitives"], "op");
     for op in [
         "copyin",
         "copyout",
@@ -163,12 +167,7 @@ fn smoke_report_writes_every_output_and_validates() {
     assert!(!g["model"]["projections"].as_array().unwrap().is_empty());
     assert_eq!(g["model"]["throughput"].as_array().unwrap().len(), 3);
     // The paper's three conclusions, and the same three at 2 MiB where huge pages can be had.
-    let conclusions: Vec<&str> = g["conclusions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
+    let conclusions: Vec<&str> = strings(&g["conclusions"], "id");
     match r["huge_unavailable"].as_str() {
         None => {
             assert_eq!(conclusions.len(), 6, "{conclusions:?}");
@@ -279,30 +278,16 @@ fn smoke_report_writes_every_output_and_validates() {
 
     // Refitting from the raw samples alone reproduces the same models and documents.
     let again = dir.path().join("again");
-    let r = zcio()
-        .args(["report", "--from"])
-        .arg(out.join("results.json"))
-        .arg("--out")
-        .arg(&again)
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let refit: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(again.join("results.json")).unwrap())
-            .unwrap();
+    let r = report_from(&out.join("results.json"), &again);
+    succeeded(&r);
+    let refit: serde_json::Value = read_json(&again.join("results.json"));
     assert_eq!(refit["genie"]["model"], results["genie"]["model"]);
     assert_eq!(
         refit["genie"]["conclusions"],
         results["genie"]["conclusions"]
     );
     assert!(again.join("index.html").is_file());
-    let r = zcio()
-        .args(["report", "--from"])
-        .arg(out.join("REPORT.md"))
-        .arg("--out")
-        .arg(&again)
-        .output()
-        .unwrap();
+    let r = report_from(&out.join("REPORT.md"), &again);
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("--from"));
 
@@ -322,21 +307,14 @@ fn a_machine_without_a_profile_is_calibrated_once_for_the_whole_run() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("fresh/profile.json");
     let out = dir.path().join("report");
-    let r = zcio()
-        .env("ZCIO_PROFILE", &profile)
-        .args(["report", "--smoke", "--only", "genie-short", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = genie_short_with_profile(&profile, &out);
+    succeeded(&r);
     assert!(String::from_utf8_lossy(&r.stderr).contains("calibrating this machine"));
     assert!(profile.is_file(), "the calibration was not saved");
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let results: serde_json::Value = read_json(&out.join("results.json"));
     let used = &results["genie"]["profile"];
     assert_eq!(used["path"], profile.display().to_string());
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    let saved: serde_json::Value = read_json(&profile);
     assert_eq!(used["profile"], saved);
     // The short-message runs (the ones the calibrated thresholds steer) all ran and verified.
     let short = results["genie"]["results"]["short"].as_array().unwrap();
@@ -345,28 +323,14 @@ fn a_machine_without_a_profile_is_calibrated_once_for_the_whole_run() {
         assert_eq!(p["verified"], true);
     }
     // A second run finds the profile and does not calibrate again.
-    let r = zcio()
-        .env("ZCIO_PROFILE", &profile)
-        .args(["report", "--smoke", "--only", "genie-short", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let r = genie_short_with_profile(&profile, &out);
     assert!(r.status.success());
     assert!(!String::from_utf8_lossy(&r.stderr).contains("calibrating this machine"));
 }
 
 #[test]
 fn bench_genie_prints_fitted_lines_and_points() {
-    let out = zcio()
-        .args(["bench", "genie", "--smoke", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&run(&["bench", "genie", "--smoke", "--json"]));
     let cs = v["contenders"].as_array().unwrap();
     assert_eq!(cs.len(), 25);
     for c in cs {
@@ -415,19 +379,11 @@ fn help_is_complete_and_errors_name_the_argument() {
         "{err}"
     );
 
-    let out = zcio()
-        .args(["report", "--quick", "--full"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--full"));
+    assert!(failure(&run(&["report", "--quick", "--full"])).contains("--full"));
 
-    let out = zcio()
-        .args(["transfer", "--semantics", "copy", "--bytes", "0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--bytes"));
+    assert!(
+        failure(&run(&["transfer", "--semantics", "copy", "--bytes", "0"])).contains("--bytes")
+    );
 
     // A length no mapping can hold is refused before any process starts, once, on stderr
     // (JSON on stdout only with --json).
@@ -454,12 +410,16 @@ fn help_is_complete_and_errors_name_the_argument() {
         }
     }
 
-    let out = zcio()
-        .args(["transfer", "--semantics", "teleport", "--bytes", "1"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("teleport"));
+    assert!(
+        failure(&run(&[
+            "transfer",
+            "--semantics",
+            "teleport",
+            "--bytes",
+            "1"
+        ]))
+        .contains("teleport")
+    );
 
     // An experiment selected alone brings what its model needs.
     let dir = tempfile::tempdir().unwrap();
@@ -468,20 +428,9 @@ fn help_is_complete_and_errors_name_the_argument() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("results.json")).unwrap())
-            .unwrap();
-    let ids: Vec<&str> = r["experiments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect();
+    succeeded(&out);
+    let r: serde_json::Value = read_json(&dir.path().join("results.json"));
+    let ids: Vec<&str> = strings(&r["experiments"], "id");
     assert_eq!(ids, ["genie-cpu", "genie-bandwidth", "genie-throughput"]);
     assert_eq!(
         r["genie"]["model"]["throughput"].as_array().unwrap().len(),
@@ -495,26 +444,9 @@ fn help_is_complete_and_errors_name_the_argument() {
 
 #[test]
 fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
-    let out = zcio()
-        .args([
-            "bench",
-            "fbufs",
-            "--sizes",
-            "4096,65536",
-            "--rounds",
-            "1",
-            "--volume",
-            "1048576",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&run(
+        &[&["bench", "fbufs"], FBUFS_TWO_SIZES, &["--json"]].concat()
+    ));
     let rows = v["rows"].as_array().unwrap();
     // 8 contenders and iceoryx2 × 2 sizes × 2 touch patterns.
     assert_eq!(rows.len(), 9 * 2 * 2);
@@ -541,10 +473,8 @@ fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
         assert!(names.contains(n), "{n} missing");
     }
     assert_eq!(v["fits"].as_array().unwrap().len(), 9 * 2);
-    let bad = zcio()
-        .args(["bench", "fbufs", "--contenders", "carrier-pigeon"])
-        .output()
-        .unwrap();
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("carrier-pigeon"));
+    assert!(
+        failure(&run(&["bench", "fbufs", "--contenders", "carrier-pigeon"]))
+            .contains("carrier-pigeon")
+    );
 }

@@ -6,26 +6,14 @@
 
 mod common;
 
-use common::{json_of, zcio};
+use common::{bench_json, zcio};
 
 #[test]
 fn bench_splice_json_has_both_variants_on_every_pair() {
-    let out = zcio()
-        .args([
-            "bench",
-            "splice",
-            "--json",
-            "--mib",
-            "2",
-            "--rounds",
-            "1",
-            "--seconds",
-            "0.05",
-        ])
-        .output()
-        .unwrap();
-    let v = json_of(&out);
-    assert_eq!(v["bench"], "splice");
+    let v = bench_json(
+        "splice",
+        &["--mib", "2", "--rounds", "1", "--seconds", "0.05"],
+    );
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 6);
     for r in rows {

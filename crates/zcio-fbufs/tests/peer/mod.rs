@@ -17,7 +17,9 @@ pub mod modes;
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::net::UnixListener;
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use zcio_fbufs::link::ReceiverEnd;
 
 /// The environment variable that makes this test binary a peer: the mode and its arguments,
 /// separated by [`SEP`].
@@ -138,6 +140,14 @@ impl Peer {
         self.stdout.get_or_insert_with(Stdio::piped);
         self.stderr.get_or_insert_with(Stdio::piped);
         self.spawn()?.wait_with_output()
+    }
+
+    /// Start it as an originator that connects to `l`, its standard output piped, and join the
+    /// path it offers: the peer, and this process's end of the path.
+    pub fn offering(&mut self, l: &UnixListener) -> (Child, ReceiverEnd) {
+        let child = self.stdout(Stdio::piped()).spawn().unwrap();
+        let (s, _) = l.accept().unwrap();
+        (child, ReceiverEnd::connect(s).unwrap())
     }
 }
 

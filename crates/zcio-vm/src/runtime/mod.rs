@@ -507,4 +507,12 @@ impl VmRuntime {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Give the state lock up for a moment (the handler thread may need it to get to the event
+    /// the kernel waits on), then take it again.
+    fn relock<'a>(&'a self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        drop(st);
+        std::thread::yield_now();
+        self.lock()
+    }
 }

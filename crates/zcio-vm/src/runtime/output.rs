@@ -86,9 +86,7 @@ impl VmRuntime {
                         // thread, which may need the state lock to get to it.
                         Err(e) if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
                             busy += 1;
-                            drop(st);
-                            std::thread::yield_now();
-                            st = self.lock();
+                            st = self.relock(st);
                         }
                         Err(e) => return Err(e),
                     }

@@ -35,10 +35,7 @@ impl VmRuntime {
         let Some(u) = self.uffd.as_ref().filter(|_| self.caps.swap) else {
             return Ok(None);
         };
-        let pr = RawRange {
-            addr: app_page,
-            len: ps,
-        };
+        let pr = RawRange::page(app_page);
         pr.check_pages("reverse copyout page")?;
         if data.start > data.end || data.end > ps {
             return Err(VmError::OutOfBounds {
@@ -64,9 +61,7 @@ impl VmRuntime {
                     Ok(()) => break,
                     Err(e) if e.errno() == Some(libc::EAGAIN) && busy < EAGAIN_RETRIES => {
                         busy += 1;
-                        drop(st);
-                        std::thread::yield_now();
-                        st = self.lock();
+                        st = self.relock(st);
                     }
                     Err(_) => return Ok(None),
                 }

@@ -54,10 +54,7 @@ impl VmRuntime {
     /// a little (the address space was changing: `EAGAIN`; the page cannot be moved yet).
     pub(super) fn handle_wp(&self, u: &Userfaultfd, page: usize, held: Held) -> Option<Deferred> {
         let ps = page_size();
-        let pr = RawRange {
-            addr: page,
-            len: ps,
-        };
+        let pr = RawRange::page(page);
         let mut guard = self.lock();
         let st = &mut *guard;
         match held {
@@ -356,10 +353,7 @@ impl VmRuntime {
         held: Held,
     ) -> Option<Deferred> {
         let ps = page_size();
-        let pr = RawRange {
-            addr: page,
-            len: ps,
-        };
+        let pr = RawRange::page(page);
         let stash = self.stash.as_ref().expect("TCOW copies only with a stash");
         if st.bounce.is_some() || st.transient.len() == st.transient.capacity() {
             if held == Held::Nothing {
@@ -381,10 +375,7 @@ impl VmRuntime {
         if rc != 0 {
             st.transient.retain(|t| *t != pr);
             let _ = stash.advise_range(
-                RawRange {
-                    addr: bounce,
-                    len: ps,
-                },
+                RawRange::page(bounce),
                 libc::MADV_DONTNEED,
                 "madvise(bounce)",
             );
@@ -410,10 +401,7 @@ impl VmRuntime {
         slot: Option<usize>,
     ) -> Option<Deferred> {
         let ps = page_size();
-        let pr = RawRange {
-            addr: page,
-            len: ps,
-        };
+        let pr = RawRange::page(page);
         let stash = self.stash.as_ref().expect("TCOW moves only with a stash");
         let slot_addr = stash.addr() + slot.unwrap_or(BOUNCE_SLOT) * ps;
         // SAFETY: TCOW step 2: install a private, writable copy of the original at the faulting
@@ -452,10 +440,7 @@ impl VmRuntime {
             .fetch_add(ps as u64, Ordering::Relaxed);
         let Some(slot) = slot else {
             // The outputs' references keep the original; our mapping of it goes.
-            let r = RawRange {
-                addr: slot_addr,
-                len: ps,
-            };
+            let r = RawRange::page(slot_addr);
             let _ = stash.advise_range(r, libc::MADV_DONTNEED, "madvise(bounce)");
             let counter = match st.bounce.take() {
                 Some(Bounce::Discarded) => &self.counters.tcow_discards,
@@ -554,9 +539,6 @@ pub(super) enum Bounce {
 /// already had it moved to the stash (a page installed by TCOW is a private copy).
 fn needs_page(o: &ActiveOutput, stashed: &[Stashed], page: usize) -> bool {
     o.protected
-        && o.range.contains(&RawRange {
-            addr: page,
-            len: page_size(),
-        })
+        && o.range.contains(&RawRange::page(page))
         && !stashed.iter().any(|s| s.output == o.id && s.covers(page))
 }

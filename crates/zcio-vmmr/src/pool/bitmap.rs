@@ -97,6 +97,24 @@ impl fmt::Debug for BitmapPool {
     }
 }
 
+/// The words covering `[first, first + n)`: each word's index, the granule its bit 63 stands
+/// for, and the mask of the range's bits in it.
+fn spans(first: usize, n: usize) -> impl Iterator<Item = (usize, usize, u64)> {
+    let end = first + n;
+    let mut g = first;
+    std::iter::from_fn(move || {
+        if g >= end {
+            return None;
+        }
+        let w = g / 64;
+        let base = w * 64;
+        let hi = (end - base).min(64);
+        let mask = span_mask(g - base, hi);
+        g = base + hi;
+        Some((w, base, mask))
+    })
+}
+
 /// Bits of one word covering granules `[lo, hi)` of that word (`0 <= lo < hi <= 64`).
 pub(super) fn span_mask(lo: usize, hi: usize) -> u64 {
     debug_assert!(lo < hi && hi <= 64);
@@ -237,47 +255,24 @@ impl BitmapPool {
     /// Apply `f(word, mask)` to each word covering `[first, first + n)` (range already
     /// checked, `n > 0`).
     fn for_each_span(&mut self, first: usize, n: usize, mut f: impl FnMut(&mut u64, u64)) {
-        let end = first + n;
-        let mut g = first;
-        while g < end {
-            let w = g / 64;
-            let base = w * 64;
-            let hi = (end - base).min(64);
-            f(&mut self.words[w], span_mask(g - base, hi));
-            g = base + hi;
+        for (w, _, mask) in spans(first, n) {
+            f(&mut self.words[w], mask);
         }
     }
 
     /// Allocated granules in `[first, first + n)` (range already checked).
     pub(super) fn allocated_in(&self, first: usize, n: usize) -> usize {
-        let end = first + n;
-        let mut g = first;
-        let mut count = 0;
-        while g < end {
-            let w = g / 64;
-            let base = w * 64;
-            let hi = (end - base).min(64);
-            count += (self.words[w] & span_mask(g - base, hi)).count_ones() as usize;
-            g = base + hi;
-        }
-        count
+        spans(first, n)
+            .map(|(w, _, mask)| (self.words[w] & mask).count_ones() as usize)
+            .sum()
     }
 
     /// The first free granule in `[first, first + n)`, if any (range already checked).
     fn first_free_in(&self, first: usize, n: usize) -> Option<usize> {
-        let end = first + n;
-        let mut g = first;
-        while g < end {
-            let w = g / 64;
-            let base = w * 64;
-            let hi = (end - base).min(64);
-            let free = !self.words[w] & span_mask(g - base, hi);
-            if free != 0 {
-                return Some(base + free.leading_zeros() as usize);
-            }
-            g = base + hi;
-        }
-        None
+        spans(first, n).find_map(|(w, base, mask)| {
+            let free = !self.words[w] & mask;
+            (free != 0).then(|| base + free.leading_zeros() as usize)
+        })
     }
 
     /// Mark `[first, first + n)` allocated, whatever it was (`n == 0` does nothing). For

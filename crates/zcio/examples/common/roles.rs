@@ -4,8 +4,7 @@
 
 use std::process::Command;
 
-/// An example's result: any error, said in its message.
-pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+use crate::example::Result;
 
 /// Which part this process plays; unset in the process you start.
 pub const ROLE: &str = "ZCIO_EXAMPLE_ROLE";

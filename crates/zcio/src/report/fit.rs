@@ -99,31 +99,19 @@ pub fn weighted_least_squares(points: &[(f64, f64)], w: &[f64]) -> Result<Line, 
             distinct: xs.len(),
         });
     }
+    // The sum over the points of `f(weight, point)`.
+    let sum = |f: &dyn Fn(f64, (f64, f64)) -> f64| -> f64 {
+        points.iter().zip(w).map(|(&p, &w)| f(w, p)).sum()
+    };
     let sw: f64 = w.iter().sum();
-    let mx = points.iter().zip(w).map(|(p, w)| w * p.0).sum::<f64>() / sw;
-    let my = points.iter().zip(w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
-    let sxx: f64 = points
-        .iter()
-        .zip(w)
-        .map(|(p, w)| w * (p.0 - mx).powi(2))
-        .sum();
-    let sxy: f64 = points
-        .iter()
-        .zip(w)
-        .map(|(p, w)| w * (p.0 - mx) * (p.1 - my))
-        .sum();
+    let mx = sum(&|w, p| w * p.0) / sw;
+    let my = sum(&|w, p| w * p.1) / sw;
+    let sxx = sum(&|w, p| w * (p.0 - mx).powi(2));
+    let sxy = sum(&|w, p| w * (p.0 - mx) * (p.1 - my));
     let slope = sxy / sxx;
     let intercept = my - slope * mx;
-    let sst: f64 = points
-        .iter()
-        .zip(w)
-        .map(|(p, w)| w * (p.1 - my).powi(2))
-        .sum();
-    let sse: f64 = points
-        .iter()
-        .zip(w)
-        .map(|(p, w)| w * (p.1 - (slope * p.0 + intercept)).powi(2))
-        .sum();
+    let sst = sum(&|w, p| w * (p.1 - my).powi(2));
+    let sse = sum(&|w, p| w * (p.1 - (slope * p.0 + intercept)).powi(2));
     Ok(Line {
         slope_ns_per_byte: slope,
         intercept_ns: intercept,

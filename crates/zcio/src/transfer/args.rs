@@ -113,26 +113,21 @@ impl TransferArgs {
 impl TransferArgs {
     /// The `zcio transfer` command line that runs these arguments (with `--json`).
     pub fn command_line(&self) -> Vec<String> {
-        let mut v = vec![
-            "transfer".to_string(),
-            "--semantics".into(),
-            self.semantics.to_string(),
-            "--module".into(),
-            self.module.to_string(),
-            "--bytes".into(),
-            self.bytes.to_string(),
-            "--offset".into(),
-            self.offset.to_string(),
-            "--input".into(),
-            self.input.to_string(),
-            "--count".into(),
-            self.count.to_string(),
-            "--seed".into(),
-            self.seed.to_string(),
-            "--app-work-ns".into(),
-            self.app_work_ns.to_string(),
-            "--json".into(),
-        ];
+        let mut v = vec!["transfer".to_string()];
+        for (flag, value) in [
+            ("--semantics", self.semantics.to_string()),
+            ("--module", self.module.to_string()),
+            ("--bytes", self.bytes.to_string()),
+            ("--offset", self.offset.to_string()),
+            ("--input", self.input.to_string()),
+            ("--count", self.count.to_string()),
+            ("--seed", self.seed.to_string()),
+            ("--app-work-ns", self.app_work_ns.to_string()),
+        ] {
+            v.push(flag.into());
+            v.push(value);
+        }
+        v.push("--json".into());
         for (on, flag) in [
             (self.overwrite_during_output, "--overwrite-during-output"),
             (self.force_zero_copy, "--force-zero-copy"),

@@ -13,7 +13,7 @@ use crate::lab::genie::model::{self, Conclusion};
 use crate::report::doc::Block;
 use crate::report::plot::{Scale, Series, Style};
 use crate::report::text::{figure, h, p, size, table, us};
-use crate::transfer::Res;
+use crate::transfer::{Res, TransferArgs};
 use zcio_genie::stream::ModuleKind;
 use zcio_genie::{InputBuffering, Semantics};
 
@@ -65,17 +65,33 @@ pub fn measure(plan: &Plan, g: &mut GenieResults, p: &dyn Progress) -> Res<()> {
         }
         return Ok(());
     }
-    let latency = sweep(
-        &contenders(),
-        ModuleKind::Memnet,
-        &plan.huge_lengths,
-        plan.huge_rounds,
-        plan.huge_count,
-        &|a| {
+    // A sweep of the memory network with huge-page buffers at both ends, at the plan's rounds
+    // and counts; `tweak` sets the rest.
+    let huge_sweep = |cs: &[(Semantics, InputBuffering, Thresholds)],
+                      lengths: &[usize],
+                      tweak: &dyn Fn(&mut TransferArgs),
+                      what| {
+        let tweak = |a: &mut TransferArgs| {
             a.huge = true;
-            a.breakdown = true;
-        },
-        p,
+            tweak(a);
+        };
+        let (rounds, count) = (plan.huge_rounds, plan.huge_count);
+        sweep(
+            cs,
+            ModuleKind::Memnet,
+            lengths,
+            rounds,
+            count,
+            &tweak,
+            p,
+            what,
+        )
+    };
+    let instrumented = |a: &mut TransferArgs| a.breakdown = true;
+    let latency = huge_sweep(
+        &contenders(),
+        &plan.huge_lengths,
+        &instrumented,
         "2 MiB latency",
     )?;
     // Figures 6 and 7: pooled input, the application's buffer on a 2 MiB boundary or not.
@@ -88,17 +104,10 @@ pub fn measure(plan: &Plan, g: &mut GenieResults, p: &dyn Progress) -> Res<()> {
         })
         .collect();
     let mut latency = latency;
-    latency.extend(sweep(
+    latency.extend(huge_sweep(
         &pooled,
-        ModuleKind::Memnet,
         &short_lengths(plan),
-        plan.huge_rounds,
-        plan.huge_count,
-        &|a| {
-            a.huge = true;
-            a.breakdown = true;
-        },
-        p,
+        &instrumented,
         "2 MiB pooled",
     )?);
     let cs: Vec<_> = Semantics::ALL
@@ -106,19 +115,7 @@ pub fn measure(plan: &Plan, g: &mut GenieResults, p: &dyn Progress) -> Res<()> {
         .map(|s| (*s, InputBuffering::EarlyDemux, Thresholds::ZeroCopy))
         .collect();
     let cpu_lengths = short_lengths(plan);
-    let cpu = sweep(
-        &cs,
-        ModuleKind::Memnet,
-        &cpu_lengths,
-        plan.huge_rounds,
-        plan.huge_count,
-        &|a| {
-            a.huge = true;
-            a.no_spin = true;
-        },
-        p,
-        "2 MiB cpu",
-    )?;
+    let cpu = huge_sweep(&cs, &cpu_lengths, &|a| a.no_spin = true, "2 MiB cpu")?;
     g.huge = latency;
     g.huge_cpu = cpu;
     Ok(())

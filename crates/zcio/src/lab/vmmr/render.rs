@@ -62,6 +62,17 @@ pub(super) fn rows<'a>(v: &'a VmmrSection, g: &str, l: &str, c: &str) -> Vec<&'a
     r
 }
 
+/// The rows of both layouts at granule `g` and caches `c` ([`rows`]), scattered then adjacent;
+/// `None` where neither was measured.
+fn measured_layouts<'a>(
+    v: &'a VmmrSection,
+    g: &str,
+    c: &str,
+) -> Option<(Vec<&'a Row>, Vec<&'a Row>)> {
+    let (sc, ad) = (rows(v, g, "scattered", c), rows(v, g, "adjacent", c));
+    (!sc.is_empty() || !ad.is_empty()).then_some((sc, ad))
+}
+
 /// A case's medians (µs) against `x`, with the fastest and slowest iteration as bars.
 pub(super) fn curve(
     rs: &[&Row],
@@ -412,6 +423,25 @@ pub(super) fn case_table(rs: &[&Row], caption: &str, cases: &[&str]) -> Block {
     table(caption, &hdr, body)
 }
 
+/// [`layout_figure`] `vmmr-{fig}-{layout}` for each layout that has rows, pages scattered
+/// (`sc`) and adjacent (`ad`), with the caption and title the layout is given.
+fn layout_figures(
+    sc: &[&Row],
+    ad: &[&Row],
+    fig: &str,
+    caption: impl Fn(&str) -> String,
+    title: impl Fn(&str) -> String,
+) -> Vec<Block> {
+    [("scattered", sc), ("adjacent", ad)]
+        .into_iter()
+        .filter(|(_, rs)| !rs.is_empty())
+        .map(|(layout, rs)| {
+            let stem = format!("vmmr-{fig}-{layout}");
+            layout_figure(rs, &stem, caption(layout), title(layout))
+        })
+        .collect()
+}
+
 /// Figure 4 or 5 for one 4 KiB layout: memcpy and VMMR with the paper's three searches.
 fn layout_figure(rs: &[&Row], stem: &str, caption: String, title: String) -> Block {
     let series = FIG4_CASES
@@ -444,29 +474,23 @@ fn layout_tables(sc: &[&Row], ad: &[&Row], fig: &str, caches: &str) -> Vec<Block
 
 pub(super) fn figure4(v: &VmmrSection) -> Vec<Block> {
     let mut b = Vec::new();
-    let sc = rows(v, "4k", "scattered", "warm");
-    let ad = rows(v, "4k", "adjacent", "warm");
-    if sc.is_empty() && ad.is_empty() {
+    let Some((sc, ad)) = measured_layouts(v, "4k", "warm") else {
         return b;
-    }
+    };
     b.push(h(
         3,
         "Figure 4: reassembly time against message size, 4 KiB pages",
     ));
-    for (layout, rs) in [("scattered", &sc), ("adjacent", &ad)] {
-        if rs.is_empty() {
-            continue;
-        }
-        b.push(layout_figure(
-            rs,
-            &format!("vmmr-fig4-{layout}"),
-            format!(
-                "Reassembly time against message size, 4 KiB pages {layout} in the store ({}), warm caches: memcpy and VMMR with the paper's three searches (median; bars: fastest and slowest iteration).",
-                if layout == "scattered" { "one move call per page" } else { "one move call per message" }
-            ),
-            format!("VMMR, Figure 4: 4 KiB pages, {layout}"),
-        ));
-    }
+    b.extend(layout_figures(
+        &sc,
+        &ad,
+        "fig4",
+        |layout| format!(
+            "Reassembly time against message size, 4 KiB pages {layout} in the store ({}), warm caches: memcpy and VMMR with the paper's three searches (median; bars: fastest and slowest iteration).",
+            if layout == "scattered" { "one move call per page" } else { "one move call per message" }
+        ),
+        |layout| format!("VMMR, Figure 4: 4 KiB pages, {layout}"),
+    ));
     let mut text = Vec::new();
     if let (Some(f), Some(l)) = (sc.first(), sc.last()) {
         let vm = |r: &Row| r.vmmr_ns.get("minimal_search").copied().unwrap_or(f64::NAN);
@@ -555,23 +579,17 @@ pub(super) fn per_page_text(v: &VmmrSection) -> Option<String> {
 }
 
 pub(super) fn figure5(v: &VmmrSection) -> Vec<Block> {
-    let sc = rows(v, "4k", "scattered", "cold");
-    let ad = rows(v, "4k", "adjacent", "cold");
-    if sc.is_empty() && ad.is_empty() {
+    let Some((sc, ad)) = measured_layouts(v, "4k", "cold") else {
         return Vec::new();
-    }
+    };
     let mut b = vec![h(3, "Figure 5: cold caches")];
-    for (layout, rs) in [("scattered", &sc), ("adjacent", &ad)] {
-        if rs.is_empty() {
-            continue;
-        }
-        b.push(layout_figure(
-            rs,
-            &format!("vmmr-fig5-{layout}"),
-            format!("Reassembly time against message size with cold caches (a buffer twice the last-level cache read before each), 4 KiB pages {layout}."),
-            format!("VMMR, Figure 5: cold caches, {layout}"),
-        ));
-    }
+    b.extend(layout_figures(
+        &sc,
+        &ad,
+        "fig5",
+        |layout| format!("Reassembly time against message size with cold caches (a buffer twice the last-level cache read before each), 4 KiB pages {layout}."),
+        |layout| format!("VMMR, Figure 5: cold caches, {layout}"),
+    ));
     let mut text = vec![format!(
         "The paper (no caching): speed-ups of {:.0}× at one page and {:.0}× at 6 144 pages (against {:.0}× and {:.0}× with caching); the worst case lost twelvefold without caches, memcpy about 60 % of that: code caching matters most to VMMR.",
         PAPER_SPEEDUP_COLD.0, PAPER_SPEEDUP_COLD.1, PAPER_SPEEDUP_WARM.0, PAPER_SPEEDUP_WARM.1
@@ -604,11 +622,9 @@ pub(super) fn figure5(v: &VmmrSection) -> Vec<Block> {
 }
 
 pub(super) fn huge(v: &VmmrSection) -> Vec<Block> {
-    let sc = rows(v, "2m", "scattered", "warm");
-    let ad = rows(v, "2m", "adjacent", "warm");
-    if sc.is_empty() && ad.is_empty() {
+    let Some((sc, ad)) = measured_layouts(v, "2m", "warm") else {
         return Vec::new();
-    }
+    };
     let mut b = vec![h(3, "2 MiB huge pages (not in the paper)")];
     let mut series = Vec::new();
     for (layout, rs, style) in [

@@ -220,14 +220,7 @@ impl Msg {
         };
         // The best case for copies: contiguous, faulted in, in huge pages where the kernel
         // gives them (at least one whole huge page, so that small messages get one too).
-        let dest = Mapping::anonymous(
-            (n * g).max(2 << 20),
-            MapOptions {
-                populate: true,
-                huge: true,
-                no_huge: false,
-            },
-        )?;
+        let dest = Mapping::anonymous((n * g).max(2 << 20), MapOptions::POPULATED_2M)?;
         Ok(Msg {
             spoil: false,
             granule,

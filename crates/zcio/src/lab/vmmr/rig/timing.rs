@@ -70,6 +70,21 @@ impl Rig {
         Ok(rig)
     }
 
+    /// [`Rig::new`] for one of the plan's series: its messages spoiled as the plan says, and
+    /// `faults` the series' faults still to inject.
+    pub(super) fn for_series(
+        plan: &Plan,
+        granule: Granule,
+        capacity: usize,
+        rng: &mut SplitMix64,
+        faults: &Rc<Cell<usize>>,
+    ) -> Result<Rig, BenchError> {
+        let mut rig = Rig::new(plan, granule, capacity, rng)?;
+        rig.spoil = plan.spoil;
+        rig.faults = faults.clone();
+        Ok(rig)
+    }
+
     /// Reassemble `msg` with `pool` swapped in: the time (ns) and what moved. The message is
     /// checked and freed (its pages back in their slots, the pool as it was) before returning.
     pub(super) fn with_pool(
@@ -322,9 +337,7 @@ pub fn sweep(
     let capacity = series.capacity;
     let mut rng = SplitMix64::new(plan.seed ^ granule.bytes() as u64 ^ layout as u64);
     let faults = Rc::new(Cell::new(plan.inject_faults));
-    let mut rig = Rig::new(plan, granule, capacity, &mut rng)?;
-    rig.spoil = plan.spoil;
-    rig.faults = faults.clone();
+    let mut rig = Rig::for_series(plan, granule, capacity, &mut rng, &faults)?;
     let mut out = Vec::new();
     for &n in sizes {
         let at = || {
@@ -343,9 +356,8 @@ pub fn sweep(
                 Err(e) if e.is_vm_fault() && rebuilds < MAX_REBUILDS => {
                     reason.get_or_insert_with(|| e.to_string());
                     rebuilds += 1;
-                    rig = Rig::new(plan, granule, capacity, &mut rng).map_err(|e| e.at(at))?;
-                    rig.spoil = plan.spoil;
-                    rig.faults = faults.clone();
+                    rig = Rig::for_series(plan, granule, capacity, &mut rng, &faults)
+                        .map_err(|e| e.at(at))?;
                 }
                 Err(e) => return Err(e.at(at)),
             }
@@ -522,9 +534,7 @@ pub fn random(
     let cap = plan.capacity_4k;
     let mut rng = SplitMix64::new(plan.seed ^ 0xF167 ^ pool as u64);
     let faults = Rc::new(Cell::new(plan.inject_faults));
-    let mut rig = Rig::new(plan, granule, cap, &mut rng)?;
-    rig.spoil = plan.spoil;
-    rig.faults = faults.clone();
+    let mut rig = Rig::for_series(plan, granule, cap, &mut rng, &faults)?;
     let mut out = Vec::new();
     for &n in &plan.random_sizes {
         let Some(block) = pool.block(n, cap) else {
@@ -561,9 +571,8 @@ pub fn random(
                         Err(e) if e.is_vm_fault() && rebuilds < MAX_REBUILDS => {
                             reason.get_or_insert_with(|| e.to_string());
                             rebuilds += 1;
-                            rig = Rig::new(plan, granule, cap, &mut rng).map_err(|e| e.at(at))?;
-                            rig.spoil = plan.spoil;
-                            rig.faults = faults.clone();
+                            rig = Rig::for_series(plan, granule, cap, &mut rng, &faults)
+                                .map_err(|e| e.at(at))?;
                             msg = Msg::new(granule, n, Layout::Scattered, &mut rng)
                                 .map_err(|e| e.at(at))?;
                             installed = series.current(&mut rng).0;

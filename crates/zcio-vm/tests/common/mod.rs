@@ -1,0 +1,46 @@
+//! What the tests against the real kernel share: the runtime where TCOW moves pages, and huge
+//! buffers, each said as a skip where this machine lacks it.
+
+// Each test file uses what it needs of this module.
+#![allow(dead_code)]
+
+use zcio_vm::runtime::TcowMode;
+use zcio_vm::{MapOptions, Mapping, VmRuntime};
+
+/// The runtime, where its TCOW moves pages (`UFFDIO_MOVE`); `None` (after saying why) where it
+/// does not.
+pub fn tcow_by_moving() -> Option<&'static VmRuntime> {
+    let rt = VmRuntime::get();
+    if rt.capabilities().tcow != TcowMode::UffdMove {
+        zcio_vm::skip::skip(
+            zcio_vm::skip::Capability::UffdMove,
+            &format!("TCOW mode {:?}", rt.capabilities().tcow),
+        );
+        return None;
+    }
+    Some(rt)
+}
+
+/// What a test of TCOW at 2 MiB needs: the runtime where TCOW moves pages ([`tcow_by_moving`])
+/// and a [`huge_buffer`] of `pmds` huge pages; `None` (after saying why) where either is
+/// missing.
+pub fn tcow_at_2mib(pmds: usize) -> Option<(&'static VmRuntime, Mapping)> {
+    let rt = tcow_by_moving()?;
+    Some((rt, huge_buffer(pmds)?))
+}
+
+/// A huge (2 MiB-aligned, populated, PMD-mapped) buffer of `pmds` huge pages; `None` (after
+/// saying why) where this kernel gives no huge pages.
+pub fn huge_buffer(pmds: usize) -> Option<Mapping> {
+    if let Some(why) = zcio_vm::huge::unavailable_reason() {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
+        return None;
+    }
+    Some(
+        Mapping::anonymous(
+            pmds * zcio_vm::page::HUGE_PAGE_SIZE,
+            MapOptions::POPULATED_2M,
+        )
+        .unwrap(),
+    )
+}
