@@ -349,21 +349,26 @@ impl ReadAhead {
         pos: u64,
         end: u64,
     ) -> Result<usize, UioError> {
+        if let Some(n) = self.side_read_pooled(dst, off, pos, end)? {
+            return Ok(n);
+        }
         let start = pos - pos % 4096;
         let stop = end
             .min(start + self.chunk as u64)
             .next_multiple_of(4096)
             .min(self.size);
-        if let Some(n) = self.side_read_pooled(dst, off, pos, end)? {
-            return Ok(n);
-        }
+        let c = self.blocking_read(start, (stop - start) as u32)?;
+        self.copy_out(c.data(), start, dst, off, pos, end)
+    }
+
+    /// Read `len` bytes from `start` with one blocking request (a side read).
+    fn blocking_read(&mut self, start: u64, len: u32) -> Result<Completion, UioError> {
         let buf = loop {
             match self.take_buffer() {
                 Some(b) => break b,
                 None => self.await_buffer()?,
             }
         };
-        let len = (stop - start) as u32;
         let mut c = self.uio.read_blocking(self.target, start, buf, 0, len)?;
         if let Some(e) = c.error.take() {
             return Err(e);
@@ -371,8 +376,22 @@ impl ReadAhead {
         self.stats.side_reads += 1;
         self.stats.requests += 1;
         self.stats.bytes_transferred += len as u64;
+        Ok(c)
+    }
+
+    /// Copy the bytes of `[pos, end)` that `data` (read from `start`) holds into `dst` (which
+    /// starts at `off`): the bytes copied, at least one.
+    fn copy_out(
+        &mut self,
+        data: &[u8],
+        start: u64,
+        dst: &mut [u8],
+        off: u64,
+        pos: u64,
+        end: u64,
+    ) -> Result<usize, UioError> {
         let from = (pos - start) as usize;
-        let n = (c.data().len().saturating_sub(from)).min((end - pos) as usize);
+        let n = data.len().saturating_sub(from).min((end - pos) as usize);
         if n == 0 {
             return Err(UioError::PastEnd {
                 offset: pos,
@@ -381,7 +400,7 @@ impl ReadAhead {
             });
         }
         let into = (pos - off) as usize;
-        dst[into..into + n].copy_from_slice(&c.data()[from..from + n]);
+        dst[into..into + n].copy_from_slice(&data[from..from + n]);
         self.stats.bytes_copied += n as u64;
         Ok(n)
     }
@@ -426,46 +445,15 @@ impl ReadAhead {
         let c = match self.pooled(start, len) {
             Some(c) => c,
             None => {
-                let buf = loop {
-                    match self.take_buffer() {
-                        Some(b) => break b,
-                        None => self.await_buffer()?,
-                    }
-                };
                 let read_len = (len as u64).next_multiple_of(4096) as u32;
-                let mut c = self
-                    .uio
-                    .read_blocking(self.target, start, buf, 0, read_len)?;
-                if let Some(e) = c.error.take() {
-                    return Err(e);
-                }
-                self.stats.side_reads += 1;
-                self.stats.requests += 1;
-                self.stats.bytes_transferred += read_len as u64;
-                let c = Arc::new(c);
+                let c = Arc::new(self.blocking_read(start, read_len)?);
                 if c.data().len() == len {
                     pool.insert(id, start, c.clone());
                 }
                 c
             }
         };
-        let from = (pos - start) as usize;
-        let n = c
-            .data()
-            .len()
-            .saturating_sub(from)
-            .min((end - pos) as usize);
-        if n == 0 {
-            return Err(UioError::PastEnd {
-                offset: pos,
-                length: (end - pos) as u32,
-                size: self.size,
-            });
-        }
-        let into = (pos - off) as usize;
-        dst[into..into + n].copy_from_slice(&c.data()[from..from + n]);
-        self.stats.bytes_copied += n as u64;
-        Ok(Some(n))
+        self.copy_out(c.data(), start, dst, off, pos, end).map(Some)
     }
 
     /// With a pool: the address of `len` bytes at `off` in the pooled chunk that holds them,

@@ -2,6 +2,9 @@
 //! as through SQLite's own, for every initiation and translation, from several threads at
 //! once; and the reads really went through the layer.
 
+mod common;
+
+use common::scan_all;
 use std::sync::Arc;
 use zcio_sqlite::UioVfs;
 use zcio_sqlite::tables::{self, QueryResult};
@@ -52,21 +55,7 @@ fn every_variant_returns_the_kernels_rows() {
             }
         };
         let vfs = UioVfs::register(&format!("zcio-test-{i}"), uio.clone(), 128 << 10, 4).unwrap();
-        let got: Vec<QueryResult> = std::thread::scope(|s| {
-            let hs: Vec<_> = paths
-                .iter()
-                .map(|p| {
-                    let name = vfs.name().to_string();
-                    s.spawn(move || {
-                        let c = tables::open(p, Some(&name)).unwrap();
-                        let r = tables::scan(&c).unwrap();
-                        drop(c);
-                        r
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let got = scan_all(&vfs, &paths, false);
         assert_eq!(got, kernel, "{initiation:?} {translation:?}");
         let st = vfs.stats();
         assert_eq!(
@@ -74,22 +63,7 @@ fn every_variant_returns_the_kernels_rows() {
             "no page read in place without mmap_size"
         );
         // SQLite reading the pages in place in the layer's buffers (xFetch), from two threads.
-        let fetched: Vec<QueryResult> = std::thread::scope(|s| {
-            let hs: Vec<_> = paths[..2]
-                .iter()
-                .map(|p| {
-                    let name = vfs.name().to_string();
-                    s.spawn(move || {
-                        let c = tables::open(p, Some(&name)).unwrap();
-                        tables::use_mmap(&c, 1 << 30).unwrap();
-                        let r = tables::scan(&c).unwrap();
-                        drop(c);
-                        r
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let fetched = scan_all(&vfs, &paths[..2], true);
         assert_eq!(
             fetched,
             kernel[..2],

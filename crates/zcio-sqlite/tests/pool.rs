@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+mod common;
+
+use common::scan_all;
 use zcio_sqlite::readahead::{self, ReadAhead};
 use zcio_sqlite::tables::{self, QueryResult};
 use zcio_sqlite::{BufferPool, UioVfs};
@@ -43,26 +46,6 @@ fn make_tables(dir: &Path, n: u64) -> (Vec<PathBuf>, Vec<QueryResult>) {
         .map(|p| tables::scan(&tables::open(p, None).unwrap()).unwrap())
         .collect();
     (paths, want)
-}
-
-/// Scan `paths` through `vfs`, one thread each, pages in place with `mmap`.
-fn scan_all(vfs: &UioVfs, paths: &[PathBuf], mmap: bool) -> Vec<QueryResult> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = paths
-            .iter()
-            .map(|p| {
-                let name = vfs.name().to_string();
-                s.spawn(move || {
-                    let c = tables::open(p, Some(&name)).unwrap();
-                    if mmap {
-                        tables::use_mmap(&c, 1 << 30).unwrap();
-                    }
-                    tables::scan(&c).unwrap()
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
 }
 
 fn bytes_of(paths: &[PathBuf]) -> u64 {
