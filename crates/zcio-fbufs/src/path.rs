@@ -179,7 +179,9 @@ pub struct PathMemory {
 
 impl PathMemory {
     /// A new path of `quota_chunks` chunks of `chunk_bytes` (rounded up to pages), at a fresh
-    /// address; its memory is sparse until touched.
+    /// address inside the reserved region ([`zcio_vm::reserve`]), where every process of the
+    /// path maps it; its memory is sparse until touched. Where this process cannot reserve
+    /// the region, the error says what holds it.
     pub fn create(
         chunk_bytes: usize,
         quota_chunks: usize,
@@ -200,7 +202,7 @@ impl PathMemory {
         Ok(PathMemory {
             fd,
             info: PathInfo {
-                addr: zcio_vm::arena::random_address(len),
+                addr: zcio_vm::reserve::region()?.random_address(len),
                 chunk_bytes,
                 quota_chunks,
                 variant,

@@ -18,7 +18,9 @@
 //! and, for VMMR (paper 002), page stores and the range messages are reassembled in by moving
 //! pages ([`remap`]), with the costs a reassembler chooses by ([`remap::Calibration`]), and a
 //! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]); and,
-//! for paper 003's containers, memory files sealed against change ([`sealed`]).
+//! for paper 003's containers, memory files sealed against change ([`sealed`]); and, for paper
+//! 001's fbufs, the region of address space every process reserves for shared paths
+//! ([`reserve`]).
 //!
 //! Kernel features are probed at run time ([`VmRuntime::capabilities`]); a missing one selects a fallback and
 //! is reported, never a crash.
@@ -37,6 +39,7 @@ pub mod mapping;
 pub mod page;
 pub mod protect;
 pub mod remap;
+pub mod reserve;
 pub mod resources;
 pub mod runtime;
 pub mod sealed;

@@ -54,6 +54,8 @@ pub struct Mapping {
     /// The mmap'ed span to release (may be larger than `len` because of alignment slack being kept).
     map_start: usize,
     map_len: usize,
+    /// Inside the reserved region ([`crate::reserve`]): unmapping puts the placeholder back.
+    reserved: bool,
 }
 
 // SAFETY: a Mapping is an owned region of memory like a Box<[u8]>; moving it between threads is fine.
@@ -146,6 +148,7 @@ impl Mapping {
             backing: Backing::PrivateAnonymous,
             map_start: start,
             map_len: len,
+            reserved: false,
         };
         if opts.huge && crate::huge::disabled_by_env() {
             // As where THP is off: aligned, but in 4 KiB pages.
@@ -199,11 +202,25 @@ impl Mapping {
             });
         }
         let mut flags = libc::MAP_SHARED;
-        if addr.is_some() {
-            flags |= libc::MAP_FIXED_NOREPLACE;
-        }
+        // Inside the reserved region, the range is claimed from this process's reservation
+        // and the mapping replaces the placeholder there; elsewhere nothing is replaced.
+        let reserved = match addr {
+            Some(a) if crate::reserve::contains(a, len) => {
+                crate::reserve::region()?.claim(a, len)?;
+                flags |= libc::MAP_FIXED;
+                true
+            }
+            Some(_) => {
+                flags |= libc::MAP_FIXED_NOREPLACE;
+                false
+            }
+            None => false,
+        };
         let want = addr.unwrap_or(0);
-        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; without an address the kernel picks a free one.
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; MAP_FIXED replaces
+        // only this process's placeholder over a range of the reserved region just claimed
+        // (no other mapping of the region holds it); without an address the kernel picks a
+        // free one.
         let p = unsafe {
             libc::mmap(
                 want as *mut libc::c_void,
@@ -216,6 +233,10 @@ impl Mapping {
         };
         if p == libc::MAP_FAILED {
             let source = std::io::Error::last_os_error();
+            if reserved {
+                // The placeholder is still there: only the claim goes.
+                crate::reserve::region()?.release(want, len, false);
+            }
             return Err(match addr {
                 Some(a) => VmError::ArenaPlacement {
                     addr: a,
@@ -243,6 +264,7 @@ impl Mapping {
             backing: Backing::Shared,
             map_start: p as usize,
             map_len: len,
+            reserved,
         })
     }
 
@@ -433,6 +455,13 @@ impl Hidden {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if self.reserved
+            && let Ok(r) = crate::reserve::region()
+        {
+            // The placeholder goes back over the range in one step: it stays reserved.
+            r.release(self.map_start, self.map_len, true);
+            return;
+        }
         // SAFETY: we own [map_start, map_start+map_len); nothing borrows it once we are dropped.
         unsafe {
             libc::munmap(self.map_start as *mut libc::c_void, self.map_len);
