@@ -234,6 +234,12 @@ pub struct UioSection {
     pub direct: bool,
     /// Why not, if not.
     pub direct_refused: Option<String>,
+    /// Devices the tables' files lie on (distinct `st_dev`; the paper used 16 disks).
+    #[serde(default)]
+    pub table_devices: usize,
+    /// The tables' file system.
+    #[serde(default)]
+    pub table_fs: Option<String>,
     /// Why the layer's variants did not run, if they did not (no io_uring here, say).
     #[serde(default)]
     pub layer_unavailable: Option<String>,
@@ -518,6 +524,8 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         depth: DEPTH,
         direct: direct_refused.is_none() && layer_unavailable.is_none(),
         direct_refused,
+        table_devices: devices_of(&paths),
+        table_fs: fs_of(&paths[0]),
         layer_unavailable,
         result_rows: want[0].rows,
         rows,
@@ -621,6 +629,33 @@ impl Setup<'_> {
         }
         Ok(())
     }
+}
+
+/// Distinct devices the files lie on.
+fn devices_of(paths: &[PathBuf]) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let mut devs: Vec<u64> = paths
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.dev())
+        .collect();
+    devs.sort_unstable();
+    devs.dedup();
+    devs.len()
+}
+
+/// The file system `path` lies on, by name where known.
+fn fs_of(path: &Path) -> Option<String> {
+    let st = rustix::fs::statfs(path).ok()?;
+    let name = match st.f_type as u64 {
+        0xEF53 => "ext4".to_string(),
+        0x0102_1994 => "tmpfs".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x794C_7630 => "overlayfs".into(),
+        other => format!("file system type {other:#x}"),
+    };
+    Some(name)
 }
 
 /// The `max_n` tables, each of `rows_per_table` rows, in `dir`: their paths, the size of one, and

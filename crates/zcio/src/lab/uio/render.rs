@@ -129,6 +129,22 @@ pub fn findings(r: &Results) -> Vec<String> {
     out
 }
 
+/// Where the tables lie, where the run recorded it.
+fn placement(u: &UioSection) -> String {
+    if u.table_devices == 0 {
+        return String::new();
+    }
+    format!(
+        " The {n} tables are {n} files on {} device{}{} (the paper spread its tables over 16 disks).",
+        u.table_devices,
+        if u.table_devices == 1 { "" } else { "s" },
+        u.table_fs
+            .as_ref()
+            .map_or(String::new(), |f| format!(", {f}")),
+        n = max_n(u),
+    )
+}
+
 /// The variant zcio's warm target is judged on: the engine's buffer pool on the layer, where
 /// it ran, else the layer's plain variant.
 pub(super) fn target_row(u: &UioSection, n: usize) -> Option<&Row> {
@@ -217,13 +233,14 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             "Paper 004 — user-level I/O: concurrent scans by a real engine",
         ),
         p(format!(
-            "N threads each run the paper's query (`select t.*, t.unique1 from tenk1 t where t.tenthous = 1000`, {} rows returned) with SQLite on its own Wisconsin tenk1 table of {} rows ({:.1} MiB, one database file each), all N at once; the time is until the last finishes, the median of {} rounds with the variants alternating. `kernel`: SQLite's own VFS, a buffered pread per 4 KiB page. `uio`: SQLite's main-database reads through zcio-uio (zcio-sqlite's VFS): read-ahead of {} KiB O_DIRECT requests, {} in flight per table, into buffers registered with the ring, initiated through the submission ring read by a polling kernel thread, completions delivered to the issuing thread's handler; SQLite reads each page in place in the buffer the transfer filled (its memory-mapped interface, xFetch, served from the layer's buffers), pages off the read-ahead's path copied. `uio copy`: every page copied into SQLite's buffer (xRead) instead. `uio syscall`: one io_uring_enter per request instead of the polling thread; `uio per request`: buffers the kernel translates and pins per request instead of registered ones. `kernel mmap` (not the paper's): SQLite's memory-mapped reads, pages read in place from the page cache. Warm: the tables in the page cache; cold: dropped from it before every run (POSIX_FADV_DONTNEED; a cache below the kernel, such as a hypervisor's, may still hold them). O_DIRECT reads bypass the page cache either way{}. Every query's rows were checked against the kernel VFS's. CPU is the process's (every thread, the polling kernel thread included).",
+            "N threads each run the paper's query (`select t.*, t.unique1 from tenk1 t where t.tenthous = 1000`, {} rows returned) with SQLite on its own Wisconsin tenk1 table of {} rows ({:.1} MiB, one database file each), all N at once; the time is until the last finishes, the median of {} rounds with the variants alternating. `kernel`: SQLite's own VFS, a buffered pread per 4 KiB page. `uio`: SQLite's main-database reads through zcio-uio (zcio-sqlite's VFS): read-ahead of {} KiB O_DIRECT requests, {} in flight per table, into buffers registered with the ring, initiated through the submission ring read by a polling kernel thread, completions delivered to the issuing thread's handler; SQLite reads each page in place in the buffer the transfer filled (its memory-mapped interface, xFetch, served from the layer's buffers), pages off the read-ahead's path copied. `uio copy`: every page copied into SQLite's buffer (xRead) instead. `uio syscall`: one io_uring_enter per request instead of the polling thread; `uio per request`: buffers the kernel translates and pins per request instead of registered ones. `uio pool`: `uio` with the engine's own buffer pool on the layer: the tables' chunks kept in the layer's registered buffers across queries, as a database that bypasses the kernel keeps its own pool (filled by one untimed scan of every table before the warm runs, emptied before every cold run). `kernel mmap` (not the paper's): SQLite's memory-mapped reads, pages read in place from the page cache.{} Warm: the tables in the page cache; cold: dropped from it before every run (POSIX_FADV_DONTNEED; a cache below the kernel, such as a hypervisor's, may still hold them). O_DIRECT reads bypass the page cache either way{}. Every query's rows were checked against the kernel VFS's. CPU is the process's (every thread, the polling kernel thread included).",
             u.result_rows,
             u.rows_per_table,
             u.table_bytes as f64 / (1u64 << 20) as f64,
             u.rounds,
             u.chunk >> 10,
             u.depth,
+            placement(u),
             match (&u.layer_unavailable, &u.direct_refused) {
                 (Some(w), _) => format!(" ({w}: only SQLite's own variants ran)"),
                 (None, None) => String::new(),
