@@ -260,3 +260,98 @@ pub fn word_at(b: &[u8], i: usize) -> u64 {
     let w: [u8; 8] = b[8 * i..8 * i + 8].try_into().expect("whole words");
     u64::from_le_bytes(w)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::proto::{PAGE, Touch, word, write};
+    use super::*;
+    use zcio_fbufs::region::LocalRegion;
+
+    const BASE: u64 = 1 << 32;
+
+    /// Datagram `seq` of `len` built at `mtu` in a local region over data written every byte.
+    fn built(len: usize, mtu: usize, seq: u64) -> (LocalRegion, Msg, Fragments) {
+        let frags = Fragments::new(len, mtu);
+        let data = len.next_multiple_of(PAGE);
+        let r = LocalRegion::new(BASE, data + space(frags));
+        let ws = r.words_mut(BASE, len.next_multiple_of(8) as u64).unwrap();
+        write(Touch::All, seq, len, |i, w| ws[i].store(w, Relaxed));
+        let m = build(&r, BASE + data as u64, BASE, frags, seq as u32).unwrap();
+        (r, m, frags)
+    }
+
+    #[test]
+    fn the_walked_message_is_every_fragment_with_its_headers_around_the_data_byte_for_byte() {
+        for len in [1, 4095, 4096, 4097, 65539] {
+            let (r, m, frags) = built(len, PAGE, 5);
+            let w = walk(&r, m.root, m.len, Limits::default());
+            assert!(w.anomalies.is_clean());
+            let bytes = w.to_vec(&r);
+            assert_eq!(bytes.len(), len + UDP_HDR + IP_HDR * frags.count());
+            // Strip the headers as IP and UDP do: what is left is the data as written.
+            let mut data = Vec::new();
+            let mut at = 0;
+            for k in 0..frags.count() {
+                let h = IpHdr::parse(bytes[at..at + IP_HDR].try_into().unwrap()).unwrap();
+                assert_eq!(h, frags.header(k, 5));
+                let body = &bytes[at + IP_HDR..at + h.total as usize];
+                data.extend_from_slice(if k == 0 { &body[UDP_HDR..] } else { body });
+                at += h.total as usize;
+            }
+            let want: Vec<u8> = (0..len)
+                .map(|j| word(5, j / 8).to_le_bytes()[j % 8])
+                .collect();
+            assert_eq!(data, want, "{len}");
+            // And the receiving side's reassembly agrees, fragment by fragment.
+            let mut rec = Record::new("t", Touch::Exact, len, PAGE, 6);
+            for _ in 0..5 {
+                rec.next();
+            }
+            receive(&r, m, 5, &mut rec, &mut Vec::new()).unwrap();
+            assert_eq!(rec.received(), 6);
+        }
+    }
+
+    #[test]
+    fn a_message_that_is_not_the_datagram_expected_is_refused_by_name() {
+        let (r, m, frags) = built(10_000, PAGE, 0);
+        let mut rec = Record::new("t", Touch::Word, 10_000, PAGE, 2);
+        let e = receive(&r, m, 1, &mut rec, &mut Vec::new()).unwrap_err();
+        assert!(e.contains("datagram 1, fragment 0"), "{e}");
+        // A fragment's header spoiled: its offset.
+        let at = BASE + 10_000u64.next_multiple_of(PAGE as u64) + 8 + 24 + 10;
+        assert!(r.write_bytes(at, &[0xff]));
+        let e = receive(&r, m, 0, &mut rec, &mut Vec::new()).unwrap_err();
+        assert!(e.contains("datagram 0, fragment 1"), "{e}");
+        // A message cut short.
+        let short = Msg {
+            root: m.root,
+            len: m.len - 1,
+        };
+        assert!(receive(&r, short, 0, &mut rec, &mut Vec::new()).is_err());
+        assert_eq!((rec.received(), frags.count()), (0, 3));
+    }
+
+    #[test]
+    fn data_off_the_word_grid_is_touched_through_the_scratch_copy() {
+        // The data's leaf starts 4 bytes into a word: every fragment is read through a copy.
+        let len = 20_000;
+        let frags = Fragments::new(len, 16384);
+        let r = LocalRegion::new(BASE, 8 * PAGE + space(frags));
+        let bytes: Vec<u8> = (0..len)
+            .map(|j| word(0, j / 8).to_le_bytes()[j % 8])
+            .collect();
+        assert!(r.write_bytes(BASE + 4, &bytes));
+        let m = build(&r, BASE + 8 * PAGE as u64, BASE + 4, frags, 0).unwrap();
+        let mut rec = Record::new("t", Touch::Exact, len, 16384, 1);
+        let mut scratch = Vec::new();
+        receive(&r, m, 0, &mut rec, &mut scratch).unwrap();
+        rec.check().unwrap();
+        assert!(!scratch.is_empty());
+        // One byte changed is found, by its offset.
+        assert!(r.write_bytes(BASE + 4 + 17_000, &[0]));
+        let mut rec = Record::new("t", Touch::Exact, len, 16384, 1);
+        receive(&r, m, 0, &mut rec, &mut scratch).unwrap();
+        assert_eq!(rec.check().unwrap_err().got, 17_001);
+    }
+}

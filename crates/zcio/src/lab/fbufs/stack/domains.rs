@@ -268,6 +268,7 @@ fn forward_fbufs(s: &Stream, rx: &mut ReceiverEnd, down: &UnixStream) -> Res<()>
     // The application's fbufs whose messages are out, in the order sent.
     let mut held: VecDeque<FbufRef> = VecDeque::new();
     let mut id = 0u32;
+    let mut idle: Option<Instant> = None;
     loop {
         release(&end, rx, &mut held)?;
         let got = if held.is_empty() {
@@ -289,10 +290,22 @@ fn forward_fbufs(s: &Stream, rx: &mut ReceiverEnd, down: &UnixStream) -> Res<()>
                 end.send_msg(m, vec![f], &[0])?;
                 held.push_back(r);
                 id = id.wrapping_add(1);
+                idle = None;
             }
             Received::NotYet => {
+                // Nothing from the application: look at both links for a while, yielding the
+                // CPU, before sleeping on the receiving domain's frees (a wake-up costs more
+                // than a few looks when either side is about to send).
                 rx.flush()?;
-                end.poll(true)?;
+                let since = *idle.get_or_insert_with(Instant::now);
+                if end.poll(false)? > 0 {
+                    idle = None;
+                } else if since.elapsed() < rx.spin {
+                    std::thread::yield_now();
+                } else {
+                    end.poll(true)?;
+                    idle = None;
+                }
             }
             Received::Closed => break,
             Received::Msg(m) => {
@@ -361,7 +374,7 @@ fn receiver_fbufs(s: &Stream, up: UnixStream) -> Res<()> {
     rx.flush()?;
     if rec.received() != rec.expected() {
         return Err(format!(
-            "{}: {} datagrams came, {} were sent",
+            "{}: {} datagrams came of the {} expected",
             Contender::Fbufs.name(),
             rec.received(),
             rec.expected()
@@ -471,7 +484,7 @@ fn receiver_copies(s: &Stream, mut up: UnixStream) -> Res<()> {
             match up.read_exact(&mut hb) {
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && r.is_empty() => {
                     return Err(format!(
-                        "{name}: {} datagrams came, {} were sent",
+                        "{name}: {} datagrams came of the {} expected",
                         id,
                         rec.expected()
                     )

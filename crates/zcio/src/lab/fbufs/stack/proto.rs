@@ -388,3 +388,97 @@ impl Record {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_cover_the_data_once_in_order_at_multiples_of_eight() {
+        for mtu in [PAGE, 16384, 64] {
+            for len in [1, 4063, 4064, 4065, 4095, 4096, 4097, 65539, 1 << 20] {
+                let f = Fragments::new(len, mtu);
+                let (mut data, mut payload) = (0, 0);
+                for k in 0..f.count() {
+                    let (at, n) = f.part(k);
+                    assert_eq!((at, at % 8), (payload, 0), "{len} at {mtu}: fragment {k}");
+                    assert!(n <= mtu - IP_HDR && n > 0);
+                    let (off, dn) = f.data(k);
+                    assert_eq!(off, data);
+                    data += dn;
+                    payload += n;
+                    let h = f.header(k, 7);
+                    assert_eq!(IpHdr::parse(&h.bytes()), Ok(h));
+                    assert_eq!(h.more, k + 1 < f.count());
+                }
+                assert_eq!((data, payload), (len, len + UDP_HDR), "{len} at {mtu}");
+            }
+        }
+        assert_eq!(Fragments::new(65539, PAGE).count(), 17);
+        assert_eq!(Fragments::new(4064, PAGE).count(), 1);
+        assert_eq!(Fragments::new(4065, PAGE).count(), 2);
+    }
+
+    #[test]
+    fn reassembly_takes_fragments_in_order_and_names_the_wrong_one() {
+        let f = Fragments::new(10_000, PAGE);
+        let mut r = Reassembly::new(3);
+        assert_eq!(r.take(&f.header(0, 3)), Ok((0, false)));
+        let e = r.take(&f.header(2, 3)).unwrap_err();
+        assert!(
+            e.contains("datagram 3, fragment 1") && e.contains("expected offset 4072"),
+            "{e}"
+        );
+        assert!(r.take(&f.header(1, 4)).is_err());
+        assert_eq!(r.take(&f.header(1, 3)), Ok((1, false)));
+        assert_eq!(r.take(&f.header(2, 3)), Ok((2, true)));
+        assert_eq!(r.len(), 10_008);
+        let mut bad = f.header(0, 3).bytes();
+        bad[16] = 6;
+        assert!(IpHdr::parse(&bad).is_err());
+        assert_eq!(parse_udp(&udp_header(65539)), Ok(65539));
+        assert!(parse_udp(&[0; UDP_HDR]).is_err());
+    }
+
+    #[test]
+    fn every_touch_catches_a_changed_word_it_reads_and_exact_names_the_byte() {
+        let len = 3 * PAGE + 5;
+        let mut data = vec![0u64; len.div_ceil(8)];
+        for touch in Touch::ALL {
+            write(touch, 9, len, |i, w| data[i] = w);
+            let load = |d: &Vec<u64>| digest(touch, 9, 0, len, |k| d[k]);
+            assert_eq!(load(&data), expected(touch, 9, 0, len), "{touch:?}");
+            // The last page's first byte, which every touch reads.
+            data[2 * PAGE / 8 * 1 + PAGE / 8] ^= 1 << 8;
+            assert_ne!(load(&data), expected(touch, 9, 0, len), "{touch:?}");
+            if touch == Touch::Exact {
+                assert_eq!(load(&data), (3 * PAGE + 1 + 1) as u64);
+            }
+            // Bytes past the datagram's end are not its own.
+            data = vec![0u64; len.div_ceil(8)];
+            write(touch, 9, len, |i, w| data[i] = w);
+            *data.last_mut().unwrap() |= 0xff << 56;
+            assert_eq!(load(&data), expected(touch, 9, 0, len), "{touch:?}");
+        }
+    }
+
+    #[test]
+    fn the_record_names_the_datagram_and_fragment_and_counts_them() {
+        let (len, mtu) = (10_000, PAGE);
+        let mut rec = Record::new("c", Touch::All, len, mtu, 2);
+        let f = rec.fragments();
+        for s in 0..2u64 {
+            for k in 0..f.count() {
+                let (off, _) = f.data(k);
+                rec.keep(k, |i| {
+                    word(s, off / 8 + i) ^ u64::from(s == 1 && k == 2 && i == 0)
+                });
+            }
+            rec.next();
+        }
+        let e = rec.check().unwrap_err();
+        assert_eq!((e.datagram, e.fragment, e.len), (1, 2, len));
+        let short = Record::new("c", Touch::All, len, mtu, 1);
+        assert_eq!(short.check().unwrap_err().datagram, 0);
+    }
+}
