@@ -208,23 +208,22 @@ fn app_fbufs(s: &Stream, sock: &UnixStream) -> Res<f64> {
     let p = PathMemory::create(chunk, q, v)?;
     let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
     end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
-    let mut t0 = Instant::now();
-    for i in 0..s.datagrams() as usize {
-        if i == s.warm {
-            drain(&mut end)?;
-            t0 = Instant::now();
-        }
-        if s.skips(i) {
-            continue;
-        }
-        let f = end.alloc_waiting(s.len)?;
-        let words = end.originator.fbuf_words(&f);
-        write(s.touch, i as u64, s.len, |w, x| words[w].store(x, Relaxed));
-        if s.spoils(i) {
-            words[s.spoiled_word()].fetch_xor(1, Relaxed);
-        }
-        end.send(f, &[0])?;
-    }
+    let end = std::cell::RefCell::new(end);
+    let t0 = s.send(
+        || drain(&mut end.borrow_mut()),
+        |i| {
+            let mut end = end.borrow_mut();
+            let f = end.alloc_waiting(s.len)?;
+            let words = end.originator.fbuf_words(&f);
+            write(s.touch, i as u64, s.len, |w, x| words[w].store(x, Relaxed));
+            if s.spoils(i) {
+                words[s.spoiled_word()].fetch_xor(1, Relaxed);
+            }
+            end.send(f, &[0])?;
+            Ok(())
+        },
+    )?;
+    let mut end = end.into_inner();
     drain(&mut end)?;
     let ns = t0.elapsed().as_nanos() as f64 / s.count as f64;
     let left = end.originator.outstanding();
@@ -391,22 +390,19 @@ fn receiver_fbufs(s: &Stream, up: UnixStream) -> Res<()> {
 fn app_copies(s: &Stream, sock: &mut UnixStream) -> Res<f64> {
     let mut buf = vec![0u8; 8 + s.len.next_multiple_of(8)];
     buf[..8].copy_from_slice(&(s.len as u64).to_le_bytes());
-    let mut t0 = Instant::now();
-    for i in 0..s.datagrams() as usize {
-        if i == s.warm {
-            t0 = Instant::now();
-        }
-        if s.skips(i) {
-            continue;
-        }
-        write(s.touch, i as u64, s.len, |w, x| {
-            buf[8 + 8 * w..16 + 8 * w].copy_from_slice(&x.to_le_bytes())
-        });
-        if s.spoils(i) {
-            buf[8 + 8 * s.spoiled_word()] ^= 1;
-        }
-        sock.write_all(&buf[..8 + s.len])?;
-    }
+    let t0 = s.send(
+        || Ok(()),
+        |i| {
+            write(s.touch, i as u64, s.len, |w, x| {
+                buf[8 + 8 * w..16 + 8 * w].copy_from_slice(&x.to_le_bytes())
+            });
+            if s.spoils(i) {
+                buf[8 + 8 * s.spoiled_word()] ^= 1;
+            }
+            sock.write_all(&buf[..8 + s.len])?;
+            Ok(())
+        },
+    )?;
     sock.shutdown(std::net::Shutdown::Write)?;
     done(sock, "the receiving domain's done")?;
     Ok(t0.elapsed().as_nanos() as f64 / s.count as f64)

@@ -49,22 +49,19 @@ pub fn single_domain(s: &Stream) -> Res<f64> {
         .ok_or("the local region has no room for the data")?;
     let mut rec = Record::new(SINGLE, s.touch, s.len, s.mtu, s.datagrams());
     let mut scratch = Vec::new();
-    let mut t0 = Instant::now();
-    for i in 0..s.datagrams() as usize {
-        if i == s.warm {
-            t0 = Instant::now();
-        }
-        if s.skips(i) {
-            continue;
-        }
-        write(s.touch, i as u64, s.len, |w, v| words[w].store(v, Relaxed));
-        if s.spoils(i) {
-            words[s.spoiled_word()].fetch_xor(1, Relaxed);
-        }
-        let m = build(&l.region, l.nodes_at, BASE, l.frags, i as u32)?;
-        let id = rec.received() as u32;
-        receive(&l.region, m, id, &mut rec, &mut scratch).map_err(|e| format!("{SINGLE}: {e}"))?;
-    }
+    let t0 = s.send(
+        || Ok(()),
+        |i| {
+            write(s.touch, i as u64, s.len, |w, v| words[w].store(v, Relaxed));
+            if s.spoils(i) {
+                words[s.spoiled_word()].fetch_xor(1, Relaxed);
+            }
+            let m = build(&l.region, l.nodes_at, BASE, l.frags, i as u32)?;
+            let id = rec.received() as u32;
+            receive(&l.region, m, id, &mut rec, &mut scratch)
+                .map_err(|e| format!("{SINGLE}: {e}").into())
+        },
+    )?;
     let ns = t0.elapsed().as_nanos() as f64 / s.count as f64;
     rec.check()?;
     Ok(ns)

@@ -20,33 +20,33 @@ pub struct StackArgs {
     /// Datagram sizes in bytes, comma-separated (any size from 1 byte).
     #[arg(long, value_delimiter = ',', default_values_t = [1024usize, 4096, 16384, 65536, 262144, 1048576])]
     pub sizes: Vec<usize>,
-    /// Contenders, comma-separated (all by default): single-domain, fbufs-cached-volatile,
-    /// copy-unix-socket.
-    #[arg(long, value_delimiter = ',')]
-    pub contenders: Vec<String>,
+    /// IP's MTU: the largest fragment, its header included (bytes; at least 64).
+    #[arg(long, default_value_t = PAGE)]
+    pub mtu: usize,
     /// What the applications write and touch, comma-separated: word-per-page (the paper's),
     /// every-byte, every-byte-exact (every byte compared as it is read).
     #[arg(long, value_delimiter = ',', default_values_t = ["word-per-page".to_string(), "every-byte".to_string()])]
     pub touch: Vec<String>,
-    /// Rounds (each runs every contender once, in rotating order).
-    #[arg(long, default_value_t = 3)]
-    pub rounds: usize,
+    /// Contenders, comma-separated (all by default): single-domain, fbufs-cached-volatile,
+    /// copy-unix-socket.
+    #[arg(long, value_delimiter = ',')]
+    pub contenders: Vec<String>,
     /// Bytes each run moves at most (the datagram count is this over the size, 16 to 2000).
     #[arg(long, default_value_t = 32 << 20)]
     pub volume: usize,
-    /// IP's MTU: the largest fragment, its header included (bytes; at least 64).
-    #[arg(long, default_value_t = PAGE)]
-    pub mtu: usize,
+    /// Rounds: each runs every contender once, in rotating order.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Each aggregate operation's repetitions per round (0: none timed).
     #[arg(long, default_value_t = 5000)]
     pub op_iters: usize,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
     /// Testing: the sending application spoils timed datagram K (`corrupt:K`) or leaves it
     /// out (`skip:K`), and the receiving side must fail the run, naming it.
     #[arg(long, hide = true)]
     pub fault: Option<Fault>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// One contender at one size and touch.

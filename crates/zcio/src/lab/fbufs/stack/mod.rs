@@ -163,6 +163,27 @@ impl Stream {
         (self.warm + self.count) as u64
     }
 
+    /// Send the stream: `one(i)` for every datagram `i` not left out, counted from the
+    /// warm-up's first, and `warmed()` once the warm-up is out, just before the clock starts.
+    /// When the clock started.
+    pub fn send(
+        &self,
+        mut warmed: impl FnMut() -> Res<()>,
+        mut one: impl FnMut(usize) -> Res<()>,
+    ) -> Res<std::time::Instant> {
+        let mut t0 = std::time::Instant::now();
+        for i in 0..self.datagrams() as usize {
+            if i == self.warm {
+                warmed()?;
+                t0 = std::time::Instant::now();
+            }
+            if !self.skips(i) {
+                one(i)?;
+            }
+        }
+        Ok(t0)
+    }
+
     /// Whether datagram `i` (counted from the warm-up's first) is left out.
     pub fn skips(&self, i: usize) -> bool {
         matches!(self.fault, Some(Fault::Skip(k)) if i.checked_sub(self.warm) == Some(k as usize))
