@@ -449,7 +449,7 @@ mod tests {
             let load = |d: &Vec<u64>| digest(touch, 9, 0, len, |k| d[k]);
             assert_eq!(load(&data), expected(touch, 9, 0, len), "{touch:?}");
             // The last page's first byte, which every touch reads.
-            data[2 * PAGE / 8 * 1 + PAGE / 8] ^= 1 << 8;
+            data[3 * PAGE / 8] ^= 1 << 8;
             assert_ne!(load(&data), expected(touch, 9, 0, len), "{touch:?}");
             if touch == Touch::Exact {
                 assert_eq!(load(&data), (3 * PAGE + 1 + 1) as u64);
