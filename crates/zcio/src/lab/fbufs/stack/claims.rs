@@ -118,5 +118,14 @@ pub fn claims(r: &Results) -> Vec<Claim> {
             },
             shown: Shown::Figure("fbufs-stack-fig4-word-per-page"),
         },
+        Claim {
+            paper: "001",
+            claim: "Cached fbufs more than double uncached fbufs' throughput through the stack, at every message size (Figures 4, 6)".into(),
+            paper_value: "more than 2×; uncached costs 21% end to end with one crossing".into(),
+            measured: "not measured".into(),
+            verdict: Verdict::NotMeasurable,
+            why: "uncached/non-volatile fbufs are not a contender of this experiment (Table 1's bench has them, one crossing)".into(),
+            shown,
+        },
     ]
 }

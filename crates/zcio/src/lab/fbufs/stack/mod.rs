@@ -44,9 +44,9 @@ impl Experiment for FbufsStack {
         let (sizes, rounds, volume, touch, iters) = match preset {
             Preset::Smoke => (vec![1024, 65536], 1, 1 << 20, vec!["word-per-page"], 200),
             Preset::Quick => (
-                (0..5).map(|k| 1024 << (2 * k)).collect(),
-                3,
-                16 << 20,
+                (0..6).map(|k| 1024 << (2 * k)).collect(),
+                5,
+                32 << 20,
                 vec!["word-per-page", "every-byte"],
                 2000,
             ),

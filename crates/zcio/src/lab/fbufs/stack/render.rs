@@ -52,6 +52,7 @@ pub fn findings(r: &Results) -> Vec<String> {
 /// Where fbufs' time per datagram goes at `b`: the stack's own work (the single domain's time,
 /// and of it the aggregate operations alone) and the crossings (the rest); and the copies'.
 fn where_time_goes(s: &StackSection, b: usize, f: f64, one: f64, c: f64) -> String {
+    let frags = super::proto::Fragments::new(b, s.mtu).count();
     let op = |name: &str| {
         s.ops
             .iter()
@@ -60,7 +61,7 @@ fn where_time_goes(s: &StackSection, b: usize, f: f64, one: f64, c: f64) -> Stri
     };
     let ops = match (op("fragment-datagram"), op("walk-reassemble")) {
         (Some(x), Some(y)) => format!(
-            " (building the aggregate takes {} µs of it, walking and reassembling it {} µs)",
+            " (timed alone, building the aggregate takes {} µs and walking and reassembling it {} µs)",
             us(x),
             us(y)
         ),
@@ -77,9 +78,10 @@ fn where_time_goes(s: &StackSection, b: usize, f: f64, one: f64, c: f64) -> Stri
     );
     if c.is_finite() {
         t.push_str(&format!(
-            " Copies spend {} µs, {:.2} ns a byte of data for its six copies and four system calls.",
+            " Copies spend {} µs, {:.2} ns a byte of data, for six copies of it (into and out of two sockets, into each fragment, into the reassembly buffer) and {} system calls (a write and two reads for the datagram, a write and two reads for each of its {frags} fragments).",
             us(c),
-            c / b as f64
+            c / b as f64,
+            3 + 3 * frags
         ));
     }
     t
@@ -110,8 +112,12 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     let mut b = vec![
         h(2, HEADING),
         p(format!(
-            "The paper's third and fourth experiments (§4, Figures 4-6) on this machine. A sending application (this process) hands datagrams to a protocol domain, a process of its own, where UDP prepends its {}-byte header and IP fragments the result into PDUs of at most {} bytes, each with its {}-byte header; a receiving domain, a third process, reassembles each datagram and gives it to the receiving application, which touches it (one word per page, the paper's dummy protocol, or every byte) and keeps what it read. With cached/volatile fbufs the data stays where the application wrote it: the headers and the aggregate's nodes are written in the protocol domain's own fbufs, the fragments are slices of the datagram, and the receiving domain walks the aggregate in place. With copies, each crossing goes through a Unix stream socket, the protocol domain builds each fragment in a contiguous buffer, and the receiving domain copies each fragment's data into its reassembly buffer. The single domain runs the same stack, aggregates and all, in one process: the paper's baseline for what the crossings cost. Every run's datagrams are checked by the receiving application once its clock has stopped, fragment by fragment; a datagram that did not arrive as sent fails the run. Medians over {} rounds, contenders alternating.",
-            s.udp_header, s.mtu, s.ip_header, s.rounds
+            "The paper's third and fourth experiments (§4, Figures 4-6) on this machine. A sending application (this process) hands datagrams to a protocol domain, a process of its own, where UDP prepends its {}-byte header and IP fragments the result into PDUs of at most {} bytes, each with its {}-byte header; a receiving domain, a third process, reassembles each datagram and gives it to the receiving application, which touches it (one word per page, the paper's dummy protocol, or every byte) and keeps what it read. With cached/volatile fbufs the data stays where the application wrote it: the headers and the aggregate's nodes are written in the protocol domain's own fbufs, the fragments are slices of the datagram, and the receiving domain walks the aggregate in place. With copies, each crossing goes through a Unix stream socket, the protocol domain builds each fragment in a contiguous buffer, and the receiving domain copies each fragment's data into its reassembly buffer. The single domain runs the same stack, aggregates and all, in one process: the paper's baseline for what the crossings cost. Every run's datagrams are checked by the receiving application once its clock has stopped, fragment by fragment; a datagram that did not arrive as sent fails the run. Medians over {} round{}, contenders alternating.",
+            s.udp_header,
+            s.mtu,
+            s.ip_header,
+            s.rounds,
+            if s.rounds == 1 { "" } else { "s" }
         )),
     ];
     for touch in ["word-per-page", "every-byte", "every-byte-exact"] {
