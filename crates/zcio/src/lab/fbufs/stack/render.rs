@@ -44,7 +44,16 @@ pub fn findings(r: &Results) -> Vec<String> {
         ));
     }
     if f.is_finite() && one.is_finite() {
-        out.push(where_time_goes(s, b, f, one, c));
+        let mut t = where_time_goes(s, b, f, one, c);
+        t.push_str(&one_crossing(r, b, f - one));
+        let cpus = r.machine.logical_cpus;
+        if cpus < 3 {
+            t.push_str(&format!(
+                " The stack's three processes share {cpus} logical CPU{} here, fewer than they are: at any time one of them waits to be scheduled, and each datagram crosses to a process that may be asleep, so the crossings pay wake-ups and context switches that two processes on their own CPUs do not.",
+                if cpus == 1 { "" } else { "s" }
+            ));
+        }
+        out.push(t);
     }
     out
 }
@@ -85,6 +94,26 @@ fn where_time_goes(s: &StackSection, b: usize, f: f64, one: f64, c: f64) -> Stri
         ));
     }
     t
+}
+
+/// What one crossing cost at `b` in the Table 1 experiment of the same run (cached/volatile
+/// fbufs between two processes, no protocol work), beside `cross`, this experiment's two
+/// crossings; nothing if it did not run at that size.
+fn one_crossing(r: &Results, b: usize, cross: f64) -> String {
+    let Some(x) = r.section::<crate::lab::fbufs::Fbufs>().and_then(|t| {
+        t.rows.iter().find(|x| {
+            x.variant == Contender::Fbufs.name() && x.touch == "word-per-page" && x.bytes == b
+        })
+    }) else {
+        return String::new();
+    };
+    format!(
+        " In the Table 1 experiment of this run, one crossing with the same fbufs (two processes, no protocol work) took {} µs a {} message: two would take about {} µs, against the {} µs measured here.",
+        us(x.ns_per_message),
+        size(b),
+        us(2.0 * x.ns_per_message),
+        us(cross)
+    )
 }
 
 fn names(rows: &[Row], touch: &str) -> Vec<String> {
