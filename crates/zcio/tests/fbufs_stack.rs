@@ -36,7 +36,7 @@ fn every_contender_delivers_odd_sizes_byte_for_byte() {
         .unwrap();
     let v = json_of(&out);
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 3 * 5, "{rows:?}");
+    assert_eq!(rows.len(), 4 * 5, "{rows:?}");
     for c in Contender::ALL {
         for (bytes, fragments) in [(1, 1), (4095, 2), (4096, 2), (4097, 2), (65539, 17)] {
             let r = rows
@@ -127,8 +127,8 @@ fn the_smoke_preset_writes_its_section_claims_and_figure() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let s = &results["fbufs-stack"];
     let rows = s["rows"].as_array().unwrap();
-    // Smoke: two sizes, three contenders, one touch.
-    assert_eq!(rows.len(), 2 * 3, "{s}");
+    // Smoke: two sizes, four contenders, one touch.
+    assert_eq!(rows.len(), 2 * 4, "{s}");
     let ops: Vec<&str> = s["ops"]
         .as_array()
         .unwrap()

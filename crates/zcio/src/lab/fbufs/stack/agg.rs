@@ -39,15 +39,21 @@ impl<W: RegionWrite, R: RegionRead> RegionWrite for Both<'_, W, R> {
 }
 
 /// Nodes a datagram's aggregate takes: the UDP header's leaf, the data's leaf and their join;
-/// per fragment a slice, a header leaf and their join; the joins of the fragments.
+/// per fragment a slice, a header leaf and their join; the joins of the fragments, one fewer.
 fn nodes(frags: Fragments) -> usize {
-    3 + 4 * frags.count()
+    2 + 4 * frags.count()
 }
 
 /// Bytes of a protocol domain's fbuf for one datagram's headers and nodes: the UDP header,
 /// an IP header per fragment (in 24-byte slots) and the nodes.
 pub fn space(frags: Fragments) -> usize {
     UDP_HDR + 24 * frags.count() + NODE_BYTES as usize * nodes(frags)
+}
+
+/// Where [`build`] puts the message's root for a datagram fragmented as `frags` when it
+/// builds at `at`: the last node it makes.
+pub fn root_at(at: u64, frags: Fragments) -> u64 {
+    at + (UDP_HDR + 24 * frags.count()) as u64 + NODE_BYTES * (nodes(frags) as u64 - 1)
 }
 
 /// Build datagram `id`'s message at `at` (8-aligned, [`space`] bytes writable in `region`):
@@ -323,6 +329,11 @@ mod tests {
         assert!(r.write_bytes(at, &[0xff]));
         let e = receive(&r, m, 0, &mut rec, &mut Vec::new()).unwrap_err();
         assert!(e.contains("datagram 0, fragment 1"), "{e}");
+        // The root is where the receiving domain looks for it.
+        assert_eq!(
+            m.root,
+            root_at(BASE + 10_000u64.next_multiple_of(PAGE as u64), frags)
+        );
         // A message cut short.
         let short = Msg {
             root: m.root,

@@ -11,6 +11,8 @@
 //!   receiving domain maps both paths read-only, walks the aggregate, reassembles and touches
 //!   the data in place. Its free of the message gives the protocol domain's fbuf back, and the
 //!   protocol domain then frees the application's (messages come back in the order sent).
+//!   With the application's path uncached and non-volatile (Figure 6), its fbuf is mapped into
+//!   the protocol and the receiving domain per datagram and unmapped when freed.
 //! - Copies: the datagram crosses each boundary through a Unix stream socket (copied in and out
 //!   by the kernel); the protocol domain builds each fragment in a contiguous buffer (header
 //!   and data copied in) and writes it; the receiving domain reads each fragment and copies
@@ -20,7 +22,7 @@
 //! checks it, and a datagram that did not arrive as sent fails the run naming the contender,
 //! the datagram and the fragment ([`super::proto::Mismatch`]).
 
-use super::agg::{Both, build, receive, space, word_at};
+use super::agg::{Both, build, receive, root_at, space, word_at};
 use super::proto::{
     Fragments, IP_HDR, IpHdr, PAGE, Reassembly, Record, UDP_HDR, parse_udp, udp_header, write,
 };
@@ -37,6 +39,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
 use zcio_fbufs::path::{FbufRef, Originator, PathMemory, Receiver, Variant};
+use zcio_fbufs::region::{RegionRead, RegionWrite};
 
 /// Which process of the stack a `zcio fbuf-stack-domain` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,7 +180,7 @@ fn said_suffix(said: String) -> String {
 pub fn run(c: Contender, s: &Stream) -> Res<f64> {
     let (domain, mut sock) = Domain::start(Role::Protocol, c, s)?;
     let r = match c {
-        Contender::Fbufs => app_fbufs(s, &sock),
+        Contender::Fbufs | Contender::Uncached => app_fbufs(s, &sock, c),
         Contender::Copies => app_copies(s, &mut sock),
         Contender::Single => Err("the single domain has no processes".into()),
     };
@@ -189,9 +192,9 @@ pub fn run(c: Contender, s: &Stream) -> Res<f64> {
 pub fn domain(role: Role, c: Contender, s: &Stream, connect: &Path) -> Res<()> {
     let up = UnixStream::connect(connect)?;
     match (role, c) {
-        (Role::Protocol, Contender::Fbufs) => protocol_fbufs(s, up),
+        (Role::Protocol, Contender::Fbufs | Contender::Uncached) => protocol_fbufs(s, up, c),
         (Role::Protocol, Contender::Copies) => protocol_copies(s, up),
-        (Role::Receiver, Contender::Fbufs) => receiver_fbufs(s, up),
+        (Role::Receiver, Contender::Fbufs | Contender::Uncached) => receiver_fbufs(s, up, c),
         (Role::Receiver, Contender::Copies) => receiver_copies(s, up),
         (_, Contender::Single) => Err("the single domain has no processes".into()),
     }
@@ -199,13 +202,9 @@ pub fn domain(role: Role, c: Contender, s: &Stream, connect: &Path) -> Res<()> {
 
 /// The application's side with fbufs: each datagram written in an fbuf and sent; the clock
 /// stops when every fbuf is back.
-fn app_fbufs(s: &Stream, sock: &UnixStream) -> Res<f64> {
+fn app_fbufs(s: &Stream, sock: &UnixStream, c: Contender) -> Res<f64> {
     let (chunk, q) = quota(s.len);
-    let v = Variant {
-        cached: true,
-        volatile: true,
-    };
-    let p = PathMemory::create(chunk, q, v)?;
+    let p = PathMemory::create(chunk, q, variant(c))?;
     let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
     end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
     let end = std::cell::RefCell::new(end);
@@ -234,6 +233,21 @@ fn app_fbufs(s: &Stream, sock: &UnixStream) -> Res<f64> {
     Ok(ns)
 }
 
+/// The application's data path of fbuf contender `c`: cached/volatile, or neither.
+fn variant(c: Contender) -> Variant {
+    let cached = c != Contender::Uncached;
+    Variant {
+        cached,
+        volatile: cached,
+    }
+}
+
+/// Bytes at the head of a protocol domain's fbuf that name the application's fbuf its message
+/// refers to (its address and length), so that a receiving domain of an uncached path can map
+/// it before the walk (the paper's kernel maps an uncached fbuf into each domain it is passed
+/// to).
+const DESC: u64 = 16;
+
 /// Wait until every fbuf sent has come back (or no receiver is left).
 fn drain(end: &mut OriginatorEnd) -> Res<()> {
     while end.originator.outstanding() > 0 && end.receivers_alive() > 0 {
@@ -244,9 +258,9 @@ fn drain(end: &mut OriginatorEnd) -> Res<()> {
 
 /// The protocol domain with fbufs: UDP and IP over the application's fbufs, headers and
 /// nodes in fbufs of its own path.
-fn protocol_fbufs(s: &Stream, up: UnixStream) -> Res<()> {
+fn protocol_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
     let mut rx = ReceiverEnd::connect(up)?;
-    let (domain, down) = Domain::start(Role::Receiver, Contender::Fbufs, s)?;
+    let (domain, down) = Domain::start(Role::Receiver, c, s)?;
     let r = forward_fbufs(s, &mut rx, &down);
     domain.end(r, &down)
 }
@@ -255,7 +269,7 @@ fn forward_fbufs(s: &Stream, rx: &mut ReceiverEnd, down: &UnixStream) -> Res<()>
     // The application's path, offered onward once: the receiving domain reads the data there.
     offer_path(down, rx.info(), rx.path_fd(), None)?;
     let frags = Fragments::new(s.len, s.mtu);
-    let per = space(frags).next_multiple_of(PAGE);
+    let per = (DESC as usize + space(frags)).next_multiple_of(PAGE);
     let (chunk, q) = quota(per);
     let v = Variant {
         cached: true,
@@ -285,7 +299,10 @@ fn forward_fbufs(s: &Stream, rx: &mut ReceiverEnd, down: &UnixStream) -> Res<()>
                     own: &end.originator,
                     other: &rx.receiver,
                 };
-                let m = build(&region, f.addr(), r.addr, frags, id)?;
+                if !region.write_u64(f.addr(), r.addr) || !region.write_u64(f.addr() + 8, r.len) {
+                    return Err("the protocol domain cannot write its own fbuf".into());
+                }
+                let m = build(&region, f.addr() + DESC, r.addr, frags, id)?;
                 end.send_msg(m, vec![f], &[0])?;
                 held.push_back(r);
                 id = id.wrapping_add(1);
@@ -337,28 +354,35 @@ fn release(end: &OriginatorEnd, rx: &mut ReceiverEnd, held: &mut VecDeque<FbufRe
 
 /// The receiving domain with fbufs: both paths mapped read-only, every message walked,
 /// reassembled and touched in place, then freed.
-fn receiver_fbufs(s: &Stream, up: UnixStream) -> Res<()> {
+fn receiver_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
     let (info, fd, _) = accept_path(&up)?;
-    let data = Receiver::new(fd, info)?;
+    let mut data = Receiver::new(fd, info)?;
     let mut rx = ReceiverEnd::connect(up)?;
-    let mut rec = Record::new(
-        Contender::Fbufs.name(),
-        s.touch,
-        s.len,
-        s.mtu,
-        s.datagrams(),
-    );
+    let mut rec = Record::new(c.name(), s.touch, s.len, s.mtu, s.datagrams());
+    let frags = rec.fragments();
     let mut scratch = Vec::new();
     loop {
         match rx.recv_any()? {
             Received::Msg(m) => {
+                // The application's fbuf the message refers to, taken (mapped, uncached).
+                let at = m.root.wrapping_sub(root_at(DESC, frags));
+                let r = match (rx.receiver.read_u64(at), rx.receiver.read_u64(at + 8)) {
+                    (Some(addr), Some(len)) => FbufRef { addr, len },
+                    _ => {
+                        return Err(
+                            format!("{}: a message without its fbuf named", c.name()).into()
+                        );
+                    }
+                };
+                data.receive(r)?;
                 let region = Both {
                     own: &rx.receiver,
                     other: &data,
                 };
                 let id = rec.received() as u32;
                 receive(&region, m, id, &mut rec, &mut scratch)
-                    .map_err(|e| format!("{}: {e}", Contender::Fbufs.name()))?;
+                    .map_err(|e| format!("{}: {e}", c.name()))?;
+                data.free(r)?;
                 rx.free_msg(m)?;
             }
             Received::Closed => break,
@@ -374,7 +398,7 @@ fn receiver_fbufs(s: &Stream, up: UnixStream) -> Res<()> {
     if rec.received() != rec.expected() {
         return Err(format!(
             "{}: {} datagrams came of the {} expected",
-            Contender::Fbufs.name(),
+            c.name(),
             rec.received(),
             rec.expected()
         )

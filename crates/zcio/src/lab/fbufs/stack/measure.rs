@@ -28,7 +28,7 @@ pub struct StackArgs {
     #[arg(long, value_delimiter = ',', default_values_t = ["word-per-page".to_string(), "every-byte".to_string()])]
     pub touch: Vec<String>,
     /// Contenders, comma-separated (all by default): single-domain, fbufs-cached-volatile,
-    /// copy-unix-socket.
+    /// fbufs-uncached, copy-unix-socket.
     #[arg(long, value_delimiter = ',')]
     pub contenders: Vec<String>,
     /// Bytes each run moves at most (the datagram count is this over the size, 16 to 2000).

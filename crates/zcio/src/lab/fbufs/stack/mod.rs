@@ -8,7 +8,8 @@
 //! receiving application, which touches it and checks it once the clock has stopped
 //! ([`proto`]). Contenders ([`Contender`]): fbufs (the application's data and the protocol
 //! domain's headers in fbufs, the fragments an aggregate over them, no data copied:
-//! [`agg`], [`domains`]); copies through Unix sockets, the headers and fragments built in
+//! [`agg`], [`domains`]), the same with the application's data path uncached and non-volatile
+//! (Figure 6); copies through Unix sockets, the headers and fragments built in
 //! contiguous buffers ([`domains`]); and the whole stack in one domain, the paper's baseline
 //! for the cost of domain crossings ([`local`]). Beside them, the aggregate operations timed
 //! alone ([`local::aggregate_ops`]).
@@ -95,19 +96,30 @@ pub enum Contender {
     Single,
     /// Three processes, cached/volatile fbufs, the fragments an aggregate.
     Fbufs,
+    /// As [`Contender::Fbufs`], but the application's data path uncached and non-volatile
+    /// (Figure 6): its fbufs are mapped into each receiving process per datagram, and
+    /// read-only in the application until freed (the headers' path stays cached: aggregates
+    /// are read in place).
+    Uncached,
     /// Three processes, the datagram and its fragments copied through Unix sockets.
     Copies,
 }
 
 impl Contender {
     /// Every contender.
-    pub const ALL: [Contender; 3] = [Contender::Single, Contender::Fbufs, Contender::Copies];
+    pub const ALL: [Contender; 4] = [
+        Contender::Single,
+        Contender::Fbufs,
+        Contender::Uncached,
+        Contender::Copies,
+    ];
 
     /// Its name in tables and JSON.
     pub fn name(self) -> &'static str {
         match self {
             Contender::Single => local::SINGLE,
             Contender::Fbufs => "fbufs-cached-volatile",
+            Contender::Uncached => "fbufs-uncached",
             Contender::Copies => "copy-unix-socket",
         }
     }

@@ -141,7 +141,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     let mut b = vec![
         h(2, HEADING),
         p(format!(
-            "The paper's third and fourth experiments (§4, Figures 4-6) on this machine. A sending application (this process) hands datagrams to a protocol domain, a process of its own, where UDP prepends its {}-byte header and IP fragments the result into PDUs of at most {} bytes, each with its {}-byte header; a receiving domain, a third process, reassembles each datagram and gives it to the receiving application, which touches it (one word per page, the paper's dummy protocol, or every byte) and keeps what it read. With cached/volatile fbufs the data stays where the application wrote it: the headers and the aggregate's nodes are written in the protocol domain's own fbufs, the fragments are slices of the datagram, and the receiving domain walks the aggregate in place. With copies, each crossing goes through a Unix stream socket, the protocol domain builds each fragment in a contiguous buffer, and the receiving domain copies each fragment's data into its reassembly buffer. The single domain runs the same stack, aggregates and all, in one process: the paper's baseline for what the crossings cost. Every run's datagrams are checked by the receiving application once its clock has stopped, fragment by fragment; a datagram that did not arrive as sent fails the run. Medians over {} round{}, contenders alternating.",
+            "The paper's third and fourth experiments (§4, Figures 4-6) on this machine. A sending application (this process) hands datagrams to a protocol domain, a process of its own, where UDP prepends its {}-byte header and IP fragments the result into PDUs of at most {} bytes, each with its {}-byte header; a receiving domain, a third process, reassembles each datagram and gives it to the receiving application, which touches it (one word per page, the paper's dummy protocol, or every byte) and keeps what it read. With cached/volatile fbufs the data stays where the application wrote it: the headers and the aggregate's nodes are written in the protocol domain's own fbufs, the fragments are slices of the datagram, and the receiving domain walks the aggregate in place. With uncached fbufs (Figure 6), the application's data path is uncached and non-volatile: each datagram's fbuf is mapped into the protocol and the receiving domain when passed and unmapped when freed, and is read-only in the application meanwhile. With copies, each crossing goes through a Unix stream socket, the protocol domain builds each fragment in a contiguous buffer, and the receiving domain copies each fragment's data into its reassembly buffer. The single domain runs the same stack, aggregates and all, in one process: the paper's baseline for what the crossings cost. Every run's datagrams are checked by the receiving application once its clock has stopped, fragment by fragment; a datagram that did not arrive as sent fails the run. Medians over {} round{}, contenders alternating.",
             s.udp_header,
             s.mtu,
             s.ip_header,
@@ -182,7 +182,7 @@ fn touch_blocks(rows: &[Row], touch: &str) -> Vec<Block> {
         })
         .collect();
     let fb = Contender::Fbufs.name();
-    for other in [Contender::Copies, Contender::Single] {
+    for other in [Contender::Copies, Contender::Uncached, Contender::Single] {
         let mut r = vec![format!("{fb} / {}", other.name())];
         r.extend(
             sizes
