@@ -137,7 +137,7 @@ pub fn claims(r: &Results) -> Vec<Claim> {
             verdict: Verdict::of(uncached.map(|(x, _)| x > 2.0)),
             why: match uncached {
                 Some((x, _)) if x > 2.0 => "mapping each fbuf per datagram costs more than the rest".into(),
-                Some(_) => "mapping per datagram costs less than the paper's Mach did, beside the rest".into(),
+                Some(_) => "below 2× at that size: mapping per datagram weighs less here against the rest".into(),
                 None => "cached and uncached fbufs not both measured".into(),
             },
             shown,

@@ -46,7 +46,7 @@ impl Experiment for FbufsStack {
             Preset::Smoke => (vec![1024, 65536], 1, 1 << 20, vec!["word-per-page"], 200),
             Preset::Quick => (
                 (0..6).map(|k| 1024 << (2 * k)).collect(),
-                5,
+                7,
                 32 << 20,
                 vec!["word-per-page", "every-byte"],
                 2000,
