@@ -158,3 +158,23 @@ fn the_smoke_preset_writes_its_section_claims_and_figure() {
             .is_file()
     );
 }
+
+#[test]
+fn an_unknown_contender_or_touch_or_an_empty_datagram_is_refused_by_name() {
+    for (args, want) in [
+        (["--contenders", "fbufs-nope"], "--contenders fbufs-nope"),
+        (["--touch", "every-other-byte"], "--touch every-other-byte"),
+        (["--sizes", "0"], "--sizes must be positive"),
+    ] {
+        let out = zcio()
+            .args(["bench", "fbufs-stack", "--rounds", "1", "--op-iters", "0"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(want),
+            "{args:?}: {err}"
+        );
+    }
+}
