@@ -59,6 +59,9 @@ pub enum Cmd {
         #[arg(long)]
         behind_server: bool,
     },
+    /// Internal: the protocol or the receiving domain of `zcio bench fbufs-stack`.
+    #[command(hide = true)]
+    FbufStackDomain(zcio::lab::fbufs::stack::measure::DomainArgs),
     /// Internal: a relay or the display of `zcio bench containers`.
     #[command(hide = true)]
     FrameStage(FrameStageArgs),
@@ -83,6 +86,11 @@ pub enum BenchCmd {
     /// throughput.
     #[command(alias = "fbufs-table1")]
     Fbufs(zcio::lab::fbufs::measure::FbufsArgs),
+    /// Fbufs through a UDP/IP stack (paper 001, Figures 4-6): datagrams from an application
+    /// through a protocol domain (UDP, IP fragmenting) to a receiving domain (IP
+    /// reassembling), by fbuf aggregates, by copies, and in one domain; throughput per
+    /// datagram size, and the aggregate operations alone.
+    FbufsStack(zcio::lab::fbufs::stack::measure::StackArgs),
     /// VMMR (paper 002, Figures 4, 5, 7-10): a message in scattered 4 KiB or 2 MiB granules
     /// made contiguous by moving its pages (bitmap searches, size classes, buddy) against
     /// copying it, and the bitmap search on random maps.
@@ -190,6 +198,7 @@ impl BenchCmd {
             BenchCmd::Memnet(a) => a.json,
             BenchCmd::Genie(a) => a.json,
             BenchCmd::Fbufs(a) => a.json,
+            BenchCmd::FbufsStack(a) => a.json,
             BenchCmd::Vmmr(a) => a.json,
             BenchCmd::Checksum(a) => a.json,
             BenchCmd::Splice(a) => a.json,

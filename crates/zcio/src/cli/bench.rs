@@ -11,6 +11,7 @@ pub fn run(b: BenchCmd) -> Res<()> {
         BenchCmd::Memnet(a) => zcio::memnet::run(a).context("bench memnet"),
         BenchCmd::Genie(a) => genie::bench::run(a),
         BenchCmd::Fbufs(a) => fbufs::measure::run(a),
+        BenchCmd::FbufsStack(a) => fbufs::stack::measure::run(a),
         BenchCmd::Vmmr(a) => vmmr::measure::run(a),
         BenchCmd::Checksum(a) => sequoia::checksum::measure::run(a),
         BenchCmd::Splice(a) => sequoia::splice::measure::run(a),

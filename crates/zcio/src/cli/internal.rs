@@ -24,3 +24,8 @@ pub fn frame_stage(a: FrameStageArgs) -> Res<()> {
 pub fn iceoryx2_sink(a: Iceoryx2SinkArgs) -> Res<()> {
     zcio::lab::fbufs::iceoryx::sink(&a.connect, &a.service, &a.touch, a.bytes, a.messages)
 }
+
+/// `zcio fbuf-stack-domain`: the protocol or the receiving domain of `zcio bench fbufs-stack`.
+pub fn fbuf_stack_domain(a: zcio::lab::fbufs::stack::measure::DomainArgs) -> Res<()> {
+    zcio::lab::fbufs::stack::measure::domain(&a)
+}

@@ -35,6 +35,7 @@ pub fn run(cmd: Cmd) -> Res<()> {
             &touch,
             behind_server,
         ),
+        Cmd::FbufStackDomain(a) => internal::fbuf_stack_domain(a),
         Cmd::FrameStage(a) => internal::frame_stage(a),
         Cmd::Iceoryx2Sink(a) => internal::iceoryx2_sink(a),
         Cmd::Peer(a) => internal::peer(a),

@@ -136,6 +136,7 @@ pub const LABS: &[Lab] = &[
     genie::REGIONS,
     genie::THROUGHPUT,
     Lab::of::<fbufs::Fbufs>(),
+    Lab::of::<fbufs::stack::FbufsStack>(),
     Lab::of::<vmmr::Vmmr>(),
     Lab::of::<checksum::Checksum>(),
     Lab::of::<containers::Containers>(),

@@ -120,6 +120,10 @@ impl Results {
 /// The VMMR section of the results: what `zcio bench vmmr --json` prints.
 pub type VmmrSection = crate::lab::vmmr::measure::VmmrSection;
 
+/// The section of paper 001's protocol-stack experiment: what `zcio bench fbufs-stack --json`
+/// prints.
+pub type FbufsStackSection = crate::lab::fbufs::stack::measure::StackSection;
+
 /// The fbufs section of the results.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FbufsSection {

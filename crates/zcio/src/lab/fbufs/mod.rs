@@ -5,6 +5,7 @@ pub mod claims;
 pub mod iceoryx;
 pub mod measure;
 pub mod render;
+pub mod stack;
 
 use crate::lab::Experiment;
 use crate::report::doc::Block;
