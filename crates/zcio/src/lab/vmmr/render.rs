@@ -308,6 +308,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             }
         ));
     }
+    out.extend(super::render_producers::findings(v));
     out
 }
 
