@@ -5,7 +5,9 @@
 //! random tests time the search on randomly fragmented maps. The measuring is
 //! [`rig`](crate::lab::vmmr::rig); here are the arguments, the rows with medians and spreads, what is
 //! derived from them (crossover sizes, speed-ups, per-granule costs, the random tests'
-//! minimum, maximum and means at 40 % and 10 % allocation), the table and the JSON.
+//! minimum, maximum and means at 40 % and 10 % allocation), the table and the JSON. The
+//! messages of real producers (a file read with `O_DIRECT`, sockets) are
+//! [`producers`](crate::lab::vmmr::producers).
 
 use crate::lab::vmmr::rig::{
     self as bench, Caches, Case, Plan, Point, RandomSeries, eviction_bytes,

@@ -77,7 +77,8 @@ fn verify(bytes: &[u8], first: u64, len: usize) -> Result<(), String> {
         return Err(format!("{} bytes where {len} were written", bytes.len()));
     }
     let read = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-    for k in 0..len / PAGE {
+    // A last page partly written has its stamp too (lengths are whole words).
+    for k in 0..len.div_ceil(PAGE) {
         let found = read(k * PAGE);
         if found != stamp(first + k as u64) {
             return Err(format!(
@@ -206,110 +207,156 @@ fn shuffled_store(granules: usize, granule: Granule, rng: &mut SplitMix64) -> Re
     Ok(store)
 }
 
-/// The file producer at one size and policy: each message read at a different offset (a
-/// granule further each time), so that no message finds the previous one's bytes.
-fn file_series(
-    plan: &Plan,
-    producer: &mut FileProducer,
-    store: &mut PageStore,
-    at: &At<'_>,
-    policy: Policy,
-) -> Res<Taken> {
-    let g = at.granule.bytes();
-    let len = at.granules * g;
-    let mut r = Reassembler::with_policy(BitmapPool::new(store.capacity()), at.granule, policy)?;
-    let mut out = Taken::default();
-    for it in 0..=plan.producer_iterations {
-        let offset = it * g;
+/// A round's messages, each its slots and the first page of its stretch of the pattern; and
+/// the time bringing them took (ns).
+type Round = (f64, Vec<(Vec<Slot>, u64)>);
+
+/// A producer as a series drives it: each round's messages, and where their slots go back.
+trait Source {
+    /// Round `round`'s messages.
+    fn next(&mut self, store: &mut PageStore, round: usize) -> Res<Round>;
+
+    /// Take back a freed message's slots.
+    fn recycle(&mut self, store: &mut PageStore, slots: Vec<Slot>) -> Res<()>;
+}
+
+/// The file, each message read a granule further on than the one before, so that no message
+/// finds the previous one's bytes.
+struct FileSource<'a> {
+    producer: &'a mut FileProducer,
+    granule: usize,
+    len: usize,
+}
+
+impl Source for FileSource<'_> {
+    fn next(&mut self, store: &mut PageStore, round: usize) -> Res<Round> {
+        let offset = round * self.granule;
         let t = Instant::now();
-        let slots = producer
-            .read_message(store, offset as u64, len)
-            .map_err(|e| at.fail(e))?;
-        let read = t.elapsed().as_nanos() as f64;
-        let layout = runs(&slots);
-        let spoil = plan.spoil_producer.as_deref() == Some("file");
-        let (ns, moved, slots) = reassemble_checked(
-            &mut r,
-            store,
-            slots,
-            ((offset / PAGE) as u64, len),
-            at,
-            spoil,
-        )?;
-        out.verified += len;
+        let slots = self.producer.read_message(store, offset as u64, self.len)?;
+        Ok((
+            t.elapsed().as_nanos() as f64,
+            vec![(slots, (offset / PAGE) as u64)],
+        ))
+    }
+
+    fn recycle(&mut self, store: &mut PageStore, slots: Vec<Slot>) -> Res<()> {
         for s in slots {
             store.put(s)?;
         }
-        // The first message of each series is not timed (page tables, first faults).
-        if it > 0 {
-            out.reassemble.push(ns);
-            out.cycle.push(read + ns);
-            out.runs.push(layout);
-            out.remapped += usize::from(moved);
-        }
+        Ok(())
     }
-    Ok(out)
 }
 
-/// The socket producer at one size and policy: two connections, a writer thread each, each
-/// message a different stretch of the pattern.
-fn socket_series(
+/// The first page of connection `conn`'s message in round `round`.
+fn socket_first(conn: u64, round: usize) -> u64 {
+    (conn << 40) + ((round as u64) << 24)
+}
+
+/// Two connections, a writer thread each making its next message, saying so, and sending it:
+/// a receive is timed from when both are ready, so that making a message is not part of it.
+struct SocketSource<'a> {
+    producer: &'a mut SocketProducer,
+    conns: [UnixStream; 2],
+    ready: std::sync::mpsc::Receiver<()>,
+    writers: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
+    len: usize,
+}
+
+impl<'a> SocketSource<'a> {
+    fn new(producer: &'a mut SocketProducer, len: usize, rounds: usize) -> Res<Self> {
+        let (a, a_peer) = UnixStream::pair()?;
+        let (b, b_peer) = UnixStream::pair()?;
+        let (ready, made) = std::sync::mpsc::channel::<()>();
+        let writers = [(a_peer, 0u64), (b_peer, 1)]
+            .into_iter()
+            .map(|(mut peer, conn)| {
+                let ready = ready.clone();
+                std::thread::spawn(move || -> std::io::Result<()> {
+                    for round in 0..rounds {
+                        let message = pattern(socket_first(conn, round), len);
+                        // The receiver gone, the write below fails and says why.
+                        let _ = ready.send(());
+                        peer.write_all(&message)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        Ok(SocketSource {
+            producer,
+            conns: [a, b],
+            ready: made,
+            writers,
+            len,
+        })
+    }
+
+    /// Close the connections (a writer blocked on a receive that failed then stops) and wait
+    /// for the writers: the first writer's error, if any.
+    fn finish(self) -> Res<()> {
+        drop(self.conns);
+        let mut first = Ok(());
+        for w in self.writers {
+            let written = w.join().map_err(|_| "a writer thread panicked")?;
+            if first.is_ok() {
+                first = written;
+            }
+        }
+        Ok(first?)
+    }
+}
+
+impl Source for SocketSource<'_> {
+    fn next(&mut self, store: &mut PageStore, round: usize) -> Res<Round> {
+        self.ready
+            .recv()
+            .and_then(|()| self.ready.recv())
+            .map_err(|_| "a writer thread stopped")?;
+        let [a, b] = &self.conns;
+        let t = Instant::now();
+        let got = self
+            .producer
+            .receive(store, &[a.as_fd(), b.as_fd()], &[self.len, self.len])?;
+        let ns = t.elapsed().as_nanos() as f64;
+        let messages = got
+            .into_iter()
+            .enumerate()
+            .map(|(conn, slots)| (slots, socket_first(conn as u64, round)))
+            .collect();
+        Ok((ns, messages))
+    }
+
+    fn recycle(&mut self, store: &mut PageStore, slots: Vec<Slot>) -> Res<()> {
+        Ok(self.producer.give_back(store, slots)?)
+    }
+}
+
+/// One producer at one size and policy: a round untimed, then the plan's rounds; every
+/// message reassembled, checked and freed. The cycle of a message is its share of the round's
+/// bringing plus its reassembly.
+fn series(
     plan: &Plan,
-    producer: &mut SocketProducer,
+    source: &mut dyn Source,
     store: &mut PageStore,
     at: &At<'_>,
     policy: Policy,
 ) -> Res<Taken> {
     let len = at.granules * at.granule.bytes();
-    let rounds = plan.producer_iterations + 1;
-    let first = |conn: u64, round: usize| (conn << 40) + ((round as u64) << 24);
-    let (a, a_peer) = UnixStream::pair()?;
-    let (b, b_peer) = UnixStream::pair()?;
-    // Each writer makes its next message, says so, and sends it: the receive is timed from
-    // when both are ready, so that making a message is not part of it.
-    let (ready, made) = std::sync::mpsc::channel::<()>();
-    let writers: Vec<_> = [(a_peer, 0u64), (b_peer, 1)]
-        .into_iter()
-        .map(|(mut peer, conn)| {
-            let ready = ready.clone();
-            std::thread::spawn(move || -> std::io::Result<()> {
-                for round in 0..rounds {
-                    let message = pattern(first(conn, round), len);
-                    // The receiver gone, the write below fails and says why.
-                    let _ = ready.send(());
-                    peer.write_all(&message)?;
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    drop(ready);
+    let spoil = plan.spoil_producer.as_deref() == Some(at.producer);
     let mut r = Reassembler::with_policy(BitmapPool::new(store.capacity()), at.granule, policy)?;
     let mut out = Taken::default();
-    let spoil = plan.spoil_producer.as_deref() == Some("socket");
-    let mut received = Ok(());
-    for round in 0..rounds {
-        if made.recv().and_then(|()| made.recv()).is_err() {
-            received = Err(at.fail("a writer thread stopped"));
-            break;
-        }
-        let t = Instant::now();
-        let got = match producer.receive(store, &[a.as_fd(), b.as_fd()], &[len, len]) {
-            Ok(got) => got,
-            Err(e) => {
-                received = Err(at.fail(e));
-                break;
-            }
-        };
-        let receive = t.elapsed().as_nanos() as f64;
-        let mut both = 0.0;
-        for (conn, slots) in got.into_iter().enumerate() {
+    for round in 0..=plan.producer_iterations {
+        let (brought, messages) = source.next(store, round).map_err(|e| at.fail(e))?;
+        let count = messages.len() as f64;
+        let mut spent = 0.0;
+        for (slots, first) in messages {
             let layout = runs(&slots);
-            let msg = (first(conn as u64, round), len);
-            let (ns, moved, slots) = reassemble_checked(&mut r, store, slots, msg, at, spoil)?;
-            producer.give_back(store, slots)?;
+            let (ns, moved, slots) =
+                reassemble_checked(&mut r, store, slots, (first, len), at, spoil)?;
+            source.recycle(store, slots).map_err(|e| at.fail(e))?;
             out.verified += len;
-            both += ns;
+            spent += ns;
+            // The first round is not timed (page tables, first faults).
             if round > 0 {
                 out.reassemble.push(ns);
                 out.runs.push(layout);
@@ -317,18 +364,9 @@ fn socket_series(
             }
         }
         if round > 0 {
-            out.cycle.push((receive + both) / 2.0);
+            out.cycle.push((brought + spent) / count);
         }
     }
-    // A receive that failed leaves the writers blocked: closing our ends lets them finish.
-    drop((a, b));
-    for w in writers {
-        let written = w.join().map_err(|_| at.fail("a writer thread panicked"))?;
-        if received.is_ok() {
-            written.map_err(|e| at.fail(format!("writing: {e}")))?;
-        }
-    }
-    received?;
     Ok(out)
 }
 
@@ -431,7 +469,14 @@ pub fn measure(plan: &Plan, progress: &mut dyn FnMut(String)) -> Res<Vec<Produce
                 };
                 let taken = match &why_not_direct {
                     Some(why) => Err(why.clone()),
-                    None => Ok(file_series(plan, &mut file, &mut store, &at, policy)?),
+                    None => {
+                        let mut source = FileSource {
+                            producer: &mut file,
+                            granule: granule.bytes(),
+                            len: n * granule.bytes(),
+                        };
+                        Ok(series(plan, &mut source, &mut store, &at, policy)?)
+                    }
                 };
                 rows.push(row(&at, &file_how, taken));
             }
@@ -480,8 +525,14 @@ fn socket_rows(plan: &Plan, granule: Granule, n: usize) -> Res<Vec<ProducerRow>>
             granule,
             granules: n,
         };
-        let taken = socket_series(plan, &mut producer, &mut store, &at, policy)?;
-        rows.push(row(&at, how, Ok(taken)));
+        let len = n * granule.bytes();
+        let mut source = SocketSource::new(&mut producer, len, plan.producer_iterations + 1)?;
+        let taken = series(plan, &mut source, &mut store, &at, policy);
+        let finished = source
+            .finish()
+            .map_err(|e| at.fail(format!("writing: {e}")));
+        rows.push(row(&at, how, Ok(taken?)));
+        finished?;
     }
     producer.close(&mut store)?;
     Ok(rows)

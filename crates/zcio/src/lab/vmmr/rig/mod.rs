@@ -470,6 +470,15 @@ impl Plan {
                 ));
             }
         }
+        if let Some(s) = self
+            .producer_sizes
+            .iter()
+            .flatten()
+            .flatten()
+            .find(|s| **s == 0)
+        {
+            return bad(format!("producer size {s}: sizes must be positive"));
+        }
         if self.capacity_4k < 64 || self.capacity_2m < 2 {
             return bad("capacities must be at least 64 (4 KiB) and 2 (2 MiB) granules".into());
         }
