@@ -439,7 +439,6 @@ pub fn measure(plan: &Plan, progress: &mut dyn FnMut(String)) -> Res<Vec<Produce
     if plan.producer_iterations == 0 {
         return Ok(rows);
     }
-    let mut rng = SplitMix64::new(plan.seed);
     let largest = sizes(plan)
         .iter()
         .flat_map(|(g, s)| s.iter().map(|n| n * g.bytes()))
@@ -456,7 +455,6 @@ pub fn measure(plan: &Plan, progress: &mut dyn FnMut(String)) -> Res<Vec<Produce
                 "producers: file, {n} granules of {}",
                 granule.name()
             ));
-            let mut store = shuffled_store(2 * n + 2, granule, &mut rng)?;
             for name in POLICIES {
                 let at = At {
                     producer: "file",
@@ -470,6 +468,10 @@ pub fn measure(plan: &Plan, progress: &mut dyn FnMut(String)) -> Res<Vec<Produce
                 let taken = match &why_not_direct {
                     Some(why) => Err(why.clone()),
                     None => {
+                        // The same shuffled store for every policy: the same layouts, message
+                        // by message.
+                        let mut rng = SplitMix64::new(plan.seed ^ n as u64);
+                        let mut store = shuffled_store(2 * n + 2, granule, &mut rng)?;
                         let mut source = FileSource {
                             producer: &mut file,
                             granule: granule.bytes(),
@@ -493,27 +495,6 @@ pub fn measure(plan: &Plan, progress: &mut dyn FnMut(String)) -> Res<Vec<Produce
 /// The socket producer's rows at one size: every policy, or the reason it cannot run.
 fn socket_rows(plan: &Plan, granule: Granule, n: usize) -> Res<Vec<ProducerRow>> {
     let how = "two Unix socket connections, io_uring provided-buffer ring";
-    let mut store = PageStore::new(2 * n + 2, granule)?;
-    let mut producer = match SocketProducer::new(&mut store, 2 * n) {
-        Ok(p) => p,
-        Err(ProducerError::Vm(e @ zcio_vm::VmError::Unsupported { .. })) => {
-            let why = e.to_string();
-            return Ok(POLICIES
-                .iter()
-                .filter(|name| policy(plan, granule, name).is_some())
-                .map(|name| {
-                    let at = At {
-                        producer: "socket",
-                        policy: name,
-                        granule,
-                        granules: n,
-                    };
-                    row(&at, how, Err(why.clone()))
-                })
-                .collect());
-        }
-        Err(e) => return Err(e.into()),
-    };
     let mut rows = Vec::new();
     for name in POLICIES {
         let Some(policy) = policy(plan, granule, name) else {
@@ -525,6 +506,17 @@ fn socket_rows(plan: &Plan, granule: Granule, n: usize) -> Res<Vec<ProducerRow>>
             granule,
             granules: n,
         };
+        // A store and a ring of their own per policy: the ring's order, and so the messages'
+        // layouts, evolve from one round to the next the same way for every policy.
+        let mut store = PageStore::new(2 * n + 2, granule)?;
+        let mut producer = match SocketProducer::new(&mut store, 2 * n) {
+            Ok(p) => p,
+            Err(ProducerError::Vm(e @ zcio_vm::VmError::Unsupported { .. })) => {
+                rows.push(row(&at, how, Err(e.to_string())));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let len = n * granule.bytes();
         let mut source = SocketSource::new(&mut producer, len, plan.producer_iterations + 1)?;
         let taken = series(plan, &mut source, &mut store, &at, policy);
@@ -533,8 +525,8 @@ fn socket_rows(plan: &Plan, granule: Granule, n: usize) -> Res<Vec<ProducerRow>>
             .map_err(|e| at.fail(format!("writing: {e}")));
         rows.push(row(&at, how, Ok(taken?)));
         finished?;
+        producer.close(&mut store)?;
     }
-    producer.close(&mut store)?;
     Ok(rows)
 }
 
