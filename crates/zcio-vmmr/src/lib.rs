@@ -4,6 +4,8 @@
 //! DMA pages) is handed to the application as one contiguous buffer by moving its pages into a
 //! free run of a reserved virtual range, instead of copying them.
 //!
+//! - [`cycle`]: what a remapped message costs over its whole life (moved in, and back out when
+//!   freed), for a policy that weighs that against a copy.
 //! - [`pool`]: virtual page pools behind one trait: the paper's free-page bitmap with its
 //!   word-at-a-time first-fit search, the size-class bitmaps of §4.3, and a buddy allocator.
 //! - [`producer`]: real producers: a file read with `O_DIRECT` into scattered store slots, and
@@ -15,6 +17,7 @@
 //! (`zcio bench vmmr`, `zcio report`), not part of this library.
 #![forbid(unsafe_code)]
 
+pub mod cycle;
 pub mod pool;
 pub mod producer;
 pub mod reassemble;

@@ -11,8 +11,11 @@
 //! reassembler predicts both costs per message from a [`Calibration`] measured on this machine
 //! and copies the message instead (into a second space whose pages stay, warm) when copying is
 //! predicted to be as fast; every message says which path it took ([`Message::path`]) and how
-//! many bytes were moved or copied ([`Message::moved`]).
+//! many bytes were moved or copied ([`Message::moved`]). [`Policy::AdaptiveCycle`] weighs the
+//! whole remap cycle instead (moved in, and back out when the message is freed:
+//! [`CycleCalibration`]).
 
+pub use crate::cycle::CycleCalibration;
 use crate::pool::{BitmapPool, PagePool, PoolError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use zcio_vm::VmError;
@@ -104,6 +107,30 @@ pub enum Policy {
     Copy,
     /// Per message, whichever the calibration predicts faster (copy on a tie).
     Adaptive(Box<Calibration>),
+    /// Per message, whichever is predicted faster over the message's whole life: the remap
+    /// cycle (moved in, and back out when freed) against the copy (copy on a tie).
+    AdaptiveCycle(Box<CycleCalibration>),
+}
+
+impl Policy {
+    /// The copy costs an adaptive policy predicts from.
+    fn copy_costs(&self) -> Option<&Calibration> {
+        match self {
+            Policy::Adaptive(c) => Some(c),
+            Policy::AdaptiveCycle(c) => Some(&c.move_in),
+            Policy::Remap | Policy::Copy => None,
+        }
+    }
+
+    /// The predicted cost of remapping `granules` granules in `calls` runs, by an adaptive
+    /// policy's measure (move-in only, or the whole cycle).
+    fn remap_ns(&self, granules: usize, calls: usize) -> Option<f64> {
+        match self {
+            Policy::Adaptive(c) => Some(c.remap_ns(granules, calls)),
+            Policy::AdaptiveCycle(c) => Some(c.remap_ns(granules, calls)),
+            Policy::Remap | Policy::Copy => None,
+        }
+    }
 }
 
 /// Copy the first `len` bytes held in `slots`, in order, into `dst`.
@@ -223,11 +250,11 @@ impl<P: PagePool> Reassembler<P> {
     /// A reassembler with a policy for choosing between moving and copying.
     pub fn with_policy(pool: P, granule: Granule, policy: Policy) -> Result<Self, VmmrError> {
         let g = granule.bytes();
-        let copy_per_byte = match &policy {
-            Policy::Adaptive(c) => (0..=DECISION_TABLE.min(pool.capacity()))
+        let copy_per_byte = match policy.copy_costs() {
+            Some(c) => (0..=DECISION_TABLE.min(pool.capacity()))
                 .map(|n| c.copy_ns(n.max(1) * g) / (n.max(1) * g) as f64)
                 .collect(),
-            _ => Vec::new(),
+            None => Vec::new(),
         };
         Ok(Reassembler {
             space: RemapSpace::new(pool.capacity(), granule)?,
@@ -248,23 +275,31 @@ impl<P: PagePool> Reassembler<P> {
 
     /// Which path a message of `slots` would take.
     pub fn choose(&self, slots: &[Slot], len: usize) -> Path {
-        match &self.policy {
-            Policy::Remap => Path::Remapped,
-            Policy::Copy => Path::Copied,
-            Policy::Adaptive(c) => {
-                let n = slots.len();
-                let copy = match self.copy_per_byte.get(n) {
-                    Some(per_byte) => per_byte * len as f64,
-                    None => c.copy_ns(len),
-                };
-                // Moving in one call is the best a layout can do: below that, copy without
-                // counting the runs.
-                if c.remap_ns(n, 1) >= copy || c.remap_ns(n, runs(slots)) >= copy {
-                    Path::Copied
-                } else {
-                    Path::Remapped
-                }
-            }
+        let (Some(c), Some(one_call)) = (
+            self.policy.copy_costs(),
+            self.policy.remap_ns(slots.len(), 1),
+        ) else {
+            return match self.policy {
+                Policy::Copy => Path::Copied,
+                _ => Path::Remapped,
+            };
+        };
+        let n = slots.len();
+        let copy = match self.copy_per_byte.get(n) {
+            Some(per_byte) => per_byte * len as f64,
+            None => c.copy_ns(len),
+        };
+        // Moving in one call is the best a layout can do: below that, copy without counting
+        // the runs.
+        let remap = || {
+            self.policy
+                .remap_ns(n, runs(slots))
+                .unwrap_or(f64::INFINITY)
+        };
+        if one_call >= copy || remap() >= copy {
+            Path::Copied
+        } else {
+            Path::Remapped
         }
     }
 

@@ -5,7 +5,9 @@
 //! random tests time the search on randomly fragmented maps. The measuring is
 //! [`rig`](crate::lab::vmmr::rig); here are the arguments, the rows with medians and spreads, what is
 //! derived from them (crossover sizes, speed-ups, per-granule costs, the random tests'
-//! minimum, maximum and means at 40 % and 10 % allocation), the table and the JSON.
+//! minimum, maximum and means at 40 % and 10 % allocation), the table and the JSON. The
+//! messages of real producers (a file read with `O_DIRECT`, sockets) are
+//! [`producers`](crate::lab::vmmr::producers).
 
 use crate::lab::vmmr::rig::{
     self as bench, Caches, Case, Plan, Point, RandomSeries, eviction_bytes,
@@ -15,6 +17,7 @@ use crate::transfer::Res;
 use std::collections::BTreeMap;
 use zcio_vm::remap::{Calibration, Granule};
 use zcio_vmmr::pool::Regime;
+use zcio_vmmr::reassemble::CycleCalibration;
 
 pub use super::section::*;
 
@@ -50,20 +53,25 @@ pub struct VmmrArgs {
     /// Timed reassemblies per random map at most.
     #[arg(long)]
     pub random_iterations: Option<usize>,
-    /// What to run, comma-separated: 4k, 2m, cold, random (all by default).
+    /// What to run, comma-separated: 4k, 2m, cold, random, producers (all by default; the
+    /// producers at the 4 KiB and 2 MiB sizes, even where those parts are off).
     #[arg(long, value_delimiter = ',')]
     pub parts: Vec<String>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Timed messages per real producer (a file read with O_DIRECT, sockets), policy and size
+    /// (0: none).
+    #[arg(long)]
+    pub producer_iterations: Option<usize>,
     /// Testing: spoil every message of this case after it is reassembled (memcpy, no_search,
-    /// minimal_search, ...), so that the run must fail.
+    /// minimal_search, ..., or a producer: file, socket), so that the run must fail.
     #[arg(long, hide = true)]
     pub spoil: Option<String>,
 }
 
 /// The parts of the bench.
-const PARTS: [&str; 4] = ["4k", "2m", "cold", "random"];
+const PARTS: [&str; 5] = ["4k", "2m", "cold", "random", "producers"];
 
 fn parse_regime(s: &str) -> Res<Regime> {
     let bad = || format!("invalid argument `--regimes {s}`: expected FREESxMAPS, e.g. 500x1000");
@@ -108,7 +116,16 @@ pub fn plan_of(a: &VmmrArgs) -> Res<(Plan, Vec<String>)> {
     if let Some(i) = a.random_iterations {
         plan.random_iterations = i;
     }
-    if let Some(c) = &a.spoil {
+    if let Some(i) = a.producer_iterations {
+        plan.producer_iterations = i;
+    }
+    if let Some(p) = a
+        .spoil
+        .as_ref()
+        .filter(|p| crate::lab::vmmr::producers::PRODUCERS.contains(&p.as_str()))
+    {
+        plan.spoil_producer = Some(p.clone());
+    } else if let Some(c) = &a.spoil {
         plan.spoil = Some(
             Case::ALL
                 .into_iter()
@@ -129,6 +146,24 @@ pub fn plan_of(a: &VmmrArgs) -> Res<(Plan, Vec<String>)> {
         .into());
     }
     let on = |p: &str| parts.iter().any(|x| x == p);
+    // The producers' sizes: the plan's own unless sizes are given, else the sweeps'; kept when
+    // the sweeps' parts are off.
+    let [p4, p2] = plan
+        .producer_sizes
+        .take()
+        .unwrap_or([plan.sizes_4k.clone(), plan.sizes_2m.clone()]);
+    plan.producer_sizes = Some([
+        if a.sizes_4k.is_empty() {
+            p4
+        } else {
+            plan.sizes_4k.clone()
+        },
+        if a.sizes_2m.is_empty() {
+            p2
+        } else {
+            plan.sizes_2m.clone()
+        },
+    ]);
     if !on("4k") {
         plan.sizes_4k.clear();
     }
@@ -140,6 +175,9 @@ pub fn plan_of(a: &VmmrArgs) -> Res<(Plan, Vec<String>)> {
     }
     if !on("random") {
         plan.random_sizes.clear();
+    }
+    if !on("producers") {
+        plan.producer_iterations = 0;
     }
     plan.check()
         .map_err(|e| format!("invalid argument: {e} (see --sizes-4k, --sizes-2m, --random-sizes, --regimes, --iterations)"))?;
@@ -170,7 +208,7 @@ fn stats(ns: &[f64]) -> (f64, [f64; 2]) {
 }
 
 /// The adaptive case's costs: the plan's own if it has them, else the calibration profile's,
-/// else (a granule the profile lacks) measured now.
+/// else (a granule the profile lacks) measured now; and the whole remap cycle's, measured now.
 fn calibrate(plan: &mut Plan) -> Vec<CalibrationRecord> {
     let mut source = vec!["plan"; plan.calibration.len()];
     if plan.calibration.is_empty() {
@@ -191,10 +229,32 @@ fn calibrate(plan: &mut Plan) -> Vec<CalibrationRecord> {
             }
         }
     }
+    // The whole cycle, measured now beside each move-in calibration (a few milliseconds).
+    if plan.cycle.is_empty() {
+        plan.cycle = plan
+            .calibration
+            .iter()
+            .filter_map(|c| {
+                let granule = [Granule::Page, Granule::Huge]
+                    .into_iter()
+                    .find(|g| g.bytes() == c.granule)?;
+                CycleCalibration::measure(c.clone(), granule).ok()
+            })
+            .collect();
+    }
+    let cycles = plan.cycle.clone();
     plan.calibration
         .iter()
         .zip(source)
         .map(|(c, source)| CalibrationRecord {
+            cycle_call_ns: cycles
+                .iter()
+                .find(|x| x.move_in.granule == c.granule)
+                .map(|x| x.cycle_call_ns),
+            cycle_granule_ns: cycles
+                .iter()
+                .find(|x| x.move_in.granule == c.granule)
+                .map(|x| x.cycle_granule_ns),
             granule: if c.granule == Granule::Huge.bytes() {
                 "2m".into()
             } else {
@@ -246,6 +306,7 @@ pub fn measure(plan: &Plan, bar: &indicatif::ProgressBar) -> Res<VmmrSection> {
             series.extend(bench::random(plan, pool, &mut progress)?);
         }
     }
+    let producers = super::producers::measure(plan, &mut progress)?;
     let rows: Vec<Row> = points.iter().map(row).collect();
     let random = series.iter().map(random_row).collect();
     let derived = derive(&rows);
@@ -283,6 +344,7 @@ pub fn measure(plan: &Plan, bar: &indicatif::ProgressBar) -> Res<VmmrSection> {
         rows,
         random,
         derived,
+        producers,
     })
 }
 
@@ -571,6 +633,7 @@ fn print(s: &VmmrSection) {
     if !s.random.is_empty() {
         print_random_maps(s);
     }
+    super::producers::print(&s.producers);
     print_derived(s);
 }
 
@@ -654,11 +717,16 @@ fn print_derived(s: &VmmrSection) {
     for c in &s.plan.calibration {
         let g = if c.granule == "2m" { 2 << 20 } else { 4096 };
         println!(
-            "adaptive {} chose by ({}): move {:.0} ns per call + {:.0} ns per granule; copy per granule {}",
+            "adaptive {} chose by ({}): move {:.0} ns per call + {:.0} ns per granule{}; copy per granule {}",
             c.granule,
             c.source,
             c.move_call_ns,
             c.move_granule_ns,
+            match (c.cycle_call_ns, c.cycle_granule_ns) {
+                (Some(a), Some(b)) =>
+                    format!(", whole cycle {a:.0} ns per run + {b:.0} ns per granule"),
+                _ => String::new(),
+            },
             c.copy_by_size
                 .iter()
                 .map(|(n, x)| format!("{:.0} ns at {}", x * g as f64, n / g))

@@ -2,8 +2,10 @@
 
 pub mod claims;
 pub mod measure;
+pub mod producers;
 pub mod render;
 pub mod render_maps;
+pub mod render_producers;
 pub mod rig;
 pub mod section;
 
@@ -71,6 +73,8 @@ fn blocks(r: &Results) -> Vec<Block> {
     b.extend(render_maps::random_figures(v));
     b.extend(render_maps::optimized(v));
     b.extend(render_maps::adaptive(v));
+    b.extend(render_producers::cycle(v));
+    b.extend(render_producers::producers(v));
     b.extend(render_maps::against_paper(v));
     b
 }

@@ -319,6 +319,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             }
         ));
     }
+    out.extend(super::render_producers::findings(v));
     out
 }
 

@@ -83,10 +83,16 @@ fn calibration(v: &VmmrSection) -> Vec<String> {
             };
             let copies: Vec<String> = [1, 16, 256, 4096].into_iter().filter_map(pick).collect();
             format!(
-                "{} granules: a move call {:.0} ns plus {:.0} ns a granule; copying a granule {} granules (from the {})",
+                "{} granules: a move call {:.0} ns plus {:.0} ns a granule{}; copying a granule {} granules (from the {})",
                 if c.granule == "2m" { "2 MiB" } else { "4 KiB" },
                 c.move_call_ns,
                 c.move_granule_ns,
+                match (c.cycle_call_ns, c.cycle_granule_ns) {
+                    (Some(a), Some(b)) => format!(
+                        " to move in, and {a:.0} ns a run plus {b:.0} ns a granule over the whole cycle (in, and back out when freed), which it chose on"
+                    ),
+                    _ => String::new(),
+                },
                 copies.join(", "),
                 if c.source == "profile" {
                     "calibration profile"

@@ -59,6 +59,36 @@ pub struct CalibrationRecord {
     /// Where it came from: `profile` (the calibration profile in force) or `measured` (now,
     /// the profile having none for this granule).
     pub source: String,
+    /// A remapped message's whole cycle (the search, the move in, the move back out when it is
+    /// freed, the free), per run of adjacent granules beyond its granules (ns), measured now;
+    /// the adaptive case chose on it where present.
+    #[serde(default)]
+    pub cycle_call_ns: Option<f64>,
+    /// The whole cycle per granule (ns).
+    #[serde(default)]
+    pub cycle_granule_ns: Option<f64>,
+}
+
+impl CalibrationRecord {
+    /// Granule size in bytes.
+    pub fn granule_bytes(&self) -> usize {
+        if self.granule == "2m" { 2 << 20 } else { 4096 }
+    }
+
+    /// Predicted move-in of `n` granules in `calls` calls (ns).
+    pub fn move_in_ns(&self, n: usize, calls: usize) -> f64 {
+        calls as f64 * self.move_call_ns + n as f64 * self.move_granule_ns
+    }
+
+    /// Predicted whole cycle of `n` granules in `calls` runs (ns), if measured.
+    pub fn cycle_ns(&self, n: usize, calls: usize) -> Option<f64> {
+        Some(calls as f64 * self.cycle_call_ns? + n as f64 * self.cycle_granule_ns?)
+    }
+
+    /// Predicted copy of `n` granules (ns).
+    pub fn copy_ns(&self, n: usize) -> f64 {
+        zcio_vm::remap::copy_ns_by_size(&self.copy_by_size, n * self.granule_bytes())
+    }
 }
 
 /// One regime of random maps.
@@ -347,4 +377,47 @@ pub struct VmmrSection {
     pub random: Vec<RandomRow>,
     /// Crossovers, speed-ups and cost lines.
     pub derived: Derived,
+    /// The real producers' series: messages filled by a file read with `O_DIRECT` and by
+    /// sockets, then reassembled by each policy.
+    #[serde(default)]
+    pub producers: Vec<ProducerRow>,
+}
+
+/// One message size of a real producer, reassembled by one policy.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProducerRow {
+    /// `file` (read with `O_DIRECT` granule by granule into scattered slots) or `socket`
+    /// (received through an io_uring provided-buffer ring of slots).
+    pub producer: String,
+    /// How the bytes came: the file system and whether reads were direct, or the sockets.
+    pub how: String,
+    /// Granule: `4k` or `2m`.
+    pub granule: String,
+    /// `remap`, `copy` or `adaptive` (the experiment's adaptive policy).
+    pub policy: String,
+    /// Granules in the message.
+    pub granules: usize,
+    /// 4 KiB pages in the message.
+    pub pages: usize,
+    /// Bytes in the message.
+    pub bytes: usize,
+    /// Timed messages.
+    pub iterations: usize,
+    /// Why there is no number: the producer cannot run here, and says why.
+    pub refused: Option<String>,
+    /// Reassembly alone, median (ns).
+    pub reassemble_ns: Option<f64>,
+    /// Fastest and slowest reassembly (ns).
+    pub reassemble_spread_ns: Option<[f64; 2]>,
+    /// The whole receive (or read) and reassembly of a message, median (ns).
+    pub cycle_ns: Option<f64>,
+    /// Fastest and slowest receive and reassembly (ns).
+    pub cycle_spread_ns: Option<[f64; 2]>,
+    /// Runs of adjacent slots the producer left the message in (median): move calls when
+    /// remapped.
+    pub runs: usize,
+    /// Timed messages whose pages were moved (the rest were copied).
+    pub remapped: usize,
+    /// Bytes checked at the receiver against what was written (every message, untimed).
+    pub verified_bytes: usize,
 }

@@ -46,7 +46,7 @@ use zcio_vmmr::pool::{
     BitmapPool, BuddyPool, PagePool, PoolError, Regime, Rng, SIZE_CLASSES, SearchStart,
     SizeClassPool, SizeClassSplit, SplitMix64, worst_case,
 };
-use zcio_vmmr::reassemble::{Calibration, Path, Policy, Reassembler, VmmrError};
+use zcio_vmmr::reassemble::{Calibration, CycleCalibration, Path, Policy, Reassembler, VmmrError};
 
 mod pools;
 #[cfg(test)]
@@ -325,6 +325,18 @@ pub struct Plan {
     /// What moving and copying cost here, per granule size (from the calibration profile):
     /// the adaptive case runs for the granules that have one.
     pub calibration: Vec<Calibration>,
+    /// What a remapped message's whole cycle costs here (moved in and back out), per granule
+    /// size: where a granule has it, the adaptive case chooses on it ([`Policy::AdaptiveCycle`]).
+    pub cycle: Vec<CycleCalibration>,
+    /// The real producers' series ([`crate::lab::vmmr::producers`]): timed messages per
+    /// producer, policy and size (0: not run).
+    pub producer_iterations: usize,
+    /// The producers' message sizes (4 KiB, then 2 MiB granules) where they differ from the
+    /// sweeps' (the sweeps not run).
+    pub producer_sizes: Option<[Vec<usize>; 2]>,
+    /// Testing: spoil every message this producer (`file` or `socket`) brings, after its
+    /// reassembly and before the check, so that the run must fail.
+    pub spoil_producer: Option<String>,
 }
 
 /// The 4 KiB sizes of `--full`: every size to 16 pages, then about 11 % apart to 6 144, with
@@ -385,6 +397,12 @@ impl Plan {
             spoil: None,
             inject_faults: 0,
             calibration: Vec::new(),
+            cycle: Vec::new(),
+            // Every other size: a 4 KiB page read with O_DIRECT waits for the device, tens of
+            // microseconds each on a virtual disk.
+            producer_iterations: 3,
+            producer_sizes: Some([vec![1, 4, 16, 64, 256, 1024, 4096], vec![1, 2, 4, 8, 12]]),
+            spoil_producer: None,
         }
     }
 
@@ -399,6 +417,8 @@ impl Plan {
             regimes: zcio_vmmr::pool::PAPER_REGIMES.to_vec(),
             random_iterations: 32,
             random_page_budget: 1024,
+            producer_iterations: 16,
+            producer_sizes: None,
             ..Plan::quick()
         }
     }
@@ -427,6 +447,8 @@ impl Plan {
             ],
             random_iterations: 2,
             random_page_budget: 64,
+            producer_iterations: 2,
+            producer_sizes: None,
             ..Plan::quick()
         }
     }
@@ -447,6 +469,15 @@ impl Plan {
                     "{what} size {s}: sizes must be positive and at most half the pool ({cap} granules)"
                 ));
             }
+        }
+        if let Some(s) = self
+            .producer_sizes
+            .iter()
+            .flatten()
+            .flatten()
+            .find(|s| **s == 0)
+        {
+            return bad(format!("producer size {s}: sizes must be positive"));
         }
         if self.capacity_4k < 64 || self.capacity_2m < 2 {
             return bad("capacities must be at least 64 (4 KiB) and 2 (2 MiB) granules".into());
@@ -479,6 +510,18 @@ impl Plan {
             0
         };
         ((self.sizes_4k.len() + self.sizes_2m.len()) * self.layouts.len() + cold + random) as u64
+            + crate::lab::vmmr::producers::units(self)
+    }
+
+    /// The adaptive policy for a granule: on the whole cycle where the plan has its costs, on
+    /// the move-in where it has only those, none without a calibration.
+    pub fn policy(&self, granule: Granule) -> Option<Policy> {
+        let g = granule.bytes();
+        if let Some(c) = self.cycle.iter().find(|c| c.move_in.granule == g) {
+            return Some(Policy::AdaptiveCycle(Box::new(c.clone())));
+        }
+        let c = self.calibration.iter().find(|c| c.granule == g)?;
+        Some(Policy::Adaptive(Box::new(c.clone())))
     }
 
     /// The pool capacity for a granule.

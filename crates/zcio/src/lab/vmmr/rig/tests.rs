@@ -225,3 +225,34 @@ fn random_maps_cover_levels_and_time_every_map() {
         }
     }
 }
+
+#[test]
+fn with_whole_cycle_costs_the_adaptive_case_chooses_on_them() {
+    // 2 MiB granules: moving in (2.5 µs) beats copying (105 µs), but a whole cycle costing
+    // 200 µs a granule does not.
+    let cycle = CycleCalibration {
+        move_in: made_up(Granule::Huge),
+        cycle_call_ns: 2000.0,
+        cycle_granule_ns: 200_000.0,
+    };
+    let plan = Plan {
+        sizes_2m: vec![1],
+        iterations: 2,
+        capacity_2m: 4,
+        calibration: vec![made_up(Granule::Huge)],
+        ..Plan::smoke()
+    };
+    let pts = warm_sweep(&plan, Granule::Huge, Layout::Scattered).unwrap();
+    assert_eq!(pts[0].adaptive, Some(Path::Remapped));
+    let plan = Plan {
+        cycle: vec![cycle],
+        ..plan
+    };
+    assert!(matches!(
+        plan.policy(Granule::Huge),
+        Some(Policy::AdaptiveCycle(_))
+    ));
+    let pts = warm_sweep(&plan, Granule::Huge, Layout::Scattered).unwrap();
+    assert_eq!(pts[0].adaptive, Some(Path::Copied));
+    assert_eq!(pts[0].adaptive_paths, (0, 2));
+}

@@ -9,7 +9,8 @@ pub(super) struct Rig {
     pub(super) r: Reassembler<BenchPool>,
     /// The copy case's reassembler.
     pub(super) copier: Reassembler<BenchPool>,
-    /// The adaptive case's reassembler (an empty bitmap), where the plan has a calibration.
+    /// The adaptive case's reassembler (an empty bitmap), where the plan has a calibration
+    /// (choosing on the whole cycle where the plan has its costs: [`Plan::policy`]).
     pub(super) adaptive: Option<Reassembler<BenchPool>>,
     /// Testing: the case whose messages are spoiled (see [`Plan::spoil`]).
     pub(super) spoil: Option<Case>,
@@ -37,15 +38,11 @@ impl Rig {
                 live: None,
             })
         };
-        let adaptive = match plan
-            .calibration
-            .iter()
-            .find(|c| c.granule == granule.bytes())
-        {
-            Some(c) => Some(Reassembler::with_policy(
+        let adaptive = match plan.policy(granule) {
+            Some(policy) => Some(Reassembler::with_policy(
                 BenchPool::Bitmap(BitmapPool::new(capacity)),
                 granule,
-                Policy::Adaptive(Box::new(c.clone())),
+                policy,
             )?),
             None => None,
         };
