@@ -87,7 +87,7 @@ impl CalibrationRecord {
 
     /// Predicted copy of `n` granules (ns).
     pub fn copy_ns(&self, n: usize) -> f64 {
-        zcio_vm::remap::copy_ns_by_size(&self.copy_by_size, n * self.granule_bytes())
+        zcio_vm::remap::copy_ns_by_size(&self.copy_by_size, n.saturating_mul(self.granule_bytes()))
     }
 }
 
