@@ -13,7 +13,8 @@
 //! - [`checksum`], [`Checksum`] (a message in pieces), [`update`] (RFC 1624: one 16-bit word
 //!   changed), [`copy_and_checksum`] (the copy and the sum in one pass over the data).
 //! - [`Elision`]: the paper's policy, explicit: skip the software checksum only on a path
-//!   that stays on one host or crosses one CRC-protected link.
+//!   that stays on one host or crosses one CRC-protected link; [`PathKind::of_socket`] tells
+//!   which path a connected socket's packets take, from its peer and this host's interfaces.
 //!
 //! All sums are of big-endian 16-bit words, an odd last byte padded with zero (RFC 1071); a
 //! checksum is the complement of the folded sum.
@@ -336,6 +337,73 @@ pub enum Elision {
     SameHostOrCrcLink,
 }
 
+impl PathKind {
+    /// Where a packet to `peer` travels, given this host's interface addresses with their
+    /// prefix lengths (`local`): to this host itself (a loopback address, or one of the
+    /// host's own), across one attached link (inside the subnet of one of its interfaces,
+    /// no router between: the policy takes the link's CRC for granted, as the paper's FDDI
+    /// had one), or through routers.
+    pub fn of_peer(peer: std::net::IpAddr, local: &[(std::net::IpAddr, u8)]) -> PathKind {
+        use std::net::IpAddr;
+        let peer = match peer {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        if peer.is_loopback() || local.iter().any(|(a, _)| *a == peer) {
+            return PathKind::SameHost;
+        }
+        let within = |a: IpAddr, prefix: u8| match (a, peer) {
+            (IpAddr::V4(a), IpAddr::V4(p)) => {
+                let bits = u32::from(prefix.min(32));
+                let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+                bits > 0 && u32::from(a) & mask == u32::from(p) & mask
+            }
+            (IpAddr::V6(a), IpAddr::V6(p)) => {
+                let bits = u32::from(prefix.min(128));
+                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                bits > 0 && u128::from(a) & mask == u128::from(p) & mask
+            }
+            _ => false,
+        };
+        if local.iter().any(|(a, prefix)| within(*a, *prefix)) {
+            PathKind::SingleCrcLink
+        } else {
+            PathKind::Routed
+        }
+    }
+
+    /// Where the packets of the connected socket `fd` travel: a Unix socket never leaves this
+    /// host; an IP socket's peer is placed against this host's interfaces now
+    /// ([`PathKind::of_peer`]). A socket with no peer is an error.
+    pub fn of_socket(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<PathKind> {
+        let peer = rustix::net::getpeername(fd)?.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotConnected, "the socket has no peer")
+        })?;
+        if peer.address_family() == rustix::net::AddressFamily::UNIX {
+            return Ok(PathKind::SameHost);
+        }
+        let ip = std::net::SocketAddr::try_from(peer)
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "a peer neither Unix nor IP",
+                )
+            })?
+            .ip();
+        let local: Vec<(std::net::IpAddr, u8)> = if_addrs::get_if_addrs()?
+            .into_iter()
+            .map(|i| {
+                let prefix = match &i.addr {
+                    if_addrs::IfAddr::V4(a) => a.prefixlen,
+                    if_addrs::IfAddr::V6(a) => a.prefixlen,
+                };
+                (i.ip(), prefix)
+            })
+            .collect();
+        Ok(PathKind::of_peer(ip, &local))
+    }
+}
+
 impl Elision {
     /// Whether a packet on `path` needs the software checksum under this policy.
     pub fn needs_checksum(self, path: PathKind) -> bool {
@@ -368,6 +436,48 @@ mod tests {
         for k in Kernel::ALL {
             assert_eq!(k.sum(&data), want, "{k:?}");
         }
+    }
+
+    #[test]
+    fn a_peer_is_placed_on_this_host_on_an_attached_link_or_beyond_routers() {
+        use std::net::IpAddr;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let local = [
+            (ip("10.0.0.5"), 24),
+            (ip("fe80::1"), 64),
+            (ip("192.168.7.9"), 0),
+        ];
+        for (peer, want) in [
+            ("127.0.0.1", PathKind::SameHost),
+            ("::1", PathKind::SameHost),
+            ("::ffff:127.0.0.1", PathKind::SameHost),
+            ("10.0.0.5", PathKind::SameHost),
+            ("::ffff:10.0.0.5", PathKind::SameHost),
+            ("10.0.0.77", PathKind::SingleCrcLink),
+            ("fe80::2", PathKind::SingleCrcLink),
+            ("10.0.1.77", PathKind::Routed),
+            ("8.8.8.8", PathKind::Routed),
+            ("2001:db8::1", PathKind::Routed),
+        ] {
+            assert_eq!(PathKind::of_peer(ip(peer), &local), want, "{peer}");
+        }
+    }
+
+    #[test]
+    fn a_sockets_path_is_read_from_its_peer() {
+        use std::os::fd::AsFd;
+        let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let unix = PathKind::of_socket(a.as_fd()).unwrap();
+        assert_eq!(unix, PathKind::SameHost);
+        assert!(!Elision::SameHostOrCrcLink.needs_checksum(unix));
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let e = PathKind::of_socket(udp.as_fd()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotConnected);
+        udp.connect("127.0.0.1:9").unwrap();
+        assert_eq!(
+            PathKind::of_socket(udp.as_fd()).unwrap(),
+            PathKind::SameHost
+        );
     }
 
     #[test]

@@ -58,6 +58,13 @@ fn bench_checksum_json_has_every_contender_at_every_size() {
         assert!(["naive", "optimized", "elided"].contains(&r["variant"].as_str().unwrap()));
         assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["datagrams"].as_u64().unwrap() > 0, "{r}");
+        // The elision policy placed the Unix socket on this host and skipped the checksum;
+        // the other variants always compute it.
+        let elided = r["variant"] == "elided";
+        assert_eq!(r["checksummed"], !elided, "{r}");
+        if elided {
+            assert_eq!(r["path"], "same host", "{r}");
+        }
     }
 }
 

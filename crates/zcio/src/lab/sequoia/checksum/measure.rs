@@ -10,8 +10,9 @@ use crate::transfer::Res;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
-use zcio_checksum::{Kernel, copy_and_checksum};
+use zcio_checksum::{Elision, Kernel, PathKind, copy_and_checksum};
 
 /// Arguments of `zcio bench checksum`.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -106,8 +107,15 @@ pub struct ChecksumSection {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct DatagramRow {
     /// `naive` (RFC 1071's loop at both ends), `optimized` (the best kernel at both ends) or
-    /// `elided` (no software checksum: the policy's same-host path).
+    /// `elided` (the paper's elision policy decides, from where the socket's packets travel).
     pub variant: String,
+    /// Where the elision policy placed the socket's path (`same host`, `one CRC link`,
+    /// `routed`), for the `elided` variant.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Whether the datagrams carried a software checksum.
+    #[serde(default)]
+    pub checksummed: bool,
     /// Payload bytes per datagram.
     pub size: usize,
     /// Payload delivered and checked, median over rounds (Gbit/s).
@@ -316,15 +324,24 @@ fn datagrams(size: usize, rounds: usize, millis: u64) -> Res<Vec<DatagramRow>> {
     let payload = data(size - 8);
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
     let mut counts = vec![0u64; VARIANTS.len()];
+    let mut paths: Vec<Option<String>> = vec![None; VARIANTS.len()];
+    let mut checksummed = vec![true; VARIANTS.len()];
     for r in 0..rounds {
         for k in 0..VARIANTS.len() {
             let v = (k + r) % VARIANTS.len();
+            let (tx, rx) = UnixDatagram::pair()?;
+            // The elided variant asks the paper's policy, for the path this socket's packets
+            // take; the others always checksum.
+            let path = PathKind::of_socket(tx.as_fd())?;
             let kernel = match VARIANTS[v] {
                 "naive" => Some(Kernel::Reference),
                 "optimized" => Some(Kernel::best()),
-                _ => None,
+                _ => Elision::SameHostOrCrcLink
+                    .needs_checksum(path)
+                    .then(Kernel::best),
             };
-            let (tx, rx) = UnixDatagram::pair()?;
+            paths[v] = (VARIANTS[v] == "elided").then(|| path_name(path).to_string());
+            checksummed[v] = kernel.is_some();
             let budget = Duration::from_millis(millis);
             let receiver = std::thread::spawn(move || -> Result<(u64, f64), String> {
                 let mut buf = vec![0u8; size + 1];
@@ -381,6 +398,8 @@ fn datagrams(size: usize, rounds: usize, millis: u64) -> Res<Vec<DatagramRow>> {
         .enumerate()
         .map(|(v, name)| DatagramRow {
             variant: name.to_string(),
+            path: paths[v].clone(),
+            checksummed: checksummed[v],
             size,
             gbps: medians[v],
             gbps_spread: fit::spread(&samples[v]),
@@ -388,6 +407,15 @@ fn datagrams(size: usize, rounds: usize, millis: u64) -> Res<Vec<DatagramRow>> {
             over_naive: medians[v] / medians[0],
         })
         .collect())
+}
+
+/// A path kind as the report names it.
+fn path_name(p: PathKind) -> &'static str {
+    match p {
+        PathKind::SameHost => "same host",
+        PathKind::SingleCrcLink => "one CRC link",
+        PathKind::Routed => "routed",
+    }
 }
 
 /// The verdict at the largest size, if it passes the last-level cache.

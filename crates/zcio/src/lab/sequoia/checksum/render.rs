@@ -178,8 +178,18 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             3,
             "End to end: naive, optimized and elided checksums (Figure 7)",
         ));
+        let elided = s.datagram.iter().find(|d| d.variant == "elided");
+        let policy = match elided.and_then(|d| d.path.as_ref().map(|p| (p, d.checksummed))) {
+            Some((path, false)) => format!(
+                " The elided variant asks the paper's policy (skip the checksum on one host or one CRC-protected link) about the socket's path, which it placed as {path}: no checksum was computed or sent."
+            ),
+            Some((path, true)) => format!(
+                " The elided variant asks the paper's policy about the socket's path, which it placed as {path}: the checksum was kept."
+            ),
+            None => String::new(),
+        };
         b.push(p(format!(
-            "A sender puts the checksum of each datagram's payload in an 8-byte header (none when elided: the policy's same-host path) and sends it over a Unix datagram socket; a receiver checks every datagram as it arrives. The paper sent UDP between two DECstations over FDDI and gained {:.0} % with the optimized checksum and {:.0} % without one; here both ends share one host, and the kernel's two copies per datagram stay in the path.",
+            "A sender puts the checksum of each datagram's payload in an 8-byte header and sends it over a Unix datagram socket; a receiver checks every datagram that carries one as it arrives.{policy} The paper sent UDP between two DECstations over FDDI and gained {:.0} % with the optimized checksum and {:.0} % without one; here both ends share one host, and the kernel's two copies per datagram stay in the path.",
             100.0 * PAPER_OPTIMIZED,
             100.0 * PAPER_ELIDED
         )));
