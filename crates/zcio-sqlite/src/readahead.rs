@@ -58,6 +58,23 @@ impl ReadStats {
         self.pool_hits += o.pool_hits;
         self.bytes_pooled += o.bytes_pooled;
     }
+
+    /// What was counted since `earlier` (an earlier snapshot of the same counts).
+    pub fn since(&self, earlier: &ReadStats) -> ReadStats {
+        ReadStats {
+            files: self.files - earlier.files,
+            fallback_files: self.fallback_files - earlier.fallback_files,
+            reads: self.reads - earlier.reads,
+            requests: self.requests - earlier.requests,
+            bytes_transferred: self.bytes_transferred - earlier.bytes_transferred,
+            bytes_copied: self.bytes_copied - earlier.bytes_copied,
+            restarts: self.restarts - earlier.restarts,
+            bytes_fetched: self.bytes_fetched - earlier.bytes_fetched,
+            side_reads: self.side_reads - earlier.side_reads,
+            pool_hits: self.pool_hits - earlier.pool_hits,
+            bytes_pooled: self.bytes_pooled - earlier.bytes_pooled,
+        }
+    }
 }
 
 thread_local! {

@@ -345,8 +345,7 @@ fn run_queries(
     pooled: Option<&UioVfs>,
 ) -> Res<Run> {
     let own = match layer_config(variant, n) {
-        Some(_) if variant == "uio_pool" => None,
-        Some(c) => {
+        Some(c) if variant != "uio_pool" => {
             let uio = Arc::new(Uio::new(c)?);
             Some(UioVfs::register(
                 &format!("zcio-bench-{serial}"),
@@ -355,7 +354,7 @@ fn run_queries(
                 DEPTH,
             )?)
         }
-        None => None,
+        _ => None,
     };
     let layer = if variant == "uio_pool" {
         Some(pooled.ok_or("uio_pool: no pooled layer")?)
@@ -401,7 +400,7 @@ fn run_queries(
             .into());
         }
     }
-    let st = since(layer.map(|v| v.stats()).unwrap_or_default(), before);
+    let st = layer.map(|v| v.stats()).unwrap_or_default().since(&before);
     if st.fallback_files > 0 {
         return Err(format!(
             "{variant}: {} tables not read through the layer",
@@ -414,23 +413,6 @@ fn run_queries(
         cpu: cpu_between(cpu0, cpu1),
         stats: st,
     })
-}
-
-/// What the reads counted in `now` that they had not in `before`.
-fn since(now: ReadStats, before: ReadStats) -> ReadStats {
-    ReadStats {
-        files: now.files - before.files,
-        fallback_files: now.fallback_files - before.fallback_files,
-        reads: now.reads - before.reads,
-        requests: now.requests - before.requests,
-        bytes_transferred: now.bytes_transferred - before.bytes_transferred,
-        bytes_copied: now.bytes_copied - before.bytes_copied,
-        restarts: now.restarts - before.restarts,
-        bytes_fetched: now.bytes_fetched - before.bytes_fetched,
-        side_reads: now.side_reads - before.side_reads,
-        pool_hits: now.pool_hits - before.pool_hits,
-        bytes_pooled: now.bytes_pooled - before.bytes_pooled,
-    }
 }
 
 mod rusqlite_result {
