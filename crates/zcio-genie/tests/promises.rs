@@ -439,7 +439,7 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
             let len = 40 << 20;
             let (mut tx, mut rx) = forced_pair();
             let (mut m, want) = filled(len, 7);
-            let buf = m.as_mut_slice();
+            let buf = &mut m.as_mut_slice()[..len];
             let before = rt.stats();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let receiver = std::thread::spawn(move || {
@@ -492,4 +492,46 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
             );
         },
     );
+}
+
+#[test]
+fn an_output_that_does_not_spin_sleeps_while_the_wire_is_full_and_delivers_every_byte() {
+    let (mut tx, mut rx) = forced_pair();
+    tx.set_spin(std::time::Duration::ZERO);
+    // Several times the wire's two pipes, ending mid-page. Page-aligned: a chunk that starts
+    // mid-page takes one pipe slot more than the pipe has, and its writer waits in the kernel
+    // (asleep, as the pipe is not being read) whatever the counters say.
+    let len = 6 * zcio_vm::wire::pipe_max_size() + 12345;
+    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    let mut got = vec![0u8; len];
+    for (round, sem) in [
+        Semantics::Copy,
+        Semantics::EmulatedCopy,
+        Semantics::Share,
+        Semantics::EmulatedShare,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let buf = &mut m.as_mut_slice()[..len];
+        fill(buf, round as u8);
+        let want = buf.to_vec();
+        let before = tx.output_wire_sleeps();
+        std::thread::scope(|s| {
+            let got = &mut got;
+            let rx = &mut rx;
+            s.spawn(move || {
+                // A receiver late to the message: the sender finds the wire full.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                rx.recv(sem, got, InputBuffering::EarlyDemux).unwrap();
+            });
+            let (t, _) = tx.send(sem, buf).unwrap();
+            tx.wait(t).unwrap();
+        });
+        assert!(got == want, "{sem}: the receiver's bytes differ");
+        assert!(
+            tx.output_wire_sleeps() > before,
+            "{sem}: the sender never slept waiting for room"
+        );
+    }
 }

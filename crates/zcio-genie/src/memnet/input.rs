@@ -15,7 +15,7 @@ use rustix::event::{PollFd, PollFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
-use zcio_vm::wire::STRIPES;
+use zcio_vm::wire::{STRIPES, Striped};
 
 impl MemnetEndpoint {
     /// Wait for the next message and return its length (validated).
@@ -81,8 +81,18 @@ impl MemnetEndpoint {
             self.in_rx[0].as_fd(),
             self.cur_ticket,
         );
-        let mut src =
-            PipeSource::new(&self.in_rx, self.in_capacity, self.cur_offset).completing(len, done);
+        let mut src = PipeSource::new(
+            striped(
+                &self.arena,
+                1 - self.side,
+                &self.in_rx,
+                self.in_capacity,
+                false,
+            ),
+            &self.in_rx,
+            self.cur_offset,
+        )
+        .completing(len, done);
         f(&mut self.inputs, &mut src, self.profile)
     }
 
@@ -102,7 +112,7 @@ impl MemnetEndpoint {
     fn discard(&mut self, len: usize) -> Result<()> {
         let mut left = len;
         let mut junk = vec![0u8; 64 * 1024];
-        let mut rx = striped(&self.in_rx, self.in_capacity).reader();
+        let mut rx = self.wire_in().reader();
         while left > 0 {
             let n = left.min(junk.len());
             rx.read_exact(&mut junk[..n])
@@ -208,7 +218,7 @@ impl MemnetEndpoint {
             }
         }
         fill(&mut region)?;
-        striped(&self.in_rx, self.in_capacity)
+        self.wire_in()
             .reader()
             .read_exact(region.as_mut_slice())
             .map_err(|e| GenieError::from_wire(e, "input"))?;
@@ -313,12 +323,12 @@ struct PipeSource<'a> {
 }
 
 impl<'a> PipeSource<'a> {
-    /// The next message of the wire of these pipes, from its first byte.
-    fn new(pipes: &'a [OwnedFd; STRIPES], capacity: usize, offset: usize) -> PipeSource<'a> {
+    /// The next message of `wire`, whose pipes are `pipes`, from its first byte.
+    fn new(wire: Striped<'a>, pipes: &'a [OwnedFd; STRIPES], offset: usize) -> PipeSource<'a> {
         PipeSource {
             pipes: std::array::from_fn(|i| pipes[i].as_fd()),
-            rx: striped(pipes, capacity).reader(),
-            capacity,
+            rx: wire.reader(),
+            capacity: wire.chunk(),
             offset,
             done: None,
         }

@@ -28,7 +28,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
-use zcio_vm::wire::{Pipe, STRIPES, Striped};
+use zcio_vm::wire::{Pace, Pipe, STRIPES, Striped};
 
 mod input;
 mod output;
@@ -64,8 +64,13 @@ fn ring_offset(i: usize) -> usize {
     base + i * SharedRing::footprint(RING_SLOTS)
 }
 
+/// Where direction `d`'s wire progress lies (direction 0: side 0 to side 1).
+fn pace_offset(d: usize) -> usize {
+    ring_offset(4) + d * Pace::FOOTPRINT
+}
+
 fn arena_len() -> usize {
-    ring_offset(4)
+    pace_offset(2)
 }
 
 /// A descriptor as the receiver takes it from the ring, every word checked
@@ -173,6 +178,8 @@ pub struct LinkParts {
 /// ```
 pub struct MemnetEndpoint {
     arena: Arc<SharedArena>,
+    /// This end's side of the link: its output is direction `side`, its input `1 - side`.
+    side: usize,
     /// The data wire out: pipes used in turn, a chunk each (`zcio_vm::wire::Striped`).
     out_tx: [OwnedFd; STRIPES],
     out_chunk: usize,
@@ -209,9 +216,18 @@ impl std::fmt::Debug for MemnetEndpoint {
     }
 }
 
-/// The data wire of these pipes: used in turn, `chunk` bytes each.
-fn striped(pipes: &[OwnedFd; STRIPES], chunk: usize) -> Striped<'_> {
+/// The data wire of these pipes: used in turn, `chunk` bytes each, with direction `dir`'s
+/// progress in `arena`; its writer sleeps while the pipe is full when `sleep` is set (see
+/// [`Pace`]).
+fn striped<'a>(
+    arena: &'a SharedArena,
+    dir: usize,
+    pipes: &'a [OwnedFd; STRIPES],
+    chunk: usize,
+    sleep: bool,
+) -> Striped<'a> {
     Striped::new([pipes[0].as_fd(), pipes[1].as_fd()], chunk)
+        .paced(Pace::new(arena, pace_offset(dir)), sleep)
 }
 
 /// The chunk a striped wire of these pipes uses: the smaller pipe's capacity (both ends ask
@@ -371,6 +387,7 @@ impl MemnetEndpoint {
             comp_tx: ring(2 + s)?,
             comp_rx: ring(3 - s)?,
             arena,
+            side: s,
             out_tx: parts.out_tx,
             out_chunk,
             in_rx: parts.in_rx,
@@ -433,9 +450,39 @@ impl MemnetEndpoint {
 
     /// How long a wait spins before it sleeps (default 50 µs): spinning cuts the latency of
     /// short messages by a wake-up, at the price of CPU time. Zero measures CPU time honestly
-    /// (an idle wait costs none), as the paper's I/O processing time does.
+    /// (an idle wait costs none), as the paper's I/O processing time does: an output waiting
+    /// for the reader to make room on the wire then sleeps too, where it would otherwise spin
+    /// in the kernel on the pipe the reader copies from ([`Pace`]).
     pub fn set_spin(&mut self, spin: std::time::Duration) {
         self.spin = spin;
+    }
+
+    /// How many times this end's output has slept until the receiver made room on the wire
+    /// (only while waits do not spin, [`MemnetEndpoint::set_spin`]; see [`Pace`]).
+    pub fn output_wire_sleeps(&self) -> u64 {
+        Pace::new(&self.arena, pace_offset(self.side)).sleeps()
+    }
+
+    /// The input wire (its reader reports progress; only writers sleep).
+    fn wire_in(&self) -> Striped<'_> {
+        striped(
+            &self.arena,
+            1 - self.side,
+            &self.in_rx,
+            self.in_capacity,
+            false,
+        )
+    }
+
+    /// The output wire.
+    fn wire_out(&self) -> Striped<'_> {
+        striped(
+            &self.arena,
+            self.side,
+            &self.out_tx,
+            self.out_chunk,
+            self.spin.is_zero(),
+        )
     }
 
     /// Use another calibration profile for this endpoint's thresholds.

@@ -53,7 +53,13 @@ impl MemnetEndpoint {
         let (held, acc) = output_app(
             sem,
             buf,
-            striped(&self.out_tx, self.out_chunk),
+            striped(
+                &self.arena,
+                self.side,
+                &self.out_tx,
+                self.out_chunk,
+                self.spin.is_zero(),
+            ),
             &mut self.pool,
             self.profile,
         )?;
@@ -73,7 +79,7 @@ impl MemnetEndpoint {
         let t = self.next_ticket;
         self.next_ticket += 1;
         self.publish(t, claimed, 0, Semantics::Copy)?;
-        striped(&self.out_tx, self.out_chunk)
+        self.wire_out()
             .vmsplice_message(&[buf])
             .map_err(|e| GenieError::from_wire(e, "output"))?;
         Ok(())
@@ -99,7 +105,7 @@ impl MemnetEndpoint {
         self.publish(ticket, region.len(), 0, sem)?;
         mark(&mut region, RegionState::MovingOut);
         time(Op::Reference, || {
-            striped(&self.out_tx, self.out_chunk).vmsplice_message(&[region.as_slice()])
+            self.wire_out().vmsplice_message(&[region.as_slice()])
         })
         .map_err(|e| GenieError::from_wire(e, "output"))?;
         let path = match sem {
