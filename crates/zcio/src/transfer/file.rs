@@ -1,6 +1,6 @@
 //! The file module's transfer: write the file and read it back in this process.
 
-use super::cost::{cpu_now, summarize};
+use super::cost::{CpuTime, cpu_now, summarize};
 use super::sender::{Out, output_one};
 use super::{
     Buf, PathTally, Res, TransferArgs, accumulate, check, check_region, configure_stream,
@@ -32,7 +32,7 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
     let mut first = None;
     let mut scratch = Vec::new();
     let vm0 = VmRuntime::get().stats();
-    let mut cpu = 0;
+    let mut cpu = CpuTime::default();
     let mut out = Out::Stream(f);
     for i in 0..a.count {
         let region = prepare(a, &mut buf, i, None)?;
@@ -46,13 +46,13 @@ pub fn run_file_json(a: &TransferArgs) -> Res<serde_json::Value> {
         let r = if a.semantics.allocation() == Allocation::System {
             let (region, acc) = fe.recv_region(a.semantics, a.bytes)?;
             lat.push(t0.elapsed().as_nanos() as u64);
-            cpu += cpu_now() - cpu0;
+            cpu.add(i, cpu_now() - cpu0);
             got = check_region(&region, a.seed, i, &mut scratch);
             acc
         } else {
             let acc = fe.recv(a.semantics, rbuf.get(), a.input)?;
             lat.push(t0.elapsed().as_nanos() as u64);
-            cpu += cpu_now() - cpu0;
+            cpu.add(i, cpu_now() - cpu0);
             if let Some(p) = check(rbuf.get(), a.seed, i, &mut scratch) {
                 got = Some(p);
             }

@@ -1,7 +1,7 @@
 //! The receiving process of `zcio transfer` (`zcio peer`): takes the arguments over the
 //! control connection, inputs every message, checks every byte, and reports.
 
-use super::cost::{app_work, cpu_now, thread_cpu_now};
+use super::cost::{CpuTime, app_work, cpu_now, thread_cpu_now};
 use super::wire::{recv_fd, recv_frame, send_frame};
 use super::{
     Buf, PathTally, Res, TransferArgs, accumulate, check, check_region, configure_memnet,
@@ -28,7 +28,8 @@ pub(super) struct PeerReport {
     pub(super) mismatches: usize,
     pub(super) first_mismatch: Option<(usize, usize)>,
     pub(super) accounting: Accounting,
-    pub(super) cpu_ns: u64,
+    /// The receiver's transfer CPU time.
+    pub(super) cpu: CpuTime,
     /// The receiver's VMA count after its first input and after the last.
     pub(super) vma_first: usize,
     pub(super) vma_last: usize,
@@ -83,7 +84,7 @@ pub fn peer(connect: &Path) -> Res<()> {
                     In::S(s) => s.recv_region(a.semantics, a.bytes)?,
                 };
                 ctl.write_all(b".")?;
-                report.cpu_ns += cpu_now() - cpu0;
+                report.cpu.add(i, cpu_now() - cpu0);
                 let c0 = thread_cpu_now();
                 let bad = check_region(&region, a.seed, i, &mut scratch);
                 app_work(a.app_work_ns);
@@ -104,7 +105,7 @@ pub fn peer(connect: &Path) -> Res<()> {
                     In::S(s) => s.recv(a.semantics, buf.get(), a.input)?,
                 };
                 ctl.write_all(b".")?;
-                report.cpu_ns += cpu_now() - cpu0;
+                report.cpu.add(i, cpu_now() - cpu0);
                 let c0 = thread_cpu_now();
                 let bad = check(buf.get(), a.seed, i, &mut scratch);
                 app_work(a.app_work_ns);

@@ -1,6 +1,6 @@
 //! The sending side of a transfer to a second process (`zcio peer`).
 
-use super::cost::{cpu_now, ops_summary, summarize, thread_cpu_now};
+use super::cost::{CpuTime, cpu_now, ops_summary, summarize, thread_cpu_now};
 use super::receiver::PeerReport;
 use super::wire::{recv_frame, send_fd, send_frame};
 use super::{
@@ -150,7 +150,7 @@ struct Sent {
     paths: PathTally,
     acc: Accounting,
     /// Transfer CPU time (ns) and the application's own (making the data).
-    cpu: u64,
+    cpu: CpuTime,
     app_cpu: u64,
     /// What stopped the sending, if something did.
     err: Option<Error>,
@@ -158,6 +158,8 @@ struct Sent {
     vma_last: usize,
     wall_ns: u64,
     ops: Vec<zcio_genie::breakdown::OpSamples>,
+    /// How often the output slept until the receiver made room on the wire (memory network).
+    wire_sleeps: Option<u64>,
     vm0: zcio_vm::runtime::VmStats,
     vm1: zcio_vm::runtime::VmStats,
 }
@@ -169,13 +171,14 @@ fn send_all(a: &TransferArgs, out: &mut Out, ctl: &mut UnixStream) -> Res<Sent> 
         lat: Vec::with_capacity(a.count),
         paths: PathTally::new(),
         acc: Accounting::default(),
-        cpu: 0,
+        cpu: CpuTime::default(),
         app_cpu: 0,
         err: None,
         vma_first: 0,
         vma_last: 0,
         wall_ns: 0,
         ops: Vec::new(),
+        wire_sleeps: None,
         vm0: VmRuntime::get().stats(),
         vm1: Default::default(),
     };
@@ -197,7 +200,7 @@ fn send_all(a: &TransferArgs, out: &mut Out, ctl: &mut UnixStream) -> Res<Sent> 
             ctl.read_exact(&mut [0u8; 1]).map_err(gone)
         });
         let elapsed = t0.elapsed().as_nanos() as u64;
-        s.cpu += cpu_now() - cpu0;
+        s.cpu.add(i, cpu_now() - cpu0);
         // The receiver has checked the message and waits in its next input.
         let r = r.and_then(|x| ctl.read_exact(&mut [0u8; 1]).map_err(gone).map(|_| x));
         // The first message warms the caches and the pools: not a sample of the breakdown.
@@ -221,6 +224,9 @@ fn send_all(a: &TransferArgs, out: &mut Out, ctl: &mut UnixStream) -> Res<Sent> 
         }
     }
     s.wall_ns = wall0.elapsed().as_nanos() as u64;
+    if let Out::Memnet(m) = out {
+        s.wire_sleeps = Some(m.output_wire_sleeps());
+    }
     s.ops = zcio_genie::breakdown::take();
     zcio_genie::breakdown::enable(false);
     s.vm1 = VmRuntime::get().stats();
@@ -235,7 +241,7 @@ fn result(a: &TransferArgs, sent: Sent, report: PeerReport) -> serde_json::Value
         sent.acc,
         report.accounting,
         &sent.lat,
-        sent.cpu + report.cpu_ns,
+        sent.cpu.plus(report.cpu),
         report.mismatches == 0 && report.messages == a.count,
         report.first_mismatch,
         sent.vm0,
@@ -249,6 +255,9 @@ fn result(a: &TransferArgs, sent: Sent, report: PeerReport) -> serde_json::Value
     }
     let n = a.count as u64;
     v["app_cpu_ns"] = ((sent.app_cpu + report.app_cpu_ns) / n).into();
+    v["sender"]["cpu_ns"] = sent.cpu.steady(a.count).into();
+    v["sender"]["wire_sleeps"] = sent.wire_sleeps.into();
+    v["receiver"]["cpu_ns"] = report.cpu.steady(a.count).into();
     v["wall_ns"] = sent.wall_ns.into();
     v["messages_per_s"] = (a.count as f64 / (sent.wall_ns as f64 / 1e9)).into();
     v["vma"] = serde_json::json!({

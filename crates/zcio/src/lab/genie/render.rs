@@ -336,7 +336,7 @@ fn table9_row(
 fn processing_time_figure(res: &GenieResults) -> Vec<Block> {
     let pts: Vec<&Point> = res.cpu.iter().collect();
     let mut b = vec![h(3, "Figure 4: I/O processing time")];
-    b.push(p("CPU time of both processes per transfer, with waits that sleep at once (no spinning), so that idle time costs nothing: the analogue of the paper's latency minus idle time. The processes' CPU clocks include the kernel's work for them (the wire's copy, page-table updates, the userfaultfd handler thread)."));
+    b.push(p("CPU time of both processes per transfer, with waits that sleep at once (no spinning), so that idle time costs nothing: the analogue of the paper's latency minus idle time. That includes the sender's wait for room on the wire: it sleeps until the receiver has read enough, instead of spinning in the kernel on the pipe the receiver is copying from. The processes' CPU clocks include the kernel's work for them (the wire's copy, page-table updates, the userfaultfd handler thread). Each run's first message, which makes the pools, staging and bounce buffers the others reuse, is left out."));
     b.push(figure(
         "fig4-cpu",
         "I/O processing time (CPU µs per transfer, both processes) against length, early demultiplexing.".into(),
