@@ -138,6 +138,55 @@ fn lat_in(pts: &[Point], s: Semantics, i: InputBuffering, bytes: usize) -> Optio
     point_at(pts, s, i, bytes).map(|p| p.latency_ns)
 }
 
+/// Median over `p`'s runs of the per-message time of the primitives `which` selects (ns).
+fn ops_ns(p: &Point, which: impl Fn(&str) -> bool) -> Option<f64> {
+    let per_run: Vec<f64> = p
+        .runs
+        .iter()
+        .filter(|r| !r.ops.is_empty())
+        .map(|r| {
+            r.ops
+                .iter()
+                .filter(|o| which(&o.op))
+                .map(|o| o.median_ns * o.share_of_messages)
+                .sum()
+        })
+        .collect();
+    crate::report::fit::median(&per_run)
+}
+
+/// Where emulated copy's extra latency over emulated share goes at `bytes`, from the
+/// primitives timed in the same runs: (the gap, the page work's share of it, the wire's).
+/// The page work is every timed primitive but the queueing of page references and the input
+/// access check, which both semantics make; the wire's part is the difference in the queueing
+/// (`reference`), which waits for the receiver's copy out of the pipe.
+fn ec_over_es_parts(pts: &[Point], bytes: usize) -> Option<(f64, f64, f64)> {
+    let ec = point_at(
+        pts,
+        Semantics::EmulatedCopy,
+        InputBuffering::EarlyDemux,
+        bytes,
+    )?;
+    let es = point_at(
+        pts,
+        Semantics::EmulatedShare,
+        InputBuffering::EarlyDemux,
+        bytes,
+    )?;
+    let page = |o: &str| o != "reference" && o != "access-check";
+    let wire = |o: &str| o == "reference";
+    Some((
+        ec.latency_ns - es.latency_ns,
+        ops_ns(ec, page)? - ops_ns(es, page)?,
+        ops_ns(ec, wire)? - ops_ns(es, wire)?,
+    ))
+}
+
+/// Microseconds with one decimal, signed.
+fn fmt_us(ns: f64) -> String {
+    format!("{:.1}", ns / 1e3)
+}
+
 /// The modes of `s`'s messages (zero-copy thresholds, early demultiplexing) at `bytes`.
 fn modes(pts: &[Point], s: Semantics, bytes: usize) -> Option<Modes> {
     point_at(pts, s, InputBuffering::EarlyDemux, bytes).and_then(|p| p.modes)
@@ -340,12 +389,33 @@ pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
         })
         .collect::<Vec<_>>()
         .join(", ");
+    let parts = lengths
+        .iter()
+        .filter_map(|&b| {
+            let (gap, page, wire) = ec_over_es_parts(&g.huge, b)?;
+            Some(format!(
+                "at {} {} µs, of which the page work is {} µs and the queueing on the wire {} µs",
+                size(b),
+                fmt_us(gap),
+                fmt_us(page),
+                fmt_us(wire)
+            ))
+        })
+        .collect::<Vec<_>>();
+    let parts = if parts.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " Where emulated copy's extra time goes, from the primitives timed in the same runs: {}. The queueing of page references waits for the receiver's copy out of the pipe, which under emulated copy fills the staging pages that held the message before last and under emulated share the pages that hold the last message, just read by the receiving application: the copy's destination is less often in the cache under emulated copy.",
+            parts.join("; ")
+        )
+    };
     out.push(Conclusion {
         id: "emulated-copy-near-share-2m".into(),
         question: "At 2 MiB: does emulated copy approach emulated share?".into(),
         holds: (!ratios.is_empty()).then_some(worst < 1.1),
         answer: format!(
-            "Emulated copy over emulated share with huge-page buffers, medians of all messages: {} (the paper: 1.04×). {} {}",
+            "Emulated copy over emulated share with huge-page buffers, medians of all messages: {} (the paper: 1.04×).{parts} {} {}",
             list(&huge.ec_over_es),
             if fast {
                 format!(
@@ -631,7 +701,7 @@ fn table6(b: &mut Vec<Block>, g: &GenieResults) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::genie::measure::{Run, point_of};
+    use crate::lab::genie::measure::{OpStat, Run, point_of};
 
     /// A point of three runs of `n` messages that take `fast` µs, or 1.2 ms for every
     /// `slow_every`-th.
@@ -720,6 +790,56 @@ mod tests {
         let near = near_share(ec, es);
         assert!(
             near.answer.contains("the medians of all messages decide"),
+            "{}",
+            near.answer
+        );
+    }
+
+    /// `p` with these primitives (op, per-message ns) in every run, each in every message.
+    fn with_ops(mut p: Point, ops: &[(&str, f64)]) -> Point {
+        for r in &mut p.runs {
+            r.ops = ops
+                .iter()
+                .map(|(op, ns)| OpStat {
+                    op: op.to_string(),
+                    phase: "any".into(),
+                    share_of_messages: 1.0,
+                    calls_per_message: 1.0,
+                    median_ns: *ns,
+                })
+                .collect();
+        }
+        p
+    }
+
+    #[test]
+    fn the_answer_splits_emulated_copys_extra_time_into_page_work_and_the_wire() {
+        let ec = with_ops(
+            point(Semantics::EmulatedCopy, 300, 1000, 101),
+            &[
+                ("reference", 150_000.0),
+                ("read-only", 3_000.0),
+                ("swap", 6_500.0),
+                ("unreference", 3_100.0),
+                ("access-check", 2_000.0),
+            ],
+        );
+        let es = with_ops(
+            point(Semantics::EmulatedShare, 200, 1000, 101),
+            &[
+                ("reference", 70_000.0),
+                ("unreference", 200.0),
+                ("access-check", 2_100.0),
+            ],
+        );
+        let (gap, page, wire) = ec_over_es_parts(&[ec.clone(), es.clone()], 2 << 20).unwrap();
+        assert!((gap - (ec.latency_ns - es.latency_ns)).abs() < 1e-6);
+        assert!((page - 12_400.0).abs() < 1e-6, "{page}");
+        assert!((wire - 80_000.0).abs() < 1e-6, "{wire}");
+        let near = near_share(ec, es);
+        assert!(
+            near.answer
+                .contains("of which the page work is 12.4 µs and the queueing on the wire 80.0 µs"),
             "{}",
             near.answer
         );
