@@ -2,7 +2,7 @@
 //! completions posted.
 
 use super::{
-    DONE_MAGIC, Descriptor, MemnetEndpoint, SPIN, decode_descriptor, poll, spin_until, striped,
+    DONE_MAGIC, Descriptor, MemnetEndpoint, SPIN, decode_descriptor, poll, spin_until, wire_in,
 };
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
@@ -82,13 +82,7 @@ impl MemnetEndpoint {
             self.cur_ticket,
         );
         let mut src = PipeSource::new(
-            striped(
-                &self.arena,
-                1 - self.side,
-                &self.in_rx,
-                self.in_capacity,
-                false,
-            ),
+            wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity),
             &self.in_rx,
             self.cur_offset,
         )
@@ -112,7 +106,7 @@ impl MemnetEndpoint {
     fn discard(&mut self, len: usize) -> Result<()> {
         let mut left = len;
         let mut junk = vec![0u8; 64 * 1024];
-        let mut rx = self.wire_in().reader();
+        let mut rx = wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).reader();
         while left > 0 {
             let n = left.min(junk.len());
             rx.read_exact(&mut junk[..n])
@@ -218,7 +212,7 @@ impl MemnetEndpoint {
             }
         }
         fill(&mut region)?;
-        self.wire_in()
+        wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity)
             .reader()
             .read_exact(region.as_mut_slice())
             .map_err(|e| GenieError::from_wire(e, "input"))?;

@@ -230,6 +230,16 @@ fn striped<'a>(
         .paced(Pace::new(arena, pace_offset(dir)), sleep)
 }
 
+/// The input wire of side `side`'s endpoint (its reader reports progress; writers sleep).
+fn wire_in<'a>(
+    arena: &'a SharedArena,
+    side: usize,
+    pipes: &'a [OwnedFd; STRIPES],
+    chunk: usize,
+) -> Striped<'a> {
+    striped(arena, 1 - side, pipes, chunk, false)
+}
+
 /// The chunk a striped wire of these pipes uses: the smaller pipe's capacity (both ends ask
 /// the same pipes, so they agree).
 fn chunk_of(pipes: &[OwnedFd; STRIPES]) -> Result<usize> {
@@ -463,26 +473,10 @@ impl MemnetEndpoint {
         Pace::new(&self.arena, pace_offset(self.side)).sleeps()
     }
 
-    /// The input wire (its reader reports progress; only writers sleep).
-    fn wire_in(&self) -> Striped<'_> {
-        striped(
-            &self.arena,
-            1 - self.side,
-            &self.in_rx,
-            self.in_capacity,
-            false,
-        )
-    }
-
-    /// The output wire.
-    fn wire_out(&self) -> Striped<'_> {
-        striped(
-            &self.arena,
-            self.side,
-            &self.out_tx,
-            self.out_chunk,
-            self.spin.is_zero(),
-        )
+    /// The output wire: its writer sleeps while the pipe is full when waits do not spin.
+    fn out_wire(&self) -> Striped<'_> {
+        let sleep = self.spin.is_zero();
+        striped(&self.arena, self.side, &self.out_tx, self.out_chunk, sleep)
     }
 
     /// Use another calibration profile for this endpoint's thresholds.

@@ -1,8 +1,6 @@
 //! Output on the memory network: descriptors published, pages referenced, completions reaped.
 
-use super::{
-    DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, decode_completion, poll, spin_until, striped,
-};
+use super::{DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, decode_completion, poll, spin_until};
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
 use crate::passing::{Held, output_app};
@@ -50,19 +48,11 @@ impl MemnetEndpoint {
             buf.as_ptr() as usize % zcio_vm::page_size(),
             sem,
         )?;
-        let (held, acc) = output_app(
-            sem,
-            buf,
-            striped(
-                &self.arena,
-                self.side,
-                &self.out_tx,
-                self.out_chunk,
-                self.spin.is_zero(),
-            ),
-            &mut self.pool,
-            self.profile,
-        )?;
+        // The pool is lent out for the call, as the wire borrows the rest of the endpoint.
+        let mut pool = std::mem::take(&mut self.pool);
+        let out = output_app(sem, buf, self.out_wire(), &mut pool, self.profile);
+        self.pool = pool;
+        let (held, acc) = out?;
         let wait = held.wait;
         self.pending.push(PendingOut { ticket, held });
         if wait {
@@ -79,8 +69,8 @@ impl MemnetEndpoint {
         let t = self.next_ticket;
         self.next_ticket += 1;
         self.publish(t, claimed, 0, Semantics::Copy)?;
-        self.wire_out()
-            .vmsplice_message(&[buf])
+        let wire = self.out_wire();
+        wire.vmsplice_message(&[buf])
             .map_err(|e| GenieError::from_wire(e, "output"))?;
         Ok(())
     }
@@ -104,8 +94,9 @@ impl MemnetEndpoint {
         self.next_ticket += 1;
         self.publish(ticket, region.len(), 0, sem)?;
         mark(&mut region, RegionState::MovingOut);
+        let wire = self.out_wire();
         time(Op::Reference, || {
-            self.wire_out().vmsplice_message(&[region.as_slice()])
+            wire.vmsplice_message(&[region.as_slice()])
         })
         .map_err(|e| GenieError::from_wire(e, "output"))?;
         let path = match sem {
