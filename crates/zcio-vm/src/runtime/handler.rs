@@ -110,6 +110,9 @@ impl VmRuntime {
                 if transient {
                     return None; // the swap in progress fills the page and wakes the waiter
                 }
+                if self.release_stale(u, page) {
+                    return None;
+                }
                 self.counters.missing_faults.fetch_add(1, Ordering::Relaxed);
                 let r = if write {
                     // SAFETY: page is a registered, missing page; the zero page is ours and readable.
@@ -129,6 +132,43 @@ impl VmRuntime {
             Event::Remove { .. } | Event::Other(_) => {}
         }
         None
+    }
+
+    /// A missing page outside any swap: the memory of an application registration was given
+    /// back (`MADV_DONTNEED` by an allocator that freed the buffer, most often) or never
+    /// touched, and is being used again. With no output pending over it, the registration has
+    /// no work left: unregister it (which wakes the faulting thread, whose access then faults
+    /// as ordinary memory does), instead of serving this and every later first touch from this
+    /// thread. A buffer used for I/O again is registered again then. Returns whether it did.
+    ///
+    /// (Unregistering when the pages are given back would be earlier, but needs
+    /// `UFFD_EVENT_REMOVE`, which makes every `MADV_DONTNEED` on a registered range wait for
+    /// this thread, this thread's own included: TCOW drops pages that way.)
+    fn release_stale(&self, u: &Userfaultfd, page: RawRange) -> bool {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let Some(i) = st.registered.iter().position(|g| g.range.contains(&page)) else {
+            return false;
+        };
+        let g = st.registered[i].range;
+        if st.outputs.iter().any(|o| o.range.intersect(&g).is_some())
+            || st.transient.iter().any(|t| t.intersect(&g).is_some())
+        {
+            return false;
+        }
+        self.unregister_locked(u, st, i);
+        self.counters
+            .released_registrations
+            .fetch_add(1, Ordering::Relaxed);
+        // The page still registered through another registration: serve it as usual.
+        if st.registered.iter().any(|g| g.range.contains(&page)) {
+            return false;
+        }
+        // Unregistering wakes the faulting thread; waking again is harmless and covers an
+        // unregistration that failed (the page is then served as an ordinary missing page at
+        // its next fault, as the table no longer lists it).
+        let _ = u.wake(page);
+        true
     }
 
     fn forget(&self, r: RawRange) {

@@ -140,6 +140,11 @@ pub struct VmStats {
     pub registrations: u64,
     /// Unmap events observed on registered ranges.
     pub unmaps: u64,
+    /// Application registrations dropped at a missing-page fault outside any swap, with no
+    /// output pending: their memory was given back (a freed heap buffer, most often) and is
+    /// in use again.
+    #[serde(default)]
+    pub released_registrations: u64,
 }
 
 #[derive(Default)]
@@ -158,6 +163,7 @@ struct Counters {
     move_fallback_copies: AtomicU64,
     registrations: AtomicU64,
     unmaps: AtomicU64,
+    released_registrations: AtomicU64,
 }
 
 #[derive(Clone, Copy)]
@@ -501,6 +507,7 @@ impl VmRuntime {
             move_fallback_copies: c.move_fallback_copies.load(Ordering::Relaxed),
             registrations: c.registrations.load(Ordering::Relaxed),
             unmaps: c.unmaps.load(Ordering::Relaxed),
+            released_registrations: c.released_registrations.load(Ordering::Relaxed),
         }
     }
 

@@ -62,6 +62,12 @@ impl VmRuntime {
                 limit: MAX_REGISTRATIONS,
             });
         };
+        self.unregister_locked(u, st, i);
+        Ok(())
+    }
+
+    /// Unregister registration `i` and forget it. Called with the state lock held.
+    pub(super) fn unregister_locked(&self, u: &Userfaultfd, st: &mut State, i: usize) {
         let g = st.registered.swap_remove(i);
         // The range may have been unmapped meanwhile; that is fine.
         let _ = u.unregister(g.range);
@@ -80,7 +86,6 @@ impl VmRuntime {
                 k += 1;
             }
         }
-        Ok(())
     }
 
     /// Register the full pages of an application range so that pages can be moved into it and
