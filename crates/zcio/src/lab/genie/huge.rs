@@ -389,25 +389,42 @@ pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let parts = lengths
+    let split: Vec<(usize, (f64, f64, f64))> = lengths
         .iter()
-        .filter_map(|&b| {
-            let (gap, page, wire) = ec_over_es_parts(&g.huge, b)?;
-            Some(format!(
-                "at {} {} µs, of which the page work is {} µs and the queueing on the wire {} µs",
-                size(b),
-                fmt_us(gap),
-                fmt_us(page),
-                fmt_us(wire)
-            ))
-        })
-        .collect::<Vec<_>>();
-    let parts = if parts.is_empty() {
+        .filter_map(|&b| Some((b, ec_over_es_parts(&g.huge, b)?)))
+        .collect();
+    let parts = if split.is_empty() {
         String::new()
     } else {
+        let each = split
+            .iter()
+            .map(|(b, (gap, page, wire))| {
+                format!(
+                    "at {} {} µs, of which the page work is {} µs and the queueing on the wire {} µs",
+                    size(*b),
+                    fmt_us(*gap),
+                    fmt_us(*page),
+                    fmt_us(*wire)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        // Lengths where the wire, not the page work, makes most of the difference.
+        let wire_led: Vec<String> = split
+            .iter()
+            .filter(|(_, (_, page, wire))| *wire > 0.0 && wire > page)
+            .map(|(b, _)| size(*b))
+            .collect();
+        let why = if wire_led.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Where the wire makes most of it ({}), the receiver's copy out of the pipe is what takes longer, and the page references wait for it: under emulated copy that copy fills the staging pages that held the message before last, under emulated share the pages that hold the last message, just read by the receiving application.",
+                wire_led.join(", ")
+            )
+        };
         format!(
-            " Where emulated copy's extra time goes, from the primitives timed in the same runs: {}. The queueing of page references waits for the receiver's copy out of the pipe, which under emulated copy fills the staging pages that held the message before last and under emulated share the pages that hold the last message, just read by the receiving application: the copy's destination is less often in the cache under emulated copy.",
-            parts.join("; ")
+            " Where emulated copy's extra time goes, from the primitives timed in the same runs: {each}.{why}"
         )
     };
     out.push(Conclusion {
@@ -840,6 +857,12 @@ mod tests {
         assert!(
             near.answer
                 .contains("of which the page work is 12.4 µs and the queueing on the wire 80.0 µs"),
+            "{}",
+            near.answer
+        );
+        assert!(
+            near.answer
+                .contains("Where the wire makes most of it (2 MiB)"),
             "{}",
             near.answer
         );
