@@ -527,6 +527,28 @@ fn size_classes_default_split() {
 }
 
 #[test]
+fn a_pool_too_large_for_this_machine_is_refused_before_any_allocation() {
+    // An overflow region of 2^61 granules: its bitmap alone (2^58 bytes) exceeds any memory.
+    let overflow = 1usize << 61;
+    match SizeClassPool::new(SizeClassSplit {
+        blocks: [0; 5],
+        overflow,
+    }) {
+        Err(PoolError::OutOfMemory {
+            pool: "size-classes",
+            capacity,
+            bytes,
+            available,
+        }) => {
+            assert_eq!(capacity, overflow);
+            assert_eq!(bytes, overflow / 8);
+            assert!(available < bytes);
+        }
+        other => panic!("expected OutOfMemory, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
 fn buddy_non_power_of_two() {
     let mut pool = BuddyPool::new(1000).unwrap();
     assert_eq!(pool.largest_alloc(), 512);

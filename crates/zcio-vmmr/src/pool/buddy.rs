@@ -76,7 +76,9 @@ impl BuddyPool {
 
     /// An empty pool of `capacity` granules.
     ///
-    /// Errors: [`PoolError::CapacityTooLarge`] above [`Self::MAX_CAPACITY`].
+    /// Errors: [`PoolError::CapacityTooLarge`] above [`Self::MAX_CAPACITY`];
+    /// [`PoolError::OutOfMemory`] where its bookkeeping (9 bytes a granule) exceeds the memory
+    /// available.
     pub fn new(capacity: usize) -> Result<Self, PoolError> {
         if capacity > Self::MAX_CAPACITY {
             return Err(PoolError::CapacityTooLarge {
@@ -85,6 +87,8 @@ impl BuddyPool {
                 limit: Self::MAX_CAPACITY,
             });
         }
+        let per_granule = std::mem::size_of_val(&NOT_HEAD) + 2 * std::mem::size_of_val(&NIL);
+        super::within_memory("buddy", capacity, capacity.saturating_mul(per_granule))?;
         let mut pool = Self {
             capacity,
             state: vec![NOT_HEAD; capacity],

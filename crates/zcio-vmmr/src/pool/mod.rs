@@ -131,6 +131,57 @@ pub enum PoolError {
         /// The most this pool supports.
         limit: usize,
     },
+    /// The pool's bookkeeping would take more memory than the system has available.
+    #[error(
+        "a {pool} pool of {capacity} granules needs {bytes} bytes of bookkeeping, more than the {available} bytes of memory available"
+    )]
+    OutOfMemory {
+        /// The pool's name.
+        pool: &'static str,
+        /// Granules asked for.
+        capacity: usize,
+        /// Bytes its bookkeeping needs.
+        bytes: usize,
+        /// Bytes of memory available (`MemAvailable`).
+        available: usize,
+    },
+}
+
+/// Memory available for new allocations now (`MemAvailable` of `/proc/meminfo`, bytes);
+/// unbounded where it cannot be read.
+fn available_memory() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        })
+        .map_or(usize::MAX, |kib| kib.saturating_mul(1024))
+}
+
+/// Refuse a pool whose bookkeeping, `bytes`, exceeds `available`: the allocation would not
+/// fail cleanly but be overcommitted, then killed when filled.
+fn check_budget(
+    pool: &'static str,
+    capacity: usize,
+    bytes: usize,
+    available: usize,
+) -> Result<(), PoolError> {
+    if bytes > available {
+        return Err(PoolError::OutOfMemory {
+            pool,
+            capacity,
+            bytes,
+            available,
+        });
+    }
+    Ok(())
+}
+
+/// [`check_budget`] against the memory available now.
+fn within_memory(pool: &'static str, capacity: usize, bytes: usize) -> Result<(), PoolError> {
+    check_budget(pool, capacity, bytes, available_memory())
 }
 
 /// A pool of `capacity` granules handing out runs of contiguous free granules.
@@ -487,3 +538,25 @@ impl<R: Rng> Iterator for FragmentedSeries<'_, R> {
 }
 
 impl<R: Rng> ExactSizeIterator for FragmentedSeries<'_, R> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_refuses_more_than_is_available_and_names_the_numbers() {
+        assert_eq!(check_budget("buddy", 10, 100, 100), Ok(()));
+        let e = check_budget("buddy", 10, 101, 100).unwrap_err();
+        assert_eq!(
+            e,
+            PoolError::OutOfMemory {
+                pool: "buddy",
+                capacity: 10,
+                bytes: 101,
+                available: 100
+            }
+        );
+        assert!(e.to_string().contains("101 bytes"), "{e}");
+        assert!(available_memory() > 0);
+    }
+}

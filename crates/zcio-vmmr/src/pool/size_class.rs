@@ -140,13 +140,23 @@ impl fmt::Debug for SizeClassPool {
 impl SizeClassPool {
     /// A pool divided as `split` says.
     ///
-    /// Errors: [`PoolError::CapacityTooLarge`] when the granules add up past `usize::MAX`.
+    /// Errors: [`PoolError::CapacityTooLarge`] when the granules add up past `usize::MAX`;
+    /// [`PoolError::OutOfMemory`] where its bookkeeping (a bit per block and per overflow
+    /// granule, a byte per block) exceeds the memory available.
     pub fn new(split: SizeClassSplit) -> Result<Self, PoolError> {
         let capacity = split.capacity().ok_or(PoolError::CapacityTooLarge {
             pool: "size-classes",
             capacity: usize::MAX,
             limit: usize::MAX,
         })?;
+        let blocks = split
+            .blocks
+            .iter()
+            .fold(0usize, |a, b| a.saturating_add(*b));
+        let bytes = blocks
+            .saturating_add(blocks / 8)
+            .saturating_add(split.overflow / 8);
+        super::within_memory("size-classes", capacity, bytes)?;
         Ok(Self::build(split, capacity))
     }
 
