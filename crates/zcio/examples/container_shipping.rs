@@ -33,7 +33,7 @@ fn run() -> Result<()> {
     let mut receiver = peer_command("receiver", "example_container_shipping")?
         .env(SOCKET, &sock_path)
         .spawn()?;
-    let (sock, _) = listener.accept()?;
+    let sock = roles::accept_from(&listener, &mut receiver, "receiver")?;
 
     // alloc + map: a container, filled by its owner.
     let mut domain = Domain::new();

@@ -52,7 +52,7 @@ fn run() -> Result<()> {
     let mut forwarder = peer_command("forwarder", "example_fbuf_path")?
         .env(DIR, dir.path())
         .spawn()?;
-    let (sock, _) = up.accept()?;
+    let sock = roles::accept_from(&up, &mut forwarder, "forwarder")?;
     // Offer the path to the forwarder (with a read-only descriptor of its memory).
     end.add_receiver(sock, path.receiver_fd()?.as_fd())?;
     let mut receiver = peer_command("receiver", "example_fbuf_path")?
@@ -91,7 +91,7 @@ fn forwarder(dir: PathBuf) -> Result<()> {
     // has accepted us, then always finds the socket.
     let down = UnixListener::bind(dir.join("down"))?;
     let up = ReceiverEnd::connect(UnixStream::connect(dir.join("up"))?)?;
-    let (sock, _) = down.accept()?;
+    let sock = roles::accept_within(&down, "receiver")?;
     let n = Forwarder::new(up, sock)?.run()?;
     println!("forwarder: forwarded {n} fbufs without touching them");
     Ok(())

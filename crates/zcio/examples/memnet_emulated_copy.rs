@@ -45,7 +45,7 @@ fn run() -> Result<()> {
         .env(SOCKET, &sock_path)
         .env(zcio_genie::profile::PROFILE_ENV, &profile)
         .spawn()?;
-    let (mut ctl, _) = listener.accept()?;
+    let mut ctl = roles::accept_from(&listener, &mut receiver, "receiver")?;
 
     // Make a link and hand the receiver its side (descriptors over the Unix socket).
     let (mine, theirs, arena) = zcio_genie::memnet::link_parts()?;

@@ -2,9 +2,14 @@
 //! first part and starts this same program again (`std::env::current_exe()`) for every other
 //! part, naming it in `ZCIO_EXAMPLE_ROLE`.
 
-use std::process::Command;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 use crate::example::Result;
+
+/// How long a part waits for another to connect before it gives up.
+const CONNECT_LIMIT: Duration = Duration::from_secs(30);
 
 /// Which part this process plays; unset in the process you start.
 pub const ROLE: &str = "ZCIO_EXAMPLE_ROLE";
@@ -31,5 +36,71 @@ pub fn dispatch(run: Part, roles: &[(&str, Part)]) -> Result<()> {
             None => Err(format!("unknown role {other:?}").into()),
         },
         Err(_) => run(),
+    }
+}
+
+/// Accept the connection of `role`, played by `child`, on `l`; fail as soon as `child` has
+/// ended without connecting (it could not start its part), or after a while: a part that
+/// cannot start must not leave this one waiting for good.
+pub fn accept_from(l: &UnixListener, child: &mut Child, role: &str) -> Result<UnixStream> {
+    accept_until(l, role, || {
+        Ok(child.try_wait()?.map(|s| format!("ended ({s})")))
+    })
+}
+
+/// Accept the connection of `role`, whose process another part started, on `l`: fail after a
+/// while rather than wait for good.
+#[allow(dead_code)] // only the examples whose parts connect to each other
+pub fn accept_within(l: &UnixListener, role: &str) -> Result<UnixStream> {
+    accept_until(l, role, || Ok(None))
+}
+
+/// Accept on `l`, failing when `gone` says why `role` will not connect, or after
+/// [`CONNECT_LIMIT`].
+fn accept_until(
+    l: &UnixListener,
+    role: &str,
+    mut gone: impl FnMut() -> Result<Option<String>>,
+) -> Result<UnixStream> {
+    l.set_nonblocking(true)?;
+    let t0 = Instant::now();
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                l.set_nonblocking(false)?;
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(why) = gone()? {
+            return Err(
+                format!("the {role} {why} before connecting; see its message above").into(),
+            );
+        }
+        if t0.elapsed() > CONNECT_LIMIT {
+            return Err(format!("the {role} did not connect within {CONNECT_LIMIT:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_that_ends_before_connecting_is_an_error_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = UnixListener::bind(dir.path().join("s")).unwrap();
+        let mut child = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let t0 = Instant::now();
+        let e = accept_from(&l, &mut child, "receiver")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the receiver ended"), "{e}");
+        assert!(e.contains('3'), "{e}");
+        assert!(t0.elapsed() < CONNECT_LIMIT);
     }
 }
