@@ -194,7 +194,7 @@ impl<'a> Striped<'a> {
 /// It exists for the writer's waits. A writer faster than its reader (page references are
 /// queued far faster than the reader copies them out) finds the pipe full; entering it then
 /// means spinning on the pipe's lock for as long as the reader holds it to copy a whole chunk,
-/// a CPU burnt for nothing (measured here at 16 MiB: most of the sender's CPU time). With the
+/// a CPU burnt for nothing (for long messages, most of the sender's CPU time). With the
 /// counters, the writer sleeps on a futex until its chunk fits, and the reader wakes it after
 /// each chunk it reads while the writer waits.
 ///
