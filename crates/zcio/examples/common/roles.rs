@@ -4,7 +4,8 @@
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use zcio::transfer::{NoConnection, accept_child};
 
 use crate::example::Result;
 
@@ -43,52 +44,37 @@ pub fn dispatch(run: Part, roles: &[(&str, Part)]) -> Result<()> {
 /// ended without connecting (it could not start its part), or after a while: a part that
 /// cannot start must not leave this one waiting for good.
 pub fn accept_from(l: &UnixListener, child: &mut Child, role: &str) -> Result<UnixStream> {
-    accept_until(l, role, || {
-        Ok(child.try_wait()?.map(|s| format!("ended ({s})")))
-    })
+    accept_until(l, role, Some(child))
 }
 
 /// Accept the connection of `role`, whose process another part started, on `l`: fail after a
 /// while rather than wait for good.
 #[allow(dead_code)] // only the examples whose parts connect to each other
 pub fn accept_within(l: &UnixListener, role: &str) -> Result<UnixStream> {
-    accept_until(l, role, || Ok(None))
+    accept_until(l, role, None)
 }
 
-/// Accept on `l`, failing when `gone` says why `role` will not connect, or after
-/// [`CONNECT_LIMIT`].
-fn accept_until(
-    l: &UnixListener,
-    role: &str,
-    mut gone: impl FnMut() -> Result<Option<String>>,
-) -> Result<UnixStream> {
-    l.set_nonblocking(true)?;
-    let t0 = Instant::now();
-    loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                l.set_nonblocking(false)?;
-                s.set_nonblocking(false)?;
-                return Ok(s);
+/// Accept on `l` with the project's [`accept_child`], watching `child` where given, and say
+/// which part did not connect and why.
+fn accept_until(l: &UnixListener, role: &str, child: Option<&mut Child>) -> Result<UnixStream> {
+    accept_child(l, child, Some(CONNECT_LIMIT)).map_err(|e| {
+        match e {
+            NoConnection::Ended(s) => {
+                format!("the {role} ended ({s}) before connecting; see its message above")
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e.into()),
+            NoConnection::Stalled => {
+                format!("the {role} did not connect within {CONNECT_LIMIT:?}")
+            }
+            NoConnection::Io(e) => format!("accepting the {role}'s connection: {e}"),
         }
-        if let Some(why) = gone()? {
-            return Err(
-                format!("the {role} {why} before connecting; see its message above").into(),
-            );
-        }
-        if t0.elapsed() > CONNECT_LIMIT {
-            return Err(format!("the {role} did not connect within {CONNECT_LIMIT:?}").into());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        .into()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn a_part_that_ends_before_connecting_is_an_error_not_a_wait() {

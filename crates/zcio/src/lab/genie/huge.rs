@@ -182,11 +182,6 @@ fn ec_over_es_parts(pts: &[Point], bytes: usize) -> Option<(f64, f64, f64)> {
     ))
 }
 
-/// Microseconds with one decimal, signed.
-fn fmt_us(ns: f64) -> String {
-    format!("{:.1}", ns / 1e3)
-}
-
 /// The modes of `s`'s messages (zero-copy thresholds, early demultiplexing) at `bytes`.
 fn modes(pts: &[Point], s: Semantics, bytes: usize) -> Option<Modes> {
     point_at(pts, s, InputBuffering::EarlyDemux, bytes).and_then(|p| p.modes)
@@ -402,9 +397,9 @@ pub fn conclusions(g: &GenieResults) -> Vec<Conclusion> {
                 format!(
                     "at {} {} µs, of which the page work is {} µs and the queueing on the wire {} µs",
                     size(*b),
-                    fmt_us(*gap),
-                    fmt_us(*page),
-                    fmt_us(*wire)
+                    us(*gap),
+                    us(*page),
+                    us(*wire)
                 )
             })
             .collect::<Vec<_>>()
