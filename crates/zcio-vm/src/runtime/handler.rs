@@ -156,10 +156,12 @@ impl VmRuntime {
         {
             return false;
         }
-        self.unregister_locked(u, st, i);
+        // Counted before unregistering: unregistering wakes the faulting thread, which must
+        // find the release already counted.
         self.counters
             .released_registrations
             .fetch_add(1, Ordering::Relaxed);
+        self.unregister_locked(u, st, i);
         // The page still registered through another registration: serve it as usual.
         if st.registered.iter().any(|g| g.range.contains(&page)) {
             return false;

@@ -11,7 +11,7 @@ use super::{ActiveOutput, BOUNCE_SLOT, HSPARES_KEPT, Stashed, State, VmRuntime};
 use crate::mapping::Mapping;
 use crate::page::{HUGE_PAGE_SIZE, RawRange, page_size};
 use crate::uffd::Userfaultfd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 impl VmRuntime {
     pub(super) fn free_slot_locked(&self, st: &mut State, slot: usize) {
@@ -249,6 +249,11 @@ impl VmRuntime {
         if injected {
             return defer(st);
         }
+        let tally = CopyTally::new(
+            &self.counters.tcow_huge_copies,
+            &self.counters.tcow_copied_bytes,
+            HUGE_PAGE_SIZE,
+        );
         // SAFETY: the PMD is empty since step 1 (or, on a retry after a part was filled, the
         // move fails without touching anything); the spare slot is ours.
         match unsafe { u.move_pages(base, slot_addr(spare), HUGE_PAGE_SIZE, false, false) } {
@@ -280,12 +285,7 @@ impl VmRuntime {
             }
         }
         st.transient.retain(|t| *t != pmd);
-        self.counters
-            .tcow_huge_copies
-            .fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .tcow_copied_bytes
-            .fetch_add(HUGE_PAGE_SIZE as u64, Ordering::Relaxed);
+        tally.keep();
         let mut refs = 0;
         for i in 0..st.outputs.len() {
             let o = st.outputs[i];
@@ -404,6 +404,17 @@ impl VmRuntime {
         let pr = RawRange::page(page);
         let stash = self.stash.as_ref().expect("TCOW moves only with a stash");
         let slot_addr = stash.addr() + slot.unwrap_or(BOUNCE_SLOT) * ps;
+        let mut tally = CopyTally::new(
+            &self.counters.tcow_copies,
+            &self.counters.tcow_copied_bytes,
+            ps,
+        );
+        if slot.is_none() {
+            tally.also(match st.bounce {
+                Some(Bounce::Discarded) => &self.counters.tcow_discards,
+                _ => &self.counters.tcow_bounced,
+            });
+        }
         // SAFETY: TCOW step 2: install a private, writable copy of the original at the faulting
         // address (empty since step 1); this wakes the writer.
         if let Err(e) = unsafe { u.copy(page, slot_addr, ps, false) } {
@@ -434,19 +445,12 @@ impl VmRuntime {
             return None;
         }
         st.transient.retain(|t| *t != pr);
-        self.counters.tcow_copies.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .tcow_copied_bytes
-            .fetch_add(ps as u64, Ordering::Relaxed);
+        tally.keep();
         let Some(slot) = slot else {
             // The outputs' references keep the original; our mapping of it goes.
             let r = RawRange::page(slot_addr);
             let _ = stash.advise_range(r, libc::MADV_DONTNEED, "madvise(bounce)");
-            let counter = match st.bounce.take() {
-                Some(Bounce::Discarded) => &self.counters.tcow_discards,
-                _ => &self.counters.tcow_bounced,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
+            st.bounce = None;
             return None;
         };
         let mut refs = 0;
@@ -541,4 +545,52 @@ fn needs_page(o: &ActiveOutput, stashed: &[Stashed], page: usize) -> bool {
     o.protected
         && o.range.contains(&RawRange::page(page))
         && !stashed.iter().any(|s| s.output == o.id && s.covers(page))
+}
+
+/// One TCOW copy, counted before the call that installs it, since that call wakes the writer,
+/// which must find its copy counted when it looks; taken back when the copy does not go in.
+struct CopyTally<'a> {
+    copies: &'a AtomicU64,
+    bytes: &'a AtomicU64,
+    len: u64,
+    /// How the copy was made (through the bounce slot, or discarding), where it says.
+    how: Option<&'a AtomicU64>,
+    kept: bool,
+}
+
+impl<'a> CopyTally<'a> {
+    fn new(copies: &'a AtomicU64, bytes: &'a AtomicU64, len: usize) -> Self {
+        copies.fetch_add(1, Ordering::Relaxed);
+        bytes.fetch_add(len as u64, Ordering::Relaxed);
+        CopyTally {
+            copies,
+            bytes,
+            len: len as u64,
+            how: None,
+            kept: false,
+        }
+    }
+
+    /// Count the copy under `how` too.
+    fn also(&mut self, how: &'a AtomicU64) {
+        how.fetch_add(1, Ordering::Relaxed);
+        self.how = Some(how);
+    }
+
+    /// The copy went in: the count stands.
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for CopyTally<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.copies.fetch_sub(1, Ordering::Relaxed);
+            self.bytes.fetch_sub(self.len, Ordering::Relaxed);
+            if let Some(how) = self.how {
+                how.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
