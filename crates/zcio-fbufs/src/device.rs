@@ -67,6 +67,23 @@ impl SocketSource {
     /// on keeps the ring full).
     pub fn refill(&mut self, o: &mut Originator) -> Result<(), FbufError> {
         let fbuf = o.alloc(self.size)?;
+        self.provide(o, fbuf)
+    }
+
+    /// Hand the ring `fbuf`, allocated from `o` and not sent (where the caller allocates, to
+    /// wait for a free one: [`crate::link::OriginatorEnd::alloc_waiting`]). An fbuf smaller
+    /// than [`SocketSource::size`] is refused; on any refusal it goes back to `o`.
+    pub fn provide(&mut self, o: &mut Originator, fbuf: Fbuf) -> Result<(), FbufError> {
+        if (fbuf.len() as usize) < self.size {
+            let (addr, len) = (fbuf.addr(), fbuf.len());
+            o.free(fbuf)?;
+            return Err(FbufError::BadRef {
+                what: "provide to a socket source",
+                addr,
+                len,
+                expected: "an fbuf of at least the source's size",
+            });
+        }
         let buf = match o.ring_buf(&fbuf) {
             Ok(b) => b,
             Err(e) => {

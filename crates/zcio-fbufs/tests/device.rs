@@ -137,3 +137,68 @@ fn bad_requests_are_refused_by_name_and_the_fbufs_come_back() {
     assert!(path.info().contains(f.addr(), f.len()));
     assert_eq!(o.cached(), 1);
 }
+
+#[test]
+fn an_fbuf_the_caller_allocated_is_received_into_and_a_small_one_is_refused_and_given_back() {
+    let variant = Variant {
+        cached: true,
+        volatile: true,
+    };
+    let path = PathMemory::create(64 << 10, 2, variant).unwrap();
+    let mut o = Originator::new(path.fd(), path.info()).unwrap();
+    let Some(mut src) = source(&mut o, 2) else {
+        return;
+    };
+    // Smaller than the source's size: refused by name, and back on the free list.
+    let small = o.alloc(SIZE / 2).unwrap();
+    let at = small.addr();
+    let e = src.provide(&mut o, small).unwrap_err();
+    assert!(e.to_string().contains("at least the source's size"), "{e}");
+    let again = o.alloc(SIZE / 2).unwrap();
+    assert_eq!(
+        again.addr(),
+        at,
+        "the refused fbuf went back to the free list"
+    );
+    o.free(again).unwrap();
+    let (a, mut peer) = UnixStream::pair().unwrap();
+    for k in 1..=3u8 {
+        peer.write_all(&message(k, SIZE)).unwrap();
+    }
+    // Beyond the ring's room: refused, and given back.
+    let extra = o.alloc(SIZE).unwrap();
+    let extra_at = extra.addr();
+    assert!(src.provide(&mut o, extra).is_err());
+    let again = o.alloc(SIZE).unwrap();
+    assert_eq!(
+        again.addr(),
+        extra_at,
+        "the fbuf the full ring refused went back"
+    );
+    o.free(again).unwrap();
+    // One received, then one of the caller's own provided in its place: every receive lands
+    // in an fbuf holding exactly what the peer wrote, the provided one among them.
+    let mut addrs = HashSet::new();
+    let mut mine_at = 0;
+    for k in 1..=3u8 {
+        let f = src.recv(&mut o, a.as_fd(), SIZE).unwrap().expect("data");
+        let mut got = vec![0u8; SIZE];
+        let sent = o.send(f, 1).unwrap();
+        assert!(o.read_bytes(sent.addr, &mut got));
+        assert!(got == message(k, SIZE), "message {k}");
+        addrs.insert(sent.addr);
+        if k == 1 {
+            let mine = o.alloc(SIZE).unwrap();
+            mine_at = mine.addr();
+            src.provide(&mut o, mine).unwrap();
+        }
+        o.freed(sent).unwrap();
+    }
+    assert!(
+        addrs.contains(&mine_at),
+        "the provided fbuf was received into"
+    );
+    assert_eq!(src.held(), 0);
+    src.close(&mut o).unwrap();
+    assert_eq!(o.outstanding(), 0);
+}

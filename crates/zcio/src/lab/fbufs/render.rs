@@ -1,6 +1,6 @@
 //! The report's section for paper 001 (fbufs): the Table 1 analogue and Figure 3, with the
-//! paper's numbers beside this machine's, and iceoryx2, a present-day zero-copy IPC the paper
-//! could not have measured, beside both.
+//! paper's numbers beside this machine's, iceoryx2, a present-day zero-copy IPC the paper
+//! could not have measured, beside both, and fbufs a device originates.
 
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
@@ -29,10 +29,19 @@ const PAPER_TABLE1: [(&str, &str, f64, f64); 6] = [
 ];
 
 /// Contenders measured beside the paper's that it has no counterpart for.
-const PEERS: [(&str, &str); 1] = [(
-    crate::lab::fbufs::iceoryx::NAME,
-    "none: a modern peer, not in the paper",
-)];
+const PEERS: [(&str, &str); 3] = [
+    (
+        crate::lab::fbufs::iceoryx::NAME,
+        "none: a modern peer, not in the paper",
+    ),
+    (FROM_DEVICE, "none: fbufs a device originates (§2-3)"),
+    (COPIED_IN, "none: a device's data copied into fbufs"),
+];
+
+/// The device-originated contenders: a socket received straight into fbufs, and into a
+/// private buffer then copied into them.
+const FROM_DEVICE: &str = "fbufs-from-socket";
+const COPIED_IN: &str = "socket-copied-into-fbufs";
 
 fn word(
     r: &Results,
@@ -79,6 +88,22 @@ pub fn findings(r: &Results) -> Vec<String> {
             us(f),
             us(s),
             s / f
+        ));
+    }
+    let device = device_ratios(rows);
+    let word_device = || device.iter().filter(|r| r.1 == t);
+    if let Some(&(s, _, d, c, apart)) = word_device()
+        .find(|r| r.0 == 1 << 20)
+        .or_else(|| word_device().max_by_key(|r| r.0))
+    {
+        out.push(format!(
+            "Fbufs a device originates, one word touched per page: at {}, a message from a socket received straight into fbufs takes {} µs, and {} µs read into a buffer and copied into them: {:.2}× {}{}.",
+            size(s),
+            us(d),
+            us(c),
+            c / d.max(1e-9),
+            if c > d { "faster straight" } else { "slower straight: the saved copy does not show here" },
+            if apart { "" } else { ", though the rounds' ranges overlap" }
         ));
     }
     if let Some((small, big)) = compared_sizes(rows) {
@@ -157,7 +182,73 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     }
     b.extend(peer_blocks(rows, fits));
     b.extend(server_blocks(rows, fits));
+    b.extend(device_blocks(rows));
     b
+}
+
+/// The device-originated fbufs against the same data copied into fbufs, per size and touch:
+/// the time per message (median and rounds' range) and the ratio.
+fn device_ratios(rows: &[crate::lab::fbufs::measure::Row]) -> Vec<(usize, &str, f64, f64, bool)> {
+    let mut out = Vec::new();
+    for t in ["word-per-page", "every-byte"] {
+        for s in sizes(rows) {
+            let row = |v: &str| {
+                rows.iter()
+                    .find(|x| x.variant == v && x.touch == t && x.bytes == s)
+            };
+            if let (Some(d), Some(c)) = (row(FROM_DEVICE), row(COPIED_IN)) {
+                let apart = d.spread_ns[1] < c.spread_ns[0] || c.spread_ns[1] < d.spread_ns[0];
+                out.push((s, t, d.ns_per_message, c.ns_per_message, apart));
+            }
+        }
+    }
+    out
+}
+
+/// Fbufs a device originates: the section's part for them (nothing unless both were measured
+/// at some size).
+fn device_blocks(rows: &[crate::lab::fbufs::measure::Row]) -> Vec<Block> {
+    let ratios = device_ratios(rows);
+    if ratios.is_empty() {
+        return Vec::new();
+    }
+    let fmt = |ns: f64, v: &str, s: usize, t: &str| {
+        let r = rows
+            .iter()
+            .find(|x| x.variant == v && x.touch == t && x.bytes == s);
+        r.map_or(us(ns), |r| {
+            format!("{} ({}-{})", us(ns), us(r.spread_ns[0]), us(r.spread_ns[1]))
+        })
+    };
+    let body = ratios
+        .iter()
+        .map(|&(s, t, d, c, apart)| {
+            vec![
+                size(s),
+                t.to_string(),
+                fmt(d, FROM_DEVICE, s, t),
+                fmt(c, COPIED_IN, s, t),
+                format!(
+                    "{:.2}{}",
+                    c / d.max(1e-9),
+                    if apart { "" } else { " (ranges overlap)" }
+                ),
+            ]
+        })
+        .collect();
+    let won = ratios.iter().filter(|r| r.3 > r.2).count();
+    vec![
+        h(3, "Fbufs a device originates"),
+        p(format!(
+            "The paper's originator is often a device driver, whose input lands in fbufs and travels up the path without a copy. Here the device is a socket, written by a thread of the originating process that makes each message as the other originators do: `{FROM_DEVICE}` receives it straight into a cached/volatile fbuf through an io_uring provided-buffer ring whose buffers are the path's fbufs, and sends the fbuf on untouched; `{COPIED_IN}` reads it into a private buffer and copies it into an fbuf, as an originator without device-originated fbufs must. Both then pass the fbuf to the receiver, which checks every message as for the other contenders. The kernel copies from its socket buffers into the fbuf either way (Linux has no DMA into a user-chosen buffer for a socket receive): what device-originated fbufs save is the copy in user space. The device's own writing runs on the same two CPUs as both processes. Received straight into fbufs, a message took less time than copied into them in {won} of {} comparisons.",
+            ratios.len()
+        )),
+        table(
+            "Time per message (µs, median and rounds' range) of a device's messages into fbufs",
+            &["size", "touch", FROM_DEVICE, COPIED_IN, "copied / straight"],
+            body,
+        ),
+    ]
 }
 
 /// One touch pattern's Table 1 (per-page costs beside the paper's), Figure 3 (throughput

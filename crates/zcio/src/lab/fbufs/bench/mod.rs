@@ -2,7 +2,8 @@
 //! to a receiver process, each touching every page once (the paper's "writes one word in each
 //! VM page", "touches one word in each page") or every byte, with fbufs in their four variants
 //! and, for comparison, a fresh memfd passed and mapped per message (page remapping) and copies
-//! through a pipe and a Unix socket.
+//! through a pipe and a Unix socket. Beside them, fbufs originated by a device: messages that
+//! arrive on a socket, received straight into fbufs or copied into them.
 //!
 //! The originator runs here; the receiver is another process running [`sink`] (the `zcio`
 //! command's hidden `fbuf-sink`). Messages stream: the originator does not wait for each one,
@@ -60,11 +61,20 @@ pub enum Contender {
     UnixSocket,
     /// Copies through a pipe.
     Pipe,
+    /// Fbufs originated by a device: the messages come from a socket (written by a device
+    /// thread of the originating process) and are received straight into cached/volatile
+    /// fbufs through an io_uring provided-buffer ring, then sent on untouched; or, `copied`,
+    /// received into a private buffer and copied into the fbuf, as an originator without
+    /// device-originated fbufs does.
+    Device {
+        /// Received into a private buffer and copied into the fbuf.
+        copied: bool,
+    },
 }
 
 impl Contender {
     /// Every contender, in the order of the paper's Table 1 (then the copy peers).
-    pub const ALL: [Contender; 8] = [
+    pub const ALL: [Contender; 10] = [
         Contender::Fbufs(Variant {
             cached: true,
             volatile: true,
@@ -85,6 +95,8 @@ impl Contender {
         Contender::Remap,
         Contender::UnixSocket,
         Contender::Pipe,
+        Contender::Device { copied: false },
+        Contender::Device { copied: true },
     ];
 
     /// Its name in tables and JSON.
@@ -107,6 +119,8 @@ impl Contender {
             Contender::Remap => "page-remap-memfd",
             Contender::UnixSocket => "copy-unix-socket",
             Contender::Pipe => "copy-pipe",
+            Contender::Device { copied: false } => "fbufs-from-socket",
+            Contender::Device { copied: true } => "socket-copied-into-fbufs",
         }
     }
 
@@ -215,7 +229,9 @@ fn warm_up(bytes: usize) -> usize {
 /// the fbuf runs' warm-up too.
 pub fn messages(c: Contender, bytes: usize, count: usize) -> u64 {
     match c {
-        Contender::Fbufs(_) | Contender::Forwarded => (warm_up(bytes) + count) as u64,
+        Contender::Fbufs(_) | Contender::Forwarded | Contender::Device { .. } => {
+            (warm_up(bytes) + count) as u64
+        }
         _ => count as u64,
     }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
+use zcio_fbufs::device::SocketSource;
 use zcio_fbufs::link::{LinkError, OriginatorEnd};
 use zcio_fbufs::path::{Originator, PathMemory, Variant};
 
@@ -97,6 +98,7 @@ fn originate(c: Contender, s: Stream, sock: &mut UnixStream) -> Result<f64, Benc
             };
             return originate_fbufs(v, s, sock);
         }
+        Contender::Device { copied } => return originate_device(copied, s, sock),
         Contender::Remap => originate_remap(s, sock)?,
         Contender::UnixSocket => originate_copies(false, s, sock)?,
         Contender::Pipe => originate_copies(true, s, sock)?,
@@ -168,6 +170,134 @@ fn originate_fbufs(v: Variant, s: Stream, sock: &mut UnixStream) -> Result<f64, 
         .into());
     }
     Ok(ns)
+}
+
+/// [`originate`] for fbufs originated by a device: the messages come from a socket, written
+/// by a device thread ([`device`]); each is received straight into a cached/volatile fbuf
+/// through a provided-buffer ring ([`SocketSource`]), or (`copied`) read into a private buffer
+/// and copied into an fbuf, and sent on. The time per message (ns), from the first timed
+/// message to the last fbuf given back.
+fn originate_device(copied: bool, s: Stream, sock: &mut UnixStream) -> Result<f64, BenchError> {
+    let bytes = s.bytes;
+    let (chunk, quota) = path_quota(bytes);
+    let v = Variant {
+        cached: true,
+        volatile: true,
+    };
+    let p = PathMemory::create(chunk, quota, v)?;
+    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
+    end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
+    let warm = warm_up(bytes);
+    // Two fbufs in the ring: one the kernel fills, one ready for the next message.
+    let mut src = match copied {
+        true => None,
+        false => Some(SocketSource::new(&mut end.originator, 2, bytes)?),
+    };
+    let mut buf = vec![0u8; if copied { bytes } else { 0 }];
+    let (wire, dev) = UnixStream::pair()?;
+    let device = std::thread::spawn(move || device(dev, s, warm));
+    let mut start = None;
+    let result = (|| -> Result<(), BenchError> {
+        for i in 0..warm + s.count {
+            if i == warm {
+                while end.originator.outstanding() > 0 && end.receivers_alive() > 0 {
+                    end.poll(true)?;
+                }
+                start = Some(Instant::now());
+            }
+            if i.checked_sub(warm).is_some_and(|k| s.skips(k)) {
+                continue; // the device leaves it out
+            }
+            let f = match &mut src {
+                Some(src) => {
+                    let f = src.recv(&mut end.originator, wire.as_fd(), bytes)?.ok_or(
+                        LinkError::PeerGone {
+                            during: "the device's stream (it closed early)",
+                        },
+                    )?;
+                    // A fresh fbuf in its place, waiting for one to come back if none is free.
+                    let next = end.alloc_waiting(bytes)?;
+                    src.provide(&mut end.originator, next)?;
+                    f
+                }
+                None => {
+                    recv_all(&wire, &mut buf)?;
+                    let f = end.alloc_waiting(bytes)?;
+                    end.originator.write(&f, 0, &buf)?;
+                    f
+                }
+            };
+            end.send(f, &[0])?;
+        }
+        while end.originator.outstanding() > 0 && end.receivers_alive() > 0 {
+            end.poll(true)?;
+        }
+        Ok(())
+    })();
+    // The device ends once its stream is out, or at once when the socket closes under it.
+    drop(wire);
+    let wrote = device.join();
+    result?;
+    match wrote {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(BenchError::Argument("the device thread panicked".into())),
+    }
+    let ns = start.expect("count > 0").elapsed().as_nanos() as f64 / s.count as f64;
+    if let Some(src) = src {
+        src.close(&mut end.originator)?;
+    }
+    let outstanding = end.originator.outstanding();
+    end.close()?;
+    sock.shutdown(std::net::Shutdown::Both)?;
+    if outstanding > 0 {
+        return Err(LinkError::PeerGone {
+            during: "the benchmark (fbufs not freed)",
+        }
+        .into());
+    }
+    Ok(ns)
+}
+
+/// Fill `buf` from `sock`, each call waiting in the kernel for all that is missing
+/// (`MSG_WAITALL`), as the provided-buffer receive does: the contenders then differ by the
+/// copy, not by how often the receiver wakes.
+fn recv_all(sock: &UnixStream, buf: &mut [u8]) -> Result<(), BenchError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::net::recv(sock, &mut buf[got..], rustix::net::RecvFlags::WAITALL) {
+            Ok((0, _)) => {
+                return Err(LinkError::PeerGone {
+                    during: "the device's stream (it closed early)",
+                }
+                .into());
+            }
+            Ok((n, _)) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(std::io::Error::from(e).into()),
+        }
+    }
+    Ok(())
+}
+
+/// The device of [`originate_device`]: writes the stream's messages, made as the other
+/// contenders' originators make theirs ([`write_bytes`]), to its socket, the way a network
+/// adapter hands packets to its driver, spoiling or leaving out the one [`Fault`] names.
+fn device(mut to: UnixStream, s: Stream, warm: usize) -> std::io::Result<()> {
+    let mut buf = vec![0u8; s.bytes];
+    for i in 0..warm + s.count {
+        let timed = i.checked_sub(warm);
+        if timed.is_some_and(|k| s.skips(k)) {
+            continue;
+        }
+        write_bytes(&mut buf, s.touch, i as u64);
+        if timed.is_some_and(|k| s.spoils(k)) {
+            let w = spoiled_word(s.bytes / 8, s.touch) * 8;
+            buf[w] ^= 1;
+        }
+        to.write_all(&buf)?;
+    }
+    Ok(())
 }
 
 /// [`originate`] for page remapping: a fresh memfd per message, written, passed and dropped.

@@ -65,7 +65,7 @@ pub fn sink(
             c.name(),
             Contender::Forwarded.name()
         ))),
-        (Contender::Fbufs(_) | Contender::Forwarded, Role::Receiver) => {
+        (Contender::Fbufs(_) | Contender::Forwarded | Contender::Device { .. }, Role::Receiver) => {
             // Warm-up and timed messages alike, until the originator closes the link.
             let mut rx = ReceiverEnd::connect(sock.try_clone()?)?;
             while let Some(r) = rx.recv()? {
