@@ -26,8 +26,9 @@ pub struct FbufsArgs {
     pub sizes: Vec<usize>,
     /// Contenders, comma-separated (all by default): fbufs-cached-volatile, fbufs-volatile,
     /// fbufs-cached, fbufs, fbufs-cached-volatile-via-server (three processes),
-    /// page-remap-memfd, copy-unix-socket, copy-pipe, iceoryx2 (its publish-subscribe, a
-    /// modern peer not in the paper).
+    /// page-remap-memfd, copy-unix-socket, copy-pipe, fbufs-from-socket and
+    /// socket-copied-into-fbufs (a device's messages received straight into fbufs, or copied
+    /// into them), iceoryx2 (its publish-subscribe, a modern peer not in the paper).
     #[arg(long, value_delimiter = ',')]
     pub contenders: Vec<String>,
     /// Touch patterns, comma-separated: word-per-page (the paper's), every-byte.
