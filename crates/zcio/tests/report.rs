@@ -98,13 +98,13 @@ fn smoke_report_writes_every_output_and_validates() {
         }
     }
     assert!(!vm["random"].as_array().unwrap().is_empty());
-    // Paper 001: 8 contenders and iceoryx2 × 2 touch patterns × 2 sizes, and a per-page fit
-    // for each.
+    // Paper 001: 10 contenders (the device-originated pair among them) and iceoryx2 × 2
+    // touch patterns × 2 sizes, and a per-page fit for each.
     assert_eq!(
         results["fbufs"]["rows"].as_array().unwrap().len(),
-        9 * 2 * 2
+        11 * 2 * 2
     );
-    assert_eq!(results["fbufs"]["fits"].as_array().unwrap().len(), 9 * 2);
+    assert_eq!(results["fbufs"]["fits"].as_array().unwrap().len(), 11 * 2);
     let g = &results["genie"];
     let r = &g["results"];
     // 8 semantics × 3 input schemes + emulated copy calibrated, at each of 2 lengths.
@@ -448,8 +448,9 @@ fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
         &[&["bench", "fbufs"], FBUFS_TWO_SIZES, &["--json"]].concat()
     ));
     let rows = v["rows"].as_array().unwrap();
-    // 8 contenders and iceoryx2 × 2 sizes × 2 touch patterns.
-    assert_eq!(rows.len(), 9 * 2 * 2);
+    // 10 contenders (the device-originated pair among them) and iceoryx2 × 2 sizes × 2 touch
+    // patterns.
+    assert_eq!(rows.len(), 11 * 2 * 2);
     for r in rows {
         assert!(r["throughput_gbps"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["per_page_ns"].is_number(), "{r}");
@@ -468,11 +469,13 @@ fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
         "page-remap-memfd",
         "copy-unix-socket",
         "copy-pipe",
+        "fbufs-from-socket",
+        "socket-copied-into-fbufs",
         "iceoryx2",
     ] {
         assert!(names.contains(n), "{n} missing");
     }
-    assert_eq!(v["fits"].as_array().unwrap().len(), 9 * 2);
+    assert_eq!(v["fits"].as_array().unwrap().len(), 11 * 2);
     assert!(
         failure(&run(&["bench", "fbufs", "--contenders", "carrier-pigeon"]))
             .contains("carrier-pigeon")

@@ -209,11 +209,16 @@ fn readable(sock: &UnixStream) -> bool {
 /// Read the one-byte word `want` from the other side.
 fn expect(mut sock: &UnixStream, want: u8, what: &str) -> Res<()> {
     let mut b = [0u8; 1];
-    match sock.read(&mut b) {
-        Ok(1) if b[0] == want => Ok(()),
-        Ok(1) => Err(format!("while waiting for {what}: got {:?}", b[0] as char).into()),
-        Ok(_) => Err(format!("while waiting for {what}: the other process hung up").into()),
-        Err(e) => Err(format!("while waiting for {what}: {e}").into()),
+    loop {
+        // A wait the kernel interrupted (a signal, or io_uring's task work, ends a socket
+        // read that has a timeout with EINTR) is waited again.
+        return match sock.read(&mut b) {
+            Ok(1) if b[0] == want => Ok(()),
+            Ok(1) => Err(format!("while waiting for {what}: got {:?}", b[0] as char).into()),
+            Ok(_) => Err(format!("while waiting for {what}: the other process hung up").into()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => Err(format!("while waiting for {what}: {e}").into()),
+        };
     }
 }
 
