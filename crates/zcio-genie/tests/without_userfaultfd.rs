@@ -170,3 +170,173 @@ fn a_write_into_shared_memory_sleeps_until_the_output_completes() {
         },
     );
 }
+
+/// The permissions `/proc/self/maps` gives the mapping at `addr` (`rw-p`, `r--s`, ...).
+fn perms_at(addr: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (span, perms) = (f.next().unwrap(), f.next().unwrap());
+        let (a, b) = span.split_once('-').unwrap();
+        let (a, b) = (
+            usize::from_str_radix(a, 16).unwrap(),
+            usize::from_str_radix(b, 16).unwrap(),
+        );
+        if a <= addr && addr < b {
+            return perms.to_string();
+        }
+    }
+    panic!("nothing is mapped at {addr:#x}")
+}
+
+/// A fresh private anonymous mapping of `len` bytes, filled as [`fill`] does with `seed`.
+fn anonymous_filled(len: usize, seed: u8) -> (usize, Vec<u8>) {
+    // SAFETY: a fresh private mapping; the tests unmap it themselves.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(at, libc::MAP_FAILED);
+    // SAFETY: the mapping above, `len` bytes, not aliased.
+    let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) };
+    fill(buf, seed);
+    (at as usize, buf.to_vec())
+}
+
+/// An output from a buffer the application made read-only: the receiver gets its bytes, and
+/// after the output the buffer is read-only still (the release gives back what the pages
+/// allowed before, not write access).
+#[test]
+fn a_read_only_buffer_stays_read_only_after_its_output() {
+    without_userfaultfd(
+        "a_read_only_buffer_stays_read_only_after_its_output",
+        Duration::from_secs(60),
+        || {
+            let len = 1 << 20;
+            let (at, want) = anonymous_filled(len, 5);
+            // SAFETY: the mapping made above; read-only from here on, as the test wants.
+            let rc = unsafe { libc::mprotect(at as *mut libc::c_void, len, libc::PROT_READ) };
+            assert_eq!(rc, 0);
+            assert_eq!(perms_at(at), "r--p");
+            // SAFETY: the mapping above, read only through this slice until the unmap.
+            let buf = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+            let (mut tx, mut rx) = forced_pair();
+            let receiver = std::thread::spawn(move || recv_copy(&mut rx, len));
+            let (t, acc) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            assert!(acc.path.to_string().contains("mprotect"), "{}", acc.path);
+            tx.wait(t).unwrap();
+            assert!(receiver.join().unwrap() == want, "the receiver's bytes");
+            assert_eq!(
+                perms_at(at),
+                "r--p",
+                "the output's release made a read-only buffer writable"
+            );
+            // SAFETY: the mapping made above; nothing uses it any more.
+            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+        },
+    );
+}
+
+/// The application unmaps a buffer under output and maps other memory (a read-only view of a
+/// memory file) at its address: the receiver still gets the data of the call, and the output's
+/// release leaves the new mapping as the application made it.
+#[test]
+fn a_buffer_replaced_during_its_output_is_left_alone_at_the_release() {
+    without_userfaultfd(
+        "a_buffer_replaced_during_its_output_is_left_alone_at_the_release",
+        Duration::from_secs(60),
+        || {
+            let len = 1 << 20;
+            let (at, want) = anonymous_filled(len, 9);
+            // SAFETY: the mapping above, read only through this slice, for the call.
+            let buf = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+            let (mut tx, mut rx) = forced_pair();
+            let (t, acc) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            assert!(acc.path.to_string().contains("mprotect"), "{}", acc.path);
+            let fd = zcio_vm::mapping::memfd("zcio-test-replacement", len).unwrap();
+            // SAFETY: the application's own buffer, unmapped under its output (a misuse the
+            // output survives: it holds the pages), and a read-only view of our memory file
+            // mapped in its place.
+            let again = unsafe {
+                libc::munmap(at as *mut libc::c_void, len);
+                libc::mmap(
+                    at as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    0,
+                )
+            };
+            assert_eq!(again as usize, at);
+            assert_eq!(perms_at(at), "r--s");
+            let got = recv_copy(&mut rx, len);
+            tx.wait(t).unwrap();
+            assert!(got == want, "the receiver's bytes");
+            assert_eq!(
+                perms_at(at),
+                "r--s",
+                "the output's release changed the memory mapped in the buffer's place"
+            );
+            // SAFETY: the replacement mapping; nothing uses it any more.
+            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+        },
+    );
+}
+
+/// Two outputs of one buffer: when the first completes, the second still protects the buffer,
+/// so a write then gets a copy and the second output's receiver sees the data of its call; and
+/// once both complete, the buffer is writable again.
+#[test]
+fn a_buffer_under_two_outputs_stays_protected_until_both_complete() {
+    without_userfaultfd(
+        "a_buffer_under_two_outputs_stays_protected_until_both_complete",
+        Duration::from_secs(60),
+        || {
+            let len = 64 << 10;
+            let (at, want) = anonymous_filled(len, 11);
+            // SAFETY: the mapping above; this slice is the only access until the write below,
+            // made after both sends returned (as a single-threaded application would).
+            let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) };
+            let (mut tx, mut rx) = forced_pair();
+            let (t1, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            let (t2, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            assert!(
+                recv_copy(&mut rx, len) == want,
+                "the first receiver's bytes"
+            );
+            tx.wait(t1).unwrap();
+            assert_eq!(
+                perms_at(at),
+                "r--p",
+                "the second output's protection was lifted"
+            );
+            buf.fill(0xEE);
+            assert!(
+                recv_copy(&mut rx, len) == want,
+                "the second output's receiver saw a write made after its call"
+            );
+            tx.wait(t2).unwrap();
+            assert!(buf.iter().all(|&b| b == 0xEE), "the writer's own bytes");
+            // Again without a write: once both complete, the buffer is writable as before
+            // (the second output was protected over the first's protection).
+            let want = buf.to_vec();
+            let (t1, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            let (t2, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
+            for t in [t1, t2] {
+                assert!(recv_copy(&mut rx, len) == want, "a receiver's bytes");
+                tx.wait(t).unwrap();
+            }
+            assert_eq!(perms_at(at), "rw-p", "the buffer stayed read-only");
+            buf.fill(0x11);
+            // SAFETY: the mapping made above; nothing uses it any more.
+            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+        },
+    );
+}

@@ -15,6 +15,13 @@
 //! single-threaded application must reap from another thread; a system call that writes into a
 //! protected buffer gets `EFAULT` instead of waiting; each protected range splits the
 //! application's mapping (merged back on release).
+//!
+//! The release gives the pages back the access they had before (read-only memory stays
+//! read-only), and only where `/proc/self/maps` shows the same memory still there and still
+//! protected: a buffer the application unmapped under its output, and whatever it mapped in
+//! its place, are left alone. Anonymous memory cannot be told apart from anonymous memory
+//! mapped again at the same address with the same protection; that is the limit of this
+//! tracking (userfaultfd reports unmaps; this mode has no such report).
 
 use crate::error::{Result, VmError};
 use crate::page::RawRange;
@@ -236,47 +243,114 @@ fn wake(e: &Entry) {
     }
 }
 
-/// Whether every page of `r` is private anonymous memory (a copy may replace it), from
-/// `/proc/self/maps`.
-fn private_anonymous(r: RawRange) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
-    };
-    let mut covered = r.addr;
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(span), Some(perms), Some(_off), Some(_dev), Some(inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            return false;
-        };
-        let path = f.next().unwrap_or("");
-        let Some((a, b)) = span.split_once('-') else {
-            return false;
-        };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
-            return false;
-        };
-        if b <= covered || a >= r.end() {
-            continue;
-        }
-        let anonymous = inode == "0" && !path.starts_with('/');
-        if a > covered || !perms.ends_with('p') || !anonymous {
-            return false;
-        }
-        covered = b;
-        if covered >= r.end() {
-            return true;
+/// One mapping of `/proc/self/maps` within a range, clipped to it.
+#[derive(Clone, Debug)]
+struct Span {
+    start: usize,
+    end: usize,
+    writable: bool,
+    private: bool,
+    anonymous: bool,
+    /// What it maps: device, inode and path.
+    what: String,
+}
+
+impl Span {
+    fn range(&self) -> RawRange {
+        RawRange {
+            addr: self.start,
+            len: self.end - self.start,
         }
     }
-    false
+}
+
+/// The mappings of `/proc/self/maps` that overlap `r`, clipped to it, in address order.
+fn spans_in(r: RawRange) -> Option<Vec<Span>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (span, perms, _off, dev, inode) =
+            (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        let path = f.collect::<Vec<_>>().join(" ");
+        let (a, b) = span.split_once('-')?;
+        let (a, b) = (
+            usize::from_str_radix(a, 16).ok()?,
+            usize::from_str_radix(b, 16).ok()?,
+        );
+        if b <= r.addr || a >= r.end() {
+            continue;
+        }
+        let p = perms.as_bytes();
+        out.push(Span {
+            start: a.max(r.addr),
+            end: b.min(r.end()),
+            writable: p.get(1) == Some(&b'w'),
+            private: p.get(3) == Some(&b'p'),
+            anonymous: inode == "0" && !path.starts_with('/'),
+            what: format!("{dev} {inode} {path}"),
+        });
+    }
+    Some(out)
+}
+
+/// Whether `spans` cover all of `r`, without a hole.
+fn covers(spans: &[Span], r: RawRange) -> bool {
+    let mut covered = r.addr;
+    for s in spans {
+        if s.start > covered {
+            return false;
+        }
+        covered = covered.max(s.end);
+    }
+    covered >= r.end()
+}
+
+/// Each protected output's mappings as they were before zcio protected them (writable or
+/// not), by output: what its release restores, and only where the same memory is still there.
+/// Not read by the signal handler.
+static ORIGINALS: std::sync::Mutex<Vec<(u64, Vec<Span>)>> = std::sync::Mutex::new(Vec::new());
+
+fn originals() -> std::sync::MutexGuard<'static, Vec<(u64, Vec<Span>)>> {
+    ORIGINALS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The pieces of `r` that no span of `others` mapping the same memory covers.
+fn outside(r: RawRange, what: &str, others: &[&Span]) -> Vec<RawRange> {
+    let mut pieces = vec![r];
+    for o in others.iter().filter(|o| o.what == what) {
+        let mut next = Vec::new();
+        for p in pieces {
+            match p.intersect(&o.range()) {
+                None => next.push(p),
+                Some(i) => {
+                    if i.addr > p.addr {
+                        next.push(RawRange {
+                            addr: p.addr,
+                            len: i.addr - p.addr,
+                        });
+                    }
+                    if i.end() < p.end() {
+                        next.push(RawRange {
+                            addr: i.end(),
+                            len: p.end() - i.end(),
+                        });
+                    }
+                }
+            }
+        }
+        pieces = next;
+    }
+    pieces
 }
 
 /// Write-protect the full pages `r` of output `id` with `mprotect`, registering them for TCOW by
-/// copy (private anonymous memory) or sleep-on-write (any other).
+/// copy (private anonymous memory) or sleep-on-write (any other), and record what the range's
+/// mappings allowed before, for [`unprotect`].
 pub(crate) fn protect(id: u64, r: RawRange) -> Result<()> {
     install();
-    let private = private_anonymous(r);
+    let mut spans = spans_in(r).unwrap_or_default();
+    let private = covers(&spans, r) && spans.iter().all(|s| s.private && s.anonymous);
     let slot = TABLE
         .iter()
         .find(|e| {
@@ -289,6 +363,21 @@ pub(crate) fn protect(id: u64, r: RawRange) -> Result<()> {
             value: ENTRIES + 1,
             limit: ENTRIES,
         })?;
+    {
+        let mut orig = originals();
+        // A piece another output protects now is read-only because of it: what it was before
+        // is in that output's record.
+        for s in spans.iter_mut().filter(|s| !s.writable) {
+            if let Some(o) = orig
+                .iter()
+                .flat_map(|(_, v)| v)
+                .find(|o| o.what == s.what && o.range().intersect(&s.range()).is_some())
+            {
+                s.writable = o.writable;
+            }
+        }
+        orig.push((id, spans));
+    }
     slot.start.store(r.addr, Ordering::Relaxed);
     slot.end.store(r.end(), Ordering::Relaxed);
     slot.id.store(id, Ordering::Relaxed);
@@ -297,17 +386,50 @@ pub(crate) fn protect(id: u64, r: RawRange) -> Result<()> {
     // SAFETY: the range is the full pages of a buffer the caller handed over for output;
     // read-only access is the point (a write faults into the handler, which copies or sleeps).
     if let Err(e) = unsafe { crate::protect::set_access(r, crate::protect::Access::ReadOnly) } {
+        originals().retain(|(o, _)| *o != id);
         slot.state.store(FREE, Ordering::Release);
         return Err(e);
     }
     Ok(())
 }
 
-/// Restore write access to `runs` and wake writers sleeping on output `id`.
+/// Give `runs` of output `id` back the write access they had before it was protected, and wake
+/// writers sleeping on it. Only what is still the memory the output protected, and still
+/// read-only, is touched: a range the application unmapped (and maybe mapped again with other
+/// memory), one the handler replaced by a writable copy, one that was read-only before, and a
+/// piece another pending output protects are left as they are.
 pub(crate) fn unprotect(id: u64, runs: &[RawRange]) {
-    for r in runs {
-        // SAFETY: restoring read-write access to pages this output protected.
-        let _ = unsafe { crate::protect::set_access(*r, crate::protect::Access::ReadWrite) };
+    {
+        let mut orig = originals();
+        let mine = orig
+            .iter()
+            .position(|(o, _)| *o == id)
+            .map(|i| orig.swap_remove(i).1)
+            .unwrap_or_default();
+        let others: Vec<&Span> = orig.iter().flat_map(|(_, v)| v).collect();
+        for r in runs {
+            for now in spans_in(*r).unwrap_or_default() {
+                if now.writable {
+                    continue;
+                }
+                for o in mine
+                    .iter()
+                    .filter(|o| o.writable && o.what == now.what && o.private == now.private)
+                {
+                    let Some(piece) = o.range().intersect(&now.range()) else {
+                        continue;
+                    };
+                    for p in outside(piece, &now.what, &others) {
+                        // SAFETY: restoring the write access these pages had before this
+                        // output protected them; they are still the same memory, as
+                        // `/proc/self/maps` says, and no other output protects them.
+                        let _ = unsafe {
+                            crate::protect::set_access(p, crate::protect::Access::ReadWrite)
+                        };
+                    }
+                }
+            }
+        }
     }
     for e in TABLE.iter() {
         let state = e.state.load(Ordering::Acquire);
