@@ -247,7 +247,7 @@ fn originate_device(copied: bool, s: Stream, sock: &mut UnixStream) -> Result<f6
     match wrote {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(e.into()),
-        Err(_) => return Err(BenchError::Argument("the device thread panicked".into())),
+        Err(_) => return Err(std::io::Error::other("the device thread panicked").into()),
     }
     let ns = start.expect("count > 0").elapsed().as_nanos() as f64 / s.count as f64;
     if let Some(src) = src {
