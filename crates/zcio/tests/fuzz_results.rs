@@ -39,6 +39,9 @@ const SCHEMA_REGRESSIONS: &[u64] = &[
     0xfda7_0b68_0000_0d22,
     // A VMMR row of so many granules that their bytes overflowed in the copy prediction.
     0xc0eb_bdae_0001_0000,
+    // A plot whose values spanned so little that the axis step rounded to zero, and its
+    // tick count overflowed.
+    0x0975_ec19_0001_0000,
 ];
 
 /// What a loaded value must allow: its documents, and loading again from its JSON.

@@ -336,9 +336,23 @@ fn linear_axis(min: f64, max: f64) -> Axis {
     }
     hi += pad;
     let step = nice_step(hi - lo, 6.0);
-    lo = (lo / step).floor() * step;
-    hi = (hi / step).ceil() * step;
-    let n = ((hi - lo) / step).round() as i64;
+    let (a, b) = ((lo / step).floor() * step, (hi / step).ceil() * step);
+    let n = ((b - a) / step).round();
+    if !(step > 0.0 && a.is_finite() && b.is_finite() && (0.0..=100.0).contains(&n)) {
+        // A span at the ends of what a double holds (one that overflows, or so small next to
+        // its values that whole steps cannot be counted): the axis keeps its ends and draws
+        // no ticks between them.
+        return Axis {
+            lo,
+            hi,
+            bold: [lo, hi].into_iter().filter(|x| x.is_finite()).collect(),
+            light: Vec::new(),
+            scale: Scale::Linear,
+            step: 0.0,
+        };
+    }
+    (lo, hi) = (a, b);
+    let n = n as i64;
     let bold: Vec<f64> = (0..=n).map(|i| lo + i as f64 * step).collect();
     let light: Vec<f64> = (0..n).map(|i| lo + (i as f64 + 0.5) * step).collect();
     Axis {
@@ -425,7 +439,9 @@ fn tick_label(v: f64, a: &Axis) -> String {
         // 3 significant digits.
         Scale::Log => (2 - scaled.abs().log10().floor() as i32).max(0),
         // As many as the step needs.
-        Scale::Linear => (-(a.step / div).log10().floor() as i32).max(0),
+        Scale::Linear if a.step > 0.0 => (-(a.step / div).log10().floor() as i32).clamp(0, 12),
+        // An axis without ticks between its ends: its ends to 3 significant digits.
+        Scale::Linear => (2 - scaled.abs().log10().floor() as i32).clamp(0, 12),
     }
     .min(9) as usize;
     let mut s = format!("{scaled:.decimals$}");
