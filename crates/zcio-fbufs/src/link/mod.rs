@@ -43,7 +43,10 @@
 //!   a forwarder that dies without a goodbye leaves what it held quarantined, not reused,
 //!   until every process downstream of it has ended, since those may still be reading it
 //!   ([`OriginatorEnd::quarantined`]). A downstream process in another pid namespace cannot
-//!   be watched, and is not waited for.
+//!   be watched, and is not waited for. A forwarder that announces no one (one not built on
+//!   [`Forwarder`], or a hostile one) is taken for a last receiver: what it held is reused
+//!   when it dies, and only the processes it forwarded to, which trust it with all they
+//!   receive, can read the recycled bytes.
 //! - An end that closes its link in order says goodbye first (a frame of its own): dropping an
 //!   [`OriginatorEnd`] or a [`ReceiverEnd`] does, and so does a [`Forwarder`] whose run ended
 //!   well. A socket that closes without it lost its process (killed, crashed) or an end that
