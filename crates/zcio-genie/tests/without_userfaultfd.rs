@@ -189,26 +189,6 @@ fn perms_at(addr: usize) -> String {
     panic!("nothing is mapped at {addr:#x}")
 }
 
-/// A fresh private anonymous mapping of `len` bytes, filled as [`fill`] does with `seed`.
-fn anonymous_filled(len: usize, seed: u8) -> (usize, Vec<u8>) {
-    // SAFETY: a fresh private mapping; the tests unmap it themselves.
-    let at = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(at, libc::MAP_FAILED);
-    // SAFETY: the mapping above, `len` bytes, not aliased.
-    let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) };
-    fill(buf, seed);
-    (at as usize, buf.to_vec())
-}
-
 /// An output from a buffer the application made read-only: the receiver gets its bytes, and
 /// after the output the buffer is read-only still (the release gives back what the pages
 /// allowed before, not write access).
@@ -219,13 +199,13 @@ fn a_read_only_buffer_stays_read_only_after_its_output() {
         Duration::from_secs(60),
         || {
             let len = 1 << 20;
-            let (at, want) = anonymous_filled(len, 5);
+            let (m, want) = filled(len, 5);
+            let at = m.addr();
             // SAFETY: the mapping made above; read-only from here on, as the test wants.
             let rc = unsafe { libc::mprotect(at as *mut libc::c_void, len, libc::PROT_READ) };
             assert_eq!(rc, 0);
             assert_eq!(perms_at(at), "r--p");
-            // SAFETY: the mapping above, read only through this slice until the unmap.
-            let buf = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+            let buf = m.as_slice();
             let (mut tx, mut rx) = forced_pair();
             let receiver = std::thread::spawn(move || recv_copy(&mut rx, len));
             let (t, acc) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
@@ -237,8 +217,6 @@ fn a_read_only_buffer_stays_read_only_after_its_output() {
                 "r--p",
                 "the output's release made a read-only buffer writable"
             );
-            // SAFETY: the mapping made above; nothing uses it any more.
-            unsafe { libc::munmap(at as *mut libc::c_void, len) };
         },
     );
 }
@@ -253,9 +231,9 @@ fn a_buffer_replaced_during_its_output_is_left_alone_at_the_release() {
         Duration::from_secs(60),
         || {
             let len = 1 << 20;
-            let (at, want) = anonymous_filled(len, 9);
-            // SAFETY: the mapping above, read only through this slice, for the call.
-            let buf = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+            let (m, want) = filled(len, 9);
+            let at = m.addr();
+            let buf = m.as_slice();
             let (mut tx, mut rx) = forced_pair();
             let (t, acc) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
             assert!(acc.path.to_string().contains("mprotect"), "{}", acc.path);
@@ -284,8 +262,8 @@ fn a_buffer_replaced_during_its_output_is_left_alone_at_the_release() {
                 "r--s",
                 "the output's release changed the memory mapped in the buffer's place"
             );
-            // SAFETY: the replacement mapping; nothing uses it any more.
-            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+            // Dropping `m` unmaps the replacement, which lies where the buffer was.
+            drop(m);
         },
     );
 }
@@ -300,10 +278,9 @@ fn a_buffer_under_two_outputs_stays_protected_until_both_complete() {
         Duration::from_secs(60),
         || {
             let len = 64 << 10;
-            let (at, want) = anonymous_filled(len, 11);
-            // SAFETY: the mapping above; this slice is the only access until the write below,
-            // made after both sends returned (as a single-threaded application would).
-            let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) };
+            let (mut m, want) = filled(len, 11);
+            let at = m.addr();
+            let buf = m.as_mut_slice();
             let (mut tx, mut rx) = forced_pair();
             let (t1, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
             let (t2, _) = tx.send(Semantics::EmulatedCopy, buf).unwrap();
@@ -335,8 +312,6 @@ fn a_buffer_under_two_outputs_stays_protected_until_both_complete() {
             }
             assert_eq!(perms_at(at), "rw-p", "the buffer stayed read-only");
             buf.fill(0x11);
-            // SAFETY: the mapping made above; nothing uses it any more.
-            unsafe { libc::munmap(at as *mut libc::c_void, len) };
         },
     );
 }

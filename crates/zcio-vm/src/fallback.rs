@@ -407,16 +407,27 @@ pub(crate) fn unprotect(id: u64, runs: &[RawRange]) {
             .map(|i| orig.swap_remove(i).1)
             .unwrap_or_default();
         let others: Vec<&Span> = orig.iter().flat_map(|(_, v)| v).collect();
+        // One reading of `/proc/self/maps` for all the runs.
+        let lo = runs.iter().map(|r| r.addr).min().unwrap_or(0);
+        let hi = runs.iter().map(|r| r.end()).max().unwrap_or(0);
+        let now_all = match hi > lo {
+            true => spans_in(RawRange {
+                addr: lo,
+                len: hi - lo,
+            })
+            .unwrap_or_default(),
+            false => Vec::new(),
+        };
         for r in runs {
-            for now in spans_in(*r).unwrap_or_default() {
-                if now.writable {
+            for now in now_all.iter().filter(|s| !s.writable) {
+                let Some(now_in_run) = now.range().intersect(r) else {
                     continue;
-                }
+                };
                 for o in mine
                     .iter()
                     .filter(|o| o.writable && o.what == now.what && o.private == now.private)
                 {
-                    let Some(piece) = o.range().intersect(&now.range()) else {
+                    let Some(piece) = o.range().intersect(&now_in_run) else {
                         continue;
                     };
                     for p in outside(piece, &now.what, &others) {

@@ -90,20 +90,21 @@ pub fn findings(r: &Results) -> Vec<String> {
             s / f
         ));
     }
-    let device = device_ratios(rows);
-    let word_device = || device.iter().filter(|r| r.1 == t);
-    if let Some(&(s, _, d, c, apart)) = word_device()
-        .find(|r| r.0 == 1 << 20)
-        .or_else(|| word_device().max_by_key(|r| r.0))
+    let device = device_pairs(rows);
+    let word_device = || device.iter().filter(|(d, _)| d.touch == t);
+    if let Some((d, c)) = word_device()
+        .find(|(d, _)| d.bytes == 1 << 20)
+        .or_else(|| word_device().max_by_key(|(d, _)| d.bytes))
     {
+        let (dn, cn) = (d.ns_per_message, c.ns_per_message);
         out.push(format!(
             "Fbufs a device originates, one word touched per page: at {}, a message from a socket received straight into fbufs takes {} µs, and {} µs read into a buffer and copied into them: {:.2}× {}{}.",
-            size(s),
-            us(d),
-            us(c),
-            c / d.max(1e-9),
-            if c > d { "faster straight" } else { "slower straight: the saved copy does not show here" },
-            if apart { "" } else { ", though the rounds' ranges overlap" }
+            size(d.bytes),
+            us(dn),
+            us(cn),
+            cn / dn.max(1e-9),
+            if cn > dn { "faster straight" } else { "slower straight: the saved copy does not show here" },
+            if ranges_overlap(d, c) { ", though the rounds' ranges overlap" } else { "" }
         ));
     }
     if let Some((small, big)) = compared_sizes(rows) {
@@ -134,7 +135,7 @@ pub fn findings(r: &Results) -> Vec<String> {
 /// Which of cached/volatile fbufs (`f`) and iceoryx2 (`i`), measured at the same size, was
 /// faster and by how much, and whether the rounds' ranges overlap.
 fn faster(f: &crate::lab::fbufs::measure::Row, i: &crate::lab::fbufs::measure::Row) -> String {
-    let overlap = f.spread_ns[0].max(i.spread_ns[0]) <= f.spread_ns[1].min(i.spread_ns[1]);
+    let overlap = ranges_overlap(f, i);
     let mut s = if f.ns_per_message <= i.ns_per_message {
         format!(
             "cached/volatile fbufs {:.1}× faster",
@@ -186,9 +187,22 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     b
 }
 
-/// The device-originated fbufs against the same data copied into fbufs, per size and touch:
-/// the time per message (median and rounds' range) and the ratio.
-fn device_ratios(rows: &[crate::lab::fbufs::measure::Row]) -> Vec<(usize, &str, f64, f64, bool)> {
+/// Whether the rounds' ranges of two rows overlap.
+fn ranges_overlap(
+    a: &crate::lab::fbufs::measure::Row,
+    b: &crate::lab::fbufs::measure::Row,
+) -> bool {
+    a.spread_ns[0].max(b.spread_ns[0]) <= a.spread_ns[1].min(b.spread_ns[1])
+}
+
+/// The device-originated fbufs beside the same data copied into fbufs (straight, copied), per
+/// touch and size measured for both.
+fn device_pairs(
+    rows: &[crate::lab::fbufs::measure::Row],
+) -> Vec<(
+    &crate::lab::fbufs::measure::Row,
+    &crate::lab::fbufs::measure::Row,
+)> {
     let mut out = Vec::new();
     for t in ["word-per-page", "every-byte"] {
         for s in sizes(rows) {
@@ -197,8 +211,7 @@ fn device_ratios(rows: &[crate::lab::fbufs::measure::Row]) -> Vec<(usize, &str, 
                     .find(|x| x.variant == v && x.touch == t && x.bytes == s)
             };
             if let (Some(d), Some(c)) = (row(FROM_DEVICE), row(COPIED_IN)) {
-                let apart = d.spread_ns[1] < c.spread_ns[0] || c.spread_ns[1] < d.spread_ns[0];
-                out.push((s, t, d.ns_per_message, c.ns_per_message, apart));
+                out.push((d, c));
             }
         }
     }
@@ -206,42 +219,49 @@ fn device_ratios(rows: &[crate::lab::fbufs::measure::Row]) -> Vec<(usize, &str, 
 }
 
 /// Fbufs a device originates: the section's part for them (nothing unless both were measured
-/// at some size).
+/// at some size): the time per message (median and rounds' range) and the ratio.
 fn device_blocks(rows: &[crate::lab::fbufs::measure::Row]) -> Vec<Block> {
-    let ratios = device_ratios(rows);
-    if ratios.is_empty() {
+    let pairs = device_pairs(rows);
+    if pairs.is_empty() {
         return Vec::new();
     }
-    let fmt = |ns: f64, v: &str, s: usize, t: &str| {
-        let r = rows
-            .iter()
-            .find(|x| x.variant == v && x.touch == t && x.bytes == s);
-        r.map_or(us(ns), |r| {
-            format!("{} ({}-{})", us(ns), us(r.spread_ns[0]), us(r.spread_ns[1]))
-        })
+    let cell = |r: &crate::lab::fbufs::measure::Row| {
+        format!(
+            "{} ({}-{})",
+            us(r.ns_per_message),
+            us(r.spread_ns[0]),
+            us(r.spread_ns[1])
+        )
     };
-    let body = ratios
+    let body = pairs
         .iter()
-        .map(|&(s, t, d, c, apart)| {
+        .map(|(d, c)| {
             vec![
-                size(s),
-                t.to_string(),
-                fmt(d, FROM_DEVICE, s, t),
-                fmt(c, COPIED_IN, s, t),
+                size(d.bytes),
+                d.touch.clone(),
+                cell(d),
+                cell(c),
                 format!(
                     "{:.2}{}",
-                    c / d.max(1e-9),
-                    if apart { "" } else { " (ranges overlap)" }
+                    c.ns_per_message / d.ns_per_message.max(1e-9),
+                    if ranges_overlap(d, c) {
+                        " (ranges overlap)"
+                    } else {
+                        ""
+                    }
                 ),
             ]
         })
         .collect();
-    let won = ratios.iter().filter(|r| r.3 > r.2).count();
+    let won = pairs
+        .iter()
+        .filter(|(d, c)| c.ns_per_message > d.ns_per_message)
+        .count();
     vec![
         h(3, "Fbufs a device originates"),
         p(format!(
             "The paper's originator is often a device driver, whose input lands in fbufs and travels up the path without a copy. Here the device is a socket, written by a thread of the originating process that makes each message as the other originators do: `{FROM_DEVICE}` receives it straight into a cached/volatile fbuf through an io_uring provided-buffer ring whose buffers are the path's fbufs, and sends the fbuf on untouched; `{COPIED_IN}` reads it into a private buffer and copies it into an fbuf, as an originator without device-originated fbufs must. Both then pass the fbuf to the receiver, which checks every message as for the other contenders. The kernel copies from its socket buffers into the fbuf either way (Linux has no DMA into a user-chosen buffer for a socket receive): what device-originated fbufs save is the copy in user space. The device's own writing runs on the same two CPUs as both processes. Received straight into fbufs, a message took less time than copied into them in {won} of {} comparisons.",
-            ratios.len()
+            pairs.len()
         )),
         table(
             "Time per message (µs, median and rounds' range) of a device's messages into fbufs",
