@@ -81,7 +81,21 @@ pub struct TransferArgs {
     #[arg(long)]
     #[serde(default)]
     pub no_recycle: bool,
+    /// Application buffers the receiver reads into in turn (message i into buffer i mod N;
+    /// application-allocated semantics): an application that keeps its last N-1 messages
+    /// while the next one arrives. Each input then lands in memory last used N messages
+    /// earlier, as emulated copy's staging pages are with one buffer (2).
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "one")]
+    pub receiver_buffers: usize,
 }
+
+fn one() -> usize {
+    1
+}
+
+/// Most `--receiver-buffers`.
+pub const MAX_RECEIVER_BUFFERS: usize = 16;
 
 impl TransferArgs {
     /// A memory-network transfer of `count` messages of `bytes` under `semantics`, with the
@@ -106,6 +120,7 @@ impl TransferArgs {
             app_work_ns: 0,
             huge: false,
             no_recycle: false,
+            receiver_buffers: 1,
         }
     }
 }
@@ -123,6 +138,7 @@ impl TransferArgs {
             ("--count", self.count.to_string()),
             ("--seed", self.seed.to_string()),
             ("--app-work-ns", self.app_work_ns.to_string()),
+            ("--receiver-buffers", self.receiver_buffers.to_string()),
         ] {
             v.push(flag.into());
             v.push(value);
@@ -160,6 +176,13 @@ impl TransferArgs {
                 "invalid argument `--count`: 0: a transfer sends at least one message".into(),
             );
         }
+        if !(1..=MAX_RECEIVER_BUFFERS).contains(&self.receiver_buffers) {
+            return Err(format!(
+                "invalid argument `--receiver-buffers`: {}: the receiver reads into 1 to {MAX_RECEIVER_BUFFERS} buffers in turn",
+                self.receiver_buffers
+            )
+            .into());
+        }
         // Each end maps its buffer with the offset and a page (or a huge page) of slack, in
         // one mapping, which the kernel refuses beyond the machine's memory and swap.
         let (limit, what) = match mem_info("MemTotal:").zip(mem_info("SwapTotal:")) {
@@ -193,8 +216,9 @@ impl TransferArgs {
         }
     }
 
-    /// The memory both ends' buffers take at most: each end's buffer mapping (all of it with
-    /// `--huge`, which populates it), and for the system-allocated semantics a region per end.
+    /// The memory both ends' buffers take at most: each buffer mapping (all of it with
+    /// `--huge`, which populates it; the sender's one and the receiver's `--receiver-buffers`),
+    /// and for the system-allocated semantics a region per end.
     fn memory_needed(&self) -> usize {
         let buffer = if self.huge {
             self.offset + self.bytes + self.slack()
@@ -205,7 +229,7 @@ impl TransferArgs {
             Allocation::System => 2 * self.bytes,
             Allocation::Application => 0,
         };
-        2 * buffer + regions
+        (1 + self.receiver_buffers) * buffer + regions
     }
 }
 

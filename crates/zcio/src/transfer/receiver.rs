@@ -70,7 +70,10 @@ pub fn peer(connect: &Path) -> Res<()> {
             InputBuffering::PooledUnaligned if a.offset == 0 => 512,
             _ => a.offset,
         };
-        let mut buf = Buf::new(a.bytes, off, a.huge)?;
+        let mut bufs = (0..a.receiver_buffers.max(1))
+            .map(|_| Buf::new(a.bytes, off, a.huge))
+            .collect::<Res<Vec<Buf>>>()?;
+        let n_bufs = bufs.len();
         let mut scratch = Vec::new();
         zcio_genie::breakdown::enable(a.breakdown);
         for i in 0..a.count {
@@ -100,6 +103,7 @@ pub fn peer(connect: &Path) -> Res<()> {
                 }
                 (acc, bad)
             } else {
+                let buf = &mut bufs[i % n_bufs];
                 let acc = match &mut input {
                     In::M(m) => m.recv(a.semantics, buf.get(), a.input)?.1,
                     In::S(s) => s.recv(a.semantics, buf.get(), a.input)?,

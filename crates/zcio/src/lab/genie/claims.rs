@@ -185,6 +185,7 @@ fn huge_claims(g: &GenieResults) -> Vec<Claim> {
             verdict: Verdict::of(h.ec_over_es_worst.map(|r| r <= 1.1)),
             why: match h.ec_over_es_worst {
                 Some(r) if r <= 1.1 => "within 1.1× at every length: zcio's target".into(),
+                Some(_) if h.staging_explains == Some(true) => "more than 1.1× at some length: zcio's target missed; emulated share into two buffers in turn loses half of it or more, so that much is the staging's second set of pages".into(),
                 Some(_) => "more than 1.1× at some length: zcio's target missed".into(),
                 None => "not both measured".into(),
             },

@@ -244,6 +244,10 @@ pub struct GenieResults {
     /// Figure 4 at 2 MiB: CPU time per transfer with huge-page buffers.
     #[serde(default)]
     pub huge_cpu: Vec<Point>,
+    /// The 2 MiB series' control: emulated share into two receiving buffers in turn, so that
+    /// each input lands in memory last used two messages earlier, as emulated copy's staging.
+    #[serde(default)]
+    pub huge_two_buffers: Vec<Point>,
     /// Why the 2 MiB series could not be measured here (huge pages unavailable), if so.
     #[serde(default)]
     pub huge_unavailable: Option<String>,
