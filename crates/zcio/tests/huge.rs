@@ -71,3 +71,28 @@ fn where_huge_pages_are_off_the_4k_paths_carry_the_data_and_say_why() {
         }
     }
 }
+
+#[test]
+fn a_receiver_reading_into_buffers_in_turn_gets_every_message_in_its_buffer() {
+    if let Some(why) = zcio_vm::huge::unavailable_reason() {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
+        return;
+    }
+    // Twenty messages into three buffers in turn: every buffer is swapped into (emulated
+    // copy) or read in place (emulated share) several times, and each message is checked in
+    // the buffer it arrived in.
+    for sem in ["emulated-copy", "emulated-share"] {
+        let v = transfer(None, sem, &["--receiver-buffers", "3"]);
+        assert_eq!(v["verified"], true, "{sem}: {v}");
+        assert_eq!(v["granule"], "2m", "{sem}: {}", v["path"]);
+        assert_eq!(v["cpu_copied_bytes"], 0, "{sem}: {}", v["path"]);
+    }
+    let out = common::zcio()
+        .args(["transfer", "--semantics", "copy", "--bytes", "4096"])
+        .args(["--receiver-buffers", "17"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`--receiver-buffers`: 17"), "{err}");
+}
