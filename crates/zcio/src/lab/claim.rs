@@ -73,9 +73,27 @@ pub fn times(r: Option<f64>) -> String {
     r.map_or_else(|| "not measured".into(), |r| format!("{r:.2}×"))
 }
 
+/// A ratio judged against `limit`, as [`times`] does, with a third decimal where two would
+/// show it equal to the limit it is not (1.104× against 1.1, not 1.10×).
+pub fn times_near(r: Option<f64>, limit: f64) -> String {
+    match r {
+        Some(x) if x != limit && format!("{x:.2}") == format!("{limit:.2}") => format!("{x:.3}×"),
+        _ => times(r),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ratio_near_its_limit_shows_the_digit_that_tells_them_apart() {
+        assert_eq!(times_near(Some(1.1037), 1.1), "1.104×");
+        assert_eq!(times_near(Some(1.0961), 1.1), "1.096×");
+        assert_eq!(times_near(Some(1.1), 1.1), "1.10×");
+        assert_eq!(times_near(Some(1.1337), 1.1), "1.13×");
+        assert_eq!(times_near(None, 1.1), "not measured");
+    }
 
     #[test]
     fn ratios_need_two_finite_numbers_and_a_positive_divisor() {

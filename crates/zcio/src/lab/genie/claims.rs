@@ -2,7 +2,7 @@
 //! of copy at long messages, the non-copy semantics clustered, copy's CPU cost, and the
 //! breakdown model's accuracy; and the latency claims again with 2 MiB pages.
 
-use crate::lab::claim::{Claim, Shown, Verdict, over, times};
+use crate::lab::claim::{Claim, Shown, Verdict, over, times, times_near};
 use crate::lab::genie::measure::{GenieResults, Point, Thresholds};
 use crate::report::results::Results;
 use crate::report::text::size;
@@ -181,7 +181,7 @@ fn huge_claims(g: &GenieResults) -> Vec<Claim> {
             paper: "000",
             claim: "With 2 MiB pages: emulated copy performs close to emulated share".into(),
             paper_value: "1.04× at 60 KB".into(),
-            measured: format!("{} at worst", times(h.ec_over_es_worst)),
+            measured: format!("{} at worst", times_near(h.ec_over_es_worst, 1.1)),
             verdict: Verdict::of(h.ec_over_es_worst.map(|r| r <= 1.1)),
             why: match h.ec_over_es_worst {
                 Some(r) if r <= 1.1 => "within 1.1× at every length: zcio's target".into(),
@@ -195,7 +195,7 @@ fn huge_claims(g: &GenieResults) -> Vec<Claim> {
             paper: "000",
             claim: "With 2 MiB pages: copy is sharply slower than emulated copy".into(),
             paper_value: "1.6× at 60 KB".into(),
-            measured: format!("{} {at}", times(h.copy_over_ec)),
+            measured: format!("{} {at}", times_near(h.copy_over_ec, 1.2)),
             verdict: Verdict::of(h.copy_over_ec.map(|r| r > 1.2)),
             why: match h.copy_over_ec {
                 Some(r) if r > 1.2 => "moving whole huge pages costs less than copying".into(),
@@ -208,7 +208,7 @@ fn huge_claims(g: &GenieResults) -> Vec<Claim> {
             paper: "000",
             claim: "With 2 MiB pages: the non-copy semantics cluster".into(),
             paper_value: "within 1.05× at 60 KB".into(),
-            measured: format!("within {} {at}", times(h.spread)),
+            measured: format!("within {} {at}", times_near(h.spread, 1.3)),
             verdict: Verdict::of(h.spread.map(|s| s < 1.3)),
             why: match h.spread {
                 Some(s) if s < 1.3 => "their latencies lie within 1.3×".into(),
