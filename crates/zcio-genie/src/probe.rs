@@ -97,6 +97,20 @@ pub fn probe(dir: &Path) -> Probe {
         format!("{} bytes", zcio_vm::wire::pipe_max_size()),
     ));
     f.push(msg_zerocopy_feature());
+    f.push(match zcio_vm::protect::writable_check() {
+        zcio_vm::protect::WritableCheck::ProcmapQuery => feature(
+            "procmap-query",
+            "PROCMAP_QUERY",
+            true,
+            "the input access check looks up the mappings under a buffer, one call per mapping",
+        ),
+        other => feature(
+            "procmap-query",
+            "PROCMAP_QUERY",
+            false,
+            format!("the input access check is {other}: its cost grows with the buffer's pages"),
+        ),
+    });
     f.push(
         match rustix::process::pidfd_open(
             rustix::process::getpid(),

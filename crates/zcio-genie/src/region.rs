@@ -345,7 +345,7 @@ impl Drop for RegionCache {
 pub(crate) fn fill(region: &mut Region) -> Result<()> {
     let len = region.len();
     time(Op::RegionFill, || {
-        zcio_vm::protect::check_writable(&mut region.map.as_mut_slice()[..len])
+        zcio_vm::protect::populate_writable(&mut region.map.as_mut_slice()[..len])
     })?;
     Ok(())
 }

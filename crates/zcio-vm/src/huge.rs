@@ -11,7 +11,7 @@
 //! missing, [`scan`] says so ([`HugeScan::Unknown`]) and the callers take the 4 KiB paths.
 
 use crate::page::{HUGE_PAGE_SIZE, RawRange};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
 
 const PAGEMAP_SCAN: u64 = (3 << 30)
@@ -100,18 +100,13 @@ pub fn whole_pmds(r: RawRange) -> RawRange {
     r.aligned_within(HUGE_PAGE_SIZE)
 }
 
-fn pagemap() -> Result<&'static OwnedFd, String> {
-    static FD: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
-    FD.get_or_init(|| {
-        rustix::fs::open(
-            "/proc/self/pagemap",
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
+/// This process's `/proc/self/pagemap`.
+static PAGEMAP: crate::procself::SelfFile = crate::procself::SelfFile::new("/proc/self/pagemap");
+
+fn pagemap() -> Result<BorrowedFd<'static>, String> {
+    PAGEMAP
+        .get()
         .map_err(|e| format!("/proc/self/pagemap cannot be opened: {e}"))
-    })
-    .as_ref()
-    .map_err(|e| e.clone())
 }
 
 /// Which whole PMDs of `r` are PMD-mapped transparent huge pages now (one `PAGEMAP_SCAN`).
@@ -178,6 +173,9 @@ fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
     let n = unsafe { libc::ioctl(fd.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
     if n < 0 {
         let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EBADF) {
+            PAGEMAP.forget(); // closed behind zcio's back: reopened at the next scan
+        }
         return Err(format!(
             "PAGEMAP_SCAN is unavailable ({e}): huge pages cannot be told from base pages"
         ));
@@ -191,6 +189,48 @@ fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
         })
         .collect();
     Ok((runs, arg.walk_end as usize))
+}
+
+/// Whether every page of `r` (page-aligned, mapped) is present or swapped out now, so that no
+/// access to it can raise a missing-page fault (one `PAGEMAP_SCAN` that stops at the first page
+/// that is neither). `None` where the kernel cannot tell.
+pub fn all_present(r: RawRange) -> Option<bool> {
+    if r.is_empty() {
+        return Some(true);
+    }
+    let fd = pagemap().ok()?;
+    let mut region = [linux_raw_sys::general::page_region {
+        start: 0,
+        end: 0,
+        categories: 0,
+    }];
+    let here =
+        (linux_raw_sys::general::PAGE_IS_PRESENT | linux_raw_sys::general::PAGE_IS_SWAPPED) as u64;
+    // Pages with neither category: both inverted, both required.
+    let mut arg = linux_raw_sys::general::pm_scan_arg {
+        size: std::mem::size_of::<linux_raw_sys::general::pm_scan_arg>() as u64,
+        flags: 0,
+        start: r.addr as u64,
+        end: r.end() as u64,
+        walk_end: 0,
+        vec: region.as_mut_ptr() as u64,
+        vec_len: 1,
+        max_pages: 1,
+        category_inverted: here,
+        category_mask: here,
+        category_anyof_mask: 0,
+        return_mask: here,
+    };
+    // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most one page_region record into
+    // `region`, which outlives the call; it only reads this process's page tables.
+    let n = unsafe { libc::ioctl(fd.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+    if n < 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF) {
+            PAGEMAP.forget();
+        }
+        return None;
+    }
+    Some(n == 0)
 }
 
 /// Whether any page of `r` (page-aligned) lies in a PMD-mapped huge page now: one

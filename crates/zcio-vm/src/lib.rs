@@ -37,6 +37,7 @@ pub mod fallback;
 pub mod huge;
 pub mod mapping;
 pub mod page;
+mod procself;
 pub mod protect;
 pub mod remap;
 pub mod reserve;

@@ -82,28 +82,146 @@ fn populate_write_supported() -> bool {
     })
 }
 
+/// How [`check_writable`] checks an input buffer on this kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum WritableCheck {
+    /// The mappings under the buffer are looked up (`PROCMAP_QUERY` on `/proc/self/maps`,
+    /// Linux 6.11), and their pages' presence read from the page tables (`PAGEMAP_SCAN`): a
+    /// few calls whatever the buffer's length. Private anonymous memory whose pages are all
+    /// there is judged by its mapping's permission alone; any other (pages not there yet, a
+    /// file, shared memory, whose pages a write may not be able to have) is populated as
+    /// [`WritableCheck::PopulateWrite`] does.
+    ProcmapQuery,
+    /// Every page is faulted in writable (`MADV_POPULATE_WRITE`, Linux 5.14): the cost grows
+    /// with the buffer's pages.
+    PopulateWrite,
+    /// Neither is available: the check is skipped (the kernel's own `EFAULT` on system-call
+    /// input still applies).
+    Unchecked,
+}
+
+impl std::fmt::Display for WritableCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WritableCheck::ProcmapQuery => "procmap-query",
+            WritableCheck::PopulateWrite => "populate-write",
+            WritableCheck::Unchecked => "unchecked",
+        })
+    }
+}
+
+/// The check [`check_writable`] makes here (probed once). `ZCIO_VM_DISABLE=procmap` turns
+/// the mapping lookup off, to exercise the populating check on kernels that have both.
+pub fn writable_check() -> WritableCheck {
+    static CHECK: std::sync::OnceLock<WritableCheck> = std::sync::OnceLock::new();
+    *CHECK.get_or_init(|| {
+        let off = std::env::var(crate::runtime::DISABLE_ENV)
+            .is_ok_and(|v| v.split(',').any(|x| x.trim() == "procmap"));
+        if !off && maps::query(maps::probe_addr()).is_ok() {
+            WritableCheck::ProcmapQuery
+        } else if populate_write_supported() {
+            WritableCheck::PopulateWrite
+        } else {
+            WritableCheck::Unchecked
+        }
+    })
+}
+
 /// Check that every page of `buf` can be written, without writing it: Genie verifies access
 /// rights when it references the pages of an input (§3.1), so that an input into memory the
 /// application may not write fails with an error instead of a fault.
 ///
-/// Uses `madvise(MADV_POPULATE_WRITE)` (Linux 5.14), which faults the pages in writable and
-/// fails (`EINVAL` on a mapping without write permission, `EFAULT` or `ENOMEM` where a write
-/// would raise a signal or nothing is mapped). On older kernels the check is
-/// skipped (the kernel's own `EFAULT` on system-call input still applies).
+/// Where the kernel answers `PROCMAP_QUERY` ([`WritableCheck::ProcmapQuery`]), the mappings
+/// under the buffer are looked up: every byte must lie in a writable mapping. Where its pages
+/// are all there already (one `PAGEMAP_SCAN`, which walks the page tables without faulting
+/// anything in), that is the whole check. Mappings whose pages a write may fail to get even
+/// though the mapping is writable (a file mapped beyond its end, shared memory), and pages not
+/// there yet, are populated, as the input paths expect every page of the buffer present.
+/// Otherwise every page is populated writable with `madvise(MADV_POPULATE_WRITE)`
+/// ([`populate_writable`]).
 pub fn check_writable(buf: &mut [u8]) -> Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    if writable_check() != WritableCheck::ProcmapQuery {
+        return populate_writable(buf);
+    }
+    let ps = crate::page::page_size();
+    let start = buf.as_ptr() as usize & !(ps - 1);
+    let end = (buf.as_ptr() as usize + buf.len()).div_ceil(ps) * ps;
+    let refused = || VmError::NotWritable {
+        addr: buf.as_ptr() as usize,
+        len: buf.len(),
+    };
+    let mut at = start;
+    while at < end {
+        let vma = match maps::query(at) {
+            Ok(v) => v,
+            // Nothing mapped at `at`.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(refused()),
+            // The lookup failed (its descriptor closed by the program, say): populate the
+            // rest, which answers the same question page by page.
+            Err(_) => {
+                maps::forget();
+                return populate_range(at, end - at).map_err(|e| match e {
+                    VmError::NotWritable { .. } => refused(),
+                    e => e,
+                });
+            }
+        };
+        if !vma.writable {
+            return Err(refused());
+        }
+        let piece_end = vma.end.min(end);
+        // A page that is not there yet is faulted in, as a write would: the input paths read
+        // and write the application's pages while its range is registered with userfaultfd,
+        // where a missing page would be a fault for the runtime's handler to serve.
+        let piece = RawRange {
+            addr: at,
+            len: piece_end - at,
+        };
+        if !vma.private_anonymous || crate::huge::all_present(piece) != Some(true) {
+            populate_range(at, piece_end - at).map_err(|e| match e {
+                VmError::NotWritable { .. } => refused(),
+                e => e,
+            })?;
+        }
+        at = piece_end;
+    }
+    Ok(())
+}
+
+/// Fault every page of `buf` in writable (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14), which
+/// fails (`EINVAL` on a mapping without write permission, `EFAULT` or `ENOMEM` where a write
+/// would raise a signal or nothing is mapped): the access check of kernels without
+/// `PROCMAP_QUERY`, and the page allocation of a fresh region. On older kernels nothing is done
+/// (the kernel's own `EFAULT` on system-call input still applies).
+pub fn populate_writable(buf: &mut [u8]) -> Result<()> {
     if buf.is_empty() {
         return Ok(());
     }
     let ps = crate::page::page_size();
     let start = buf.as_ptr() as usize & !(ps - 1);
     let end = (buf.as_ptr() as usize + buf.len()).div_ceil(ps) * ps;
+    populate_range(start, end - start).map_err(|e| match e {
+        VmError::NotWritable { .. } => VmError::NotWritable {
+            addr: buf.as_ptr() as usize,
+            len: buf.len(),
+        },
+        e => e,
+    })
+}
+
+/// `MADV_POPULATE_WRITE` on the page-aligned range `[start, start + len)`, which covers memory
+/// the caller may write (a buffer it borrows mutably and the partial pages around it).
+fn populate_range(start: usize, len: usize) -> Result<()> {
     // SAFETY: MADV_POPULATE_WRITE never changes the contents of memory; it only faults pages in
-    // (breaking copy-on-write sharing, as a write would). The range covers `buf`, which we
-    // borrow mutably, and the partial pages around it, whose contents stay as they are.
+    // (breaking copy-on-write sharing, as a write would). The caller's range covers a buffer it
+    // borrows mutably and the partial pages around it, whose contents stay as they are.
     let rc = unsafe {
         libc::madvise(
             start as *mut libc::c_void,
-            end - start,
+            len,
             23, /* MADV_POPULATE_WRITE */
         )
     };
@@ -114,10 +232,93 @@ pub fn check_writable(buf: &mut [u8]) -> Result<()> {
     match e.raw_os_error() {
         // EINVAL is also what a kernel without MADV_POPULATE_WRITE says.
         Some(libc::EINVAL) if !populate_write_supported() => Ok(()),
-        Some(libc::EINVAL) | Some(libc::EFAULT) | Some(libc::ENOMEM) => Err(VmError::NotWritable {
-            addr: buf.as_ptr() as usize,
-            len: buf.len(),
-        }),
+        Some(libc::EINVAL) | Some(libc::EFAULT) | Some(libc::ENOMEM) => {
+            Err(VmError::NotWritable { addr: start, len })
+        }
         _ => Err(VmError::sys("madvise(MADV_POPULATE_WRITE)", e)),
+    }
+}
+
+/// The mapping lookup of `/proc/self/maps` by address (`PROCMAP_QUERY`, Linux 6.11): the ABI
+/// edge of [`check_writable`].
+mod maps {
+    use crate::procself::SelfFile;
+    use std::os::fd::AsRawFd;
+
+    /// `struct procmap_query` of `<linux/fs.h>`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct ProcmapQuery {
+        size: u64,
+        query_flags: u64,
+        query_addr: u64,
+        vma_start: u64,
+        vma_end: u64,
+        vma_flags: u64,
+        vma_page_size: u64,
+        vma_offset: u64,
+        inode: u64,
+        dev_major: u32,
+        dev_minor: u32,
+        vma_name_size: u32,
+        build_id_size: u32,
+        vma_name_addr: u64,
+        build_id_addr: u64,
+    }
+
+    /// `_IOWR('f', 17, struct procmap_query)`.
+    const PROCMAP_QUERY: libc::c_ulong = (3 << 30)
+        | ((std::mem::size_of::<ProcmapQuery>() as libc::c_ulong) << 16)
+        | ((b'f' as libc::c_ulong) << 8)
+        | 17;
+    const VMA_WRITABLE: u64 = 0x02;
+    const VMA_SHARED: u64 = 0x08;
+
+    /// The mapping that holds an address.
+    pub(super) struct Vma {
+        pub end: usize,
+        pub writable: bool,
+        /// Private and backed by no file: a write always gets a page (or the process is out
+        /// of memory, as with any write).
+        pub private_anonymous: bool,
+    }
+
+    /// This process's `/proc/self/maps`.
+    static MAPS: SelfFile = SelfFile::new("/proc/self/maps");
+
+    /// The lookup stopped answering (its descriptor closed behind zcio's back, say): open
+    /// `/proc/self/maps` again at the next query.
+    pub(super) fn forget() {
+        MAPS.forget();
+    }
+
+    /// An address certainly mapped: this function's own code.
+    pub(super) fn probe_addr() -> usize {
+        probe_addr as *const () as usize
+    }
+
+    /// The mapping that holds `addr`; `ENOENT` where none does.
+    pub(super) fn query(addr: usize) -> std::io::Result<Vma> {
+        let f = MAPS.get()?;
+        let mut q = ProcmapQuery {
+            size: std::mem::size_of::<ProcmapQuery>() as u64,
+            query_addr: addr as u64,
+            ..Default::default()
+        };
+        // SAFETY: PROCMAP_QUERY reads and writes the one `struct procmap_query` it is given,
+        // whose size field says how large it is; no name or build id is asked for (sizes 0),
+        // so the kernel writes nothing else.
+        let rc = unsafe { libc::ioctl(f.as_raw_fd(), PROCMAP_QUERY, &mut q as *mut ProcmapQuery) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Vma {
+            end: q.vma_end as usize,
+            writable: q.vma_flags & VMA_WRITABLE != 0,
+            private_anonymous: q.vma_flags & VMA_SHARED == 0
+                && q.inode == 0
+                && q.dev_major == 0
+                && q.dev_minor == 0,
+        })
     }
 }

@@ -28,11 +28,13 @@ pub enum Capability {
     Chromium,
     /// fio, the peer of the user-level I/O bench.
     Fio,
+    /// `PROCMAP_QUERY` (the input access check by mapping lookup).
+    ProcmapQuery,
 }
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 8] = [
+    pub const ALL: [Capability; 9] = [
         Capability::UffdWp,
         Capability::UffdMove,
         Capability::HugePages,
@@ -41,6 +43,7 @@ impl Capability {
         Capability::Pidfd,
         Capability::Chromium,
         Capability::Fio,
+        Capability::ProcmapQuery,
     ];
 
     /// The probe's name for it.
@@ -54,6 +57,7 @@ impl Capability {
             Capability::Pidfd => "pidfd",
             Capability::Chromium => "chromium",
             Capability::Fio => "fio",
+            Capability::ProcmapQuery => "procmap-query",
         }
     }
 

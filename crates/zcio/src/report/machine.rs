@@ -96,6 +96,16 @@ impl Machine {
         }
     }
 
+    /// Whether the probe found the feature `id` here (`None` where it did not probe it: a
+    /// `results.json` from an older zcio).
+    pub fn has_feature(&self, id: &str) -> Option<bool> {
+        self.features["features"]
+            .as_array()?
+            .iter()
+            .find(|f| f["id"] == id)?["available"]
+            .as_bool()
+    }
+
     /// The size of cache level `level` in bytes, if known (from entries like "32768K").
     pub fn cache_bytes(&self, level: u32) -> Option<usize> {
         cache_bytes(&self.caches, level)
@@ -123,4 +133,23 @@ fn cache_bytes(caches: &[String], level: u32) -> Option<usize> {
             num.parse::<usize>().ok().map(|n| n * mul)
         })
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_feature_is_known_only_where_the_probe_recorded_it() {
+        let mut m = Machine::this(Path::new("."));
+        m.features = serde_json::json!({"features": [
+            {"id": "procmap-query", "available": false},
+            {"id": "uffd-wp", "available": true},
+        ]});
+        assert_eq!(m.has_feature("procmap-query"), Some(false));
+        assert_eq!(m.has_feature("uffd-wp"), Some(true));
+        assert_eq!(m.has_feature("warp-drive"), None);
+        m.features = serde_json::Value::Null;
+        assert_eq!(m.has_feature("uffd-wp"), None);
+    }
 }

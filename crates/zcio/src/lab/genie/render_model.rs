@@ -191,7 +191,14 @@ fn classification(b: &mut Vec<Block>, g: &GenieSection, machine: &Machine) {
     if !off.is_empty() {
         let mut why = Vec::new();
         if off.contains(&"base slope") {
-            why.push("The base slope is derived as the paper did (emulated share less its path's operations): the sender's vmsplice (reference) waits for the reader whenever a message fills the pipe, so part of the wire's time is charged to reference, and the receiver's access check walks the same pages the read then copies; and the fit weighs every length alike, most of them short enough to stay in the caches, while the wire's rate was measured on 1 MiB messages. The base's slope therefore falls below the wire's own cost.".to_string());
+            // Where the access check populates every page (no mapping lookup), it walks the
+            // pages the read then copies and warms them.
+            let walks = if machine.has_feature("procmap-query") == Some(true) {
+                ""
+            } else {
+                ", and the receiver's access check walks the same pages the read then copies"
+            };
+            why.push(format!("The base slope is derived as the paper did (emulated share less its path's operations): the sender's vmsplice (reference) waits for the reader whenever a message fills the pipe, so part of the wire's time is charged to reference{walks}; and the fit weighs every length alike, most of them short enough to stay in the caches, while the wire's rate was measured on 1 MiB messages. The base's slope therefore falls below the wire's own cost."));
         }
         if off.contains(&"copyout slope") {
             why.push(format!("Copyout runs at cache rather than memory bandwidth: messages up to a few MiB fit in the caches ({}), written by one CPU and read by the other, which the paper's 256 KB L2 never allowed.", machine.caches.join(", ")));
