@@ -46,6 +46,12 @@ impl VmRuntime {
                 bound_end: ps,
             });
         }
+        // 0. Fault the application page in if it is not there (never touched, or given back
+        // since the input's access check): step 2 reads it while it is in transition, when the
+        // handler leaves a missing page to the swap in progress, which is this thread.
+        // SAFETY: the application page is readable per the contract; a volatile read of one
+        // byte changes nothing.
+        let _ = unsafe { std::ptr::read_volatile(app_page as *const u8) };
         // 1. Protect the page and mark it in transition.
         {
             let mut busy = 0;
