@@ -323,8 +323,10 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// The resources held now.
+    /// The resources held now, with the descriptors zcio keeps for the process's life open
+    /// (their first use after the baseline is not a leak).
     pub fn take() -> Baseline {
+        zcio_vm::resources::open_kept_descriptors().expect("this process's /proc/self files");
         Baseline {
             resources: Resources::now(),
             zcio_shm: zcio_shm(),

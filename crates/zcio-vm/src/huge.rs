@@ -103,6 +103,11 @@ pub fn whole_pmds(r: RawRange) -> RawRange {
 /// This process's `/proc/self/pagemap`.
 static PAGEMAP: crate::procself::SelfFile = crate::procself::SelfFile::new("/proc/self/pagemap");
 
+/// Open this process's descriptor of `/proc/self/pagemap` now, if it is not open yet.
+pub(crate) fn open_pagemap() -> std::io::Result<()> {
+    PAGEMAP.get().map(drop)
+}
+
 fn pagemap() -> Result<BorrowedFd<'static>, String> {
     PAGEMAP
         .get()

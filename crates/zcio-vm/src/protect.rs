@@ -239,6 +239,12 @@ fn populate_range(start: usize, len: usize) -> Result<()> {
     }
 }
 
+/// Open this process's descriptor of `/proc/self/maps` (the access check's lookup) now, if it
+/// is not open yet.
+pub(crate) fn open_maps() -> std::io::Result<()> {
+    maps::open()
+}
+
 /// The mapping lookup of `/proc/self/maps` by address (`PROCMAP_QUERY`, Linux 6.11): the ABI
 /// edge of [`check_writable`].
 mod maps {
@@ -290,6 +296,11 @@ mod maps {
     /// `/proc/self/maps` again at the next query.
     pub(super) fn forget() {
         MAPS.forget();
+    }
+
+    /// Open this process's descriptor of `/proc/self/maps` now, if it is not open yet.
+    pub(crate) fn open() -> std::io::Result<()> {
+        MAPS.get().map(drop)
     }
 
     /// An address certainly mapped: this function's own code.

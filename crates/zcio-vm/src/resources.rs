@@ -19,6 +19,15 @@ pub struct Resources {
     pub threads: usize,
 }
 
+/// Open now the descriptors zcio keeps for the life of a process, which are otherwise opened
+/// at their first use: this process's `/proc/self/maps` (the input access check) and
+/// `/proc/self/pagemap` (the huge-page scan). A baseline of [`Resources`] taken afterwards
+/// counts them, so that a later first use does not read as a leak.
+pub fn open_kept_descriptors() -> std::io::Result<()> {
+    crate::protect::open_maps()?;
+    crate::huge::open_pagemap()
+}
+
 impl Resources {
     /// The resources held now. An entry that cannot be read counts as zero.
     pub fn now() -> Resources {

@@ -267,6 +267,9 @@ pub fn run(args: SoakArgs) -> Res<()> {
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}")
             .expect("template"),
     );
+    // The descriptors the VM layer keeps for the process's life are opened at their first
+    // use, which a case after the warm ones may be: open them before any count.
+    zcio_vm::resources::open_kept_descriptors().context("this process's /proc/self files")?;
     let mut t = Tally {
         seed,
         resources_start: Resources::now(),
