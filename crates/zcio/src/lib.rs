@@ -23,6 +23,15 @@ pub fn bench_bar(len: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// Progress reported on `bar` by a `measure` that says what it does step by step: each step's
+/// message shown, and the step counted done.
+pub fn progress(bar: &indicatif::ProgressBar) -> impl FnMut(String) + '_ {
+    move |m| {
+        bar.set_message(m);
+        bar.inc(1);
+    }
+}
+
 /// Run a bench's `measure` under a progress bar of `steps` (each message `measure` reports
 /// is one step). With `json`, print the results as JSON ([`print_bench_json`]) and return
 /// `None`; otherwise return them for the bench to print as a table.
@@ -33,10 +42,7 @@ pub fn run_bench<S: serde::Serialize>(
     measure: impl FnOnce(&mut dyn FnMut(String)) -> Res<S>,
 ) -> Res<Option<S>> {
     let bar = bench_bar(steps);
-    let s = measure(&mut |m| {
-        bar.set_message(m);
-        bar.inc(1);
-    })?;
+    let s = measure(&mut progress(&bar))?;
     bar.finish_and_clear();
     if json {
         print_bench_json(name, &s)?;

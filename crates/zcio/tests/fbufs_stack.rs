@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{json_of, zcio};
+use common::{json_of, read_json, strings, succeeded, zcio};
 use zcio::lab::fbufs::stack::proto::{PAGE, Touch};
 use zcio::lab::fbufs::stack::{Contender, Stream};
 
@@ -122,19 +122,13 @@ fn the_smoke_preset_writes_its_section_claims_and_figure() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    succeeded(&r);
+    let results = read_json(&out.join("results.json"));
     let s = &results["fbufs-stack"];
     let rows = s["rows"].as_array().unwrap();
     // Smoke: two sizes, four contenders, one touch.
     assert_eq!(rows.len(), 2 * 4, "{s}");
-    let ops: Vec<&str> = s["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["op"].as_str().unwrap())
-        .collect();
+    let ops = strings(&s["ops"], "op");
     for op in [
         "join",
         "split",

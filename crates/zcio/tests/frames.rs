@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::bench_json;
+use common::{bench_json, strings};
 
 #[test]
 fn bench_containers_json_has_every_variant() {
@@ -14,10 +14,7 @@ fn bench_containers_json_has_every_variant() {
         &["--frames", "20", "--rounds", "1", "--relays", "1,2"],
     );
     let rows = v["rows"].as_array().unwrap();
-    let names: Vec<&str> = rows
-        .iter()
-        .map(|r| r["variant"].as_str().unwrap())
-        .collect();
+    let names = strings(&v["rows"], "variant");
     let variants = [
         "read_write",
         "containers",

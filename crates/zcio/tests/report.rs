@@ -456,10 +456,8 @@ fn bench_fbufs_prints_per_page_costs_and_throughput_per_variant_and_size() {
         assert!(r["per_page_ns"].is_number(), "{r}");
         assert!(["word-per-page", "every-byte"].contains(&r["touch"].as_str().unwrap()));
     }
-    let names: std::collections::BTreeSet<&str> = rows
-        .iter()
-        .map(|r| r["variant"].as_str().unwrap())
-        .collect();
+    let names: std::collections::BTreeSet<&str> =
+        strings(&v["rows"], "variant").into_iter().collect();
     for n in [
         "fbufs-cached-volatile",
         "fbufs-volatile",

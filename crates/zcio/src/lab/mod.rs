@@ -49,14 +49,21 @@ pub trait Experiment {
     }
     /// Measure, reporting progress on `bar`.
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section>;
+    /// What the report says about it.
+    const REPORT: ReportParts;
+}
+
+/// What the report says about an experiment: the functions of its folder that write each part.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportParts {
     /// What the report says about it in a few sentences, at the head of its sections (nothing
     /// when it did not run).
-    fn findings(results: &Results) -> Vec<String>;
+    pub findings: fn(&Results) -> Vec<String>,
     /// The papers' claims it measures, for the table that opens the report (nothing when it
     /// did not run).
-    fn claims(results: &Results) -> Vec<Claim>;
+    pub claims: fn(&Results) -> Vec<Claim>,
     /// Its sections of the report (nothing when it did not run).
-    fn render(results: &Results) -> Vec<Block>;
+    pub render: fn(&Results) -> Vec<Block>,
 }
 
 /// What a run of the report shares with every experiment.
@@ -118,9 +125,9 @@ impl Lab {
             needs: &[],
             run: Some(run::<E>),
             section: Some(SectionKind::of::<E::Section>(E::KEY, E::ABOUT)),
-            findings: Some(E::findings),
-            claims: Some(E::claims),
-            render: Some(E::render),
+            findings: Some(E::REPORT.findings),
+            claims: Some(E::REPORT.claims),
+            render: Some(E::REPORT.render),
         }
     }
 }

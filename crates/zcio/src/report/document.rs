@@ -4,7 +4,7 @@
 
 use crate::report::doc::{Block, Doc};
 use crate::report::results::Results;
-use crate::report::text::{h, p, table};
+use crate::report::text::{h, p, table_of};
 
 /// Build the whole document.
 pub fn document(r: &Results) -> Doc {
@@ -35,26 +35,24 @@ pub fn document(r: &Results) -> Doc {
 /// The list of experiments that ran, and where the raw samples are.
 fn tail(b: &mut Vec<Block>, r: &Results) {
     b.push(h(2, "Experiments run"));
-    b.push(table(
+    b.push(table_of(
         "Each experiment's id (for `zcio report --only`) and wall time",
         &["id", "paper", "what", "seconds"],
-        r.experiments
-            .iter()
-            .map(|e| {
-                vec![
-                    e.id.clone(),
-                    e.paper.clone(),
-                    match &e.error {
-                        None => e.title.clone(),
-                        Some(w) => format!("{} — FAILED: {w}", e.title),
-                    },
-                    match &e.error {
-                        None => format!("{:.1}", e.duration_s),
-                        Some(_) => "failed".into(),
-                    },
-                ]
-            })
-            .collect(),
+        &r.experiments,
+        |e| {
+            vec![
+                e.id.clone(),
+                e.paper.clone(),
+                match &e.error {
+                    None => e.title.clone(),
+                    Some(w) => format!("{} — FAILED: {w}", e.title),
+                },
+                match &e.error {
+                    None => format!("{:.1}", e.duration_s),
+                    Some(_) => "failed".into(),
+                },
+            ]
+        },
     ));
     b.push(p("Raw samples (every run's per-message latencies, CPU times, and the primitive operations recorded), the fitted models and the machine are in results.json, described by schema/results.schema.json."));
 }

@@ -28,6 +28,16 @@ pub fn table(caption: &str, header: &[&str], rows: Vec<Vec<String>>) -> Block {
     })
 }
 
+/// A table with a caption and a row of `cells` for each of `items`.
+pub fn table_of<T>(
+    caption: &str,
+    header: &[&str],
+    items: &[T],
+    cells: impl Fn(&T) -> Vec<String>,
+) -> Block {
+    table(caption, header, items.iter().map(cells).collect())
+}
+
 /// Nanoseconds as microseconds, with as many decimals as the magnitude deserves.
 pub fn us(ns: f64) -> String {
     if ns.abs() >= 100_000.0 {

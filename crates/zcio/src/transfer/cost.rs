@@ -56,9 +56,7 @@ pub(super) fn app_work(ns: u64) {
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     while thread_cpu_now() - t0 < ns {
         for _ in 0..256 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            super::xorshift(&mut x);
         }
         std::hint::black_box(x);
     }

@@ -25,14 +25,19 @@ use zcio_vm::{MapOptions, Mapping, page_size};
 
 pub use crate::error::Res;
 
+/// One step of Marsaglia's xorshift64 generator: `x`'s next state, returned too.
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 /// The data of message `i`: a deterministic pattern both sides can regenerate.
 pub fn pattern(buf: &mut [u8], seed: u64, i: usize) {
     let mut x = (seed ^ ((i as u64) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_ne_bytes();
+        let b = xorshift(&mut x).to_ne_bytes();
         chunk.copy_from_slice(&b[..chunk.len()]);
     }
 }

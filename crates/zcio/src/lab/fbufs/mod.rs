@@ -7,10 +7,9 @@ pub mod measure;
 pub mod render;
 pub mod stack;
 
-use crate::lab::Experiment;
-use crate::report::doc::Block;
+use crate::lab::{Experiment, ReportParts};
 use crate::report::preset::Preset;
-use crate::report::results::{FbufsSection, Results};
+use crate::report::results::FbufsSection;
 use crate::transfer::Res;
 
 /// Table 1 and Figure 3 of paper 001.
@@ -56,15 +55,9 @@ impl Experiment for Fbufs {
         })
     }
 
-    fn findings(results: &Results) -> Vec<String> {
-        crate::lab::fbufs::render::findings(results)
-    }
-
-    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
-        claims::claims(results)
-    }
-
-    fn render(results: &Results) -> Vec<Block> {
-        crate::lab::fbufs::render::blocks(results)
-    }
+    const REPORT: ReportParts = ReportParts {
+        findings: render::findings,
+        claims: claims::claims,
+        render: render::blocks,
+    };
 }

@@ -8,7 +8,7 @@ use crate::report::doc::Block;
 use crate::report::machine::Machine;
 use crate::report::plot::Scale;
 use crate::report::results::{GenieSection, Results};
-use crate::report::text::{figure, h, p, size, table, us};
+use crate::report::text::{figure, h, p, size, table, table_of, us};
 use zcio_genie::{InputBuffering, Semantics};
 
 /// The paper's Table 9 actual fits (µs, B in bytes): early demultiplexing, application-aligned
@@ -487,32 +487,12 @@ fn copies_and_paths(lat_zero: &[&Point]) -> Vec<Block> {
 
 /// The file and kernel-socket modules: latency, copies and the path chosen.
 fn other_modules(res: &GenieResults) -> Vec<Block> {
-    let rows = res
-        .modules
-        .iter()
-        .map(|x| {
-            vec![
-                x.module.clone(),
-                x.semantics.to_string(),
-                size(x.bytes),
-                us(x.latency_ns),
-                x.cpu_copied_bytes.to_string(),
-                x.kernel_copied_bytes.map_or("?".into(), |k| k.to_string()),
-                if x.verified {
-                    "yes".into()
-                } else {
-                    "NO".into()
-                },
-                x.path.clone(),
-            ]
-        })
-        .collect();
     vec![
         h(3, "Other modules: files and kernel sockets"),
         p(
             "The same semantics on the file module (a file written and read back, O_DIRECT where the buffer and offset allow) and on kernel sockets (Unix and TCP loopback), with the calibrated thresholds. The path column says which mechanism the library took and why: sockets copy in the kernel (MSG_ZEROCOPY does not pay on loopback, where the kernel copies anyway), so the semantics' promise is kept by the copy.",
         ),
-        table(
+        table_of(
             "Module, semantics, latency (µs, median), copies per message, and the path chosen",
             &[
                 "module",
@@ -524,7 +504,23 @@ fn other_modules(res: &GenieResults) -> Vec<Block> {
                 "verified",
                 "path",
             ],
-            rows,
+            &res.modules,
+            |x| {
+                vec![
+                    x.module.clone(),
+                    x.semantics.to_string(),
+                    size(x.bytes),
+                    us(x.latency_ns),
+                    x.cpu_copied_bytes.to_string(),
+                    x.kernel_copied_bytes.map_or("?".into(), |k| k.to_string()),
+                    if x.verified {
+                        "yes".into()
+                    } else {
+                        "NO".into()
+                    },
+                    x.path.clone(),
+                ]
+            },
         ),
     ]
 }

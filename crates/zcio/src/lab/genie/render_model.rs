@@ -8,7 +8,7 @@ use crate::report::doc::Block;
 use crate::report::machine::Machine;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::{GenieSection, Results};
-use crate::report::text::{figure, h, p, size, table, us};
+use crate::report::text::{figure, h, p, size, table, table_of, us};
 
 pub(super) fn model_sections(b: &mut Vec<Block>, r: &Results) {
     let Some(g) = r.genie() else { return };
@@ -87,10 +87,19 @@ fn primitive_costs(b: &mut Vec<Block>, m: &Model) {
 fn breakdown_estimates(b: &mut Vec<Block>, m: &Model) {
     b.push(h(3, "Table 9: estimated against actual latency"));
     b.push(p("Estimate = base + the fitted costs of the operations on each contender's path (sender prepare, receiver input), each weighted by the share of messages in which it happened. Actual = least-squares fit of the measured latencies. The paper's estimates were within a few percent of its measurements. Because one line does not describe emulated share's latency well across four decades of lengths in this run, the next-to-last column takes the base per length instead (emulated share's measured latency at that length less its path's operations): it asks only whether the operations on each path account for how that semantics differs from emulated share."));
-    let rows = m
-        .estimates
-        .iter()
-        .map(|e| {
+    b.push(table_of(
+        "Estimated (E) and actual (A) end-to-end latency, ns (B in bytes), and E's error against the measured points: median over lengths / at the largest length",
+        &[
+            "input",
+            "semantics",
+            "E",
+            "A",
+            "E vs measured: median / largest",
+            "with the base per length: median",
+            "operations on the path",
+        ],
+        &m.estimates,
+        |e| {
             vec![
                 scheme_name(e.input).into(),
                 e.semantics.to_string(),
@@ -104,20 +113,7 @@ fn breakdown_estimates(b: &mut Vec<Block>, m: &Model) {
                 format!("{:+.0} %", e.error_median_per_length_base * 100.0),
                 e.path_ops.join(", "),
             ]
-        })
-        .collect();
-    b.push(table(
-        "Estimated (E) and actual (A) end-to-end latency, ns (B in bytes), and E's error against the measured points: median over lengths / at the largest length",
-        &[
-            "input",
-            "semantics",
-            "E",
-            "A",
-            "E vs measured: median / largest",
-            "with the base per length: median",
-            "operations on the path",
-        ],
-        rows,
+        },
     ));
 }
 
@@ -138,26 +134,24 @@ fn classification(b: &mut Vec<Block>, g: &GenieSection, machine: &Machine) {
                 bw.wire_gbps
             )));
         }
-        b.push(table(
+        b.push(table_of(
             "Fitted slopes (ns/byte) against the slopes the independent bandwidths predict; the paper (P166): network 0.0598 against > 0.0570, memory 0.0220 against 0.0228, cache 0.0180 against 0.0165–0.0228 µs/byte",
             &["parameter", "class", "fitted", "expected", "consistent", "closest independent measurement"],
-            m.classification
-                .iter()
-                .map(|c| {
-                    vec![
-                        c.parameter.clone(),
-                        c.class.clone(),
-                        format!("{:.4}", c.actual_ns_per_byte),
-                        if c.expected_ns_per_byte[0] == c.expected_ns_per_byte[1] {
-                            format!("{:.4}", c.expected_ns_per_byte[0])
-                        } else {
-                            format!("{:.4} – {:.4}", c.expected_ns_per_byte[0], c.expected_ns_per_byte[1])
-                        },
-                        if c.consistent { "yes".into() } else { "no".into() },
-                        c.closest.clone(),
-                    ]
-                })
-                .collect(),
+            &m.classification,
+            |c| {
+                vec![
+                    c.parameter.clone(),
+                    c.class.clone(),
+                    format!("{:.4}", c.actual_ns_per_byte),
+                    if c.expected_ns_per_byte[0] == c.expected_ns_per_byte[1] {
+                        format!("{:.4}", c.expected_ns_per_byte[0])
+                    } else {
+                        format!("{:.4} – {:.4}", c.expected_ns_per_byte[0], c.expected_ns_per_byte[1])
+                    },
+                    if c.consistent { "yes".into() } else { "no".into() },
+                    c.closest.clone(),
+                ]
+            },
         ));
     }
     if !m.classification.is_empty() {

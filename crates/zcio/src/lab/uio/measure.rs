@@ -365,28 +365,14 @@ fn run_queries(
     let name = layer.as_ref().map(|v| v.name().to_string());
     let cpu0 = process_cpu();
     let t0 = Instant::now();
-    let got: Vec<rusqlite_result::R> = std::thread::scope(|s| {
-        let hs: Vec<_> = paths[..n]
-            .iter()
-            .map(|p| {
-                let name = name.clone();
-                s.spawn(move || -> rusqlite_result::R {
-                    let c = tables::open(p, name.as_deref()).map_err(|e| e.to_string())?;
-                    if variant != "kernel" && variant != "uio_copy" {
-                        tables::use_mmap(&c, 1 << 30).map_err(|e| e.to_string())?;
-                    }
-                    let r = tables::scan(&c).map_err(|e| e.to_string());
-                    drop(c);
-                    r
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a query thread panicked".into()))
-            })
-            .collect()
+    let got: Vec<rusqlite_result::R> = on_each(&paths[..n], "query", |p| {
+        let c = tables::open(p, name.as_deref()).map_err(|e| e.to_string())?;
+        if variant != "kernel" && variant != "uio_copy" {
+            tables::use_mmap(&c, 1 << 30).map_err(|e| e.to_string())?;
+        }
+        let r = tables::scan(&c).map_err(|e| e.to_string());
+        drop(c);
+        r
     });
     let seconds = t0.elapsed().as_secs_f64();
     let cpu1 = process_cpu();
@@ -412,6 +398,25 @@ fn run_queries(
         seconds,
         cpu: cpu_between(cpu0, cpu1),
         stats: st,
+    })
+}
+
+/// `work` on each of `paths` at once, a thread each (`what` threads): their results, in order;
+/// a thread that panicked is an error saying so.
+pub(super) fn on_each<T: Send>(
+    paths: &[PathBuf],
+    what: &str,
+    work: impl Fn(&Path) -> Result<T, String> + Sync,
+) -> Vec<Result<T, String>> {
+    let work = &work;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = paths.iter().map(|p| s.spawn(move || work(p))).collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(format!("a {what} thread panicked")))
+            })
+            .collect()
     })
 }
 

@@ -6,10 +6,8 @@ pub mod measure;
 pub mod raw;
 pub mod render;
 
-use crate::lab::Experiment;
-use crate::report::doc::Block;
+use crate::lab::{Experiment, ReportParts};
 use crate::report::preset::Preset;
-use crate::report::results::Results;
 use crate::transfer::Res;
 
 /// Figures 5-9 of paper 004.
@@ -47,21 +45,12 @@ impl Experiment for Uio {
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        crate::lab::uio::measure::measure(plan, &mut |m| {
-            bar.set_message(m);
-            bar.inc(1);
-        })
+        crate::lab::uio::measure::measure(plan, &mut crate::progress(bar))
     }
 
-    fn findings(results: &Results) -> Vec<String> {
-        crate::lab::uio::render::findings(results)
-    }
-
-    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
-        claims::claims(results)
-    }
-
-    fn render(results: &Results) -> Vec<Block> {
-        crate::lab::uio::render::blocks(results)
-    }
+    const REPORT: ReportParts = ReportParts {
+        findings: render::findings,
+        claims: claims::claims,
+        render: render::blocks,
+    };
 }

@@ -1,7 +1,7 @@
 //! The layer alone and fio, on the tables the queries read, in the layer's requests (no
 //! engine): what the device and the layer deliver without SQLite.
 
-use super::measure::{CHUNK, DEPTH, Raw, layer_config};
+use super::measure::{CHUNK, DEPTH, Raw, layer_config, on_each};
 use crate::transfer::Res;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,30 +34,18 @@ fn raw_layer(variant: &str, paths: &[PathBuf], jobs: usize) -> Res<f64> {
     )?);
     let handler = zcio_sqlite::readahead::handler(&uio);
     let t0 = Instant::now();
-    let total: Result<u64, String> = std::thread::scope(|s| {
-        let hs: Vec<_> = paths[..jobs]
-            .iter()
-            .map(|p| {
-                let uio = uio.clone();
-                s.spawn(move || -> Result<u64, String> {
-                    let mut ra = ReadAhead::open(uio, handler, p, CHUNK, DEPTH)
-                        .map_err(|e| e.to_string())?;
-                    let mut sum = 0u64;
-                    let n = ra
-                        .scan(|b| sum = sum.wrapping_add(b[0] as u64))
-                        .map_err(|e| e.to_string())?;
-                    std::hint::black_box(sum);
-                    Ok(n)
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a scan thread panicked".into()))
-            })
-            .sum()
-    });
+    let total: Result<u64, String> = on_each(&paths[..jobs], "scan", |p| {
+        let mut ra =
+            ReadAhead::open(uio.clone(), handler, p, CHUNK, DEPTH).map_err(|e| e.to_string())?;
+        let mut sum = 0u64;
+        let n = ra
+            .scan(|b| sum = sum.wrapping_add(b[0] as u64))
+            .map_err(|e| e.to_string())?;
+        std::hint::black_box(sum);
+        Ok(n)
+    })
+    .into_iter()
+    .sum();
     let secs = t0.elapsed().as_secs_f64();
     Ok(total? as f64 / secs)
 }

@@ -6,7 +6,7 @@ use crate::lab::uio::measure::{Row, UioSection, VARIANTS};
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
-use crate::report::text::{figure, h, p, table};
+use crate::report::text::{figure, h, p, table, table_of};
 
 pub(super) fn row<'a>(u: &'a UioSection, variant: &str, cache: &str, n: usize) -> Option<&'a Row> {
     u.rows
@@ -279,7 +279,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
 
 /// Every variant, cache state and N: the times, rates and ratios the figures plot.
 fn variants_table(u: &UioSection) -> Block {
-    table(
+    table_of(
         "Per variant, cache state and N: median seconds (lowest–highest), queries/s, MB/s, CPU, scaling and the kernel ratio",
         &[
             "cache",
@@ -292,25 +292,23 @@ fn variants_table(u: &UioSection) -> Block {
             "over one",
             "over kernel",
         ],
-        u.rows
-            .iter()
-            .map(|r| {
-                vec![
-                    r.cache.clone(),
-                    r.queries.to_string(),
-                    r.variant.replace('_', " "),
-                    format!(
-                        "{:.3} ({:.3}–{:.3})",
-                        r.seconds, r.seconds_spread[0], r.seconds_spread[1]
-                    ),
-                    format!("{:.1}", r.queries_per_s),
-                    format!("{:.0}", r.bytes_per_s / 1e6),
-                    format!("{:.2} / {:.2}", r.cpu_user_s, r.cpu_sys_s),
-                    format!("{:.2}", r.over_one),
-                    format!("{:.2}×", r.over_kernel),
-                ]
-            })
-            .collect(),
+        &u.rows,
+        |r| {
+            vec![
+                r.cache.clone(),
+                r.queries.to_string(),
+                r.variant.replace('_', " "),
+                format!(
+                    "{:.3} ({:.3}–{:.3})",
+                    r.seconds, r.seconds_spread[0], r.seconds_spread[1]
+                ),
+                format!("{:.1}", r.queries_per_s),
+                format!("{:.0}", r.bytes_per_s / 1e6),
+                format!("{:.2} / {:.2}", r.cpu_user_s, r.cpu_sys_s),
+                format!("{:.2}", r.over_one),
+                format!("{:.2}×", r.over_kernel),
+            ]
+        },
     )
 }
 
@@ -351,7 +349,7 @@ fn kernel_cpu_table(u: &UioSection) -> Block {
 
 /// The tables read alone, no engine: the layer's raw variants beside fio.
 fn layer_alone_table(u: &UioSection) -> Block {
-    table(
+    table_of(
         &format!(
             "The tables read alone, no engine, in the layer's pattern ({} KiB sequential O_DIRECT reads, {} in flight per file): the layer's variants and fio{}",
             u.chunk >> 10,
@@ -366,15 +364,13 @@ fn layer_alone_table(u: &UioSection) -> Block {
                 .unwrap_or_default()
         ),
         &["contender", "files", "MB/s"],
-        u.raw
-            .iter()
-            .map(|x| {
-                vec![
-                    x.contender.replace('_', " "),
-                    x.jobs.to_string(),
-                    format!("{:.0}", x.bytes_per_s / 1e6),
-                ]
-            })
-            .collect(),
+        &u.raw,
+        |x| {
+            vec![
+                x.contender.replace('_', " "),
+                x.jobs.to_string(),
+                format!("{:.0}", x.bytes_per_s / 1e6),
+            ]
+        },
     )
 }

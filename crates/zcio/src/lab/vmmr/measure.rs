@@ -275,10 +275,7 @@ pub fn measure(plan: &Plan, bar: &indicatif::ProgressBar) -> Res<VmmrSection> {
     let calibration = calibrate(&mut plan);
     let plan = &plan;
     bar.inc_length(plan.units());
-    let mut progress = |m: String| {
-        bar.set_message(m);
-        bar.inc(1);
-    };
+    let mut progress = crate::progress(bar);
     let mut points: Vec<Point> = Vec::new();
     for granule in [Granule::Page, Granule::Huge] {
         for &layout in &plan.layouts {

@@ -9,7 +9,7 @@ pub mod render_producers;
 pub mod rig;
 pub mod section;
 
-use crate::lab::Experiment;
+use crate::lab::{Experiment, ReportParts};
 use crate::report::doc::Block;
 use crate::report::preset::Preset;
 use crate::report::results::Results;
@@ -39,17 +39,11 @@ impl Experiment for Vmmr {
         crate::lab::vmmr::measure::measure(plan, bar)
     }
 
-    fn findings(results: &Results) -> Vec<String> {
-        crate::lab::vmmr::render::findings(results)
-    }
-
-    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
-        claims::claims(results)
-    }
-
-    fn render(results: &Results) -> Vec<Block> {
-        blocks(results)
-    }
+    const REPORT: ReportParts = ReportParts {
+        findings: render::findings,
+        claims: claims::claims,
+        render: blocks,
+    };
 }
 
 /// The section.

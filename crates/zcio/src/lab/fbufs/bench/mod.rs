@@ -44,8 +44,40 @@ pub use originate::run;
 pub use process::Said;
 pub use sink::{Role, sink};
 
-use zcio_fbufs::link::LinkError;
-use zcio_fbufs::path::{FbufError, Variant};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use zcio_fbufs::link::{LinkError, OriginatorEnd};
+use zcio_fbufs::path::{FbufError, Originator, PathMemory, Variant};
+
+/// The `bytes` of the memfd `fd` mapped with `access` at a random address: page remapping's
+/// mapping of each message, in the originator and in the receiver.
+fn map_remapped(
+    fd: BorrowedFd<'_>,
+    bytes: usize,
+    access: zcio_vm::protect::Access,
+) -> Result<zcio_vm::shared::SharedWords, zcio_vm::VmError> {
+    zcio_vm::shared::SharedWords::map(fd, 0, bytes, zcio_vm::arena::random_address(bytes), access)
+}
+
+/// Cached/volatile fbufs: the forwarding server's path, device-originated fbufs' and the
+/// protocol stack's own headers'.
+pub const CACHED_VOLATILE: Variant = Variant {
+    cached: true,
+    volatile: true,
+};
+
+/// An originator of a new path of fbufs of variant `v`, `quota` chunks of `chunk` bytes,
+/// offered to the receiver connected on `sock`.
+pub fn originate_on(
+    sock: &UnixStream,
+    (chunk, quota): (usize, usize),
+    v: Variant,
+) -> Result<OriginatorEnd, LinkError> {
+    let p = PathMemory::create(chunk, quota, v)?;
+    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
+    end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
+    Ok(end)
+}
 
 /// A way of passing the messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

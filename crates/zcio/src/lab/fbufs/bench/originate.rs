@@ -2,7 +2,10 @@
 
 use super::check::{spoiled_word, write_bytes, write_words};
 use super::process::{Said, accept, connection, finish, settle};
-use super::{BenchError, Contender, Fault, PAGE, Run, Touch, check_run, path_quota, warm_up};
+use super::{
+    BenchError, CACHED_VOLATILE, Contender, Fault, PAGE, Run, Touch, check_run, map_remapped,
+    originate_on, path_quota, warm_up,
+};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -12,7 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 use zcio_fbufs::device::SocketSource;
 use zcio_fbufs::link::{LinkError, OriginatorEnd};
-use zcio_fbufs::path::{Originator, PathMemory, Variant};
+use zcio_fbufs::path::Variant;
 
 /// Run `count` messages of `bytes` (a positive multiple of [`PAGE`]) from here to a receiver
 /// started by `spawn_sink` (which gets the socket path to connect to and must start a process
@@ -91,13 +94,7 @@ impl Stream {
 fn originate(c: Contender, s: Stream, sock: &mut UnixStream) -> Result<f64, BenchError> {
     let t0 = match c {
         Contender::Fbufs(v) => return originate_fbufs(v, s, sock),
-        Contender::Forwarded => {
-            let v = Variant {
-                cached: true,
-                volatile: true,
-            };
-            return originate_fbufs(v, s, sock);
-        }
+        Contender::Forwarded => return originate_fbufs(CACHED_VOLATILE, s, sock),
         Contender::Device { copied } => return originate_device(copied, s, sock),
         Contender::Remap => originate_remap(s, sock)?,
         Contender::UnixSocket => originate_copies(false, s, sock)?,
@@ -124,10 +121,7 @@ fn originate_fbufs(v: Variant, s: Stream, sock: &mut UnixStream) -> Result<f64, 
         touch,
         ..
     } = s;
-    let (chunk, quota) = path_quota(bytes);
-    let p = PathMemory::create(chunk, quota, v)?;
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
-    end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
+    let mut end = originate_on(sock, path_quota(bytes), v)?;
     // A warm-up pass fills the path once (untimed): the timed messages then run in the
     // steady state the paper measured, reusing cached fbufs whose pages exist.
     let warm = warm_up(bytes);
@@ -189,14 +183,7 @@ fn close(mut end: OriginatorEnd, sock: &UnixStream) -> Result<(), BenchError> {
 /// message to the last fbuf given back.
 fn originate_device(copied: bool, s: Stream, sock: &mut UnixStream) -> Result<f64, BenchError> {
     let bytes = s.bytes;
-    let (chunk, quota) = path_quota(bytes);
-    let v = Variant {
-        cached: true,
-        volatile: true,
-    };
-    let p = PathMemory::create(chunk, quota, v)?;
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
-    end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
+    let mut end = originate_on(sock, path_quota(bytes), CACHED_VOLATILE)?;
     let warm = warm_up(bytes);
     // Two fbufs in the ring: one the kernel fills, one ready for the next message.
     let mut src = match copied {
@@ -305,13 +292,7 @@ fn originate_remap(s: Stream, sock: &UnixStream) -> Result<Instant, BenchError> 
     let t0 = Instant::now();
     for i in (0..s.count).filter(|i| !s.skips(*i)) {
         let fd = zcio_vm::mapping::memfd("zcio-remap", bytes)?;
-        let w = zcio_vm::shared::SharedWords::map(
-            fd.as_fd(),
-            0,
-            bytes,
-            zcio_vm::arena::random_address(bytes),
-            zcio_vm::protect::Access::ReadWrite,
-        )?;
+        let w = map_remapped(fd.as_fd(), bytes, zcio_vm::protect::Access::ReadWrite)?;
         let words = w.words(0, bytes);
         write_words(words, touch, i as u64);
         if s.spoils(i) {

@@ -1,7 +1,7 @@
 //! The receiving side of a run ([`sink`]): the receiver, or the forwarding server before it.
 
 use super::process::{Said, accept, connection, finish};
-use super::{BenchError, Contender, Record, Touch, check_run, messages};
+use super::{BenchError, Contender, Record, Touch, check_run, map_remapped, messages};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -93,13 +93,7 @@ pub fn sink(
                 }
                 let fd = fds.pop().expect("one");
                 let len = u64::from_le_bytes(len) as usize;
-                let w = zcio_vm::shared::SharedWords::map(
-                    fd.as_fd(),
-                    0,
-                    len,
-                    zcio_vm::arena::random_address(len),
-                    zcio_vm::protect::Access::ReadOnly,
-                )?;
+                let w = map_remapped(fd.as_fd(), len, zcio_vm::protect::Access::ReadOnly)?;
                 rec.words(w.words(0, len / 8 * 8));
             }
             done_then_check(&sock, &rec)

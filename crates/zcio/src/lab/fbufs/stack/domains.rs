@@ -27,18 +27,17 @@ use super::proto::{
     Fragments, IP_HDR, IpHdr, PAGE, Reassembly, Record, UDP_HDR, parse_udp, udp_header, write,
 };
 use super::{Contender, Stream};
-use crate::lab::fbufs::bench::Said;
+use crate::lab::fbufs::bench::{CACHED_VOLATILE, Said, originate_on};
 use crate::transfer::{NoConnection, Res, accept_child, zcio_command};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
-use zcio_fbufs::path::{FbufRef, Originator, PathMemory, Receiver, Variant};
+use zcio_fbufs::path::{FbufRef, Receiver, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
 
 /// Which process of the stack a `zcio fbuf-stack-domain` is.
@@ -203,10 +202,7 @@ pub fn domain(role: Role, c: Contender, s: &Stream, connect: &Path) -> Res<()> {
 /// The application's side with fbufs: each datagram written in an fbuf and sent; the clock
 /// stops when every fbuf is back.
 fn app_fbufs(s: &Stream, sock: &UnixStream, c: Contender) -> Res<f64> {
-    let (chunk, q) = quota(s.len);
-    let p = PathMemory::create(chunk, q, variant(c))?;
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
-    end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
+    let end = originate_on(sock, quota(s.len), variant(c))?;
     let end = std::cell::RefCell::new(end);
     let t0 = s.send(
         || drain(&mut end.borrow_mut()),
@@ -270,14 +266,7 @@ fn forward_fbufs(s: &Stream, rx: &mut ReceiverEnd, down: &UnixStream) -> Res<()>
     offer_path(down, rx.info(), rx.path_fd(), None)?;
     let frags = Fragments::new(s.len, s.mtu);
     let per = (DESC as usize + space(frags)).next_multiple_of(PAGE);
-    let (chunk, q) = quota(per);
-    let v = Variant {
-        cached: true,
-        volatile: true,
-    };
-    let p = PathMemory::create(chunk, q, v)?;
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
-    end.add_receiver(down.try_clone()?, p.receiver_fd()?.as_fd())?;
+    let mut end = originate_on(down, quota(per), CACHED_VOLATILE)?;
     // The application's fbufs whose messages are out, in the order sent.
     let mut held: VecDeque<FbufRef> = VecDeque::new();
     let mut id = 0u32;

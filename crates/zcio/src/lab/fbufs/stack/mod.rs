@@ -22,11 +22,9 @@ pub mod measure;
 pub mod proto;
 pub mod render;
 
-use crate::lab::Experiment;
 use crate::lab::fbufs::bench::Fault;
-use crate::report::doc::Block;
+use crate::lab::{Experiment, ReportParts};
 use crate::report::preset::Preset;
-use crate::report::results::Results;
 use crate::transfer::Res;
 use proto::{PAGE, Touch};
 
@@ -76,17 +74,11 @@ impl Experiment for FbufsStack {
         measure::measure(plan, bar)
     }
 
-    fn findings(results: &Results) -> Vec<String> {
-        render::findings(results)
-    }
-
-    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
-        claims::claims(results)
-    }
-
-    fn render(results: &Results) -> Vec<Block> {
-        render::blocks(results)
-    }
+    const REPORT: ReportParts = ReportParts {
+        findings: render::findings,
+        claims: claims::claims,
+        render: render::blocks,
+    };
 }
 
 /// A way of passing datagrams down and up the stack.

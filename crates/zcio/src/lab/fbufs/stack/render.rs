@@ -8,7 +8,7 @@ use super::{Contender, FbufsStack};
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
-use crate::report::text::{figure, h, p, size, table, us};
+use crate::report::text::{figure, h, p, size, table, table_of, us};
 
 /// The findings that head the section: fbufs against copies and the single domain at 64 KiB,
 /// and where fbufs' time goes.
@@ -257,28 +257,24 @@ fn op_blocks(s: &StackSection) -> Vec<Block> {
     if s.ops.is_empty() {
         return Vec::new();
     }
-    let body = s
-        .ops
-        .iter()
-        .map(|o| {
-            vec![
-                o.op.clone(),
-                size(o.bytes),
-                o.fragments.to_string(),
-                format!("{:.1}", o.ns_per_op),
-                format!("{:.1}-{:.1}", o.spread_ns[0], o.spread_ns[1]),
-            ]
-        })
-        .collect();
     vec![
         h(3, "The aggregate operations alone"),
         p(
             "Each operation on the aggregate, timed alone in one process: a join of two messages, a split of one, a header prepended (written into an fbuf, a leaf made for it and joined in front); then for a whole datagram the protocol domain's work (the UDP header prepended, the fragments cut and each given its IP header, joined) and the receiving domain's (the walk, the reassembly with every header checked, one word touched per page), and the walk alone.",
         ),
-        table(
+        table_of(
             "Nanoseconds per operation (median of rounds; range: fastest to slowest round)",
             &["operation", "datagram", "fragments", "ns", "range"],
-            body,
+            &s.ops,
+            |o| {
+                vec![
+                    o.op.clone(),
+                    size(o.bytes),
+                    o.fragments.to_string(),
+                    format!("{:.1}", o.ns_per_op),
+                    format!("{:.1}-{:.1}", o.spread_ns[0], o.spread_ns[1]),
+                ]
+            },
         ),
     ]
 }

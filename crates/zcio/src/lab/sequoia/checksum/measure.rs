@@ -203,12 +203,7 @@ fn default_sizes(llc: Option<usize>) -> Vec<usize> {
 fn data(len: usize) -> Vec<u8> {
     let mut x = 0x5EED_0003u64;
     (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
+        .map(|_| crate::transfer::xorshift(&mut x) as u8)
         .collect()
 }
 

@@ -7,7 +7,7 @@ use crate::lab::sequoia::checksum::measure::{ChecksumSection, Row};
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
-use crate::report::text::{figure, h, p, size, table};
+use crate::report::text::{figure, h, p, size, table, table_of};
 
 /// The paper's UDP throughput gains over the unmodified checksum (Figure 7): the optimized
 /// checksum, and no checksum on the LAN.
@@ -193,7 +193,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             100.0 * PAPER_OPTIMIZED,
             100.0 * PAPER_ELIDED
         )));
-        b.push(table(
+        b.push(table_of(
             "Payload delivered and checked, median Gbit/s (gain over the naive checksum)",
             &[
                 "bytes",
@@ -203,19 +203,17 @@ pub fn blocks(r: &Results) -> Vec<Block> {
                 "over naive",
                 "datagrams",
             ],
-            s.datagram
-                .iter()
-                .map(|d| {
-                    vec![
-                        d.size.to_string(),
-                        d.variant.clone(),
-                        format!("{:.2}", d.gbps),
-                        format!("{:.2}–{:.2}", d.gbps_spread[0], d.gbps_spread[1]),
-                        format!("{:+.0} %", 100.0 * (d.over_naive - 1.0)),
-                        d.datagrams.to_string(),
-                    ]
-                })
-                .collect(),
+            &s.datagram,
+            |d| {
+                vec![
+                    d.size.to_string(),
+                    d.variant.clone(),
+                    format!("{:.2}", d.gbps),
+                    format!("{:.2}–{:.2}", d.gbps_spread[0], d.gbps_spread[1]),
+                    format!("{:+.0} %", 100.0 * (d.over_naive - 1.0)),
+                    d.datagrams.to_string(),
+                ]
+            },
         ));
     }
     b

@@ -4,10 +4,8 @@ pub mod claims;
 pub mod measure;
 pub mod render;
 
-use crate::lab::Experiment;
-use crate::report::doc::Block;
+use crate::lab::{Experiment, ReportParts};
 use crate::report::preset::Preset;
-use crate::report::results::Results;
 use crate::transfer::Res;
 
 /// Figure 4 of paper 003.
@@ -46,21 +44,12 @@ impl Experiment for Containers {
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        crate::lab::sequoia::containers::measure::measure(plan, &mut |m| {
-            bar.set_message(m);
-            bar.inc(1);
-        })
+        crate::lab::sequoia::containers::measure::measure(plan, &mut crate::progress(bar))
     }
 
-    fn findings(results: &Results) -> Vec<String> {
-        crate::lab::sequoia::containers::render::frames_findings(results)
-    }
-
-    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
-        claims::claims(results)
-    }
-
-    fn render(results: &Results) -> Vec<Block> {
-        crate::lab::sequoia::containers::render::frames_blocks(results)
-    }
+    const REPORT: ReportParts = ReportParts {
+        findings: render::frames_findings,
+        claims: claims::claims,
+        render: render::frames_blocks,
+    };
 }

@@ -4,7 +4,7 @@
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
-use crate::report::text::{figure, h, p, table};
+use crate::report::text::{figure, h, p, table_of};
 
 /// The frame experiment's findings, at the head of its section.
 pub fn frames_findings(r: &Results) -> Vec<String> {
@@ -110,7 +110,7 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
                 series,
             },
         ),
-        table(
+        table_of(
             "Frames per second at the display (the paper: containers almost 400 % more than read/write, six 30 fps animations against one)",
             &[
                 "relays",
@@ -121,9 +121,8 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
                 "over read/write",
                 "CPU µs a frame",
             ],
-            f.rows
-                .iter()
-                .map(|r| {
+            &f.rows,
+                |r| {
                     vec![
                         r.relays.to_string(),
                         r.variant.replace('_', " "),
@@ -136,8 +135,7 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
                             r.cpu_us_per_frame, r.cpu_spread[0], r.cpu_spread[1]
                         ),
                     ]
-                })
-                .collect(),
+                },
         ),
         p(
             "On the paper's DECstation a frame copy took milliseconds; here it takes tens of microseconds, while a sealed container pays for a new memory file every frame: its creation, the first touch of its 75 pages, sealing, mapping at the relays and the display, and the unmapping and freeing of the one before. Sealing is what makes the receiver's view final against a sender that keeps a descriptor; a sealed file cannot be written again, so it cannot be reused. Volatile containers give that up (any process that held one can still write it, so their bytes are reached word by word) and in exchange are reused as fbufs are cached: what is left per frame is the sender's drawing, a descriptor passed per hop, and two protection changes per process that maps it.",

@@ -214,6 +214,13 @@ pub(super) struct Job<'a> {
     fault: bool,
 }
 
+impl Job<'_> {
+    /// The pair's two ends for a run in `mode`: the source, the sink and the peer thread.
+    fn ends(&self, mode: Mode) -> Res<Ends> {
+        ends(self.pair, self.src, self.dir, mode, self.stream)
+    }
+}
+
 /// One throughput run of `bytes`: (Gbit/s, per-step latencies in µs, mechanism, the transfer
 /// thread's CPU time per MiB in µs). Once the clock has stopped, what the sink received is
 /// checked against the stream (module docs), and its length.
@@ -221,12 +228,11 @@ pub(super) fn throughput(j: &Job<'_>, bytes: u64) -> Res<(f64, Vec<f64>, String,
     let Job {
         pair,
         variant,
-        src,
         stream,
-        dir,
         fault,
+        ..
     } = *j;
-    let e = ends(pair, src, dir, Mode::Throughput(bytes), stream)?;
+    let e = j.ends(Mode::Throughput(bytes))?;
     let mut m = Mover::new(variant, &e, STEP)?;
     let mechanism = m.mechanism();
     let mut lat = Vec::new();
@@ -318,12 +324,11 @@ pub(super) fn paced(
     let Job {
         pair,
         variant,
-        src,
         stream,
-        dir,
         fault,
+        ..
     } = *j;
-    let e = ends(pair, src, dir, Mode::Paced, stream)?;
+    let e = j.ends(Mode::Paced)?;
     let mut m = Mover::new(variant, &e, step)?;
     let bad = |wrong| ContentError {
         pair,

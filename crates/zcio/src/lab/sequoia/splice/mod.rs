@@ -6,10 +6,8 @@ pub mod measure;
 pub mod render;
 pub mod stream;
 
-use crate::lab::Experiment;
-use crate::report::doc::Block;
+use crate::lab::{Experiment, ReportParts};
 use crate::report::preset::Preset;
-use crate::report::results::Results;
 use crate::transfer::Res;
 
 /// Paper 003's peer-to-peer I/O.
@@ -46,21 +44,12 @@ impl Experiment for Splice {
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {
-        crate::lab::sequoia::splice::measure::measure(plan, &mut |m| {
-            bar.set_message(m);
-            bar.inc(1);
-        })
+        crate::lab::sequoia::splice::measure::measure(plan, &mut crate::progress(bar))
     }
 
-    fn findings(results: &Results) -> Vec<String> {
-        crate::lab::sequoia::splice::render::splice_findings(results)
-    }
-
-    fn claims(results: &Results) -> Vec<crate::lab::Claim> {
-        claims::claims(results)
-    }
-
-    fn render(results: &Results) -> Vec<Block> {
-        crate::lab::sequoia::splice::render::splice_blocks(results)
-    }
+    const REPORT: ReportParts = ReportParts {
+        findings: render::splice_findings,
+        claims: claims::claims,
+        render: render::splice_blocks,
+    };
 }

@@ -4,7 +4,7 @@
 
 use crate::report::doc::Block;
 use crate::report::results::Results;
-use crate::report::text::{h, p, table};
+use crate::report::text::{h, p, table_of};
 
 /// The peer-to-peer I/O findings, at the head of its section.
 pub fn splice_findings(r: &Results) -> Vec<String> {
@@ -62,7 +62,7 @@ pub fn splice_blocks(r: &Results) -> Vec<Block> {
             s.files_fs
         )),
     ];
-    b.push(table(
+    b.push(table_of(
         "Splice against a read/write loop",
         &[
             "pair",
@@ -76,25 +76,23 @@ pub fn splice_blocks(r: &Results) -> Vec<Block> {
             "kept Gbit/s",
             "CPU left to the task",
         ],
-        s.rows
-            .iter()
-            .map(|r| {
-                vec![
-                    r.pair.replace('_', " "),
-                    r.variant.replace('_', "/"),
-                    r.mechanism.clone(),
-                    format!("{:.2}", r.gbps),
-                    format!("{:.2}–{:.2}", r.gbps_spread[0], r.gbps_spread[1]),
-                    format!("{:.1}", r.latency_us),
-                    format!("{:.0}", r.cpu_us_per_mib),
-                    format!("{:.2}", r.pace_gbps),
-                    format!("{:.2}", r.paced_gbps),
-                    format!("{:.0} %", 100.0 * r.cpu_availability),
-                ]
-            })
-            .collect(),
+        &s.rows,
+        |r| {
+            vec![
+                r.pair.replace('_', " "),
+                r.variant.replace('_', "/"),
+                r.mechanism.clone(),
+                format!("{:.2}", r.gbps),
+                format!("{:.2}–{:.2}", r.gbps_spread[0], r.gbps_spread[1]),
+                format!("{:.1}", r.latency_us),
+                format!("{:.0}", r.cpu_us_per_mib),
+                format!("{:.2}", r.pace_gbps),
+                format!("{:.2}", r.paced_gbps),
+                format!("{:.0} %", 100.0 * r.cpu_availability),
+            ]
+        },
     ));
-    b.push(table(
+    b.push(table_of(
         "Splice over the loop, per pair (the paper: throughput and latency 2-3×, CPU availability +30 % or more)",
         &[
             "pair",
@@ -103,9 +101,8 @@ pub fn splice_blocks(r: &Results) -> Vec<Block> {
             "CPU per byte (loop / splice)",
             "CPU left",
         ],
-        s.verdicts
-            .iter()
-            .map(|v| {
+        &s.verdicts,
+            |v| {
                 vec![
                     v.pair.replace('_', " "),
                     format!("{:.2}×", v.throughput_ratio),
@@ -113,8 +110,7 @@ pub fn splice_blocks(r: &Results) -> Vec<Block> {
                     format!("{:.2}×", v.cpu_ratio),
                     format!("{:.2}×", v.availability_ratio),
                 ]
-            })
-            .collect(),
+            },
     ));
     b.push(p("A task that shares the transfer's core gets the core whenever the transfer waits for its next increment, and half of it while both run; so the CPU a transfer leaves grows only slowly with its efficiency, and a splice that needs half the loop's CPU per byte leaves the task a few percent more, not a multiple: the CPU per byte says more plainly what each mechanism costs. Where the sink or source is a file on tmpfs, every mechanism copies through the page cache, and splice and the loop do nearly the same work."));
     b
