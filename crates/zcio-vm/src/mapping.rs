@@ -63,14 +63,7 @@ unsafe impl Send for Mapping {}
 // SAFETY: shared access only reads through `&self` (`as_slice`) and the kernel-side changes need `&mut self`.
 unsafe impl Sync for Mapping {}
 
-impl std::fmt::Debug for Mapping {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mapping")
-            .field("range", &self.range())
-            .field("backing", &self.backing)
-            .finish()
-    }
-}
+crate::debug_summary!(Mapping, |s| range: s.range(), backing: s.backing);
 
 /// Largest single mapping zcio creates: 64 GiB. Anything larger is a caller error, not a request.
 pub const MAX_MAPPING: usize = 64 << 30;

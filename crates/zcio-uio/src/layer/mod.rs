@@ -175,14 +175,7 @@ pub struct Uio {
     events: std::sync::OnceLock<OwnedFd>,
 }
 
-impl std::fmt::Debug for Uio {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Uio")
-            .field("config", &self.config)
-            .field("stats", &self.stats())
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(Uio, |s| config: s.config, stats: s.stats());
 
 impl Uio {
     /// A layer with its ring and buffer region. A kernel that refuses a polling thread or

@@ -278,13 +278,7 @@ pub struct VmRuntime {
     counters: Counters,
 }
 
-impl std::fmt::Debug for VmRuntime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VmRuntime")
-            .field("caps", &self.caps)
-            .finish()
-    }
-}
+crate::debug_summary!(VmRuntime, |s| caps: s.caps);
 
 /// The runtime of this process (leaked: it lives as long as the process).
 static RUNTIME: AtomicPtr<VmRuntime> = AtomicPtr::new(std::ptr::null_mut());

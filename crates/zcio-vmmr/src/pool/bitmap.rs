@@ -1,7 +1,6 @@
 //! The paper's free-page bitmap (§2.3): one bit per granule, word-at-a-time first fit.
 
 use super::{Fibonacci, PagePool, PoolError, Rng, SearchStart, SplitMix64, check_range};
-use std::fmt;
 
 /// The generator state behind a [`SearchStart`].
 #[derive(Debug, Clone)]
@@ -86,16 +85,8 @@ pub struct BitmapPool {
     last: SearchStats,
 }
 
-impl fmt::Debug for BitmapPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BitmapPool")
-            .field("capacity", &self.capacity)
-            .field("free", &self.free)
-            .field("start", &self.start)
-            .field("last_search", &self.last)
-            .finish_non_exhaustive()
-    }
-}
+zcio_vm::debug_summary!(BitmapPool, |s|
+    capacity: s.capacity, free: s.free, start: s.start, last_search: s.last, ..);
 
 /// The words covering `[first, first + n)`: each word's index, the granule its bit 63 stands
 /// for, and the mask of the range's bits in it.

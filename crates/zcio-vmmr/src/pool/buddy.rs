@@ -1,7 +1,6 @@
 //! A binary buddy allocator (§4.1, §4.3).
 
 use super::{PagePool, PoolError, check_range};
-use std::fmt;
 
 /// End of a free list.
 const NIL: u32 = u32::MAX;
@@ -54,16 +53,8 @@ pub struct BuddyPool {
     wasted: usize,
 }
 
-impl fmt::Debug for BuddyPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BuddyPool")
-            .field("capacity", &self.capacity)
-            .field("free", &self.free)
-            .field("wasted", &self.wasted)
-            .field("free_blocks", &self.free_blocks())
-            .finish_non_exhaustive()
-    }
-}
+zcio_vm::debug_summary!(BuddyPool, |s|
+    capacity: s.capacity, free: s.free, wasted: s.wasted, free_blocks: s.free_blocks(), ..);
 
 /// The order of the smallest power of two `>= n` (`n >= 1`).
 fn order_for(n: usize) -> usize {

@@ -3,7 +3,6 @@
 
 use super::{BitmapPool, PagePool, PoolError, SIZE_CLASS_NAMES, SIZE_CLASSES, check_range};
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// How a [`SizeClassPool`] divides its range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,16 +125,8 @@ pub struct SizeClassPool {
     wasted: usize,
 }
 
-impl fmt::Debug for SizeClassPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SizeClassPool")
-            .field("capacity", &self.capacity)
-            .field("classes", &self.class_stats())
-            .field("overflow", &self.overflow.map)
-            .field("wasted", &self.wasted)
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(SizeClassPool, |s|
+    capacity: s.capacity, classes: s.class_stats(), overflow: s.overflow.map, wasted: s.wasted);
 
 impl SizeClassPool {
     /// A pool divided as `split` says.
