@@ -1,6 +1,9 @@
 //! The paper's free-page bitmap (§2.3): one bit per granule, word-at-a-time first fit.
 
-use super::{Fibonacci, PagePool, PoolError, Rng, SearchStart, SplitMix64, check_range};
+use super::{
+    Fibonacci, PagePool, PoolError, Rng, SearchStart, SplitMix64, check_give_back, check_range,
+    check_request, exhausted,
+};
 
 /// The generator state behind a [`SearchStart`].
 #[derive(Debug, Clone)]
@@ -388,15 +391,7 @@ impl BitmapPool {
 
 impl PagePool for BitmapPool {
     fn alloc(&mut self, n: usize) -> Result<usize, PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        if n > self.capacity {
-            return Err(PoolError::TooLarge {
-                requested: n,
-                largest: self.capacity,
-            });
-        }
+        check_request(n, self.capacity)?;
         let start = self.start_gen.next_word(self.words.len());
         let search = self.find(n, start);
         self.last = search.stats;
@@ -406,21 +401,13 @@ impl PagePool for BitmapPool {
                 self.free -= n;
                 Ok(first)
             }
-            None => Err(PoolError::Exhausted {
-                requested: n,
-                free: self.free,
-                capacity: self.capacity,
-                largest: self.largest_free_run(),
-            }),
+            None => Err(exhausted(self, n, self.largest_free_run())),
         }
     }
 
     /// Any run of allocated granules may be given back, whole allocations or parts of them.
     fn free(&mut self, first: usize, n: usize) -> Result<(), PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        check_range(first, n, self.capacity)?;
+        check_give_back(first, n, self.capacity)?;
         if let Some(granule) = self.first_free_in(first, n) {
             return Err(PoolError::DoubleFree { granule });
         }
@@ -429,21 +416,11 @@ impl PagePool for BitmapPool {
         Ok(())
     }
 
-    fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    fn free_granules(&self) -> usize {
-        self.free
-    }
-
     fn largest_alloc(&self) -> usize {
         self.capacity
     }
 
-    fn name(&self) -> &'static str {
-        "bitmap"
-    }
+    counted_pool!("bitmap");
 }
 
 #[cfg(test)]
