@@ -472,9 +472,7 @@ mod tests {
         ));
         assert_eq!(ring.held(), 3, "the end takes no slot");
         store.put(slot).unwrap();
-        for s in ring.take_back() {
-            store.put(s).unwrap();
-        }
+        store.put_all(ring.take_back()).unwrap();
         assert_eq!((ring.held(), store.free()), (0, 8));
         // The emptied ring takes slots again and receives into them.
         let (a, mut peer) = UnixStream::pair().unwrap();

@@ -215,9 +215,8 @@ impl Message {
 /// println!("{}: {:?}", m.path().name(), m.moved()); // moved, or copied where it cannot be
 ///
 /// // Freeing moves the pages back into their slots.
-/// for s in r.free(&mut store, m).map_err(|refused| refused.error)? {
-///     store.put(s)?;
-/// }
+/// let back = r.free(&mut store, m).map_err(|refused| refused.error)?;
+/// store.put_all(back)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Reassembler<P: PagePool> {
