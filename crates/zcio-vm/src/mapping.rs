@@ -27,20 +27,28 @@ pub struct MapOptions {
 }
 
 impl MapOptions {
+    /// Every page faulted in now, the kernel choosing the page size.
+    pub const POPULATED: MapOptions = MapOptions::of(true, false, false);
+    /// Aligned to 2 MiB, on transparent huge pages where the kernel gives them, faulted in as
+    /// touched.
+    pub const HUGE: MapOptions = MapOptions::of(false, true, false);
+    /// In 4 KiB pages only, faulted in as touched.
+    pub const NO_HUGE: MapOptions = MapOptions::of(false, false, true);
     /// Every page faulted in now, in 4 KiB pages only: what measurements of 4 KiB page
     /// operations map.
-    pub const POPULATED_4K: MapOptions = MapOptions {
-        populate: true,
-        huge: false,
-        no_huge: true,
-    };
+    pub const POPULATED_4K: MapOptions = MapOptions::of(true, false, true);
     /// Every page faulted in now, on transparent huge pages where the kernel gives them: what
     /// operations on 2 MiB pages map.
-    pub const POPULATED_2M: MapOptions = MapOptions {
-        populate: true,
-        huge: true,
-        no_huge: false,
-    };
+    pub const POPULATED_2M: MapOptions = MapOptions::of(true, true, false);
+
+    /// The options of the constants above, in the order of the fields.
+    const fn of(populate: bool, huge: bool, no_huge: bool) -> MapOptions {
+        MapOptions {
+            populate,
+            huge,
+            no_huge,
+        }
+    }
 }
 
 /// A mapping this process owns; unmapped when dropped.
@@ -533,14 +541,7 @@ mod tests {
 
     #[test]
     fn huge_mapping_is_2mib_aligned() {
-        let m = Mapping::anonymous(
-            4 << 20,
-            MapOptions {
-                huge: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = Mapping::anonymous(4 << 20, MapOptions::HUGE).unwrap();
         assert_eq!(m.addr() % HUGE_PAGE_SIZE, 0);
     }
 

@@ -395,11 +395,7 @@ impl<P: PagePool> Reassembler<P> {
         let g = self.space.granule().bytes();
         if self.copies.is_none() {
             let cap = self.space.capacity();
-            let options = MapOptions {
-                huge: true,
-                ..Default::default()
-            };
-            match Mapping::anonymous(cap * g, options) {
+            match Mapping::anonymous(cap * g, MapOptions::HUGE) {
                 Ok(map) => self.copies = Some((map, BitmapPool::new(cap))),
                 Err(e) => return Err(refuse(e, slots)),
             }
