@@ -41,6 +41,32 @@ pub struct Variant {
     pub volatile: bool,
 }
 
+impl Variant {
+    /// Cached and volatile: freed fbufs stay mapped for reuse, sends leave them writable.
+    pub const CACHED_VOLATILE: Variant = Variant::of(true, true);
+    /// Cached, not volatile: freed fbufs stay mapped for reuse, a send takes write access away
+    /// until the fbuf is freed.
+    pub const CACHED: Variant = Variant::of(true, false);
+    /// Volatile, not cached: pages given back on free, sends leave fbufs writable.
+    pub const VOLATILE: Variant = Variant::of(false, true);
+    /// Neither cached nor volatile: pages given back on free, a send takes write access away.
+    pub const UNCACHED: Variant = Variant::of(false, false);
+
+    const fn of(cached: bool, volatile: bool) -> Variant {
+        Variant { cached, volatile }
+    }
+
+    /// The variant as the link and owner protocols carry it: bit 0 cached, bit 1 volatile.
+    pub fn bits(self) -> u64 {
+        u64::from(self.cached) | u64::from(self.volatile) << 1
+    }
+
+    /// The variant that [`bits`](Self::bits) gave (other bits ignored).
+    pub fn from_bits(bits: u64) -> Variant {
+        Variant::of(bits & 1 != 0, bits & 2 != 0)
+    }
+}
+
 /// A path's geometry, as every process of the path must know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathInfo {
@@ -220,6 +246,12 @@ impl PathMemory {
         self.fd.as_fd()
     }
 
+    /// The path's originator, in the process that created it: [`Originator::new`] on the
+    /// path's memory and geometry.
+    pub fn originator(&self) -> Result<Originator, FbufError> {
+        Originator::new(self.fd(), self.info)
+    }
+
     /// A descriptor for a receiver: read-only, so the kernel never lets it write.
     pub fn receiver_fd(&self) -> Result<OwnedFd, FbufError> {
         Ok(zcio_vm::mapping::reopen_read_only(self.fd.as_fd())?)
@@ -235,13 +267,12 @@ impl PathMemory {
 /// [`crate::link`] (see `crates/zcio/examples/fbuf_path.rs`).
 ///
 /// ```
-/// use zcio_fbufs::path::{Originator, PathMemory, Variant};
+/// use zcio_fbufs::path::{PathMemory, Variant};
 /// use zcio_fbufs::region::RegionRead;
 ///
 /// // A path of 2 chunks of 64 KiB; cached: freed fbufs come back uncleared, for reuse.
-/// let variant = Variant { cached: true, volatile: true };
-/// let path = PathMemory::create(64 * 1024, 2, variant)?;
-/// let mut o = Originator::new(path.fd(), path.info())?;
+/// let path = PathMemory::create(64 * 1024, 2, Variant::CACHED_VOLATILE)?;
+/// let mut o = path.originator()?;
 ///
 /// let fbuf = o.alloc(5000)?;
 /// o.write(&fbuf, 0, b"hello, path")?;
