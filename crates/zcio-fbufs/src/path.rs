@@ -295,12 +295,32 @@ pub struct Originator {
     /// Free fbufs by page count, most recently freed last.
     free: HashMap<usize, Vec<u64>>,
     /// Sent fbufs: receivers yet to free them, capacity, and whether made read-only.
-    out: HashMap<u64, (usize, u64, bool)>,
+    out: HashMap<u64, Sent>,
     /// Chunks this allocator has been granted (the whole quota unless an owner grants them).
     granted: usize,
     /// The path's memory is sealed against every other writer (`F_SEAL_FUTURE_WRITE`); its
     /// uncached fbufs are then cleared on free instead of giving their pages back.
     sealed: bool,
+}
+
+/// What an originator knows of an fbuf it sent: receivers yet to free it, its capacity, and
+/// whether it was made read-only.
+type Sent = (usize, u64, bool);
+
+/// The entry of `r` among the fbufs `out` holds as sent and not had back from every receiver;
+/// else [`FbufError::BadRef`] for `what`, `expected` saying what `r` should have been.
+fn sent<'a>(
+    out: &'a mut HashMap<u64, Sent>,
+    r: FbufRef,
+    what: &'static str,
+    expected: &'static str,
+) -> Result<&'a mut Sent, FbufError> {
+    out.get_mut(&r.addr).ok_or(FbufError::BadRef {
+        what,
+        addr: r.addr,
+        len: r.len,
+        expected,
+    })
 }
 
 impl Originator {
@@ -474,14 +494,12 @@ impl Originator {
     /// until every receiver has freed it.
     pub fn secure(&mut self, r: FbufRef) -> Result<(), FbufError> {
         let off = self.offset_of(r.addr);
-        let Some(e) = self.out.get_mut(&r.addr) else {
-            return Err(FbufError::BadRef {
-                what: "secure",
-                addr: r.addr,
-                len: r.len,
-                expected: "an fbuf this originator has sent and not had back",
-            });
-        };
+        let e = sent(
+            &mut self.out,
+            r,
+            "secure",
+            "an fbuf this originator has sent and not had back",
+        )?;
         if !e.2 {
             self.map.set_access(off, e.1 as usize, Access::ReadOnly)?;
             e.2 = true;
@@ -492,14 +510,12 @@ impl Originator {
     /// A receiver's deallocation notice for `r`. When the last receiver has freed it, the fbuf
     /// becomes writable again and goes on its free list, as it is (cached) or cleared.
     pub fn freed(&mut self, r: FbufRef) -> Result<(), FbufError> {
-        let Some(e) = self.out.get_mut(&r.addr) else {
-            return Err(FbufError::BadRef {
-                what: "deallocation notice",
-                addr: r.addr,
-                len: r.len,
-                expected: "an fbuf this originator has sent and not had back (a double free?)",
-            });
-        };
+        let e = sent(
+            &mut self.out,
+            r,
+            "deallocation notice",
+            "an fbuf this originator has sent and not had back (a double free?)",
+        )?;
         e.0 -= 1;
         if e.0 == 0 {
             let (_, cap, protected) = self.out.remove(&r.addr).expect("present");
