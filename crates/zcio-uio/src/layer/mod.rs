@@ -608,6 +608,19 @@ impl Uio {
         }
     }
 
+    /// Wait until every completion of this thread is delivered (its handler run): how many
+    /// ran. Unlike [`wait`](Self::wait), nothing in flight is no error: none ran.
+    pub fn wait_all(&self) -> Result<usize, UioError> {
+        let mut ran = 0;
+        loop {
+            match self.wait() {
+                Ok(d) => ran += d,
+                Err(UioError::NothingInFlight) => return Ok(ran),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Block until this thread's queue holds a completion.
     fn wait_own(&self) -> Result<(), UioError> {
         let me = context();
