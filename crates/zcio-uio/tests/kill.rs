@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use zcio_testkit::kill::{Baseline, PEER_ENV, Rng, Tolerance, is_party, watchdog};
-use zcio_uio::{Config, Initiation, NotQueued, Opcode, Request, Translation, Uio, UioError};
+use zcio_uio::{
+    Completion, Config, Initiation, NotQueued, Opcode, Request, Translation, Uio, UioError,
+};
 
 /// Longest a killed process may take to end, and a survivor to be done after a kill.
 const DETECT: Duration = Duration::from_secs(3);
@@ -85,6 +87,15 @@ fn start() -> Option<(
 /// Byte `i` of the file read.
 fn data_byte(i: usize) -> u8 {
     ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+/// Whether a read of the file read got the file's bytes at its offset.
+fn holds_the_data(c: &Completion) -> bool {
+    let off = c.record.offset as usize;
+    c.data()
+        .iter()
+        .enumerate()
+        .all(|(k, b)| *b == data_byte(off + k))
 }
 
 /// Block `b` of the file written, as generation `g` writes it (generation 0 is what the test
@@ -242,13 +253,8 @@ fn read_alongside(path: &std::path::Path, stop: &AtomicBool) -> u64 {
     let bad = Arc::new(AtomicU64::new(0));
     let b2 = bad.clone();
     let h = uio.handler(move |c| {
-        let off = c.record.offset as usize;
-        let ok = c.error.is_none()
-            && c.data().len() == c.record.length as usize
-            && c.data()
-                .iter()
-                .enumerate()
-                .all(|(k, b)| *b == data_byte(off + k));
+        let ok =
+            c.error.is_none() && c.data().len() == c.record.length as usize && holds_the_data(&c);
         if !ok {
             b2.fetch_add(1, Ordering::Relaxed);
         }
@@ -444,13 +450,7 @@ fn thread_round(uio: Arc<Uio>, path: &std::path::Path, ending: Ending, per: u64)
             .name()
             .and_then(|n| n.parse().ok())
             .unwrap_or(u64::MAX);
-        let off = c.record.offset as usize;
-        let ok = c.error.is_none()
-            && c.record.argument / 1_000_000 == me
-            && c.data()
-                .iter()
-                .enumerate()
-                .all(|(k, b)| *b == data_byte(off + k));
+        let ok = c.error.is_none() && c.record.argument / 1_000_000 == me && holds_the_data(&c);
         if !ok {
             b2.fetch_add(1, Ordering::Relaxed);
         }
