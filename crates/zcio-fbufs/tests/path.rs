@@ -40,6 +40,27 @@ fn path(chunks: usize, variant: Variant) -> PathMemory {
     PathMemory::create(1 << 20, chunks, variant).unwrap()
 }
 
+/// A receiver process in `mode` (`receive`, `receive-then-write`, `receive-then-reopen-rw`)
+/// given the fbuf `r` of path `p`, which it opens through this process's descriptor: how it
+/// ended and what it said.
+fn receiver(mode: &str, p: &PathMemory, r: FbufRef) -> std::process::Output {
+    let info = p.info();
+    peer()
+        .arg(mode)
+        .args([
+            format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd()),
+            info.addr.to_string(),
+            info.chunk_bytes.to_string(),
+            info.quota_chunks.to_string(),
+            info.variant.cached.to_string(),
+            info.variant.volatile.to_string(),
+            r.addr.to_string(),
+            r.len.to_string(),
+        ])
+        .output()
+        .unwrap()
+}
+
 /// A path variant: cached or not, volatile or not.
 fn variant(cached: bool, volatile: bool) -> Variant {
     Variant { cached, volatile }
@@ -159,18 +180,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
         let data: Vec<u8> = (0..300u32).map(|i| (i * 31 % 251) as u8).collect();
         o.write(&f, 0, &data).unwrap();
         let r = o.send(f, 1).unwrap();
-        let fd_path = format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd());
-        let args = [
-            fd_path,
-            info.addr.to_string(),
-            info.chunk_bytes.to_string(),
-            info.quota_chunks.to_string(),
-            cached.to_string(),
-            "false".into(),
-            r.addr.to_string(),
-            r.len.to_string(),
-        ];
-        let out = peer().arg("receive").args(&args).output().unwrap();
+        let out = receiver("receive", &p, r);
         assert!(
             out.status.success(),
             "{}",
@@ -179,11 +189,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
         let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), hex);
 
-        let out = peer()
-            .arg("receive-then-write")
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = receiver("receive-then-write", &p, r);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("writable mapping refused"), "{stdout}");
         assert!(
@@ -212,21 +218,7 @@ fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_ker
     let f = o.alloc(data.len()).unwrap();
     o.write(&f, 0, &data).unwrap();
     let r = o.send(f, 1).unwrap();
-    let args = [
-        format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd()),
-        info.addr.to_string(),
-        info.chunk_bytes.to_string(),
-        info.quota_chunks.to_string(),
-        "true".into(),
-        "true".into(),
-        r.addr.to_string(),
-        r.len.to_string(),
-    ];
-    let out = peer()
-        .arg("receive-then-reopen-rw")
-        .args(&args)
-        .output()
-        .unwrap();
+    let out = receiver("receive-then-reopen-rw", &p, r);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
