@@ -176,37 +176,19 @@ impl<'r, R: RegionWrite, A: NodeAlloc> Builder<'r, R, A> {
 
     /// The first `at` bytes of `m` and the rest (the x-kernel's split).
     pub fn split(&mut self, m: Msg, at: u64) -> Result<(Msg, Msg), AggregateError> {
-        if at > m.len {
-            return Err(AggregateError::OutOfRange {
-                op: "split",
-                at,
-                len: m.len,
-            });
-        }
+        within(m, "split", at)?;
         Ok((self.slice(m, 0, at)?, self.slice(m, at, m.len - at)?))
     }
 
     /// `m` without its first `n` bytes (a protocol stripping its header).
     pub fn clip_front(&mut self, m: Msg, n: u64) -> Result<Msg, AggregateError> {
-        if n > m.len {
-            return Err(AggregateError::OutOfRange {
-                op: "clip",
-                at: n,
-                len: m.len,
-            });
-        }
+        within(m, "clip", n)?;
         self.slice(m, n, m.len - n)
     }
 
     /// `m` without its last `n` bytes (a trailer or padding).
     pub fn clip_back(&mut self, m: Msg, n: u64) -> Result<Msg, AggregateError> {
-        if n > m.len {
-            return Err(AggregateError::OutOfRange {
-                op: "clip",
-                at: n,
-                len: m.len,
-            });
-        }
+        within(m, "clip", n)?;
         self.slice(m, 0, m.len - n)
     }
 
@@ -214,6 +196,14 @@ impl<'r, R: RegionWrite, A: NodeAlloc> Builder<'r, R, A> {
     pub fn prepend(&mut self, header: Msg, m: Msg) -> Result<Msg, AggregateError> {
         self.join(header, m)
     }
+}
+
+/// `at` lies within `m` (at its end at most), or [`AggregateError::OutOfRange`] for `op`.
+fn within(m: Msg, op: &'static str, at: u64) -> Result<(), AggregateError> {
+    if at > m.len {
+        return Err(AggregateError::OutOfRange { op, at, len: m.len });
+    }
+    Ok(())
 }
 
 /// Bounds on a receiver's walk, so that no message, however malformed, makes it run long.

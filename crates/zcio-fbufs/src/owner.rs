@@ -193,11 +193,7 @@ impl Owner {
         Ok(match kind {
             CREATE if mine.is_some() => self.reply(i, REFUSED, ALREADY_MEMBER, 0),
             CREATE => {
-                let variant = Variant {
-                    cached: b & 1 != 0,
-                    volatile: b & 2 != 0,
-                };
-                match PathMemory::create(self.chunk_bytes, a as usize, variant) {
+                match PathMemory::create(self.chunk_bytes, a as usize, Variant::from_bits(b)) {
                     Ok(mem) => {
                         let info = mem.info();
                         let sent = self.reply(i, OK, info.addr as u64, 0)
@@ -335,8 +331,7 @@ impl OwnerClient {
         quota_chunks: usize,
         variant: Variant,
     ) -> Result<(PathInfo, OwnedFd), LinkError> {
-        let bits = variant.cached as u64 | (variant.volatile as u64) << 1;
-        self.ask(CREATE, quota_chunks as u64, bits)?;
+        self.ask(CREATE, quota_chunks as u64, variant.bits())?;
         let (info, fd, _) = accept_path(&self.sock)?;
         Ok((info, fd))
     }

@@ -41,6 +41,32 @@ pub struct Variant {
     pub volatile: bool,
 }
 
+impl Variant {
+    /// Cached and volatile: freed fbufs stay mapped for reuse, sends leave them writable.
+    pub const CACHED_VOLATILE: Variant = Variant::of(true, true);
+    /// Cached, not volatile: freed fbufs stay mapped for reuse, a send takes write access away
+    /// until the fbuf is freed.
+    pub const CACHED: Variant = Variant::of(true, false);
+    /// Volatile, not cached: pages given back on free, sends leave fbufs writable.
+    pub const VOLATILE: Variant = Variant::of(false, true);
+    /// Neither cached nor volatile: pages given back on free, a send takes write access away.
+    pub const UNCACHED: Variant = Variant::of(false, false);
+
+    const fn of(cached: bool, volatile: bool) -> Variant {
+        Variant { cached, volatile }
+    }
+
+    /// The variant as the link and owner protocols carry it: bit 0 cached, bit 1 volatile.
+    pub fn bits(self) -> u64 {
+        u64::from(self.cached) | u64::from(self.volatile) << 1
+    }
+
+    /// The variant that [`bits`](Self::bits) gave (other bits ignored).
+    pub fn from_bits(bits: u64) -> Variant {
+        Variant::of(bits & 1 != 0, bits & 2 != 0)
+    }
+}
+
 /// A path's geometry, as every process of the path must know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathInfo {
@@ -220,6 +246,12 @@ impl PathMemory {
         self.fd.as_fd()
     }
 
+    /// The path's originator, in the process that created it: [`Originator::new`] on the
+    /// path's memory and geometry.
+    pub fn originator(&self) -> Result<Originator, FbufError> {
+        Originator::new(self.fd(), self.info)
+    }
+
     /// A descriptor for a receiver: read-only, so the kernel never lets it write.
     pub fn receiver_fd(&self) -> Result<OwnedFd, FbufError> {
         Ok(zcio_vm::mapping::reopen_read_only(self.fd.as_fd())?)
@@ -235,13 +267,12 @@ impl PathMemory {
 /// [`crate::link`] (see `crates/zcio/examples/fbuf_path.rs`).
 ///
 /// ```
-/// use zcio_fbufs::path::{Originator, PathMemory, Variant};
+/// use zcio_fbufs::path::{PathMemory, Variant};
 /// use zcio_fbufs::region::RegionRead;
 ///
 /// // A path of 2 chunks of 64 KiB; cached: freed fbufs come back uncleared, for reuse.
-/// let variant = Variant { cached: true, volatile: true };
-/// let path = PathMemory::create(64 * 1024, 2, variant)?;
-/// let mut o = Originator::new(path.fd(), path.info())?;
+/// let path = PathMemory::create(64 * 1024, 2, Variant::CACHED_VOLATILE)?;
+/// let mut o = path.originator()?;
 ///
 /// let fbuf = o.alloc(5000)?;
 /// o.write(&fbuf, 0, b"hello, path")?;
@@ -264,12 +295,32 @@ pub struct Originator {
     /// Free fbufs by page count, most recently freed last.
     free: HashMap<usize, Vec<u64>>,
     /// Sent fbufs: receivers yet to free them, capacity, and whether made read-only.
-    out: HashMap<u64, (usize, u64, bool)>,
+    out: HashMap<u64, Sent>,
     /// Chunks this allocator has been granted (the whole quota unless an owner grants them).
     granted: usize,
     /// The path's memory is sealed against every other writer (`F_SEAL_FUTURE_WRITE`); its
     /// uncached fbufs are then cleared on free instead of giving their pages back.
     sealed: bool,
+}
+
+/// What an originator knows of an fbuf it sent: receivers yet to free it, its capacity, and
+/// whether it was made read-only.
+type Sent = (usize, u64, bool);
+
+/// The entry of `r` among the fbufs `out` holds as sent and not had back from every receiver;
+/// else [`FbufError::BadRef`] for `what`, `expected` saying what `r` should have been.
+fn sent<'a>(
+    out: &'a mut HashMap<u64, Sent>,
+    r: FbufRef,
+    what: &'static str,
+    expected: &'static str,
+) -> Result<&'a mut Sent, FbufError> {
+    out.get_mut(&r.addr).ok_or(FbufError::BadRef {
+        what,
+        addr: r.addr,
+        len: r.len,
+        expected,
+    })
 }
 
 impl Originator {
@@ -443,14 +494,12 @@ impl Originator {
     /// until every receiver has freed it.
     pub fn secure(&mut self, r: FbufRef) -> Result<(), FbufError> {
         let off = self.offset_of(r.addr);
-        let Some(e) = self.out.get_mut(&r.addr) else {
-            return Err(FbufError::BadRef {
-                what: "secure",
-                addr: r.addr,
-                len: r.len,
-                expected: "an fbuf this originator has sent and not had back",
-            });
-        };
+        let e = sent(
+            &mut self.out,
+            r,
+            "secure",
+            "an fbuf this originator has sent and not had back",
+        )?;
         if !e.2 {
             self.map.set_access(off, e.1 as usize, Access::ReadOnly)?;
             e.2 = true;
@@ -461,14 +510,12 @@ impl Originator {
     /// A receiver's deallocation notice for `r`. When the last receiver has freed it, the fbuf
     /// becomes writable again and goes on its free list, as it is (cached) or cleared.
     pub fn freed(&mut self, r: FbufRef) -> Result<(), FbufError> {
-        let Some(e) = self.out.get_mut(&r.addr) else {
-            return Err(FbufError::BadRef {
-                what: "deallocation notice",
-                addr: r.addr,
-                len: r.len,
-                expected: "an fbuf this originator has sent and not had back (a double free?)",
-            });
-        };
+        let e = sent(
+            &mut self.out,
+            r,
+            "deallocation notice",
+            "an fbuf this originator has sent and not had back (a double free?)",
+        )?;
         e.0 -= 1;
         if e.0 == 0 {
             let (_, cap, protected) = self.out.remove(&r.addr).expect("present");

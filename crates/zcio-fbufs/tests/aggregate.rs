@@ -274,13 +274,8 @@ fn concurrent_rewriting_never_breaks_the_receiver() {
     };
     std::thread::scope(|s| {
         s.spawn(|| {
-            let mut x = 0x9E37_79B9_7F4A_7C15u64;
-            let mut next = || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            };
+            let mut g = zcio_testkit::data::Xorshift::new(1);
+            let mut next = || g.next_u64();
             while !stop.load(Ordering::Relaxed) {
                 // Put the message back as it was, then spoil a few of its words, so that the
                 // receiver walks every mixture of good and bad nodes.

@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdout, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{LinkError, OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
-use zcio_fbufs::path::{FbufRef, Originator, PathMemory, Variant};
+use zcio_fbufs::path::{FbufRef, PathMemory, Variant};
 use zcio_fbufs::pattern;
 use zcio_fbufs::ring::{Dir, Rings};
 
@@ -26,11 +26,6 @@ const SLOTS: usize = 16;
 const CALL: Duration = Duration::from_secs(2);
 /// The most any phase of a scenario may take before the test fails as blocked.
 const PHASE: Duration = Duration::from_secs(30);
-
-const CACHED: Variant = Variant {
-    cached: true,
-    volatile: false,
-};
 
 /// Message `i`'s length: one page at most, so that `N` of them fit in the path together.
 fn len_of(i: u64) -> usize {
@@ -68,9 +63,9 @@ fn watchdog(
 fn originator() -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) {
     let dir = tempfile::tempdir().unwrap();
     let l = UnixListener::bind(dir.path().join("up")).unwrap();
-    let p = PathMemory::create(256 * 1024, 40, CACHED).unwrap();
+    let p = PathMemory::create(256 * 1024, 40, Variant::CACHED).unwrap();
     assert!(p.info().len() / zcio_vm::page_size() >= N as usize);
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
+    let mut end = OriginatorEnd::new(p.originator().unwrap());
     end.ring_slots = SLOTS;
     (dir, l, p, end)
 }
@@ -317,9 +312,9 @@ fn a_forwarder_keeps_taking_from_upstream_while_its_receiver_stalls() {
             let dir = tempfile::tempdir().unwrap();
             let (up, down) = (dir.path().join("up"), dir.path().join("down"));
             let l = UnixListener::bind(&up).unwrap();
-            let p = PathMemory::create(256 * 1024, 100, CACHED).unwrap();
+            let p = PathMemory::create(256 * 1024, 100, Variant::CACHED).unwrap();
             assert!(p.info().len() / zcio_vm::page_size() >= M as usize);
-            let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
+            let mut end = OriginatorEnd::new(p.originator().unwrap());
             end.ring_slots = SLOTS;
             let mut server = peer()
                 .arg("forward")
@@ -379,7 +374,7 @@ fn a_forwarder_keeps_taking_from_upstream_while_its_receiver_stalls() {
 /// on a socket pair with rings of `slots`; the test keeps the other end of the socket and the
 /// rings. With `small`, the receiver's side of the socket holds only a few frames.
 fn raw_originator(slots: usize, small: bool) -> (PathMemory, Rings, UnixStream, ReceiverEnd) {
-    let p = PathMemory::create(64 * 1024, 4, CACHED).unwrap();
+    let p = PathMemory::create(64 * 1024, 4, Variant::CACHED).unwrap();
     let rings = Rings::create(slots).unwrap();
     let (ours, theirs) = UnixStream::pair().unwrap();
     if small {
@@ -431,8 +426,8 @@ fn frames_on(sock: &UnixStream) -> Vec<(u64, u64)> {
 
 #[test]
 fn a_reference_on_the_ring_never_overtakes_one_on_the_socket() {
-    let p = PathMemory::create(64 * 1024, 4, CACHED).unwrap();
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
+    let p = PathMemory::create(64 * 1024, 4, Variant::CACHED).unwrap();
+    let mut end = OriginatorEnd::new(p.originator().unwrap());
     end.ring_slots = 1;
     let (ours, sock) = UnixStream::pair().unwrap();
     end.add_receiver(ours, p.receiver_fd().unwrap().as_fd())
@@ -586,8 +581,8 @@ fn a_receiver_gives_up_on_an_originator_stalled_past_the_limit() {
 #[test]
 fn a_frame_cut_short_holds_up_no_originator() {
     watchdog(&["polled"], |phase| {
-        let p = PathMemory::create(64 * 1024, 4, CACHED).unwrap();
-        let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
+        let p = PathMemory::create(64 * 1024, 4, Variant::CACHED).unwrap();
+        let mut end = OriginatorEnd::new(p.originator().unwrap());
         let (ours, sock) = UnixStream::pair().unwrap();
         end.add_receiver(ours, p.receiver_fd().unwrap().as_fd())
             .unwrap();

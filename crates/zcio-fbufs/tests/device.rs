@@ -27,24 +27,21 @@ fn source(o: &mut Originator, buffers: usize) -> Option<SocketSource> {
     }
 }
 
+/// A path of `chunks` chunks of `chunk_bytes`, and its originator.
+fn originated(chunk_bytes: usize, chunks: usize, variant: Variant) -> (PathMemory, Originator) {
+    let path = PathMemory::create(chunk_bytes, chunks, variant).unwrap();
+    let o = path.originator().unwrap();
+    (path, o)
+}
+
 fn message(k: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31) ^ k).collect()
 }
 
 #[test]
 fn a_socket_lands_in_fbufs_a_receiver_reads_and_every_byte_is_the_peers() {
-    for variant in [
-        Variant {
-            cached: true,
-            volatile: true,
-        },
-        Variant {
-            cached: true,
-            volatile: false,
-        },
-    ] {
-        let path = PathMemory::create(64 << 10, 4, variant).unwrap();
-        let mut o = Originator::new(path.fd(), path.info()).unwrap();
+    for variant in [Variant::CACHED_VOLATILE, Variant::CACHED] {
+        let (path, mut o) = originated(64 << 10, 4, variant);
         let Some(mut src) = source(&mut o, 4) else {
             return;
         };
@@ -96,12 +93,8 @@ fn a_socket_lands_in_fbufs_a_receiver_reads_and_every_byte_is_the_peers() {
 
 #[test]
 fn bad_requests_are_refused_by_name_and_the_fbufs_come_back() {
-    let variant = Variant {
-        cached: true,
-        volatile: true,
-    };
-    let path = PathMemory::create(64 << 10, 2, variant).unwrap();
-    let mut o = Originator::new(path.fd(), path.info()).unwrap();
+    let variant = Variant::CACHED_VOLATILE;
+    let (path, mut o) = originated(64 << 10, 2, variant);
     assert!(matches!(
         SocketSource::new(&mut o, 2, 0),
         Err(FbufError::Empty)
@@ -114,8 +107,7 @@ fn bad_requests_are_refused_by_name_and_the_fbufs_come_back() {
     let e = src.recv(&mut o, a.as_fd(), SIZE + 1).unwrap_err();
     assert!(e.to_string().contains("one buffer"), "{e}");
     // Another path's originator.
-    let other = PathMemory::create(64 << 10, 2, variant).unwrap();
-    let mut o2 = Originator::new(other.fd(), other.info()).unwrap();
+    let (_other, mut o2) = originated(64 << 10, 2, variant);
     let e = src.recv(&mut o2, a.as_fd(), 10).unwrap_err();
     assert!(e.to_string().contains("another shared mapping"), "{e}");
     // The peer closes: no fbuf taken.
@@ -123,8 +115,7 @@ fn bad_requests_are_refused_by_name_and_the_fbufs_come_back() {
     assert!(src.recv(&mut o, a.as_fd(), 10).unwrap().is_none());
     assert_eq!(src.held(), 2);
     // A quota too small for the ring: refused, nothing kept.
-    let small = PathMemory::create(SIZE, 1, variant).unwrap();
-    let mut o3 = Originator::new(small.fd(), small.info()).unwrap();
+    let (_small, mut o3) = originated(SIZE, 1, variant);
     assert!(matches!(
         SocketSource::new(&mut o3, 2, SIZE),
         Err(FbufError::Quota { .. })
@@ -140,12 +131,7 @@ fn bad_requests_are_refused_by_name_and_the_fbufs_come_back() {
 
 #[test]
 fn an_fbuf_the_caller_allocated_is_received_into_and_a_small_one_is_refused_and_given_back() {
-    let variant = Variant {
-        cached: true,
-        volatile: true,
-    };
-    let path = PathMemory::create(64 << 10, 2, variant).unwrap();
-    let mut o = Originator::new(path.fd(), path.info()).unwrap();
+    let (_path, mut o) = originated(64 << 10, 2, Variant::CACHED_VOLATILE);
     let Some(mut src) = source(&mut o, 2) else {
         return;
     };

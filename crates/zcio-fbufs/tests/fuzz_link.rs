@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use zcio_fbufs::aggregate::{Limits, Msg, NODE_BYTES, walk};
 use zcio_fbufs::link::{OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
-use zcio_fbufs::path::{FbufRef, Originator, PathMemory, Variant};
+use zcio_fbufs::path::{FbufRef, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::ring::{Dir, Rings};
 use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
@@ -366,7 +366,7 @@ fn a_hostile_receiver_never_breaks_its_originator() {
         let ring_slots = u.int_in_range(1..=8)?;
         let (mut end, sock) = placed(|| {
             let p = PathMemory::create(CHUNK, CHUNKS, variant)?;
-            let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
+            let mut end = OriginatorEnd::new(p.originator()?);
             end.spin = std::time::Duration::ZERO;
             end.ring_slots = ring_slots;
             let (ours, sock) = UnixStream::pair().unwrap();

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use zcio_fbufs::link::{Forwarder, LinkError, OriginatorEnd, ReceiverEnd};
-use zcio_fbufs::path::{Originator, PathMemory, Variant};
+use zcio_fbufs::path::{PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
 use zcio_testkit::kill::{
@@ -59,20 +59,7 @@ const NEVER: i32 = 7;
 const VMA_SLACK: usize = 6;
 
 const ROLES: [&str; 3] = ["originator", "forwarder", "receiver"];
-const VARIANTS: [Variant; 3] = [
-    Variant {
-        cached: true,
-        volatile: true,
-    },
-    Variant {
-        cached: true,
-        volatile: false,
-    },
-    Variant {
-        cached: false,
-        volatile: false,
-    },
-];
+const VARIANTS: [Variant; 3] = [Variant::CACHED_VOLATILE, Variant::CACHED, Variant::UNCACHED];
 
 /// How a party's part ended: its link failed, or something else went wrong (a test failure).
 enum End {
@@ -151,7 +138,7 @@ fn originator(
 ) -> Result<std::convert::Infallible, End> {
     let l = UnixListener::bind(dir.join("up")).expect("listen upstream");
     let p = PathMemory::create(256 * 1024, 4, v).map_err(LinkError::from)?;
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).map_err(LinkError::from)?);
+    let mut end = OriginatorEnd::new(p.originator().map_err(LinkError::from)?);
     let sock = accept(&l, gone)?;
     end.add_receiver(sock, p.receiver_fd().map_err(LinkError::from)?.as_fd())
         .map_err(setup)?;

@@ -11,25 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use zcio_fbufs::aggregate::{Builder, BumpNodes, Msg};
 use zcio_fbufs::link::OriginatorEnd;
-use zcio_fbufs::path::{Fbuf, Originator, PathMemory, Variant};
+use zcio_fbufs::path::{Fbuf, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
-
-/// A cached path whose sends take write access away until the fbuf is freed.
-const CACHED: Variant = Variant {
-    cached: true,
-    volatile: false,
-};
-/// A cached, volatile path (sends leave the fbuf writable).
-const CACHED_VOLATILE: Variant = Variant {
-    cached: true,
-    volatile: true,
-};
-/// An uncached, volatile path.
-const VOLATILE: Variant = Variant {
-    cached: false,
-    volatile: true,
-};
 
 /// Where an originator's receivers connect: the socket (in a fresh directory) and the path
 /// they are offered.
@@ -60,7 +44,7 @@ fn originator(variant: Variant) -> (Origin, OriginatorEnd) {
     let dir = tempfile::tempdir().unwrap();
     let l = UnixListener::bind(dir.path().join("up")).unwrap();
     let p = PathMemory::create(256 * 1024, 4, variant).unwrap();
-    let end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).unwrap());
+    let end = OriginatorEnd::new(p.originator().unwrap());
     (Origin { dir, l, p }, end)
 }
 
@@ -149,11 +133,7 @@ fn all_back_and_done(end: &mut OriginatorEnd, child: Child, what: &str) -> Strin
 
 #[test]
 fn a_stream_reuses_its_fbufs_through_batched_notices() {
-    let uncached = Variant {
-        cached: false,
-        volatile: false,
-    };
-    for variant in [CACHED_VOLATILE, CACHED, uncached] {
+    for variant in [Variant::CACHED_VOLATILE, Variant::CACHED, Variant::UNCACHED] {
         let (o, mut end) = originator(variant);
         let child = receiver(&o, &mut end, &["receiver-loop", "400"]);
         // 400 messages of up to 70 KiB through 1 MiB of path: only reuse makes it fit.
@@ -170,7 +150,7 @@ fn a_stream_reuses_its_fbufs_through_batched_notices() {
 
 #[test]
 fn a_receiver_killed_mid_stream_gives_every_fbuf_back() {
-    let (o, mut end) = originator(CACHED);
+    let (o, mut end) = originator(Variant::CACHED);
     let mut child = receiver(&o, &mut end, &["receiver-loop", "10", "hold"]);
     send_stream(&mut end, 10, &[0]);
     // Let the receiver take them all, then kill it while it holds them.
@@ -253,7 +233,7 @@ fn three_process_path(
     receiver_args: &[&str],
     send: impl FnOnce(&mut OriginatorEnd),
 ) -> (String, String) {
-    let (o, mut end) = originator(CACHED);
+    let (o, mut end) = originator(Variant::CACHED);
     let (mut server, mut server_out, down) = forwarder(&o, &mut end);
     use std::io::Read;
     let receiver = peer()
@@ -286,7 +266,7 @@ fn a_three_process_path_forwards_without_touching_and_frees_end_to_end() {
 #[test]
 fn a_killed_forwarder_leaves_what_its_receiver_holds_unused_until_the_receiver_ends() {
     use std::io::{BufRead, Write};
-    let (o, mut end) = originator(CACHED);
+    let (o, mut end) = originator(Variant::CACHED);
     let (mut server, _server_out, down) = forwarder(&o, &mut end);
     let mut line = String::new();
     let mut receiver = peer()
@@ -353,7 +333,7 @@ fn a_killed_forwarder_leaves_what_its_receiver_holds_unused_until_the_receiver_e
 
 #[test]
 fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
-    let (o, mut end) = originator(CACHED);
+    let (o, mut end) = originator(Variant::CACHED);
     let mut bad = receiver(&o, &mut end, &["receiver-frees-foreign"]);
     // Two fbufs; the receiver reads both, then names a page it was not given.
     send_stream(&mut end, 2, &[0]);
@@ -382,7 +362,7 @@ fn a_receiver_that_frees_what_it_was_not_given_is_cut_off_and_harms_nobody() {
 
 #[test]
 fn a_receiver_whose_socket_outlives_it_in_a_child_still_gives_every_fbuf_back() {
-    let (o, mut end) = originator(CACHED);
+    let (o, mut end) = originator(Variant::CACHED);
     let mut child = receiver(
         &o,
         &mut end,
@@ -425,7 +405,7 @@ fn a_receiver_whose_socket_outlives_it_in_a_child_still_gives_every_fbuf_back() 
 
 #[test]
 fn notices_go_on_the_ring_and_what_overflows_it_rides_along_with_a_request() {
-    let (o, mut end) = originator(CACHED_VOLATILE);
+    let (o, mut end) = originator(Variant::CACHED_VOLATILE);
     // Rings of one slot: the second and third sends overflow to the socket, and so does the
     // second notice while this end is not taking them in.
     end.ring_slots = 1;
@@ -455,7 +435,7 @@ fn notices_go_on_the_ring_and_what_overflows_it_rides_along_with_a_request() {
 
 #[test]
 fn aggregates_go_as_one_reference_and_come_back_with_all_their_fbufs() {
-    let (o, mut end) = originator(CACHED);
+    let (o, mut end) = originator(Variant::CACHED);
     let child = receiver(&o, &mut end, &["receive-msgs", "60"]);
     // 60 messages of three fbufs each need more than the path's 1 MiB: they must be reused.
     send_msgs(&mut end, 60, &[0]);
@@ -468,7 +448,7 @@ fn aggregates_go_as_one_reference_and_come_back_with_all_their_fbufs() {
 
 #[test]
 fn a_receiver_killed_holding_aggregates_gives_back_every_part() {
-    let (o, mut end) = originator(CACHED_VOLATILE);
+    let (o, mut end) = originator(Variant::CACHED_VOLATILE);
     let mut child = receiver(&o, &mut end, &["receive-msgs", "5", "hold"]);
     send_msgs(&mut end, 5, &[0]);
     assert_eq!(first_line(&mut child).trim(), "ok 5 messages");
@@ -492,7 +472,7 @@ fn one_leaf(end: &mut OriginatorEnd) -> (Fbuf, Fbuf, Msg) {
 
 #[test]
 fn an_aggregate_on_an_uncached_path_is_refused_and_loses_nothing() {
-    let (_o, mut end) = originator(VOLATILE);
+    let (_o, mut end) = originator(Variant::VOLATILE);
     let (data, nodes, m) = one_leaf(&mut end);
     let e = end.send_msg(m, vec![nodes, data], &[]).unwrap_err();
     assert!(e.to_string().contains("cached path"), "{e}");
@@ -503,7 +483,7 @@ fn an_aggregate_on_an_uncached_path_is_refused_and_loses_nothing() {
 
 #[test]
 fn an_aggregate_whose_root_is_not_in_its_parts_is_refused() {
-    let (_o, mut end) = originator(CACHED_VOLATILE);
+    let (_o, mut end) = originator(Variant::CACHED_VOLATILE);
     let (data, nodes, m) = one_leaf(&mut end);
     // The node fbuf is left out of the parts: the message would outlive its root.
     let e = end.send_msg(m, vec![data], &[]).unwrap_err();
@@ -539,7 +519,7 @@ fn perms(addr: u64) -> String {
 
 #[test]
 fn a_secured_aggregate_is_read_only_in_every_part_until_freed() {
-    let (o, mut end) = originator(CACHED_VOLATILE);
+    let (o, mut end) = originator(Variant::CACHED_VOLATILE);
     let mut child = receiver(&o, &mut end, &["receive-msgs", "1", "secure-hold"]);
     let parts = send_msgs(&mut end, 1, &[0]);
     // Volatile: the parts stay writable on send.

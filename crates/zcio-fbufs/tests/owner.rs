@@ -56,17 +56,12 @@ fn wait_stats(c: &mut OwnerClient, want: (usize, usize)) {
     }
 }
 
-const V: Variant = Variant {
-    cached: true,
-    volatile: true,
-};
-
 #[test]
 fn grants_stop_at_the_quota_and_the_budget_and_other_paths_go_on() {
     let dir = tempfile::tempdir().unwrap();
     let (at, serving) = owner(dir.path(), 6);
     let mut a = OwnerClient::connect(&at).unwrap();
-    let (ia, fa) = a.create_path(4, V).unwrap();
+    let (ia, fa) = a.create_path(4, Variant::CACHED_VOLATILE).unwrap();
     let mut oa = Originator::granted_by_owner(fa.as_fd(), ia).unwrap();
     // Nothing granted yet: the allocator asks, and gets, a chunk.
     assert!(oa.alloc(100).is_err());
@@ -78,7 +73,7 @@ fn grants_stop_at_the_quota_and_the_budget_and_other_paths_go_on() {
     assert!(e.contains("quota of 4 chunks"), "{e}");
     // Another path gets the two chunks left of the budget of six, then no more.
     let mut b = OwnerClient::connect(&at).unwrap();
-    let (ib, _fb) = b.create_path(4, V).unwrap();
+    let (ib, _fb) = b.create_path(4, Variant::CACHED_VOLATILE).unwrap();
     assert_eq!(b.grant(ib.addr as u64, 2).unwrap(), 2);
     let e = b.grant(ib.addr as u64, 1).unwrap_err().to_string();
     assert!(e.contains("0 chunks left"), "{e}");

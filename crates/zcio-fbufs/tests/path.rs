@@ -9,11 +9,6 @@ use std::os::unix::process::ExitStatusExt;
 use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 
-const CACHED: Variant = Variant {
-    cached: true,
-    volatile: true,
-};
-
 fn perms(addr: u64) -> String {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     for l in maps.lines() {
@@ -45,6 +40,27 @@ fn path(chunks: usize, variant: Variant) -> PathMemory {
     PathMemory::create(1 << 20, chunks, variant).unwrap()
 }
 
+/// A receiver process in `mode` (`receive`, `receive-then-write`, `receive-then-reopen-rw`)
+/// given the fbuf `r` of path `p`, which it opens through this process's descriptor: how it
+/// ended and what it said.
+fn receiver(mode: &str, p: &PathMemory, r: FbufRef) -> std::process::Output {
+    let info = p.info();
+    peer()
+        .arg(mode)
+        .args([
+            format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd()),
+            info.addr.to_string(),
+            info.chunk_bytes.to_string(),
+            info.quota_chunks.to_string(),
+            info.variant.cached.to_string(),
+            info.variant.volatile.to_string(),
+            r.addr.to_string(),
+            r.len.to_string(),
+        ])
+        .output()
+        .unwrap()
+}
+
 /// A path variant: cached or not, volatile or not.
 fn variant(cached: bool, volatile: bool) -> Variant {
     Variant { cached, volatile }
@@ -52,10 +68,10 @@ fn variant(cached: bool, volatile: bool) -> Variant {
 
 #[test]
 fn the_quota_stops_one_path_and_not_another() {
-    let a = PathMemory::create(64 * 1024, 2, CACHED).unwrap();
-    let b = PathMemory::create(64 * 1024, 2, CACHED).unwrap();
-    let mut oa = Originator::new(a.fd(), a.info()).unwrap();
-    let mut ob = Originator::new(b.fd(), b.info()).unwrap();
+    let a = PathMemory::create(64 * 1024, 2, Variant::CACHED_VOLATILE).unwrap();
+    let b = PathMemory::create(64 * 1024, 2, Variant::CACHED_VOLATILE).unwrap();
+    let mut oa = a.originator().unwrap();
+    let mut ob = b.originator().unwrap();
     let mut held = Vec::new();
     let err = loop {
         match oa.alloc(10_000) {
@@ -78,7 +94,7 @@ fn the_quota_stops_one_path_and_not_another() {
 fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
     for cached in [true, false] {
         let p = path(4, variant(cached, true));
-        let mut o = Originator::new(p.fd(), p.info()).unwrap();
+        let mut o = p.originator().unwrap();
         let f: Vec<_> = (0..3).map(|_| o.alloc(5000).unwrap()).collect();
         let addrs: Vec<u64> = f.iter().map(|x| x.addr()).collect();
         for (i, x) in f.iter().enumerate() {
@@ -104,8 +120,8 @@ fn freed_fbufs_come_back_last_in_first_out_and_uncleared_when_cached() {
 
 #[test]
 fn large_fbufs_of_varying_sizes_cost_memory_only_where_touched() {
-    let p = path(64, CACHED);
-    let mut o = Originator::new(p.fd(), p.info()).unwrap();
+    let p = path(64, Variant::CACHED_VOLATILE);
+    let mut o = p.originator().unwrap();
     let before = rss_kib();
     let sizes = [9 << 20, 12 << 20, 3000, (8 << 20) + 1];
     let fs: Vec<_> = sizes.iter().map(|s| o.alloc(*s).unwrap()).collect();
@@ -126,7 +142,7 @@ fn large_fbufs_of_varying_sizes_cost_memory_only_where_touched() {
 #[test]
 fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
     let p = path(2, variant(true, false));
-    let mut o = Originator::new(p.fd(), p.info()).unwrap();
+    let mut o = p.originator().unwrap();
     let f = o.alloc(8192).unwrap();
     let addr = f.addr();
     assert_eq!(perms(addr), "rw-s");
@@ -138,8 +154,8 @@ fn non_volatile_sends_take_write_access_until_every_receiver_has_freed() {
     assert_eq!(perms(addr), "rw-s");
 
     // A volatile path keeps write access, until a receiver asks to secure the fbuf.
-    let v = path(2, CACHED);
-    let mut ov = Originator::new(v.fd(), v.info()).unwrap();
+    let v = path(2, Variant::CACHED_VOLATILE);
+    let mut ov = v.originator().unwrap();
     let f = ov.alloc(100).unwrap();
     let a = f.addr();
     let r = ov.send(f, 1).unwrap();
@@ -164,18 +180,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
         let data: Vec<u8> = (0..300u32).map(|i| (i * 31 % 251) as u8).collect();
         o.write(&f, 0, &data).unwrap();
         let r = o.send(f, 1).unwrap();
-        let fd_path = format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd());
-        let args = [
-            fd_path,
-            info.addr.to_string(),
-            info.chunk_bytes.to_string(),
-            info.quota_chunks.to_string(),
-            cached.to_string(),
-            "false".into(),
-            r.addr.to_string(),
-            r.len.to_string(),
-        ];
-        let out = peer().arg("receive").args(&args).output().unwrap();
+        let out = receiver("receive", &p, r);
         assert!(
             out.status.success(),
             "{}",
@@ -184,11 +189,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
         let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), hex);
 
-        let out = peer()
-            .arg("receive-then-write")
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = receiver("receive-then-write", &p, r);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("writable mapping refused"), "{stdout}");
         assert!(
@@ -205,7 +206,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
 
 #[test]
 fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_kernel() {
-    let p = path(2, CACHED);
+    let p = path(2, Variant::CACHED_VOLATILE);
     let info = p.info();
     assert!(!zcio_vm::mapping::is_sealed_for_writes(p.fd()));
     let mut o = Originator::new(p.fd(), info).unwrap();
@@ -217,21 +218,7 @@ fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_ker
     let f = o.alloc(data.len()).unwrap();
     o.write(&f, 0, &data).unwrap();
     let r = o.send(f, 1).unwrap();
-    let args = [
-        format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd()),
-        info.addr.to_string(),
-        info.chunk_bytes.to_string(),
-        info.quota_chunks.to_string(),
-        "true".into(),
-        "true".into(),
-        r.addr.to_string(),
-        r.len.to_string(),
-    ];
-    let out = peer()
-        .arg("receive-then-reopen-rw")
-        .args(&args)
-        .output()
-        .unwrap();
+    let out = receiver("receive-then-reopen-rw", &p, r);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -287,7 +274,7 @@ fn an_originator_that_writes_a_non_volatile_fbuf_after_sending_it_faults() {
 
 #[test]
 fn references_outside_the_path_are_refused() {
-    let p = PathMemory::create(1 << 16, 2, CACHED).unwrap();
+    let p = PathMemory::create(1 << 16, 2, Variant::CACHED_VOLATILE).unwrap();
     let info = p.info();
     let mut rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), info).unwrap();
     let base = info.addr as u64;

@@ -395,6 +395,17 @@ impl StagingAt {
     }
 }
 
+/// One input being placed in the application's buffer: the buffer, where the message comes
+/// from, how the endpoint buffers input, the costs that choose the path, and what the input
+/// has cost so far.
+struct Input<'a> {
+    buf: &'a mut [u8],
+    src: &'a mut dyn Source,
+    buffering: InputBuffering,
+    profile: &'a Profile,
+    acc: Accounting,
+}
+
 /// Input staging and bounce buffers of one receiving endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct InputBuffers {
@@ -490,18 +501,20 @@ impl InputBuffers {
         src: &mut dyn Source,
         profile: &Profile,
     ) -> Result<Accounting> {
-        let mut acc = Accounting::default();
+        let mut i = Input {
+            buf,
+            src,
+            buffering,
+            profile,
+            acc: Accounting::default(),
+        };
         match sem {
             Semantics::Copy => {
-                self.copy_input(buf, src, &mut acc)?;
-                acc.path = DataPath::SystemBufferCopyout;
+                self.copy_input(&mut i)?;
+                i.acc.path = DataPath::SystemBufferCopyout;
             }
-            Semantics::EmulatedCopy => {
-                self.emulated_copy_input(buf, buffering, src, profile, &mut acc)?;
-            }
-            Semantics::Share | Semantics::EmulatedShare => {
-                self.share_input(sem, buf, buffering, src, profile, &mut acc)?;
-            }
+            Semantics::EmulatedCopy => self.emulated_copy_input(&mut i)?,
+            Semantics::Share | Semantics::EmulatedShare => self.share_input(sem, &mut i)?,
             _ => {
                 return Err(GenieError::arg(
                     "semantics",
@@ -511,37 +524,25 @@ impl InputBuffers {
                 ));
             }
         }
-        acc.kernel_copied_bytes = src.kernel_copies(buf.len());
-        Ok(acc)
+        i.acc.kernel_copied_bytes = i.src.kernel_copies(i.buf.len());
+        Ok(i.acc)
     }
 
     /// Copy input: read the whole message into the system buffer, then copy it out.
-    fn copy_input(
-        &mut self,
-        buf: &mut [u8],
-        src: &mut dyn Source,
-        acc: &mut Accounting,
-    ) -> Result<()> {
-        let len = buf.len();
+    fn copy_input(&mut self, i: &mut Input<'_>) -> Result<()> {
+        let len = i.buf.len();
         let b = self.bounce(len)?;
-        src.read_exact(&mut b[..len])?;
-        time(Op::Copyout, || buf.copy_from_slice(&b[..len]));
-        acc.cpu_copied_bytes = len as u64;
+        i.src.read_exact(&mut b[..len])?;
+        time(Op::Copyout, || i.buf.copy_from_slice(&b[..len]));
+        i.acc.cpu_copied_bytes = len as u64;
         Ok(())
     }
 
     /// Input through staging: read into the staging at `at.offset_of` modulo the granule,
     /// then swap the whole pages (at 2 MiB: PMDs) in, from `at.min` up, or copy out (at 4 KiB,
     /// a partial page with enough data swaps by reverse copyout).
-    fn via_staging(
-        &mut self,
-        buf: &mut [u8],
-        src: &mut dyn Source,
-        at: StagingAt,
-        profile: &Profile,
-        acc: &mut Accounting,
-    ) -> Result<()> {
-        let len = buf.len();
+    fn via_staging(&mut self, i: &mut Input<'_>, at: StagingAt) -> Result<()> {
+        let len = i.buf.len();
         let t = crate::breakdown::start();
         let st = if at.huge {
             self.hstaging(len)?
@@ -554,28 +555,28 @@ impl InputBuffers {
             st.window(at.offset_of, len)?
         };
         crate::breakdown::stop(Op::OverlayAllocate, t);
-        src.read_exact(w)?;
+        i.src.read_exact(w)?;
         let t = crate::breakdown::start();
         let d = if at.huge {
-            st.deliver_huge(buf, at.min)?
+            st.deliver_huge(i.buf, at.min)?
         } else {
-            st.deliver_with(buf, at.min, profile.thresholds.reverse_copyout_bytes)?
+            st.deliver_with(i.buf, at.min, i.profile.thresholds.reverse_copyout_bytes)?
         };
         crate::breakdown::stop(if d.swapped > 0 { Op::Swap } else { Op::Copyout }, t);
-        acc.cpu_copied_bytes += d.copied as u64;
-        acc.swapped_bytes += d.swapped as u64;
+        i.acc.cpu_copied_bytes += d.copied as u64;
+        i.acc.swapped_bytes += d.swapped as u64;
         let via = at.via;
         if at.huge {
-            acc.granule = Some(Granule::Huge);
-            acc.path = DataPath::HugeStaging {
+            i.acc.granule = Some(Granule::Huge);
+            i.acc.path = DataPath::HugeStaging {
                 via,
                 swapped_pmds: d.swapped >> 21,
             };
         } else {
             if d.swapped > 0 {
-                acc.granule = Some(Granule::Base);
+                i.acc.granule = Some(Granule::Base);
             }
-            acc.path = DataPath::Staging {
+            i.acc.path = DataPath::Staging {
                 via,
                 swapped: d.swapped > 0,
             };
@@ -585,62 +586,56 @@ impl InputBuffers {
 
     /// Emulated copy input: swap at 2 MiB through huge staging where the plan allows, else
     /// copy a short message, else read directly (outboard buffering) or through staging.
-    fn emulated_copy_input(
-        &mut self,
-        buf: &mut [u8],
-        buffering: InputBuffering,
-        src: &mut dyn Source,
-        profile: &Profile,
-        acc: &mut Accounting,
-    ) -> Result<()> {
-        let len = buf.len();
-        let min_pages = profile.thresholds.swap_min_pages;
-        let r = RawRange::of(buf);
-        let huge_min = profile.huge.map(|h| {
+    fn emulated_copy_input(&mut self, i: &mut Input<'_>) -> Result<()> {
+        let len = i.buf.len();
+        let min_pages = i.profile.thresholds.swap_min_pages;
+        let r = RawRange::of(i.buf);
+        let huge_min = i.profile.huge.map(|h| {
             h.swap_min_pmds
                 .saturating_mul(zcio_vm::page::HUGE_PAGE_SIZE)
         });
-        let plan = huge_plan(RawRange::of(buf), huge_min, VmRuntime::get().huge_tcow());
-        let outboard_direct =
-            buffering == InputBuffering::Outboard && src.direct_ok(buf) && len <= src.capacity();
+        let plan = huge_plan(RawRange::of(i.buf), huge_min, VmRuntime::get().huge_tcow());
+        let outboard_direct = i.buffering == InputBuffering::Outboard
+            && i.src.direct_ok(i.buf)
+            && len <= i.src.capacity();
         if matches!(plan, HugePlan::Huge { .. }) && !outboard_direct {
-            let (at, via) = match buffering {
+            let (at, via) = match i.buffering {
                 InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
                     (0, StagingVia::Pooled)
                 }
-                _ => (buf.as_ptr() as usize, StagingVia::EarlyDemux),
+                _ => (i.buf.as_ptr() as usize, StagingVia::EarlyDemux),
             };
-            let min_pmds = profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
+            let min_pmds = i.profile.huge.map_or(usize::MAX, |h| h.swap_min_pmds);
             let at = StagingAt::huge(at, via, min_pmds);
-            return self.via_staging(buf, src, at, profile, acc);
+            return self.via_staging(i, at);
         }
         let full = r.full_pages().pages();
         // A partial page with enough data swaps by reverse copyout.
         let (head, tail) = r.partial_lens();
-        let reverse = head.max(tail) >= profile.thresholds.reverse_copyout_bytes;
+        let reverse = head.max(tail) >= i.profile.thresholds.reverse_copyout_bytes;
         if full < min_pages && !reverse {
-            self.copy_input(buf, src, acc)?;
-            acc.path = DataPath::CopyFallback(if min_pages == usize::MAX {
+            self.copy_input(i)?;
+            i.acc.path = DataPath::CopyFallback(if min_pages == usize::MAX {
                 CopyFallback::SwapCostsMore
             } else {
                 CopyFallback::ShortInput(min_pages)
             });
             return Ok(());
         }
-        match buffering {
-            InputBuffering::Outboard if src.direct_ok(buf) && src.wait_whole(len)? => {
+        match i.buffering {
+            InputBuffering::Outboard if i.src.direct_ok(i.buf) && i.src.wait_whole(len)? => {
                 // The whole message is in the module: the read cannot stop halfway.
-                src.read_exact(buf)?;
-                acc.path = DataPath::OutboardDirect;
+                i.src.read_exact(i.buf)?;
+                i.acc.path = DataPath::OutboardDirect;
             }
             InputBuffering::EarlyDemux | InputBuffering::Outboard => {
-                let a = buf.as_ptr() as usize;
+                let a = i.buf.as_ptr() as usize;
                 let at = StagingAt::base(a, StagingVia::EarlyDemux, min_pages);
-                self.via_staging(buf, src, at, profile, acc)?;
+                self.via_staging(i, at)?;
             }
             InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
                 let at = StagingAt::base(0, StagingVia::Pooled, min_pages);
-                self.via_staging(buf, src, at, profile, acc)?;
+                self.via_staging(i, at)?;
             }
         }
         Ok(())
@@ -649,44 +644,35 @@ impl InputBuffers {
     /// Share and emulated share input: swap from the pool (at 2 MiB where the buffer allows),
     /// through aligned staging where a direct read does not work, else read in place (share
     /// wires the buffer for the read).
-    fn share_input(
-        &mut self,
-        sem: Semantics,
-        buf: &mut [u8],
-        buffering: InputBuffering,
-        src: &mut dyn Source,
-        profile: &Profile,
-        acc: &mut Accounting,
-    ) -> Result<()> {
-        match buffering {
+    fn share_input(&mut self, sem: Semantics, i: &mut Input<'_>) -> Result<()> {
+        match i.buffering {
             InputBuffering::PooledAligned | InputBuffering::PooledUnaligned => {
                 // The pool's pages swap in at 2 MiB where the buffer's whole granules are
                 // huge pages on the pool's alignment.
-                let plan = huge_plan(RawRange::of(buf), Some(0), VmRuntime::get().huge_tcow());
-                if matches!(plan, HugePlan::Huge { .. })
-                    && buf.as_ptr() as usize % zcio_vm::page::HUGE_PAGE_SIZE == 0
+                let plan = huge_plan(RawRange::of(i.buf), Some(0), VmRuntime::get().huge_tcow());
+                let at = if matches!(plan, HugePlan::Huge { .. })
+                    && i.buf.as_ptr() as usize % zcio_vm::page::HUGE_PAGE_SIZE == 0
                 {
-                    let at = StagingAt::huge(0, StagingVia::Pooled, 1);
-                    self.via_staging(buf, src, at, profile, acc)?;
+                    StagingAt::huge(0, StagingVia::Pooled, 1)
                 } else {
-                    let at = StagingAt::base(0, StagingVia::Pooled, 1);
-                    self.via_staging(buf, src, at, profile, acc)?;
-                }
+                    StagingAt::base(0, StagingVia::Pooled, 1)
+                };
+                self.via_staging(i, at)?;
             }
-            _ if !src.direct_ok(buf) => {
-                let a = buf.as_ptr() as usize;
+            _ if !i.src.direct_ok(i.buf) => {
+                let a = i.buf.as_ptr() as usize;
                 let at = StagingAt::base(a, StagingVia::Aligned, 1);
-                self.via_staging(buf, src, at, profile, acc)?;
+                self.via_staging(i, at)?;
             }
             _ => {
                 // In place; share wires the buffer for the duration of the input. (Wired pages
                 // cannot be swapped, so only in-place reads wire.)
-                let full = RawRange::of(buf).full_pages();
+                let full = RawRange::of(i.buf).full_pages();
                 let wired = sem == Semantics::Share
                     && !full.is_empty()
                     && time(Op::Wire, || zcio_vm::protect::wire(full)).is_ok();
-                acc.path = DataPath::InPlaceRead { wired };
-                let r = src.read_exact(buf);
+                i.acc.path = DataPath::InPlaceRead { wired };
+                let r = i.src.read_exact(i.buf);
                 if wired {
                     let _ = time(Op::Unwire, || zcio_vm::protect::unwire(full));
                 }

@@ -166,13 +166,7 @@ pub struct RegionCache {
     pub removed_by_application: u64,
 }
 
-impl std::fmt::Debug for RegionCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegionCache")
-            .field("entries", &self.entries.len())
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(RegionCache, |s| entries: s.entries.len());
 
 impl Default for RegionCache {
     fn default() -> Self {

@@ -120,14 +120,7 @@ pub struct StreamEnd {
     next_ticket: u64,
 }
 
-impl std::fmt::Debug for StreamEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamEnd")
-            .field("kind", &self.kind)
-            .field("direct", &self.direct.is_some())
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(StreamEnd, |s| kind: s.kind, direct: s.direct.is_some());
 
 fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> GenieError {
     move |e| GenieError::io(op, e)

@@ -47,15 +47,9 @@ fn huge_alone() -> Option<MutexGuard<'static, ()>> {
     Some(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// Seeded bytes (xorshift), different for every seed.
+/// Seeded bytes, different for every seed.
 fn fill_pattern(buf: &mut [u8], seed: u64) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-    }
+    zcio_testkit::data::Xorshift::new(seed).fill(buf);
 }
 
 /// Fail unless `got == want`, naming the first differing byte and how many differ.

@@ -4,21 +4,10 @@ use zcio_genie::memnet::{self, MemnetEndpoint};
 use zcio_genie::profile::Profile;
 use zcio_genie::stream::{self, ModuleKind, StreamEnd};
 use zcio_genie::{InputBuffering, Region, Semantics};
+use zcio_testkit::data::bytes;
 use zcio_vm::{MapOptions, Mapping, page_size};
 
 const LENGTHS: [usize; 7] = [1, 100, 4095, 4096, 4097, 60 * 1024, 1 << 20];
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// A buffer of `len` bytes at page offset `off` inside a fresh mapping.
 struct Buf {
@@ -48,7 +37,7 @@ fn memnet_once(
     off: usize,
     input: InputBuffering,
 ) {
-    let data = pattern(len, (len * 31 + off) as u64 ^ sem as u64);
+    let data = bytes(len, (len * 31 + off) as u64 ^ sem as u64);
     std::thread::scope(|s| {
         let d = &data;
         s.spawn(move || {
@@ -130,7 +119,7 @@ fn stream_once(
     off: usize,
     input: InputBuffering,
 ) {
-    let data = pattern(len, (len * 7 + off) as u64 ^ sem as u64);
+    let data = bytes(len, (len * 7 + off) as u64 ^ sem as u64);
     let system = sem.allocation() == zcio_genie::semantics::Allocation::System;
     let send = |tx: &mut StreamEnd| {
         if system {

@@ -180,13 +180,7 @@ pub struct Domain {
     cache_order: VecDeque<FileKey>,
 }
 
-impl std::fmt::Debug for Domain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Domain")
-            .field("containers", &self.owned.len())
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(Domain, |s| containers: s.owned.len());
 
 /// The header shipped with a container: its data length, and its kind.
 const HEADER: usize = 16;

@@ -18,7 +18,7 @@
 //!
 //! `$ZCIO_KILL_SEED` (hexadecimal, as a run prints it) replays a run.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -121,6 +121,33 @@ struct Ends {
     back: Option<OwnedFd>,
 }
 
+impl Ends {
+    fn up(&self) -> BorrowedFd<'_> {
+        self.up.as_ref().expect("a way up").as_fd()
+    }
+
+    fn down(&self) -> BorrowedFd<'_> {
+        self.down.as_ref().expect("a way down").as_fd()
+    }
+
+    fn back(&self) -> BorrowedFd<'_> {
+        self.back.as_ref().expect("a way back").as_fd()
+    }
+}
+
+/// What a party's play returns: only ever how the path failed.
+type Played = Result<std::convert::Infallible, End>;
+
+/// The domain of a party that receives: one that accepts volatile containers for a volatile
+/// path.
+fn receiving(volatile: bool) -> Domain {
+    if volatile {
+        Domain::accepting_volatile()
+    } else {
+        Domain::new()
+    }
+}
+
 /// Play `role` until the path fails; `passed` is called with each frame's number once this
 /// party has passed it on (or shown it).
 fn play(role: &str, variant: &str, len: usize, ends: &Ends, passed: &mut dyn FnMut(u64)) -> End {
@@ -136,13 +163,8 @@ fn play(role: &str, variant: &str, len: usize, ends: &Ends, passed: &mut dyn FnM
     }
 }
 
-fn send(
-    volatile: bool,
-    len: usize,
-    ends: &Ends,
-    passed: &mut dyn FnMut(u64),
-) -> Result<std::convert::Infallible, End> {
-    let down = ends.down.as_ref().expect("a way down").as_fd();
+fn send(volatile: bool, len: usize, ends: &Ends, passed: &mut dyn FnMut(u64)) -> Played {
+    let down = ends.down();
     let mut d = Domain::new();
     for n in 0u64.. {
         let id = if !volatile {
@@ -154,7 +176,7 @@ fn send(
                 d.alloc_volatile(len)?
             } else {
                 // Filled again once the display gives it back.
-                d.read(ends.back.as_ref().expect("a way back").as_fd(), 0, false)?
+                d.read(ends.back(), 0, false)?
             };
             draw_words(n, d.map_words(id)?, len);
             id
@@ -165,21 +187,9 @@ fn send(
     unreachable!("the loop ends with an error")
 }
 
-fn relay(
-    volatile: bool,
-    map: bool,
-    ends: &Ends,
-    passed: &mut dyn FnMut(u64),
-) -> Result<std::convert::Infallible, End> {
-    let (up, down) = (
-        ends.up.as_ref().expect("a way up").as_fd(),
-        ends.down.as_ref().expect("a way down").as_fd(),
-    );
-    let mut d = if volatile {
-        Domain::accepting_volatile()
-    } else {
-        Domain::new()
-    };
+fn relay(volatile: bool, map: bool, ends: &Ends, passed: &mut dyn FnMut(u64)) -> Played {
+    let (up, down) = (ends.up(), ends.down());
+    let mut d = receiving(volatile);
     for n in 0u64.. {
         let id = d.read(up, 0, map)?;
         if map && volatile {
@@ -194,18 +204,9 @@ fn relay(
     unreachable!("the loop ends with an error")
 }
 
-fn display(
-    volatile: bool,
-    len: usize,
-    ends: &Ends,
-    passed: &mut dyn FnMut(u64),
-) -> Result<std::convert::Infallible, End> {
-    let up = ends.up.as_ref().expect("a way up").as_fd();
-    let mut d = if volatile {
-        Domain::accepting_volatile()
-    } else {
-        Domain::new()
-    };
+fn display(volatile: bool, len: usize, ends: &Ends, passed: &mut dyn FnMut(u64)) -> Played {
+    let up = ends.up();
+    let mut d = receiving(volatile);
     for n in 0u64.. {
         let id = d.read(up, 0, true)?;
         if d.len(id)? != len {
@@ -213,7 +214,7 @@ fn display(
         }
         if volatile {
             check_words(n, d.map_words(id)?, len, true).map_err(End::Damaged)?;
-            d.write(ends.back.as_ref().expect("a way back").as_fd(), id)?;
+            d.write(ends.back(), id)?;
         } else {
             check(n, d.map_read(id)?, true).map_err(End::Damaged)?;
             d.free(id)?;

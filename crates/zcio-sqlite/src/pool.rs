@@ -80,14 +80,7 @@ pub struct BufferPool {
     inner: Mutex<Inner>,
 }
 
-impl std::fmt::Debug for BufferPool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufferPool")
-            .field("capacity", &self.capacity)
-            .field("stats", &self.stats())
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(BufferPool, |s| capacity: s.capacity, stats: s.stats());
 
 impl BufferPool {
     /// A pool of at most `capacity` chunks (at least one).

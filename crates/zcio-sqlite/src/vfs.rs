@@ -52,11 +52,7 @@ unsafe impl Send for UioVfs {}
 // SAFETY: as above.
 unsafe impl Sync for UioVfs {}
 
-impl std::fmt::Debug for UioVfs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UioVfs").field("name", &self.name).finish()
-    }
-}
+zcio_vm::debug_summary!(UioVfs, |s| name: s.name);
 
 /// Why a VFS could not be registered.
 #[derive(Debug, thiserror::Error)]

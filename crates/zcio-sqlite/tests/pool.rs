@@ -3,7 +3,7 @@
 //! a pool holding every buffer gives them back to new reads; a changed file is read again; a
 //! page read in place keeps its buffer after the pool lets go of it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 mod common;
@@ -36,10 +36,20 @@ fn layer(buffers: usize) -> Option<Arc<Uio>> {
     }
 }
 
-fn make_tables(dir: &Path, n: u64) -> (Vec<PathBuf>, Vec<QueryResult>) {
+/// A VFS called `name` on `uio` that reads `CHUNK`s, four ahead, and keeps them in a pool of
+/// `chunks` chunks: the pool and the VFS.
+fn pooled(name: &str, uio: Arc<Uio>, chunks: usize) -> (Arc<BufferPool>, UioVfs) {
+    let pool = Arc::new(BufferPool::new(chunks));
+    let vfs = UioVfs::register_pooled(name, uio, CHUNK, 4, pool.clone()).unwrap();
+    (pool, vfs)
+}
+
+/// `n` tables in a fresh directory: the directory, their files, and what a scan of each gives.
+fn make_tables(n: u64) -> (tempfile::TempDir, Vec<PathBuf>, Vec<QueryResult>) {
+    let dir = tempfile::tempdir().unwrap();
     let paths: Vec<PathBuf> = (0..n)
         .map(|k| {
-            let p = dir.join(format!("t{k}.db"));
+            let p = dir.path().join(format!("t{k}.db"));
             tables::create_tenk1(&p, 12_000 + 500 * k, k).unwrap();
             p
         })
@@ -48,7 +58,7 @@ fn make_tables(dir: &Path, n: u64) -> (Vec<PathBuf>, Vec<QueryResult>) {
         .iter()
         .map(|p| tables::scan(&tables::open(p, None).unwrap()).unwrap())
         .collect();
-    (paths, want)
+    (dir, paths, want)
 }
 
 fn bytes_of(paths: &[PathBuf]) -> u64 {
@@ -60,8 +70,7 @@ fn bytes_of(paths: &[PathBuf]) -> u64 {
 
 #[test]
 fn a_second_scan_is_served_from_the_pool_without_a_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let (paths, want) = make_tables(dir.path(), 2);
+    let (_dir, paths, want) = make_tables(2);
     let size = bytes_of(&paths);
     let chunks = paths
         .iter()
@@ -70,8 +79,7 @@ fn a_second_scan_is_served_from_the_pool_without_a_request() {
     let Some(uio) = layer(chunks + 24) else {
         return;
     };
-    let pool = Arc::new(BufferPool::new(chunks));
-    let vfs = UioVfs::register_pooled("zcio-pool-a", uio.clone(), CHUNK, 4, pool.clone()).unwrap();
+    let (pool, vfs) = pooled("zcio-pool-a", uio.clone(), chunks);
     assert_eq!(scan_all(&vfs, &paths, true), want, "first scan");
     let first = vfs.stats();
     assert!(first.bytes_transferred >= size, "{first:?} of {size}");
@@ -97,13 +105,11 @@ fn a_second_scan_is_served_from_the_pool_without_a_request() {
 
 #[test]
 fn a_pool_smaller_than_the_tables_evicts_and_reads_stay_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let (paths, want) = make_tables(dir.path(), 3);
+    let (_dir, paths, want) = make_tables(3);
     let Some(uio) = layer(40) else {
         return;
     };
-    let pool = Arc::new(BufferPool::new(5));
-    let vfs = UioVfs::register_pooled("zcio-pool-b", uio, CHUNK, 4, pool.clone()).unwrap();
+    let (pool, vfs) = pooled("zcio-pool-b", uio, 5);
     for round in 0..2 {
         assert_eq!(scan_all(&vfs, &paths, round == 0), want, "round {round}");
         let st = pool.stats();
@@ -115,15 +121,13 @@ fn a_pool_smaller_than_the_tables_evicts_and_reads_stay_exact() {
 
 #[test]
 fn a_pool_holding_every_buffer_gives_them_back_to_new_reads() {
-    let dir = tempfile::tempdir().unwrap();
-    let (paths, want) = make_tables(dir.path(), 2);
+    let (_dir, paths, want) = make_tables(2);
     let Some(uio) = layer(10) else {
         return;
     };
     // Room for more chunks than the layer has buffers: after the first table, the pool holds
     // them all, and the second table's reads must get theirs back from it.
-    let pool = Arc::new(BufferPool::new(1000));
-    let vfs = UioVfs::register_pooled("zcio-pool-c", uio.clone(), CHUNK, 4, pool.clone()).unwrap();
+    let (pool, vfs) = pooled("zcio-pool-c", uio.clone(), 1000);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(|| {

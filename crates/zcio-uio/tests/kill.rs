@@ -28,11 +28,11 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
-use zcio_testkit::kill::{Baseline, Rng, Tolerance, watchdog};
-use zcio_uio::{Config, Initiation, NotQueued, Opcode, Request, Translation, Uio, UioError};
+use zcio_testkit::kill::{Baseline, PEER_ENV, Rng, Tolerance, is_party, watchdog};
+use zcio_uio::{
+    Completion, Config, Initiation, NotQueued, Opcode, Request, Translation, Uio, UioError,
+};
 
-/// Environment variable that makes this binary the process killed: `CONFIG DATA SCRATCH`.
-const PEER_ENV: &str = "ZCIO_KILL_PEER";
 /// Longest a killed process may take to end, and a survivor to be done after a kill.
 const DETECT: Duration = Duration::from_secs(3);
 /// Longest a round may take before it counts as hung.
@@ -63,9 +63,39 @@ const CONFIGS: [(Initiation, Translation); 4] = [
     (Initiation::Polled, Translation::PerRequest),
 ];
 
+/// What both tests start from, unless this process is the one killed (`None`): their turn
+/// ([`ALONE`]), the run's seed, and a directory on the target's file system (where `O_DIRECT`
+/// works; tmpfs refuses it) that holds the file read, `data`.
+fn start() -> Option<(
+    std::sync::MutexGuard<'static, ()>,
+    u64,
+    tempfile::TempDir,
+    std::path::PathBuf,
+)> {
+    if is_party() {
+        return None;
+    }
+    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = zcio_testkit::kill::seed();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a directory");
+    let data = dir.path().join("data");
+    let bytes: Vec<u8> = (0..FILE).map(data_byte).collect();
+    std::fs::write(&data, &bytes).expect("write the data file");
+    Some((alone, seed, dir, data))
+}
+
 /// Byte `i` of the file read.
 fn data_byte(i: usize) -> u8 {
     ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+/// Whether a read of the file read got the file's bytes at its offset.
+fn holds_the_data(c: &Completion) -> bool {
+    let off = c.record.offset as usize;
+    c.data()
+        .iter()
+        .enumerate()
+        .all(|(k, b)| *b == data_byte(off + k))
 }
 
 /// Block `b` of the file written, as generation `g` writes it (generation 0 is what the test
@@ -107,7 +137,8 @@ fn layer(initiation: Initiation, translation: Translation, buffers: usize) -> Re
 
 /// The process killed: stream reads of the data file (each checked) and writes of whole blocks
 /// to the scratch file, saying [`GO`] once the first read has been checked. Ends only by the
-/// kill, or with [`FAILED`] on damage or an error.
+/// kill, or with [`FAILED`] on damage or an error. What it plays is in [`PEER_ENV`]:
+/// `CONFIG DATA SCRATCH`.
 #[test]
 fn peer() {
     let Ok(spec) = std::env::var(PEER_ENV) else {
@@ -222,13 +253,8 @@ fn read_alongside(path: &std::path::Path, stop: &AtomicBool) -> u64 {
     let bad = Arc::new(AtomicU64::new(0));
     let b2 = bad.clone();
     let h = uio.handler(move |c| {
-        let off = c.record.offset as usize;
-        let ok = c.error.is_none()
-            && c.data().len() == c.record.length as usize
-            && c.data()
-                .iter()
-                .enumerate()
-                .all(|(k, b)| *b == data_byte(off + k));
+        let ok =
+            c.error.is_none() && c.data().len() == c.record.length as usize && holds_the_data(&c);
         if !ok {
             b2.fetch_add(1, Ordering::Relaxed);
         }
@@ -249,13 +275,8 @@ fn read_alongside(path: &std::path::Path, stop: &AtomicBool) -> u64 {
             Err(e) => panic!("the survivor's submit: {e}"),
         }
     }
-    loop {
-        match uio.wait() {
-            Ok(_) => {}
-            Err(UioError::NothingInFlight) => break,
-            Err(e) => panic!("the survivor's wait: {e}"),
-        }
-    }
+    uio.wait_all()
+        .unwrap_or_else(|e| panic!("the survivor's wait: {e}"));
     assert_eq!(bad.load(Ordering::Relaxed), 0, "the survivor's reads");
     assert_eq!(uio.buffers_free(), 8, "the survivor's buffers");
     n
@@ -371,17 +392,10 @@ fn process_round(
 
 #[test]
 fn a_process_killed_mid_request_leaves_its_files_whole_and_nothing_behind() {
-    if std::env::var(PEER_ENV).is_ok() {
+    let Some((_alone, seed, dir, data)) = start() else {
         return;
-    }
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = zcio_testkit::kill::seed();
-    // On the target's file system, where O_DIRECT works (tmpfs refuses it).
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a directory");
-    let data = dir.path().join("data");
+    };
     let scratch = dir.path().join("scratch");
-    let bytes: Vec<u8> = (0..FILE).map(data_byte).collect();
-    std::fs::write(&data, &bytes).expect("write the data file");
     let mut f = std::fs::File::create(&scratch).expect("the scratch file");
     let mut b = vec![0u8; BLOCK];
     for k in 0..(FILE / BLOCK) as u64 {
@@ -436,13 +450,7 @@ fn thread_round(uio: Arc<Uio>, path: &std::path::Path, ending: Ending, per: u64)
             .name()
             .and_then(|n| n.parse().ok())
             .unwrap_or(u64::MAX);
-        let off = c.record.offset as usize;
-        let ok = c.error.is_none()
-            && c.record.argument / 1_000_000 == me
-            && c.data()
-                .iter()
-                .enumerate()
-                .all(|(k, b)| *b == data_byte(off + k));
+        let ok = c.error.is_none() && c.record.argument / 1_000_000 == me && holds_the_data(&c);
         if !ok {
             b2.fetch_add(1, Ordering::Relaxed);
         }
@@ -503,13 +511,7 @@ fn thread_round(uio: Arc<Uio>, path: &std::path::Path, ending: Ending, per: u64)
                     if th == 0 {
                         return; // with requests in flight (or the panic came first)
                     }
-                    loop {
-                        match uio.wait() {
-                            Ok(_) => {}
-                            Err(UioError::NothingInFlight) => break,
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
+                    uio.wait_all().unwrap_or_else(|e| panic!("{e}"));
                 })
                 .expect("spawn a thread"),
         );
@@ -548,16 +550,10 @@ fn thread_round(uio: Arc<Uio>, path: &std::path::Path, ending: Ending, per: u64)
 
 #[test]
 fn an_issuing_thread_that_ends_mid_stream_leaves_the_others_going_and_every_buffer_back() {
-    if std::env::var(PEER_ENV).is_ok() {
+    let Some((_alone, seed, _dir, data)) = start() else {
         return;
-    }
-    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = zcio_testkit::kill::seed();
+    };
     let mut rng = zcio_testkit::kill::rng(seed);
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a directory");
-    let data = dir.path().join("data");
-    let bytes: Vec<u8> = (0..FILE).map(data_byte).collect();
-    std::fs::write(&data, &bytes).expect("write the data file");
     // The panics are the test's: keep them off the output.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -50,6 +50,20 @@ fn layer(initiation: Initiation, translation: Translation, entries: u32) -> Opti
     }
 }
 
+/// A data file of `len` bytes, and a layer of `entries` entries (system-call initiation) with
+/// it open: the file's directory, the layer and the file's target; `None` (after saying why)
+/// where this kernel refuses the layer.
+fn opened(
+    len: usize,
+    translation: Translation,
+    entries: u32,
+) -> Option<(tempfile::TempDir, Uio, Target)> {
+    let (dir, path, _data) = data_file(len);
+    let uio = layer(Initiation::Syscall, translation, entries)?;
+    let target = uio.open(&path, false).unwrap();
+    Some((dir, uio, target))
+}
+
 /// A chunk's number and bytes, as a handler got them.
 type Chunk = (u64, Vec<u8>);
 
@@ -195,11 +209,9 @@ fn reads_are_byte_exact_for_every_initiation_and_translation() {
 
 #[test]
 fn malformed_records_complete_with_a_clear_error_and_never_reach_the_device() {
-    let (_d, path, _data) = data_file(256 << 10);
-    let Some(uio) = layer(Initiation::Syscall, Translation::Registered, 8) else {
+    let Some((_d, uio, target)) = opened(256 << 10, Translation::Registered, 8) else {
         return;
     };
-    let target = uio.open(&path, false).unwrap();
     let direct = uio.buffered_because(target).is_none();
     let errors: Arc<Mutex<Vec<(u64, i32, String)>>> = Arc::default();
     let e2 = errors.clone();
@@ -344,13 +356,7 @@ fn handlers_run_once_on_their_thread_under_many_submitters_and_a_full_ring() {
                                 Err(e) => panic!("{e}"),
                             }
                         }
-                        loop {
-                            match uio.wait() {
-                                Ok(_) => {}
-                                Err(UioError::NothingInFlight) => break,
-                                Err(e) => panic!("{e}"),
-                            }
-                        }
+                        uio.wait_all().unwrap_or_else(|e| panic!("{e}"));
                     })
                     .unwrap(),
             );
@@ -377,11 +383,9 @@ fn handlers_run_once_on_their_thread_under_many_submitters_and_a_full_ring() {
 
 #[test]
 fn a_buffer_is_held_until_its_request_completes_even_when_the_layer_goes() {
-    let (_d, path, _data) = data_file(4 << 20);
-    let Some(uio) = layer(Initiation::Syscall, Translation::PerRequest, 64) else {
+    let Some((_d, uio, target)) = opened(4 << 20, Translation::PerRequest, 64) else {
         return;
     };
-    let target = uio.open(&path, false).unwrap();
     let h = uio.handler(|_| {});
     for k in 0..32u64 {
         let buf = uio.buffer().unwrap();
@@ -408,11 +412,9 @@ fn a_buffer_is_held_until_its_request_completes_even_when_the_layer_goes() {
 
 #[test]
 fn completions_wait_for_their_thread_and_come_in_the_order_they_were_taken() {
-    let (_d, path, _data) = data_file(1 << 20);
-    let Some(uio) = layer(Initiation::Syscall, Translation::Registered, 32) else {
+    let Some((_d, uio, target)) = opened(1 << 20, Translation::Registered, 32) else {
         return;
     };
-    let target = uio.open(&path, false).unwrap();
     let order: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
     let o2 = order.clone();
     let h = uio.handler(move |c| o2.lock().unwrap().push((c.sequence, c.record.argument)));

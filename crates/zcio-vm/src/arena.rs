@@ -28,14 +28,7 @@ pub struct SharedArena {
     map: Mapping,
 }
 
-impl std::fmt::Debug for SharedArena {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedArena")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("len", &self.len())
-            .finish()
-    }
-}
+crate::debug_summary!(SharedArena, |s| addr: format_args!("{:#x}", s.addr()), len: s.len());
 
 /// A fresh random, 2 MiB-aligned address in the arena window, for `len` bytes.
 pub fn random_address(len: usize) -> usize {

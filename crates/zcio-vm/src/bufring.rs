@@ -180,13 +180,7 @@ impl<M: BufferOwner> ProvidedRing<M> {
         };
         let uring = IoUring::new(8).map_err(unsupported)?;
         let bytes = (capacity * std::mem::size_of::<types::BufRingEntry>()).max(page_size());
-        let entries = Mapping::anonymous(
-            bytes,
-            MapOptions {
-                populate: true,
-                ..Default::default()
-            },
-        )?;
+        let entries = Mapping::anonymous(bytes, MapOptions::POPULATED)?;
         // SAFETY: the entries' memory is a page-aligned private mapping of `capacity` entries,
         // owned by the ring and kept until drop, which unregisters the group before the
         // mapping is unmapped (fields drop after `Drop::drop`).
@@ -472,9 +466,7 @@ mod tests {
         ));
         assert_eq!(ring.held(), 3, "the end takes no slot");
         store.put(slot).unwrap();
-        for s in ring.take_back() {
-            store.put(s).unwrap();
-        }
+        store.put_all(ring.take_back()).unwrap();
         assert_eq!((ring.held(), store.free()), (0, 8));
         // The emptied ring takes slots again and receives into them.
         let (a, mut peer) = UnixStream::pair().unwrap();

@@ -45,15 +45,8 @@ unsafe impl Sync for Region {}
 #[derive(Clone)]
 pub struct BufferRegion(Arc<Region>);
 
-impl std::fmt::Debug for BufferRegion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufferRegion")
-            .field("buffers", &self.0.count)
-            .field("buf_size", &self.0.buf_size)
-            .field("available", &self.available())
-            .finish()
-    }
-}
+crate::debug_summary!(BufferRegion, |s|
+    buffers: s.0.count, buf_size: s.0.buf_size, available: s.available());
 
 impl BufferRegion {
     /// `count` buffers of `buf_size` bytes (a positive multiple of the page size).
@@ -114,14 +107,7 @@ pub struct IoBuf {
     index: usize,
 }
 
-impl std::fmt::Debug for IoBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IoBuf")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("len", &self.len())
-            .finish()
-    }
-}
+crate::debug_summary!(IoBuf, |s| addr: format_args!("{:#x}", s.addr()), len: s.len());
 
 impl IoBuf {
     /// Its address.
@@ -239,16 +225,8 @@ pub struct DirectRing {
     stats: RingStats,
 }
 
-impl std::fmt::Debug for DirectRing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DirectRing")
-            .field("sqpoll", &self.sqpoll)
-            .field("fixed", &self.fixed.is_some())
-            .field("in_flight", &self.in_flight())
-            .field("stats", &self.stats)
-            .finish()
-    }
-}
+crate::debug_summary!(DirectRing, |s|
+    sqpoll: s.sqpoll, fixed: s.fixed.is_some(), in_flight: s.in_flight(), stats: s.stats);
 
 impl DirectRing {
     /// A ring of `entries` submissions; with a polling kernel thread that sleeps after

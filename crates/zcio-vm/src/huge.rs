@@ -149,16 +149,19 @@ pub fn scan(r: RawRange) -> HugeScan {
     }
 }
 
-/// The ranges of `r` (page-aligned) that `PAGEMAP_SCAN` reports as huge pages, as the pages
-/// they map inside `r`, and where the walk ended.
-fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
-    let fd = pagemap()?;
-    let mut regions = [linux_raw_sys::general::page_region {
-        start: 0,
-        end: 0,
-        categories: 0,
-    }; MAX_RUNS];
-    let huge = linux_raw_sys::general::PAGE_IS_HUGE as u64;
+/// One `PAGEMAP_SCAN`, on `fd`, of `r` (page-aligned) for the pages whose categories, those in
+/// `inverted` flipped, include every one in `mask`: at most `regions.len()` runs of them are
+/// written to `regions` (with the categories of `mask`), the walk stopping after `max_pages`
+/// such pages (0: no limit). The runs written and the address the walk ended at. A descriptor
+/// closed behind zcio's back is forgotten, to be reopened at the next scan.
+fn pagemap_scan(
+    fd: BorrowedFd<'_>,
+    r: RawRange,
+    regions: &mut [linux_raw_sys::general::page_region],
+    max_pages: u64,
+    inverted: u64,
+    mask: u64,
+) -> std::io::Result<(usize, usize)> {
     let mut arg = linux_raw_sys::general::pm_scan_arg {
         size: std::mem::size_of::<linux_raw_sys::general::pm_scan_arg>() as u64,
         flags: 0,
@@ -166,12 +169,12 @@ fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
         end: r.end() as u64,
         walk_end: 0,
         vec: regions.as_mut_ptr() as u64,
-        vec_len: MAX_RUNS as u64,
-        max_pages: 0,
-        category_inverted: 0,
-        category_mask: huge,
+        vec_len: regions.len() as u64,
+        max_pages,
+        category_inverted: inverted,
+        category_mask: mask,
         category_anyof_mask: 0,
-        return_mask: huge,
+        return_mask: mask,
     };
     // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len` page_region records into
     // `regions`, which outlives the call; it only reads this process's page tables.
@@ -179,13 +182,29 @@ fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
     if n < 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EBADF) {
-            PAGEMAP.forget(); // closed behind zcio's back: reopened at the next scan
+            PAGEMAP.forget();
         }
-        return Err(format!(
-            "PAGEMAP_SCAN is unavailable ({e}): huge pages cannot be told from base pages"
-        ));
+        return Err(e);
     }
-    let n = (n as usize).min(MAX_RUNS);
+    Ok(((n as usize).min(regions.len()), arg.walk_end as usize))
+}
+
+/// No page region yet, for `PAGEMAP_SCAN` to write.
+const NO_REGION: linux_raw_sys::general::page_region = linux_raw_sys::general::page_region {
+    start: 0,
+    end: 0,
+    categories: 0,
+};
+
+/// The ranges of `r` (page-aligned) that `PAGEMAP_SCAN` reports as huge pages, as the pages
+/// they map inside `r`, and where the walk ended.
+fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
+    let fd = pagemap()?;
+    let mut regions = [NO_REGION; MAX_RUNS];
+    let huge = linux_raw_sys::general::PAGE_IS_HUGE as u64;
+    let (n, walk_end) = pagemap_scan(fd, r, &mut regions, 0, 0, huge).map_err(|e| {
+        format!("PAGEMAP_SCAN is unavailable ({e}): huge pages cannot be told from base pages")
+    })?;
     let runs = regions[..n]
         .iter()
         .map(|reg| RawRange {
@@ -193,7 +212,7 @@ fn scan_raw(r: RawRange) -> Result<(Vec<RawRange>, usize), String> {
             len: (reg.end - reg.start) as usize,
         })
         .collect();
-    Ok((runs, arg.walk_end as usize))
+    Ok((runs, walk_end))
 }
 
 /// Whether every page of `r` (page-aligned, mapped) is present or swapped out now, so that no
@@ -204,37 +223,10 @@ pub fn all_present(r: RawRange) -> Option<bool> {
         return Some(true);
     }
     let fd = pagemap().ok()?;
-    let mut region = [linux_raw_sys::general::page_region {
-        start: 0,
-        end: 0,
-        categories: 0,
-    }];
     let here =
         (linux_raw_sys::general::PAGE_IS_PRESENT | linux_raw_sys::general::PAGE_IS_SWAPPED) as u64;
     // Pages with neither category: both inverted, both required.
-    let mut arg = linux_raw_sys::general::pm_scan_arg {
-        size: std::mem::size_of::<linux_raw_sys::general::pm_scan_arg>() as u64,
-        flags: 0,
-        start: r.addr as u64,
-        end: r.end() as u64,
-        walk_end: 0,
-        vec: region.as_mut_ptr() as u64,
-        vec_len: 1,
-        max_pages: 1,
-        category_inverted: here,
-        category_mask: here,
-        category_anyof_mask: 0,
-        return_mask: here,
-    };
-    // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most one page_region record into
-    // `region`, which outlives the call; it only reads this process's page tables.
-    let n = unsafe { libc::ioctl(fd.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
-    if n < 0 {
-        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF) {
-            PAGEMAP.forget();
-        }
-        return None;
-    }
+    let (n, _) = pagemap_scan(fd, r, &mut [NO_REGION], 1, here, here).ok()?;
     Some(n == 0)
 }
 

@@ -64,6 +64,40 @@ macro_rules! display_by_name {
     )+};
 }
 
+/// `Debug` for a type shown as a summary rather than field by field (its buffers, maps and
+/// descriptors are not worth printing): the type's name, then each value named, an expression
+/// of `self` bound as the `|s|` says; a trailing `..` ends the summary as
+/// [`finish_non_exhaustive`](std::fmt::DebugStruct::finish_non_exhaustive) does.
+///
+/// ```
+/// struct Buf {
+///     addr: usize,
+///     bytes: Vec<u8>,
+/// }
+/// zcio_vm::debug_summary!(Buf, |b| addr: format_args!("{:#x}", b.addr), len: b.bytes.len());
+/// let b = Buf { addr: 0x1000, bytes: vec![0; 3] };
+/// assert_eq!(format!("{b:?}"), "Buf { addr: 0x1000, len: 3 }");
+/// ```
+#[macro_export]
+macro_rules! debug_summary {
+    ($t:ident, |$this:ident| $($name:ident: $value:expr),+ $(,)?) => {
+        $crate::debug_summary!(@impl $t, $this, finish, $($name: $value),+);
+    };
+    ($t:ident, |$this:ident| $($name:ident: $value:expr),+, ..) => {
+        $crate::debug_summary!(@impl $t, $this, finish_non_exhaustive, $($name: $value),+);
+    };
+    (@impl $t:ident, $this:ident, $finish:ident, $($name:ident: $value:expr),+) => {
+        impl ::std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let $this = self;
+                f.debug_struct(stringify!($t))
+                    $(.field(stringify!($name), &$value))+
+                    .$finish()
+            }
+        }
+    };
+}
+
 pub use error::{Result, VmError};
 pub use mapping::{MapOptions, Mapping};
 pub use page::{RawRange, page_size};

@@ -27,20 +27,28 @@ pub struct MapOptions {
 }
 
 impl MapOptions {
+    /// Every page faulted in now, the kernel choosing the page size.
+    pub const POPULATED: MapOptions = MapOptions::of(true, false, false);
+    /// Aligned to 2 MiB, on transparent huge pages where the kernel gives them, faulted in as
+    /// touched.
+    pub const HUGE: MapOptions = MapOptions::of(false, true, false);
+    /// In 4 KiB pages only, faulted in as touched.
+    pub const NO_HUGE: MapOptions = MapOptions::of(false, false, true);
     /// Every page faulted in now, in 4 KiB pages only: what measurements of 4 KiB page
     /// operations map.
-    pub const POPULATED_4K: MapOptions = MapOptions {
-        populate: true,
-        huge: false,
-        no_huge: true,
-    };
+    pub const POPULATED_4K: MapOptions = MapOptions::of(true, false, true);
     /// Every page faulted in now, on transparent huge pages where the kernel gives them: what
     /// operations on 2 MiB pages map.
-    pub const POPULATED_2M: MapOptions = MapOptions {
-        populate: true,
-        huge: true,
-        no_huge: false,
-    };
+    pub const POPULATED_2M: MapOptions = MapOptions::of(true, true, false);
+
+    /// The options of the constants above, in the order of the fields.
+    const fn of(populate: bool, huge: bool, no_huge: bool) -> MapOptions {
+        MapOptions {
+            populate,
+            huge,
+            no_huge,
+        }
+    }
 }
 
 /// A mapping this process owns; unmapped when dropped.
@@ -63,14 +71,7 @@ unsafe impl Send for Mapping {}
 // SAFETY: shared access only reads through `&self` (`as_slice`) and the kernel-side changes need `&mut self`.
 unsafe impl Sync for Mapping {}
 
-impl std::fmt::Debug for Mapping {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mapping")
-            .field("range", &self.range())
-            .field("backing", &self.backing)
-            .finish()
-    }
-}
+crate::debug_summary!(Mapping, |s| range: s.range(), backing: s.backing);
 
 /// Largest single mapping zcio creates: 64 GiB. Anything larger is a caller error, not a request.
 pub const MAX_MAPPING: usize = 64 << 30;
@@ -540,14 +541,7 @@ mod tests {
 
     #[test]
     fn huge_mapping_is_2mib_aligned() {
-        let m = Mapping::anonymous(
-            4 << 20,
-            MapOptions {
-                huge: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = Mapping::anonymous(4 << 20, MapOptions::HUGE).unwrap();
         assert_eq!(m.addr() % HUGE_PAGE_SIZE, 0);
     }
 

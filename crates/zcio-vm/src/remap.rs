@@ -142,6 +142,11 @@ impl PageStore {
         Ok(())
     }
 
+    /// Give back slots, in order, up to the first that is not this store's.
+    pub fn put_all(&mut self, slots: impl IntoIterator<Item = Slot>) -> Result<()> {
+        slots.into_iter().try_for_each(|s| self.put(s))
+    }
+
     fn check(&self, s: &Slot) -> Result<()> {
         if s.store != self.id || s.index >= self.capacity() {
             return Err(VmError::Misuse {
@@ -543,9 +548,7 @@ mod tests {
         for (k, s) in slots.iter().enumerate() {
             assert!(store.bytes(s).unwrap().iter().all(|x| *x == k as u8 + 1));
         }
-        for s in slots {
-            store.put(s).unwrap();
-        }
+        store.put_all(slots).unwrap();
         assert_eq!(store.free(), 16);
     }
 

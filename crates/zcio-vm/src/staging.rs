@@ -52,14 +52,7 @@ impl Staging {
 
     /// Staging for inputs of up to `max_len` bytes at any page offset.
     pub fn new(max_len: usize) -> Result<Staging> {
-        Self::make(
-            max_len,
-            page_size(),
-            MapOptions {
-                no_huge: true,
-                ..Default::default()
-            },
-        )
+        Self::make(max_len, page_size(), MapOptions::NO_HUGE)
     }
 
     /// Staging in transparent huge pages for inputs of up to `max_len` bytes: the window keeps
@@ -68,14 +61,7 @@ impl Staging {
     /// circulate: the application's old huge pages become the next staging, so that the steady
     /// state faults and zeroes nothing.
     pub fn new_huge(max_len: usize) -> Result<Staging> {
-        Self::make(
-            max_len,
-            HUGE_PAGE_SIZE,
-            MapOptions {
-                huge: true,
-                ..Default::default()
-            },
-        )
+        Self::make(max_len, HUGE_PAGE_SIZE, MapOptions::HUGE)
     }
 
     /// Staging and scratch of `max_len` bytes plus a granule of slack at either end.

@@ -45,13 +45,21 @@ unsafe fn execute(
     Ok(rc)
 }
 
-/// One userfaultfd ioctl on a structure: `request` on `fd` with `arg`, through [`execute`].
+/// A request of `linux_raw_sys::ioctl` with its name, as [`ioctl`] takes it.
+macro_rules! request {
+    ($name:ident) => {
+        (linux_raw_sys::ioctl::$name, stringify!($name))
+    };
+}
+
+/// One userfaultfd ioctl on a structure: `request` (its number and name) on `fd` with `arg`,
+/// through [`execute`].
 ///
 /// # Safety
 ///
 /// `T` must be the structure `request` reads and writes, and what the request does to memory
 /// must be covered by the caller's own contract (each caller says why it is).
-unsafe fn ioctl<T>(fd: &OwnedFd, request: u32, op: &'static str, arg: &mut T) -> Result<()> {
+unsafe fn ioctl<T>(fd: &OwnedFd, (request, op): (u32, &'static str), arg: &mut T) -> Result<()> {
     // SAFETY: `arg` is a live, exclusive `T` for the call; the caller vouches for `T` and the
     // request's effect.
     unsafe { execute(fd.as_fd(), request, op, std::ptr::from_mut(arg).cast()) }.map(drop)
@@ -243,7 +251,7 @@ impl Userfaultfd {
             ioctls: 0,
         };
         // SAFETY: UFFDIO_API reads and writes exactly one uffdio_api; it touches no memory.
-        unsafe { ioctl(fd, linux_raw_sys::ioctl::UFFDIO_API, "UFFDIO_API", &mut api)? };
+        unsafe { ioctl(fd, request!(UFFDIO_API), &mut api)? };
         Ok(Features::from_bits_truncate(api.features))
     }
 
@@ -266,14 +274,7 @@ impl Userfaultfd {
             ioctls: 0,
         };
         // SAFETY: UFFDIO_REGISTER reads and writes one uffdio_register; it changes only VMA flags.
-        unsafe {
-            ioctl(
-                &self.fd,
-                linux_raw_sys::ioctl::UFFDIO_REGISTER,
-                "UFFDIO_REGISTER",
-                &mut reg,
-            )
-        }
+        unsafe { ioctl(&self.fd, request!(UFFDIO_REGISTER), &mut reg) }
     }
 
     /// Unregister a page-aligned range.
@@ -283,14 +284,14 @@ impl Userfaultfd {
 
     /// A request whose argument is the range alone.
     fn range_ioctl(&self, r: RawRange, op: RangeOp) -> Result<()> {
-        let (request, name) = match op {
-            RangeOp::Unregister => (linux_raw_sys::ioctl::UFFDIO_UNREGISTER, "UFFDIO_UNREGISTER"),
-            RangeOp::Wake => (linux_raw_sys::ioctl::UFFDIO_WAKE, "UFFDIO_WAKE"),
+        let request = match op {
+            RangeOp::Unregister => request!(UFFDIO_UNREGISTER),
+            RangeOp::Wake => request!(UFFDIO_WAKE),
         };
         let mut range = uffd_range(r);
         // SAFETY: UFFDIO_UNREGISTER and UFFDIO_WAKE each read one uffdio_range; the first changes
         // only VMA flags, the second only wakes waiters.
-        unsafe { ioctl(&self.fd, request, name, &mut range) }
+        unsafe { ioctl(&self.fd, request, &mut range) }
     }
 
     /// Write-protect (`protect = true`) or unprotect a registered range. Unprotecting wakes the
@@ -308,14 +309,7 @@ impl Userfaultfd {
             mode,
         };
         // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect; it changes only PTE write bits.
-        unsafe {
-            ioctl(
-                &self.fd,
-                linux_raw_sys::ioctl::UFFDIO_WRITEPROTECT,
-                "UFFDIO_WRITEPROTECT",
-                &mut wp,
-            )
-        }
+        unsafe { ioctl(&self.fd, request!(UFFDIO_WRITEPROTECT), &mut wp) }
     }
 
     /// Move the pages of `src` to `dst` (equal, page-aligned, `dst` registered and empty).
@@ -355,7 +349,7 @@ impl Userfaultfd {
                 move_: 0,
             };
             // SAFETY: UFFDIO_MOVE reads and writes one uffdio_move; the memory effect is the caller's contract.
-            let r = unsafe { ioctl(&self.fd, UFFDIO_MOVE, "UFFDIO_MOVE", &mut mv) };
+            let r = unsafe { ioctl(&self.fd, (UFFDIO_MOVE, "UFFDIO_MOVE"), &mut mv) };
             let moved = if mv.move_ > 0 { mv.move_ as usize } else { 0 };
             done += moved;
             if let Err(e) = r {
@@ -388,14 +382,7 @@ impl Userfaultfd {
             copy: 0,
         };
         // SAFETY: UFFDIO_COPY reads and writes one uffdio_copy; the memory effect is the caller's contract.
-        unsafe {
-            ioctl(
-                &self.fd,
-                linux_raw_sys::ioctl::UFFDIO_COPY,
-                "UFFDIO_COPY",
-                &mut cp,
-            )?
-        };
+        unsafe { ioctl(&self.fd, request!(UFFDIO_COPY), &mut cp)? };
         Ok(cp.copy.max(0) as usize)
     }
 
@@ -408,14 +395,7 @@ impl Userfaultfd {
         };
         // SAFETY: UFFDIO_ZEROPAGE reads and writes one uffdio_zeropage and only fills missing
         // pages with zeros; it never replaces a page.
-        unsafe {
-            ioctl(
-                &self.fd,
-                linux_raw_sys::ioctl::UFFDIO_ZEROPAGE,
-                "UFFDIO_ZEROPAGE",
-                &mut z,
-            )
-        }
+        unsafe { ioctl(&self.fd, request!(UFFDIO_ZEROPAGE), &mut z) }
     }
 
     /// Wake threads waiting on faults in a range.

@@ -6,26 +6,18 @@
 
 use std::process::Command;
 use zcio_vm::protect::{WritableCheck, check_writable, writable_check};
-use zcio_vm::{VmError, page_size};
+use zcio_vm::{MapOptions, Mapping, VmError, page_size};
 
-/// Map `pages` fresh private anonymous pages, filled with 0x5A.
+/// Map `pages` fresh private anonymous pages, filled with 0x5A. The test takes the mapping
+/// over: it protects, unmaps and replaces its pages itself, and unmaps it with [`unmap`].
 fn anon(pages: usize) -> (*mut u8, usize) {
     let len = pages * page_size();
-    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
+    let m = Mapping::anonymous(len, MapOptions::default()).expect("an anonymous mapping");
+    let p = m.as_ptr();
+    std::mem::forget(m);
     // SAFETY: the mapping just made, writable, `len` bytes.
-    unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0x5A, len) };
-    (p.cast(), len)
+    unsafe { std::ptr::write_bytes(p, 0x5A, len) };
+    (p, len)
 }
 
 fn unmap(p: *mut u8, len: usize) {
@@ -68,29 +60,14 @@ fn matrix() {
     let bytes = unsafe { std::slice::from_raw_parts(p, len) };
     assert!(bytes.iter().all(|&b| b == 0x5A), "the check wrote");
     // Pages never touched: accepted, and there afterwards (the input paths expect them).
-    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
-    let fresh = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            2 * ps,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    }
-    .cast::<u8>();
-    assert_ne!(fresh.cast(), libc::MAP_FAILED);
-    let r = zcio_vm::RawRange {
-        addr: fresh as usize,
-        len: 2 * ps,
-    };
+    let untouched = Mapping::anonymous(2 * ps, MapOptions::default()).expect("a mapping");
+    let (fresh, r) = (untouched.as_ptr(), untouched.range());
     if zcio_vm::huge::all_present(r).is_some() {
         assert_eq!(zcio_vm::huge::all_present(r), Some(false), "untouched");
         check(fresh, 2 * ps).expect("untouched writable pages");
         assert_eq!(zcio_vm::huge::all_present(r), Some(true), "populated");
     }
-    unmap(fresh, 2 * ps);
+    drop(untouched);
     // A page in the middle read-only, then inaccessible: refused, naming the buffer.
     for (prot, case) in [
         (libc::PROT_READ, "read-only page"),

@@ -15,14 +15,7 @@ fn evicting_one_of_two_overlapping_registrations_keeps_the_other() {
         return;
     };
     let ps = page_size();
-    let m = Mapping::anonymous(
-        8 * ps,
-        MapOptions {
-            populate: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let m = Mapping::anonymous(8 * ps, MapOptions::POPULATED).unwrap();
     let at = |first: usize, pages: usize| RawRange {
         addr: m.addr() + first * ps,
         len: pages * ps,
@@ -33,14 +26,7 @@ fn evicting_one_of_two_overlapping_registrations_keeps_the_other() {
     // Fill the table, then use `b` again: `a` is now the least recently used.
     let others: Vec<Mapping> = (0..MAX_REGISTRATIONS - 2)
         .map(|_| {
-            let o = Mapping::anonymous(
-                ps,
-                MapOptions {
-                    populate: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let o = Mapping::anonymous(ps, MapOptions::POPULATED).unwrap();
             rt.register_app(o.range()).unwrap();
             o
         })
@@ -52,13 +38,7 @@ fn evicting_one_of_two_overlapping_registrations_keeps_the_other() {
     // A swap into `b` moves all of its pages, 2 and 3 included (UFFDIO_MOVE wants them
     // registered), and an output over it write-protects them.
     let mut stg = rt
-        .registered_mapping(
-            4 * ps,
-            MapOptions {
-                populate: true,
-                ..Default::default()
-            },
-        )
+        .registered_mapping(4 * ps, MapOptions::POPULATED)
         .unwrap();
     stg.as_mut_slice().fill(0x7E);
     let scr = rt

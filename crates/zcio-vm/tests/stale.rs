@@ -15,11 +15,7 @@ fn memory_given_back_and_used_again_leaves_the_handler_after_one_fault() {
     };
     let ps = page_size();
     let pages = 16;
-    let populated = MapOptions {
-        populate: true,
-        ..Default::default()
-    };
-    let mut m = Mapping::anonymous(pages * ps, populated).unwrap();
+    let mut m = Mapping::anonymous(pages * ps, MapOptions::POPULATED).unwrap();
     let r = m.range();
     // A buffer used for I/O (registered), then freed by an allocator that trims it.
     rt.register_app(r).unwrap();
@@ -64,7 +60,7 @@ fn memory_given_back_and_used_again_leaves_the_handler_after_one_fault() {
     assert_eq!(m.as_slice()[0], 0xEE);
 
     // A registration with an output pending is kept, and its missing pages served.
-    let mut m = Mapping::anonymous(8 * ps, populated).unwrap();
+    let mut m = Mapping::anonymous(8 * ps, MapOptions::POPULATED).unwrap();
     let r = m.range();
     let out = rt.reference_output(r, true).unwrap();
     let released = rt.stats().released_registrations;

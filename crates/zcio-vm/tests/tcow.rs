@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::tcow_at_2mib;
+use common::{swapping, tcow_at_2mib};
 use std::os::fd::AsFd;
 use zcio_vm::runtime::TcowMode;
 use zcio_vm::wire::{Pipe, read_exact, vmsplice_all};
@@ -14,35 +14,57 @@ fn pattern(buf: &mut [u8], seed: u8) {
     }
 }
 
+/// `n` pages of fresh anonymous memory filled with the pattern of `seed`, what they hold, and
+/// a pipe with room for all of them.
+fn patterned_pages(n: usize, seed: u8) -> (Mapping, Vec<u8>, Pipe) {
+    let len = n * page_size();
+    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    pattern(m.as_mut_slice(), seed);
+    let expect = m.as_slice().to_vec();
+    (m, expect, Pipe::new(len).unwrap())
+}
+
+/// While an output of all of `m` waits in `p`, `write` writes to `m` from another thread; then
+/// the output is read, all of it, and `release`d. What it delivered. Where TCOW moves pages the
+/// writer is done before the read (it never waits); under a sleep-on-write fallback it waits
+/// for the release.
+fn write_during_output(
+    m: &mut Mapping,
+    p: &Pipe,
+    write: impl FnOnce(&mut [u8]) + Send,
+    release: impl FnOnce(),
+) -> Vec<u8> {
+    let mut got = vec![0u8; m.len()];
+    let buf = m.as_mut_slice();
+    let tcow = VmRuntime::get().capabilities().tcow;
+    std::thread::scope(|s| {
+        let w = s.spawn(|| write(buf));
+        if tcow == TcowMode::UffdMove {
+            w.join().unwrap(); // TCOW never blocks the writer
+        }
+        read_exact(p.rx.as_fd(), &mut got).unwrap();
+        release();
+    });
+    got
+}
+
 #[test]
 fn tcow_keeps_the_original_for_the_output_and_gives_the_writer_a_copy() {
     let rt = VmRuntime::get();
     let ps = page_size();
     let n = 16;
-    let mut m = Mapping::anonymous(n * ps, MapOptions::default()).unwrap();
-    pattern(m.as_mut_slice(), 7);
-    let expect = m.as_slice().to_vec();
-    let p = Pipe::new(n * ps).unwrap();
+    let (mut m, expect, p) = patterned_pages(n, 7);
     let before = rt.stats();
     let out = rt.reference_output(m.range(), true).unwrap();
     vmsplice_all(p.tx.as_fd(), &[m.as_slice()]).unwrap();
     // Overwrite every other page during the pending output, from another thread (under a
-    // sleep-on-write fallback the writer waits for the release below).
-    let mut got = vec![0u8; n * ps];
-    let buf = m.as_mut_slice();
-    let tcow = rt.capabilities().tcow;
-    std::thread::scope(|s| {
-        let w = s.spawn(|| {
-            for pg in (0..n).step_by(2) {
-                buf[pg * ps..(pg + 1) * ps].fill(0xEE);
-            }
-        });
-        if tcow == TcowMode::UffdMove {
-            w.join().unwrap(); // TCOW never blocks the writer
+    // sleep-on-write fallback the writer waits for the release).
+    let overwrite = |buf: &mut [u8]| {
+        for pg in (0..n).step_by(2) {
+            buf[pg * ps..(pg + 1) * ps].fill(0xEE);
         }
-        read_exact(p.rx.as_fd(), &mut got).unwrap();
-        out.release();
-    });
+    };
+    let got = write_during_output(&mut m, &p, overwrite, || out.release());
     assert_eq!(
         got, expect,
         "the output must deliver the data as of the call"
@@ -72,12 +94,8 @@ fn an_output_protected_after_it_was_queued_still_keeps_the_data_of_the_call() {
     // The order the memory network uses: reference, queue, then write-protect (the receiver
     // reads meanwhile). Writes after `protect` must not reach the output.
     let rt = VmRuntime::get();
-    let ps = page_size();
     let n = 8;
-    let mut m = Mapping::anonymous(n * ps, MapOptions::default()).unwrap();
-    pattern(m.as_mut_slice(), 11);
-    let expect = m.as_slice().to_vec();
-    let p = Pipe::new(n * ps).unwrap();
+    let (mut m, expect, p) = patterned_pages(n, 11);
     let before = rt.stats();
     let mut out = rt.reference_output(m.range(), false).unwrap();
     assert!(!out.is_protected());
@@ -85,37 +103,22 @@ fn an_output_protected_after_it_was_queued_still_keeps_the_data_of_the_call() {
     out.protect().unwrap();
     out.protect().unwrap(); // once is enough; again changes nothing
     assert!(out.is_protected());
-    let mut got = vec![0u8; n * ps];
-    let buf = m.as_mut_slice();
-    let tcow = rt.capabilities().tcow;
-    std::thread::scope(|s| {
-        let w = s.spawn(|| buf.fill(0x5A));
-        if tcow == TcowMode::UffdMove {
-            w.join().unwrap();
-        }
-        read_exact(p.rx.as_fd(), &mut got).unwrap();
-        out.release();
-    });
+    let got = write_during_output(&mut m, &p, |buf| buf.fill(0x5A), || out.release());
     assert_eq!(got, expect, "the output delivers the data as of the call");
     assert!(
         m.as_slice().iter().all(|&b| b == 0x5A),
         "the writer sees its write"
     );
-    if tcow == TcowMode::UffdMove {
+    if rt.capabilities().tcow == TcowMode::UffdMove {
         assert!(rt.stats().tcow_copies - before.tcow_copies >= n as u64);
     }
 }
 
 #[test]
 fn swap_exchanges_pages_without_copying() {
-    let rt = VmRuntime::get();
-    if !rt.capabilities().swap {
-        zcio_vm::skip::skip(
-            zcio_vm::skip::Capability::UffdMove,
-            &format!("page swapping unavailable: {:?}", rt.capabilities().reasons),
-        );
+    let Some(rt) = swapping() else {
         return;
-    }
+    };
     let ps = page_size();
     let n = 64;
     let mut app = Mapping::anonymous(n * ps, MapOptions::default()).unwrap();
@@ -167,20 +170,15 @@ fn anon_huge_kib(addr: usize) -> Option<usize> {
 
 #[test]
 fn aligned_huge_pages_move_whole() {
-    let rt = VmRuntime::get();
-    if !rt.capabilities().swap {
-        zcio_vm::skip::skip(zcio_vm::skip::Capability::UffdMove, "needs UFFDIO_MOVE");
+    let Some(rt) = swapping() else {
         return;
-    }
+    };
     if let Some(why) = zcio_vm::huge::unavailable_reason() {
         zcio_vm::skip::skip(zcio_vm::skip::Capability::HugePages, &why);
         return;
     }
     let len = 4 << 20;
-    let huge = MapOptions {
-        huge: true,
-        ..Default::default()
-    };
+    let huge = MapOptions::HUGE;
     let mut src = rt.registered_mapping(len, huge).unwrap();
     pattern(src.as_mut_slice(), 42);
     let want = src.as_slice().to_vec();
@@ -216,7 +214,6 @@ fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writ
         zcio_vm::huge::Granule::Huge,
         "a populated MADV_HUGEPAGE mapping is PMD-mapped here"
     );
-    assert!(rt.huge_tcow(), "{:?}", rt.capabilities().reasons);
     let p = Pipe::new(1 << 20).unwrap();
     for round in 0..3u8 {
         pattern(m.as_mut_slice(), round);
@@ -278,11 +275,9 @@ fn tcow_at_2mib_moves_the_huge_page_out_and_a_copy_in_for_a_single_threaded_writ
 /// application loses nothing.
 #[test]
 fn a_swap_that_fails_part_way_gives_the_application_its_pages_back() {
-    let rt = VmRuntime::get();
-    if !rt.capabilities().swap {
-        zcio_vm::skip::skip(zcio_vm::skip::Capability::UffdMove, "needs UFFDIO_MOVE");
+    let Some(rt) = swapping() else {
         return;
-    }
+    };
     let ps = page_size();
     let opts = MapOptions::POPULATED_4K;
     let mut m = Mapping::anonymous(8 * ps, opts).unwrap();
@@ -291,15 +286,7 @@ fn a_swap_that_fails_part_way_gives_the_application_its_pages_back() {
     rt.register_app(m.range()).unwrap();
     let mut stg = rt.registered_mapping(8 * ps, opts).unwrap();
     stg.as_mut_slice().fill(0xEE);
-    let mut scr = rt
-        .registered_mapping(
-            8 * ps,
-            MapOptions {
-                no_huge: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let mut scr = rt.registered_mapping(8 * ps, MapOptions::NO_HUGE).unwrap();
     scr.as_mut_slice()[5 * ps] = 1; // page 5 of scratch is not empty: the move stops there
     // SAFETY: `m` is ours and not otherwise in use; staging and scratch are our registered
     // mappings.

@@ -142,9 +142,7 @@ impl FileProducer {
         match self.fill(store, &slots, offset, len) {
             Ok(()) => Ok(slots),
             Err(e) => {
-                for s in slots {
-                    store.put(s)?;
-                }
+                store.put_all(slots)?;
                 Err(e)
             }
         }
@@ -300,9 +298,7 @@ impl SocketProducer {
 
     /// Take every slot back from the ring into the store.
     pub fn close(mut self, store: &mut PageStore) -> Result<(), ProducerError> {
-        for s in self.ring.take_back() {
-            store.put(s)?;
-        }
+        store.put_all(self.ring.take_back())?;
         Ok(())
     }
 }

@@ -215,9 +215,8 @@ impl Message {
 /// println!("{}: {:?}", m.path().name(), m.moved()); // moved, or copied where it cannot be
 ///
 /// // Freeing moves the pages back into their slots.
-/// for s in r.free(&mut store, m).map_err(|refused| refused.error)? {
-///     store.put(s)?;
-/// }
+/// let back = r.free(&mut store, m).map_err(|refused| refused.error)?;
+/// store.put_all(back)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Reassembler<P: PagePool> {
@@ -396,11 +395,7 @@ impl<P: PagePool> Reassembler<P> {
         let g = self.space.granule().bytes();
         if self.copies.is_none() {
             let cap = self.space.capacity();
-            let options = MapOptions {
-                huge: true,
-                ..Default::default()
-            };
-            match Mapping::anonymous(cap * g, options) {
+            match Mapping::anonymous(cap * g, MapOptions::HUGE) {
                 Ok(map) => self.copies = Some((map, BitmapPool::new(cap))),
                 Err(e) => return Err(refuse(e, slots)),
             }

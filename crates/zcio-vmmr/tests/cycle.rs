@@ -69,9 +69,8 @@ fn the_cycle_policy_copies_where_the_move_in_alone_would_remap() {
         for k in 0..n {
             assert!(bytes[k * g..(k + 1) * g].iter().all(|b| *b == k as u8 + 1));
         }
-        for s in cycle.free(&mut store, m).map_err(|r| r.error).unwrap() {
-            store.put(s).unwrap();
-        }
+        let back = cycle.free(&mut store, m).map_err(|r| r.error).unwrap();
+        store.put_all(back).unwrap();
     }
     assert_eq!((cycle.live(), store.free()), (0, 64));
 }

@@ -39,9 +39,7 @@ fn a_hundred_thousand_reassemblies_leave_the_address_space_and_memory_as_they_we
         assert_eq!(r.bytes(&m).unwrap()[0], seq as u8);
         // Two messages live at a time, so runs are found at shifting places.
         let old = std::mem::take(&mut held);
-        for s in old {
-            store.put(s).unwrap();
-        }
+        store.put_all(old).unwrap();
         held = r.free(store, m).map_err(|r| r.error).unwrap();
     };
     for seq in 0..1000 {

@@ -62,9 +62,8 @@ fn messages_read_from_a_file_come_out_contiguous_and_byte_exact() {
             let slots = p.read_message(&mut store, offset as u64, len).unwrap();
             let what = format!("{granule:?}: {len} bytes at {offset}");
             let want = &data[offset..offset + len];
-            for s in remapped(&mut r, &mut store, slots, want, &what) {
-                store.put(s).unwrap();
-            }
+            let back = remapped(&mut r, &mut store, slots, want, &what);
+            store.put_all(back).unwrap();
         }
         // Past the end of the file, and an offset the device cannot start at: clear errors,
         // and the store keeps every slot.

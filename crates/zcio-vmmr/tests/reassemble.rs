@@ -3,19 +3,15 @@
 //! the memory as they were; and misuse that is refused without losing a page.
 
 use zcio_vm::remap::{Granule, PageStore, Slot};
-use zcio_vmmr::pool::BitmapPool;
+use zcio_vmmr::pool::{BitmapPool, SplitMix64};
 use zcio_vmmr::reassemble::{Calibration, Path, Policy, Reassembler, VmmrError};
 
 /// A small deterministic shuffle (splitmix64), so that a message's granules lie anywhere.
 fn scatter(store: &mut PageStore, n: usize, seed: u64) -> Vec<Slot> {
     let mut idx: Vec<usize> = (0..store.capacity()).collect();
-    let mut x = seed;
+    let mut rng = SplitMix64::new(seed);
     for i in (1..idx.len()).rev() {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        idx.swap(i, (z ^ (z >> 31)) as usize % (i + 1));
+        idx.swap(i, rng.next_u64() as usize % (i + 1));
     }
     idx.into_iter()
         .filter_map(|i| store.take_index(i))
@@ -68,9 +64,7 @@ fn every_size_and_granule_comes_out_byte_exact() {
                     let part = &want[k * g..len.min((k + 1) * g)];
                     assert!(&store.bytes(s).unwrap()[..part.len()] == part);
                 }
-                for s in slots {
-                    store.put(s).unwrap();
-                }
+                store.put_all(slots).unwrap();
             }
         }
         assert_eq!(r.live(), 0);
@@ -98,9 +92,8 @@ fn misuse_is_refused_and_loses_no_page() {
     let r = a.reassemble(&mut store, rest, 2 * g).unwrap_err();
     assert!(r.error.to_string().contains("exhausted"), "{}", r.error);
     let slots = r.given_back;
-    for s in a.free(&mut store, m3).map_err(|r| r.error).unwrap() {
-        store.put(s).unwrap();
-    }
+    let back = a.free(&mut store, m3).map_err(|r| r.error).unwrap();
+    store.put_all(back).unwrap();
     // A length the granules cannot hold.
     let r = a.reassemble(&mut store, slots, 3 * g).unwrap_err();
     assert!(
@@ -109,9 +102,7 @@ fn misuse_is_refused_and_loses_no_page() {
         r.error
     );
     let slots = r.given_back;
-    for s in slots {
-        store.put(s).unwrap();
-    }
+    store.put_all(slots).unwrap();
     // A message freed into the wrong reassembler is refused, and still frees where it belongs.
     let slots = scatter(&mut store, 2, 2);
     let m = a.reassemble(&mut store, slots, 2 * g).unwrap();
@@ -120,9 +111,8 @@ fn misuse_is_refused_and_loses_no_page() {
     assert!(matches!(r.error, VmmrError::Foreign), "{}", r.error);
     let m = r.given_back;
     assert_eq!(a.live(), 1);
-    for s in a.free(&mut store, m).map_err(|r| r.error).unwrap() {
-        store.put(s).unwrap();
-    }
+    let back = a.free(&mut store, m).map_err(|r| r.error).unwrap();
+    store.put_all(back).unwrap();
     assert_eq!((a.live(), store.free()), (0, 8));
 }
 
@@ -168,9 +158,7 @@ fn the_adaptive_path_copies_what_would_not_pay_and_moves_what_would() {
         let slots = r.free(&mut store, m).map_err(|r| r.error).unwrap();
         // Either way the slots come back holding the message.
         assert!(store.bytes(&slots[0]).unwrap()[..g] == want[..g]);
-        for s in slots {
-            store.put(s).unwrap();
-        }
+        store.put_all(slots).unwrap();
     }
     assert_eq!(r.live(), 0);
 }
@@ -192,9 +180,8 @@ fn a_copying_reassembler_keeps_the_slots_pages_and_a_measured_calibration_is_san
     );
     assert!(r.bytes(&m).unwrap() == want.as_slice());
     r.bytes_mut(&m).unwrap()[0] ^= 0xff;
-    for s in r.free(&mut store, m).map_err(|r| r.error).unwrap() {
-        store.put(s).unwrap();
-    }
+    let back = r.free(&mut store, m).map_err(|r| r.error).unwrap();
+    store.put_all(back).unwrap();
     for granule in [Granule::Page, Granule::Huge] {
         let c = Calibration::measure(granule).unwrap();
         for v in [c.move_call_ns, c.move_granule_ns] {

@@ -27,7 +27,7 @@ impl Forwarder {
             crate::ring::DEFAULT_SLOTS,
             DEFAULT_BACKLOG_FRAMES,
         )?;
-        if let Ok(c) = rustix::net::sockopt::socket_peercred(&down.sock) {
+        if let Ok(c) = rustix::net::sockopt::socket_peercred(&down.ch.sock) {
             up.announce_downstream(c.pid.as_raw_nonzero().get() as u64)?;
         }
         Ok(Forwarder {
@@ -137,15 +137,15 @@ impl Forwarder {
             if self.down.pending() || up_open && self.up.pending() {
                 continue;
             }
-            self.down.rings.announce_sleep(Dir::Frees);
+            self.down.ch.rings.announce_sleep(Dir::Frees);
             if up_open {
-                self.up.rings.announce_sleep(Dir::Sends);
+                self.up.ch.rings.announce_sleep(Dir::Sends);
             }
             if !(self.down.pending() || up_open && self.up.pending()) {
                 socket = self.sleep(up_open)?;
             }
-            self.down.rings.awake(Dir::Frees);
-            self.up.rings.awake(Dir::Sends);
+            self.down.ch.rings.awake(Dir::Frees);
+            self.up.ch.rings.awake(Dir::Sends);
         }
         self.up.flush()?;
         Ok(self.forwarded)
@@ -236,17 +236,17 @@ impl Forwarder {
             }
         };
         let mut fds = vec![PollFd::new(
-            &self.down.sock,
-            with_out(!self.down.out.is_empty()),
+            &self.down.ch.sock,
+            with_out(!self.down.ch.out.is_empty()),
         )];
-        let up_out = !self.up.out.is_empty();
+        let up_out = !self.up.ch.out.is_empty();
         if up_open || up_out {
             let flags = if up_open {
                 with_out(up_out)
             } else {
                 PollFlags::OUT
             };
-            fds.push(PollFd::new(&self.up.sock, flags));
+            fds.push(PollFd::new(&self.up.ch.sock, flags));
         }
         match rustix::event::poll(&mut fds, None) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
@@ -260,7 +260,7 @@ impl Forwarder {
         }
         if let Some(r) = up_ready {
             // Taking more, or closed (the flush then says so).
-            if !r.is_empty() && !self.up.out.is_empty() {
+            if !r.is_empty() && !self.up.ch.out.is_empty() {
                 self.up.flush_out()?;
             }
             if up_open && readable(r) {

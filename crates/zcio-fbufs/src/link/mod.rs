@@ -127,12 +127,14 @@ pub enum LinkError {
 /// requests, or an originator that sends what it has not had back, gets that far.
 pub const DEFAULT_BACKLOG_FRAMES: usize = 1 << 16;
 
+mod channel;
 mod forward;
 mod originator;
 mod peer;
 mod receiver;
 mod wire;
 
+use channel::Channel;
 pub use forward::Forwarder;
 pub use originator::{DEFAULT_SPIN, OriginatorEnd};
 use peer::{Failure, Held, Peer};

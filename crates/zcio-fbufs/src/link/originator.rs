@@ -128,7 +128,7 @@ impl OriginatorEnd {
     /// Bytes of frames waiting for receiver `i` that its socket has not taken yet (it is not
     /// reading, or not as fast as this end sends).
     pub fn backlog_bytes(&self, i: usize) -> usize {
-        self.peers.get(i).map_or(0, |p| p.out.len())
+        self.peers.get(i).map_or(0, |p| p.ch.out.len())
     }
 
     /// Close every link in order: each receiver still connected gets a goodbye (its
@@ -466,11 +466,11 @@ impl OriginatorEnd {
             .filter(|i| self.peers[*i].alive)
             .collect();
         for i in &live {
-            self.peers[*i].rings.announce_sleep(Dir::Frees);
+            self.peers[*i].ch.rings.announce_sleep(Dir::Frees);
         }
         let awake = |end: &mut OriginatorEnd| {
             for i in &live {
-                end.peers[*i].rings.awake(Dir::Frees);
+                end.peers[*i].ch.rings.awake(Dir::Frees);
             }
         };
         // What came while announcing is taken without sleeping.
@@ -482,7 +482,7 @@ impl OriginatorEnd {
             .iter()
             .map(|i| {
                 let p = &self.peers[*i];
-                (&p.sock, p.pidfd.as_ref(), !p.out.is_empty())
+                (&p.ch.sock, p.pidfd.as_ref(), !p.ch.out.is_empty())
             })
             .collect();
         let polled = poll_ends(&[], &ends, None)?;

@@ -68,21 +68,13 @@ impl std::fmt::Display for Failure {
 /// downstream): sends go on the rings, what comes back is collected from them and from the
 /// socket.
 pub(super) struct Peer {
-    pub(super) sock: UnixStream,
-    pub(super) frames: Frames,
-    pub(super) rings: Rings,
-    /// Producer position on the sends ring, consumer position on the frees ring.
-    pub(super) tx: u64,
-    pub(super) rx: u64,
-    /// Socket messages of the receiver already read.
-    pub(super) mail_seen: u64,
+    /// The link to the receiver; this end posts on the sends ring.
+    pub(super) ch: Channel,
     /// The receiving process, watched so that its exit releases what it held even when its end
     /// of the socket lives on in another process (inherited by a child, passed on).
     pub(super) pidfd: Option<OwnedFd>,
     pub(super) held: Held,
     pub(super) alive: bool,
-    /// Frames the socket has not taken yet (the backlog).
-    pub(super) out: Outbox,
     /// References sent on the socket rather than the ring, in all: until the receiver has
     /// taken as many from its socket, the ring is not used.
     pub(super) mailed: u64,
@@ -113,16 +105,10 @@ impl Peer {
         offer_path(&sock, info, ro_fd, Some(rings.fd()))?;
         let pidfd = peer_pidfd(&sock);
         Ok(Peer {
-            sock,
-            frames: Frames::new(),
-            rings,
-            tx: 0,
-            rx: 0,
-            mail_seen: 0,
+            ch: Channel::new(sock, rings, Dir::Sends),
             pidfd,
             held: Held::default(),
             alive: true,
-            out: Outbox::default(),
             mailed: 0,
             limit,
             failed: None,
@@ -148,14 +134,11 @@ impl Peer {
         if !self.flush() {
             return false;
         }
-        if self.out.is_empty() && self.rings.mail_taken(Dir::Sends) == self.mailed {
-            match self
-                .rings
-                .push(Dir::Sends, &mut self.tx, [kind, r.addr, r.len])
-            {
+        if self.ch.out.is_empty() && self.ch.rings.mail_taken(Dir::Sends) == self.mailed {
+            match self.ch.push([kind, r.addr, r.len]) {
                 Ok(true) => {
-                    if self.rings.must_wake(Dir::Sends) {
-                        wake(&self.sock, &mut self.out);
+                    if self.ch.rings.must_wake(Dir::Sends) {
+                        wake(&self.ch.sock, &mut self.ch.out);
                     }
                     return true;
                 }
@@ -174,12 +157,10 @@ impl Peer {
     /// joins the backlog. What went out is announced on the sends ring for a receiver that
     /// looks there. `false` when the socket failed or the backlog passed the limit.
     pub(super) fn mail(&mut self, bytes: &[u8]) -> bool {
-        match self.out.write(&self.sock, bytes) {
-            Ok(0) => {}
-            Ok(_) => self.rings.post_mail(Dir::Sends),
-            Err(_) => return false,
+        if self.ch.write(bytes).is_err() {
+            return false;
         }
-        let frames = self.out.frames();
+        let frames = self.ch.out.frames();
         if frames > self.limit {
             self.failed = Some(Failure::Stalled {
                 frames,
@@ -192,35 +173,28 @@ impl Peer {
 
     /// Send the backlog as far as the socket takes it now; `false` when the socket failed.
     pub(super) fn flush(&mut self) -> bool {
-        match self.out.flush(&self.sock) {
-            Ok(0) => true,
-            Ok(_) => {
-                self.rings.post_mail(Dir::Sends);
-                true
-            }
-            Err(_) => false,
-        }
+        self.ch.flush().is_ok()
     }
 
     /// Cut the receiver off: no more sends, the backlog forgotten. What it held is the
     /// caller's to release.
     pub(super) fn cut(&mut self) {
         self.alive = false;
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        let _ = self.ch.sock.shutdown(std::net::Shutdown::Both);
         self.pidfd = None;
-        self.out.clear();
+        self.ch.out.clear();
     }
 
     /// Whether something came back that [`Peer::collect`] would take.
     pub(super) fn pending(&self) -> bool {
-        self.rings.pending(Dir::Frees, self.rx) || self.rings.mail(Dir::Frees) != self.mail_seen
+        self.ch.pending()
     }
 
     /// What came back: the frees ring, then the socket when the receiver posted there (or
     /// always, with `socket`). A spoiled ring or a closed socket ends the list.
     pub(super) fn collect(&mut self, socket: bool, out: &mut Vec<Result<Next, LinkError>>) {
         loop {
-            match self.rings.pop(Dir::Frees, &mut self.rx) {
+            match self.ch.rings.pop(Dir::Frees, &mut self.ch.rx) {
                 Ok(Some([k, addr, len])) => out.push(Ok(Next::Frame(k, FbufRef { addr, len }))),
                 Ok(None) => break,
                 Err(e) => {
@@ -229,13 +203,13 @@ impl Peer {
                 }
             }
         }
-        let mail = self.rings.mail(Dir::Frees);
-        if !socket && mail == self.mail_seen {
+        let mail = self.ch.rings.mail(Dir::Frees);
+        if !socket && mail == self.ch.mail_seen {
             return;
         }
-        self.mail_seen = mail;
+        self.ch.mail_seen = mail;
         loop {
-            match self.frames.next(&self.sock, false) {
+            match self.ch.frames.next(&self.ch.sock, false) {
                 Ok(Next::Empty) => return,
                 Ok(Next::Frame(WAKE, _)) => {}
                 n @ (Ok(Next::Closed) | Err(_)) => {

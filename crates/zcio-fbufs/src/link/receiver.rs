@@ -22,14 +22,8 @@ pub enum Received {
 pub struct ReceiverEnd {
     /// The mapped path.
     pub receiver: Receiver,
-    pub(super) sock: UnixStream,
-    pub(super) frames: Frames,
-    pub(super) rings: Rings,
-    /// Consumer position on the sends ring, producer position on the frees ring.
-    pub(super) rx: u64,
-    pub(super) tx: u64,
-    /// Socket messages of the sender already read.
-    pub(super) mail_seen: u64,
+    /// The link to the sender; this end posts on the frees ring.
+    pub(super) ch: Channel,
     /// Deliveries read from the socket and not yet taken.
     pub(super) early: VecDeque<Received>,
     /// Deliveries taken from the socket, in all (published on the sends ring).
@@ -43,8 +37,6 @@ pub struct ReceiverEnd {
     pub(super) farewell: bool,
     /// This end gave up on the originator (it stopped reading): nothing more is delivered.
     pub(super) given_up: bool,
-    /// Frames the socket has not taken yet (the backlog): notices and requests.
-    pub(super) out: Outbox,
     pub(super) info: PathInfo,
     /// Notices the frees ring had no room for, waiting for a socket message.
     pub(super) notices: Vec<FbufRef>,
@@ -75,19 +67,13 @@ impl ReceiverEnd {
         let rings = Rings::open(rings).map_err(LinkError::Protocol)?;
         Ok(ReceiverEnd {
             receiver: Receiver::new(fd, info)?,
-            sock,
-            frames: Frames::new(),
-            rings,
-            rx: 0,
-            tx: 0,
-            mail_seen: 0,
+            ch: Channel::new(sock, rings, Dir::Frees),
             early: VecDeque::new(),
             taken: 0,
             closed: false,
             bye: false,
             farewell: true,
             given_up: false,
-            out: Outbox::default(),
             info,
             notices: Vec::new(),
             notice_bytes: 0,
@@ -151,7 +137,7 @@ impl ReceiverEnd {
     pub(super) fn absorb(&mut self, wait: bool) -> Result<(), LinkError> {
         let mut wait = wait;
         loop {
-            match self.frames.next(&self.sock, wait)? {
+            match self.ch.frames.next(&self.ch.sock, wait)? {
                 Next::Empty => return Ok(()),
                 Next::Closed => {
                     self.closed = true;
@@ -177,7 +163,7 @@ impl ReceiverEnd {
             // The ring before the socket: what is on the ring was sent before anything not yet
             // taken from the socket, since the sender puts nothing on the ring until every
             // reference it sent on the socket has been taken (counted here, below).
-            match self.rings.pop(Dir::Sends, &mut self.rx) {
+            match self.ch.rings.pop(Dir::Sends, &mut self.ch.rx) {
                 Ok(Some([k, addr, len])) => match self.take(k, FbufRef { addr, len })? {
                     Some(d) => return Ok(d),
                     None => continue,
@@ -187,12 +173,12 @@ impl ReceiverEnd {
             }
             if let Some(d) = self.early.pop_front() {
                 self.taken += 1;
-                self.rings.set_mail_taken(Dir::Sends, self.taken);
+                self.ch.rings.set_mail_taken(Dir::Sends, self.taken);
                 return Ok(d);
             }
-            let mail = self.rings.mail(Dir::Sends);
-            if mail != self.mail_seen {
-                self.mail_seen = mail;
+            let mail = self.ch.rings.mail(Dir::Sends);
+            if mail != self.ch.mail_seen {
+                self.ch.mail_seen = mail;
                 self.absorb(false)?;
                 continue;
             }
@@ -208,13 +194,15 @@ impl ReceiverEnd {
                 return Ok(Received::NotYet);
             }
             // About to sleep on the socket: the originator wakes us if it sends meanwhile.
-            self.rings.announce_sleep(Dir::Sends);
-            if self.rings.pending(Dir::Sends, self.rx) || self.rings.mail(Dir::Sends) != mail {
-                self.rings.awake(Dir::Sends);
+            self.ch.rings.announce_sleep(Dir::Sends);
+            if self.ch.rings.pending(Dir::Sends, self.ch.rx)
+                || self.ch.rings.mail(Dir::Sends) != mail
+            {
+                self.ch.rings.awake(Dir::Sends);
                 continue;
             }
             let r = self.sleep();
-            self.rings.awake(Dir::Sends);
+            self.ch.rings.awake(Dir::Sends);
             r?;
         }
     }
@@ -222,10 +210,10 @@ impl ReceiverEnd {
     /// Sleep on the socket until the originator sends something or closes the link, or, while
     /// frames wait for its socket, until it takes more (they go out then).
     fn sleep(&mut self) -> Result<(), LinkError> {
-        if self.out.is_empty() {
+        if self.ch.out.is_empty() {
             return self.absorb(true);
         }
-        wait_in_or_out(&self.sock)?;
+        wait_in_or_out(&self.ch.sock)?;
         let _ = self.flush_out();
         self.absorb(false)
     }
@@ -233,19 +221,13 @@ impl ReceiverEnd {
     /// Send what waits for the originator as far as its socket takes it now. A socket that
     /// failed is an originator gone: what waited is dropped.
     pub(super) fn flush_out(&mut self) -> Result<(), LinkError> {
-        match self.out.flush(&self.sock) {
-            Ok(0) => Ok(()),
-            Ok(_) => {
-                self.rings.post_mail(Dir::Frees);
-                Ok(())
-            }
-            Err(_) => {
-                self.out.clear();
-                Err(LinkError::PeerGone {
-                    during: "writing to the originator",
-                })
-            }
+        if self.ch.flush().is_err() {
+            self.ch.out.clear();
+            return Err(LinkError::PeerGone {
+                during: "writing to the originator",
+            });
         }
+        Ok(())
     }
 
     /// The next fbuf or message sent to us if one is there, without waiting.
@@ -270,9 +252,7 @@ impl ReceiverEnd {
 
     /// Whether something from the sender waits to be taken (no system call).
     pub(super) fn pending(&self) -> bool {
-        !self.early.is_empty()
-            || self.rings.pending(Dir::Sends, self.rx)
-            || self.rings.mail(Dir::Sends) != self.mail_seen
+        !self.early.is_empty() || self.ch.pending()
     }
 
     /// The next fbuf or aggregate message sent to us ([`Received::Closed`] when the sender has
@@ -343,14 +323,14 @@ impl ReceiverEnd {
     /// One notice on the frees ring; `false` when it is full.
     fn push_notice(&mut self, r: FbufRef) -> Result<bool, LinkError> {
         let pushed = self
-            .rings
-            .push(Dir::Frees, &mut self.tx, [FREED, r.addr, r.len])
+            .ch
+            .push([FREED, r.addr, r.len])
             .map_err(|e| LinkError::Protocol(e.to_string()))?;
         if pushed {
             self.notices_sent += 1;
-            if self.rings.must_wake(Dir::Frees) {
+            if self.ch.rings.must_wake(Dir::Frees) {
                 let _ = self.flush_out();
-                wake(&self.sock, &mut self.out);
+                wake(&self.ch.sock, &mut self.ch.out);
             }
         }
         Ok(pushed)
@@ -386,28 +366,24 @@ impl ReceiverEnd {
         }
         let mut bytes: Vec<u8> = self.notices.iter().flat_map(|r| frame(FREED, *r)).collect();
         bytes.extend_from_slice(then);
-        match self.out.write(&self.sock, &bytes) {
-            // The originator may sleep on the socket: the message itself wakes it.
-            Ok(0) => {}
-            Ok(_) => self.rings.post_mail(Dir::Frees),
-            Err(_) => {
-                self.out.clear();
-                return Err(LinkError::PeerGone {
-                    during: "writing to the originator",
-                });
-            }
+        // The originator may sleep on the socket: the message itself wakes it.
+        if self.ch.write(&bytes).is_err() {
+            self.ch.out.clear();
+            return Err(LinkError::PeerGone {
+                during: "writing to the originator",
+            });
         }
         self.notices_sent += self.notices.len();
         self.notices.clear();
         self.notice_bytes = 0;
-        let frames = self.out.frames();
+        let frames = self.ch.out.frames();
         if frames > self.backlog_frames {
             // As if the originator were gone: the link ends here, and the originator, seeing
             // it end, takes back what this end held.
             self.given_up = true;
             self.closed = true;
-            self.out.clear();
-            let _ = self.sock.shutdown(std::net::Shutdown::Both);
+            self.ch.out.clear();
+            let _ = self.ch.sock.shutdown(std::net::Shutdown::Both);
             return Err(LinkError::Stalled {
                 peer: "the originator",
                 frames,
@@ -439,12 +415,12 @@ impl ReceiverEnd {
         self.send_frames(&frame(SECURE, r))?;
         loop {
             // While the request is not all out, wait for the socket to take more as well.
-            let wait = self.out.is_empty();
+            let wait = self.ch.out.is_empty();
             if !wait {
-                wait_in_or_out(&self.sock)?;
+                wait_in_or_out(&self.ch.sock)?;
                 self.flush_out()?;
             }
-            match self.frames.next(&self.sock, wait)? {
+            match self.ch.frames.next(&self.ch.sock, wait)? {
                 Next::Closed => {
                     self.closed = true;
                     return Err(LinkError::PeerGone {
@@ -482,9 +458,7 @@ impl Drop for ReceiverEnd {
     fn drop(&mut self) {
         if self.farewell && !self.closed && !self.given_up && !std::thread::panicking() {
             let bye = frame(BYE, FbufRef { addr: 0, len: 0 });
-            if self.out.write(&self.sock, &bye).is_ok_and(|n| n > 0) {
-                self.rings.post_mail(Dir::Frees);
-            }
+            let _ = self.ch.write(&bye);
         }
     }
 }

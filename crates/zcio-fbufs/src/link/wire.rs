@@ -140,7 +140,7 @@ fn path_offer<'a>(
         info.addr as u64,
         info.chunk_bytes as u64,
         info.quota_chunks as u64,
-        info.variant.cached as u64 | (info.variant.volatile as u64) << 1,
+        info.variant.bits(),
     ];
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let fds: Vec<BorrowedFd<'_>> = std::iter::once(ro_fd).chain(rings).collect();
@@ -169,10 +169,7 @@ pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd, Option<Owned
         addr: w(0) as usize,
         chunk_bytes: w(1) as usize,
         quota_chunks: w(2) as usize,
-        variant: Variant {
-            cached: w(3) & 1 != 0,
-            volatile: w(3) & 2 != 0,
-        },
+        variant: Variant::from_bits(w(3)),
     };
     // The length is computed checked: the words are the peer's, and `PathInfo::len` trusts
     // its geometry.

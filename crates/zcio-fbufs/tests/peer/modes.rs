@@ -161,7 +161,7 @@ fn originator_writes_after_send(a: &[String]) {
         },
     )
     .expect("path");
-    let mut o = Originator::new(p.fd(), p.info()).expect("originator");
+    let mut o = p.originator().expect("originator");
     let f = o.alloc(100).expect("alloc");
     o.write(&f, 0, b"before").expect("write");
     let r = o.send(f, 1).expect("send");
@@ -319,13 +319,7 @@ fn owner_originator(a: &[String]) {
     let count: u64 = arg(a, 4);
     let mut owner = OwnerClient::connect(a[2].as_ref()).expect("connect to the owner");
     let (info, fd) = owner
-        .create_path(
-            4,
-            Variant {
-                cached: true,
-                volatile: false,
-            },
-        )
+        .create_path(4, Variant::CACHED)
         .expect("create a path");
     let o = Originator::granted_by_owner(fd.as_fd(), info).expect("map the path");
     let mut end = OriginatorEnd::new(o);
@@ -357,16 +351,8 @@ fn forward(a: &[String]) {
 fn originator_then_exit(a: &[String]) {
     let count: u64 = arg(a, 3);
     let sock = UnixStream::connect(&a[2]).expect("connect");
-    let p = PathMemory::create(
-        1 << 20,
-        4,
-        Variant {
-            cached: true,
-            volatile: false,
-        },
-    )
-    .expect("path");
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info()).expect("map"));
+    let p = PathMemory::create(1 << 20, 4, Variant::CACHED).expect("path");
+    let mut end = OriginatorEnd::new(p.originator().expect("map"));
     end.add_receiver(sock, p.receiver_fd().expect("ro fd").as_fd())
         .expect("offer");
     send_patterns(&mut end, count, |end, len| {

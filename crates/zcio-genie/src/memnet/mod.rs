@@ -207,14 +207,7 @@ pub struct MemnetEndpoint {
     fallback: Fallback,
 }
 
-impl std::fmt::Debug for MemnetEndpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemnetEndpoint")
-            .field("arena", &self.arena)
-            .field("pending", &self.pending.len())
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(MemnetEndpoint, |s| arena: s.arena, pending: s.pending.len());
 
 /// The data wire of these pipes: used in turn, `chunk` bytes each, with direction `dir`'s
 /// progress in `arena`; its writer sleeps while the pipe is full when `sleep` is set (see

@@ -175,14 +175,7 @@ pub struct Uio {
     events: std::sync::OnceLock<OwnedFd>,
 }
 
-impl std::fmt::Debug for Uio {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Uio")
-            .field("config", &self.config)
-            .field("stats", &self.stats())
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(Uio, |s| config: s.config, stats: s.stats());
 
 impl Uio {
     /// A layer with its ring and buffer region. A kernel that refuses a polling thread or
@@ -612,6 +605,19 @@ impl Uio {
                 return Ok(d);
             }
             self.wait_own()?;
+        }
+    }
+
+    /// Wait until every completion of this thread is delivered (its handler run): how many
+    /// ran. Unlike [`wait`](Self::wait), nothing in flight is no error: none ran.
+    pub fn wait_all(&self) -> Result<usize, UioError> {
+        let mut ran = 0;
+        loop {
+            match self.wait() {
+                Ok(d) => ran += d,
+                Err(UioError::NothingInFlight) => return Ok(ran),
+                Err(e) => return Err(e),
+            }
         }
     }
 

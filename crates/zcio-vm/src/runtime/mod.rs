@@ -278,13 +278,7 @@ pub struct VmRuntime {
     counters: Counters,
 }
 
-impl std::fmt::Debug for VmRuntime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VmRuntime")
-            .field("caps", &self.caps)
-            .finish()
-    }
-}
+crate::debug_summary!(VmRuntime, |s| caps: s.caps);
 
 /// The runtime of this process (leaked: it lives as long as the process).
 static RUNTIME: AtomicPtr<VmRuntime> = AtomicPtr::new(std::ptr::null_mut());
@@ -418,10 +412,7 @@ impl VmRuntime {
         };
         let stash = match &uffd {
             Some(u) => {
-                let opts = MapOptions {
-                    no_huge: true,
-                    ..Default::default()
-                };
+                let opts = MapOptions::NO_HUGE;
                 match stash_of(u, STASH_PAGES * page_size(), opts) {
                     Ok(m) => Some(m),
                     Err(e) => {
@@ -434,10 +425,7 @@ impl VmRuntime {
         };
         let hstash = match (&uffd, &stash, crate::huge::unavailable_reason()) {
             (Some(u), Some(_), None) if can_move => {
-                let opts = MapOptions {
-                    huge: true,
-                    ..Default::default()
-                };
+                let opts = MapOptions::HUGE;
                 match stash_of(u, HSTASH_SLOTS * HUGE_PAGE_SIZE, opts) {
                     Ok(m) => Some(m),
                     Err(e) => {
@@ -452,14 +440,8 @@ impl VmRuntime {
             }
             _ => None,
         };
-        let zero = Mapping::anonymous(
-            page_size(),
-            MapOptions {
-                populate: true,
-                ..Default::default()
-            },
-        )
-        .expect("one page for the zero page");
+        let zero = Mapping::anonymous(page_size(), MapOptions::POPULATED)
+            .expect("one page for the zero page");
         let state = State::new();
         VmRuntime {
             pid: std::process::id(),

@@ -42,6 +42,21 @@ pub(super) struct Run {
     pub(super) dontwake: bool,
 }
 
+impl Run {
+    /// `len` bytes from `src` to `dst`, where a page missing from the source is no error
+    /// (`UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES`), waking the threads that faulted on `dst` unless
+    /// `dontwake`.
+    pub(super) fn allowing_holes(dst: usize, src: usize, len: usize, dontwake: bool) -> Run {
+        Run {
+            dst,
+            src,
+            len,
+            allow_src_holes: true,
+            dontwake,
+        }
+    }
+}
+
 /// What [`VmRuntime::move_run`] does about a page the kernel would not move, as its caller says.
 pub(super) enum Step<E> {
     /// The caller dealt with the page (copied it, or left it where it is): go on after it.

@@ -36,13 +36,7 @@ impl VmRuntime {
             return Ok(src.len);
         };
         let mut copied = 0;
-        let run = Run {
-            dst: dst.addr,
-            src: src.addr,
-            len: src.len,
-            allow_src_holes: true,
-            dontwake: false,
-        };
+        let run = Run::allowing_holes(dst.addr, src.addr, src.len, false);
         let on_refused = |off: usize, errno: i32| match errno {
             // The page is pinned or shared (fork), or the address space kept changing:
             // copy this one page, leave the source as it is (the caller treats the source
@@ -188,13 +182,7 @@ impl VmRuntime {
         let mut budget = Budget::new();
         // Phase 1: application pages out. `stay_from` marks pages that could not be moved.
         let mut stay_from = Vec::new();
-        let out = Run {
-            dst: scratch.addr,
-            src: app.addr,
-            len: app.len,
-            allow_src_holes: true,
-            dontwake: true,
-        };
+        let out = Run::allowing_holes(scratch.addr, app.addr, app.len, true);
         let on_refused = |off: usize, errno: i32| match errno {
             // Pinned, shared with a forked child, or the address space kept changing:
             // the page stays and gets the staging bytes by copy in phase 2.
@@ -218,13 +206,8 @@ impl VmRuntime {
         // Phase 2: staging pages in, run by run between the pages that stayed.
         let mut start = 0;
         for end in stay_from.iter().copied().chain(std::iter::once(app.len)) {
-            let run = Run {
-                dst: app.addr + start,
-                src: staging.addr + start,
-                len: end - start,
-                allow_src_holes: true,
-                dontwake: false,
-            };
+            let run =
+                Run::allowing_holes(app.addr + start, staging.addr + start, end - start, false);
             let on_refused = |off: usize, _errno: i32| {
                 // The app page got populated meanwhile (a concurrent touch) or the staging
                 // page is pinned: copy this page.

@@ -1,7 +1,9 @@
 //! The paper's free-page bitmap (§2.3): one bit per granule, word-at-a-time first fit.
 
-use super::{Fibonacci, PagePool, PoolError, Rng, SearchStart, SplitMix64, check_range};
-use std::fmt;
+use super::{
+    Fibonacci, PagePool, PoolError, Rng, SearchStart, SplitMix64, check_give_back, check_range,
+    check_request, exhausted,
+};
 
 /// The generator state behind a [`SearchStart`].
 #[derive(Debug, Clone)]
@@ -86,16 +88,8 @@ pub struct BitmapPool {
     last: SearchStats,
 }
 
-impl fmt::Debug for BitmapPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BitmapPool")
-            .field("capacity", &self.capacity)
-            .field("free", &self.free)
-            .field("start", &self.start)
-            .field("last_search", &self.last)
-            .finish_non_exhaustive()
-    }
-}
+zcio_vm::debug_summary!(BitmapPool, |s|
+    capacity: s.capacity, free: s.free, start: s.start, last_search: s.last, ..);
 
 /// The words covering `[first, first + n)`: each word's index, the granule its bit 63 stands
 /// for, and the mask of the range's bits in it.
@@ -397,15 +391,7 @@ impl BitmapPool {
 
 impl PagePool for BitmapPool {
     fn alloc(&mut self, n: usize) -> Result<usize, PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        if n > self.capacity {
-            return Err(PoolError::TooLarge {
-                requested: n,
-                largest: self.capacity,
-            });
-        }
+        check_request(n, self.capacity)?;
         let start = self.start_gen.next_word(self.words.len());
         let search = self.find(n, start);
         self.last = search.stats;
@@ -415,21 +401,13 @@ impl PagePool for BitmapPool {
                 self.free -= n;
                 Ok(first)
             }
-            None => Err(PoolError::Exhausted {
-                requested: n,
-                free: self.free,
-                capacity: self.capacity,
-                largest: self.largest_free_run(),
-            }),
+            None => Err(exhausted(self, n, self.largest_free_run())),
         }
     }
 
     /// Any run of allocated granules may be given back, whole allocations or parts of them.
     fn free(&mut self, first: usize, n: usize) -> Result<(), PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        check_range(first, n, self.capacity)?;
+        check_give_back(first, n, self.capacity)?;
         if let Some(granule) = self.first_free_in(first, n) {
             return Err(PoolError::DoubleFree { granule });
         }
@@ -438,21 +416,11 @@ impl PagePool for BitmapPool {
         Ok(())
     }
 
-    fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    fn free_granules(&self) -> usize {
-        self.free
-    }
-
     fn largest_alloc(&self) -> usize {
         self.capacity
     }
 
-    fn name(&self) -> &'static str {
-        "bitmap"
-    }
+    counted_pool!("bitmap");
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! A binary buddy allocator (§4.1, §4.3).
 
-use super::{PagePool, PoolError, check_range};
-use std::fmt;
+use super::{PagePool, PoolError, check_give_back, check_request, exhausted};
 
 /// End of a free list.
 const NIL: u32 = u32::MAX;
@@ -54,16 +53,8 @@ pub struct BuddyPool {
     wasted: usize,
 }
 
-impl fmt::Debug for BuddyPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BuddyPool")
-            .field("capacity", &self.capacity)
-            .field("free", &self.free)
-            .field("wasted", &self.wasted)
-            .field("free_blocks", &self.free_blocks())
-            .finish_non_exhaustive()
-    }
-}
+zcio_vm::debug_summary!(BuddyPool, |s|
+    capacity: s.capacity, free: s.free, wasted: s.wasted, free_blocks: s.free_blocks(), ..);
 
 /// The order of the smallest power of two `>= n` (`n >= 1`).
 fn order_for(n: usize) -> usize {
@@ -185,25 +176,11 @@ impl BuddyPool {
 
 impl PagePool for BuddyPool {
     fn alloc(&mut self, n: usize) -> Result<usize, PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        let largest = self.largest_alloc();
-        if n > largest {
-            return Err(PoolError::TooLarge {
-                requested: n,
-                largest,
-            });
-        }
+        check_request(n, self.largest_alloc())?;
         let k = order_for(n);
         let candidates = self.nonempty & !((1u32 << k) - 1);
         if candidates == 0 {
-            return Err(PoolError::Exhausted {
-                requested: n,
-                free: self.free,
-                capacity: self.capacity,
-                largest: self.largest_free_block(),
-            });
+            return Err(exhausted(self, n, self.largest_free_block()));
         }
         let mut j = candidates.trailing_zeros() as usize;
         let at = self.lists[j] as usize;
@@ -221,10 +198,7 @@ impl PagePool for BuddyPool {
 
     /// Takes back exactly one allocation: `first` as returned, `n` as asked.
     fn free(&mut self, first: usize, n: usize) -> Result<(), PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        check_range(first, n, self.capacity)?;
+        check_give_back(first, n, self.capacity)?;
         let s = self.state[first];
         if s & ALLOC_HEAD == 0 || self.next[first] as usize != n {
             let (_, holder) = self.block_of(first);
@@ -256,22 +230,12 @@ impl PagePool for BuddyPool {
         Ok(())
     }
 
-    fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    fn free_granules(&self) -> usize {
-        self.free
-    }
-
     /// The largest top-level block (the largest power of two `<= capacity`).
     fn largest_alloc(&self) -> usize {
         self.top_order.map_or(0, |k| 1 << k)
     }
 
-    fn name(&self) -> &'static str {
-        "buddy"
-    }
+    counted_pool!("buddy");
 }
 
 #[cfg(test)]

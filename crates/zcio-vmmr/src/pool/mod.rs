@@ -51,6 +51,24 @@
 //! # Ok::<(), zcio_vmmr::pool::PoolError>(())
 //! ```
 
+/// The [`PagePool`] methods of a pool that keeps its capacity and its free granules in fields
+/// `capacity` and `free`, and whose name is `$name`.
+macro_rules! counted_pool {
+    ($name:literal) => {
+        fn capacity(&self) -> usize {
+            self.capacity
+        }
+
+        fn free_granules(&self) -> usize {
+            self.free
+        }
+
+        fn name(&self) -> &'static str {
+            $name
+        }
+    };
+}
+
 mod bitmap;
 mod buddy;
 mod size_class;
@@ -228,6 +246,42 @@ fn check_range(first: usize, n: usize, capacity: usize) -> Result<(), PoolError>
     }
 }
 
+/// A request for `n` granules that a pool whose largest run is `largest` could serve when
+/// empty: else [`PoolError::ZeroLength`] or [`PoolError::TooLarge`], as [`PagePool::alloc`]
+/// refuses.
+fn check_request(n: usize, largest: usize) -> Result<(), PoolError> {
+    if n == 0 {
+        return Err(PoolError::ZeroLength);
+    }
+    if n > largest {
+        return Err(PoolError::TooLarge {
+            requested: n,
+            largest,
+        });
+    }
+    Ok(())
+}
+
+/// A run `[first, first + n)` that may be given back to a pool of `capacity` granules: else
+/// [`PoolError::ZeroLength`] or [`PoolError::Foreign`], as [`PagePool::free`] refuses.
+fn check_give_back(first: usize, n: usize, capacity: usize) -> Result<(), PoolError> {
+    if n == 0 {
+        return Err(PoolError::ZeroLength);
+    }
+    check_range(first, n, capacity)
+}
+
+/// The refusal of `pool` to a request of `requested` granules that no free run serves now,
+/// `largest` being the largest request that would succeed.
+fn exhausted(pool: &impl PagePool, requested: usize, largest: usize) -> PoolError {
+    PoolError::Exhausted {
+        requested,
+        free: pool.free_granules(),
+        capacity: pool.capacity(),
+        largest,
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random numbers (§2.5)
 // ---------------------------------------------------------------------------------------------
@@ -390,7 +444,7 @@ pub const SIZE_CLASS_NAMES: [&str; 5] = ["tiny", "small", "medium", "large", "hu
 /// Errors: [`PoolError::ZeroLength`] for `n == 0`, [`PoolError::TooLarge`] for
 /// `n > capacity`.
 pub fn worst_case(capacity: usize, n: usize) -> Result<BitmapPool, PoolError> {
-    reserve_check(capacity, n)?;
+    check_request(n, capacity)?;
     let mut pool = BitmapPool::new(capacity);
     if n == 1 {
         pool.set_allocated(0, capacity - 1)?;
@@ -413,19 +467,6 @@ pub fn worst_case(capacity: usize, n: usize) -> Result<BitmapPool, PoolError> {
     Ok(pool)
 }
 
-fn reserve_check(capacity: usize, n: usize) -> Result<(), PoolError> {
-    if n == 0 {
-        return Err(PoolError::ZeroLength);
-    }
-    if n > capacity {
-        return Err(PoolError::TooLarge {
-            requested: n,
-            largest: capacity,
-        });
-    }
-    Ok(())
-}
-
 /// A *random test* map (§4.2): every granule allocated except a reserved free run
 /// `[capacity - n, capacity)` at the end, then `frees` granules drawn by `rng` marked free
 /// (a granule drawn twice stays free; the reserved run may be drawn too).
@@ -442,7 +483,7 @@ pub fn fragmented(
     frees: usize,
     rng: &mut impl Rng,
 ) -> Result<BitmapPool, PoolError> {
-    reserve_check(capacity, n)?;
+    check_request(n, capacity)?;
     let mut pool = BitmapPool::new(capacity);
     pool.set_allocated(0, capacity - n)?;
     pool.scatter_frees(frees, rng);

@@ -1,9 +1,11 @@
 //! Bitmaps of pre-concatenated blocks (§4.3, §5): one bitmap per size class, and an overflow
 //! region.
 
-use super::{BitmapPool, PagePool, PoolError, SIZE_CLASS_NAMES, SIZE_CLASSES, check_range};
+use super::{
+    BitmapPool, PagePool, PoolError, SIZE_CLASS_NAMES, SIZE_CLASSES, check_give_back,
+    check_request, exhausted,
+};
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// How a [`SizeClassPool`] divides its range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,16 +128,8 @@ pub struct SizeClassPool {
     wasted: usize,
 }
 
-impl fmt::Debug for SizeClassPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SizeClassPool")
-            .field("capacity", &self.capacity)
-            .field("classes", &self.class_stats())
-            .field("overflow", &self.overflow.map)
-            .field("wasted", &self.wasted)
-            .finish()
-    }
-}
+zcio_vm::debug_summary!(SizeClassPool, |s|
+    capacity: s.capacity, classes: s.class_stats(), overflow: s.overflow.map, wasted: s.wasted);
 
 impl SizeClassPool {
     /// A pool divided as `split` says.
@@ -238,16 +232,7 @@ impl SizeClassPool {
 
     /// Like [`alloc`](PagePool::alloc), saying which block it took.
     pub fn alloc_block(&mut self, n: usize) -> Result<Block, PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        let largest = self.largest_alloc();
-        if n > largest {
-            return Err(PoolError::TooLarge {
-                requested: n,
-                largest,
-            });
-        }
+        check_request(n, self.largest_alloc())?;
         if n <= SIZE_CLASSES[4] {
             let smallest = SIZE_CLASSES.iter().position(|&s| s >= n).unwrap_or(4);
             for c in smallest..SIZE_CLASSES.len() {
@@ -280,12 +265,8 @@ impl SizeClassPool {
             .map(|c| c.block)
             .max()
             .unwrap_or(0);
-        Err(PoolError::Exhausted {
-            requested: n,
-            free: self.free_granules(),
-            capacity: self.capacity,
-            largest: class_largest.max(self.overflow.map.largest_free_run()),
-        })
+        let largest = class_largest.max(self.overflow.map.largest_free_run());
+        Err(exhausted(self, n, largest))
     }
 }
 
@@ -296,10 +277,7 @@ impl PagePool for SizeClassPool {
 
     /// Takes back exactly one allocation: `first` as returned, `n` as asked.
     fn free(&mut self, first: usize, n: usize) -> Result<(), PoolError> {
-        if n == 0 {
-            return Err(PoolError::ZeroLength);
-        }
-        check_range(first, n, self.capacity)?;
+        check_give_back(first, n, self.capacity)?;
         let not_a_run = PoolError::NotARun {
             first,
             n,
