@@ -224,7 +224,10 @@ impl MemoryDisks {
         let failed = self.take_down();
         match failed.is_empty() {
             true => Ok(()),
-            false => Err(err("taking the memory-backed disks down", failed.join("; "))),
+            false => Err(err(
+                "taking the memory-backed disks down",
+                failed.join("; "),
+            )),
         }
     }
 
@@ -285,11 +288,12 @@ fn retry_busy<T>(mut f: impl FnMut() -> Result<T, DiskError>) -> Result<T, DiskE
 /// it: the device.
 fn attach(image: &Path) -> Result<String, DiskError> {
     let img = image.to_string_lossy();
-    retry_busy(|| tool("losetup", &["--find", "--show", "--direct-io=on", &img]))
-        .or_else(|direct| {
+    retry_busy(|| tool("losetup", &["--find", "--show", "--direct-io=on", &img])).or_else(
+        |direct| {
             retry_busy(|| tool("losetup", &["--find", "--show", &img]))
                 .map_err(|e| err(e.step, format!("{} (with direct I/O: {direct})", e.detail)))
-        })
+        },
+    )
 }
 
 /// Whether memory-backed disks can be had here: one made, used and taken down in `backing`.
