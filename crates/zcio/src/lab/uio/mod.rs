@@ -4,6 +4,7 @@ pub mod claims;
 pub mod devices;
 pub mod discussion;
 pub mod measure;
+pub mod per_device;
 mod print;
 pub mod raw;
 pub mod render;
