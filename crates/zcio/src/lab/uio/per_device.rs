@@ -59,7 +59,11 @@ pub(super) fn placement(u: &UioSection) -> String {
             Some(w) => format!("; the layer's reads there through the page cache: {w}"),
             None => "; the layer's reads there O_DIRECT".into(),
         }
-    )
+    ) + if caches(u).contains(&"cold") {
+        "; cold there means dropped from each ext4's page cache, the data then read from the memory-backed device"
+    } else {
+        ""
+    }
 }
 
 /// `a`'s queries per second over `b`'s, as the report writes a ratio.
@@ -211,4 +215,171 @@ fn against_one_device(u: &UioSection) -> Block {
             ]
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::claim::Verdict;
+    use crate::lab::uio::claims::per_device_claim;
+
+    /// A section of N = 1, 2, 4, 8, 16 with the one-device kernel and layer at 100 queries/s
+    /// throughout, and the per-device kernel's and layer's rates `kernel` and `layer` cold.
+    fn section(devices: Option<Devices>, kernel: [f64; 5], layer: [f64; 5]) -> UioSection {
+        let ns = [1, 2, 4, 8, 16];
+        let mut rows = Vec::new();
+        let mut add = |placement: &str, variant: &str, qps: [f64; 5]| {
+            for (k, n) in ns.into_iter().enumerate() {
+                let seconds = n as f64 / qps[k];
+                rows.push(serde_json::json!({
+                    "variant": variant, "placement": placement, "cache": "cold", "queries": n,
+                    "seconds": seconds, "seconds_spread": [seconds, seconds],
+                    "queries_per_s": qps[k], "bytes_per_s": 1.0, "cpu_user_s": 0.0,
+                    "cpu_sys_s": 0.0, "over_one": seconds / (1.0 / qps[0]),
+                    "over_kernel": 1.0, "requests": 0, "bytes_copied": 0, "bytes_fetched": 0,
+                }));
+            }
+        };
+        add(ONE_DEVICE, "kernel", [100.0; 5]);
+        add(ONE_DEVICE, "uio", [100.0; 5]);
+        if devices.as_ref().is_some_and(|d| d.missing.is_none()) {
+            add(LOOP_MEMORY, "kernel", kernel);
+            add(LOOP_MEMORY, "uio", layer);
+        }
+        let mut u: UioSection = serde_json::from_value(serde_json::json!({
+            "rows_per_table": 60000, "table_bytes": 1, "rounds": 1, "chunk": 131072,
+            "depth": 4, "direct": true, "direct_refused": null, "table_devices": 1,
+            "table_fs": "ext4", "result_rows": 6, "rows": rows, "breakdown": [],
+            "primitives": {"copy_ns_per_kib": 1.0, "pread_ns": 1.0}, "raw": [],
+            "fio_skipped": null,
+        }))
+        .unwrap();
+        for r in &mut u.rows {
+            r.over_kernel = r.queries_per_s / kernel_rate(&kernel, &r.placement, r.queries);
+        }
+        u.devices = devices;
+        u
+    }
+
+    fn kernel_rate(kernel: &[f64; 5], placement: &str, n: usize) -> f64 {
+        if placement == ONE_DEVICE {
+            100.0
+        } else {
+            kernel[n.trailing_zeros() as usize]
+        }
+    }
+
+    fn ran() -> Devices {
+        Devices {
+            placement: LOOP_MEMORY.into(),
+            count: 16,
+            backing: Some("loop devices, each over an image file in tmpfs at /dev/shm".into()),
+            fs: Some("ext4".into()),
+            device_bytes: 47 << 20,
+            direct_io: 16,
+            layer_direct_refused: None,
+            setup_s: 0.5,
+            missing: None,
+        }
+    }
+
+    #[test]
+    fn a_layer_that_gains_after_the_kernel_levels_off_agrees_with_figure_5() {
+        let u = section(
+            Some(ran()),
+            [100.0, 150.0, 195.0, 200.0, 200.0],
+            [100.0, 190.0, 300.0, 380.0, 420.0],
+        );
+        assert_eq!(levels_off(&u, "kernel", "cold"), Some(4));
+        assert_eq!(levels_off(&u, "uio", "cold"), Some(8));
+        let c = per_device_claim(&u, 2);
+        assert_eq!(c.verdict, Verdict::Agrees, "{c:?}");
+        assert!(
+            c.measured.starts_with(
+                "kernel levels off at N = 4, layer levels off at N = 8; 2.10× at 16, cold, 16"
+            ),
+            "{}",
+            c.measured
+        );
+        let f = finding(&u).unwrap();
+        assert!(
+            f.contains("420.0 queries/s against the kernel's buffered reads' 200.0: 2.10×"),
+            "{f}"
+        );
+        assert!(
+            f.contains("at N = 1: 1.00×; with all 16 tables on one device, same cache: 1.00×"),
+            "{f}"
+        );
+        let p = placement(&u);
+        assert!(
+            p.contains("one of 16 loop devices") && p.contains("direct I/O on 16 of 16"),
+            "{p}"
+        );
+        assert!(
+            p.contains("cold there means dropped from each ext4's page cache"),
+            "{p}"
+        );
+        // The cold figure, the table of its rows and the one against one device.
+        assert_eq!(blocks(&u).len(), 3);
+    }
+
+    #[test]
+    fn a_slower_layer_or_one_still_rising_with_the_kernel_differs() {
+        let u = section(
+            Some(ran()),
+            [100.0, 150.0, 195.0, 250.0, 400.0],
+            [50.0, 80.0, 120.0, 200.0, 300.0],
+        );
+        let c = per_device_claim(&u, 2);
+        assert_eq!(c.verdict, Verdict::Differs);
+        assert!(
+            c.measured
+                .contains("kernel still rising at 16, layer still rising at 16"),
+            "{}",
+            c.measured
+        );
+        assert_eq!(
+            c.why,
+            "the layer is slower than the kernel's reads at N = 16"
+        );
+        let u = section(Some(ran()), [400.0; 5], [500.0; 5]);
+        let c = per_device_claim(&u, 2);
+        assert_eq!(c.verdict, Verdict::Differs);
+        assert_eq!(
+            c.why,
+            "the layer levels off no later than the kernel, on 2 CPUs"
+        );
+    }
+
+    #[test]
+    fn a_missing_series_says_why_and_an_older_run_says_nothing() {
+        let u = section(
+            Some(Devices::missing("losetup: not root")),
+            [1.0; 5],
+            [1.0; 5],
+        );
+        let c = per_device_claim(&u, 2);
+        assert_eq!(c.verdict, Verdict::NotMeasurable);
+        assert_eq!(c.why, "losetup: not root");
+        assert!(
+            finding(&u)
+                .unwrap()
+                .ends_with("not measured here: losetup: not root.")
+        );
+        assert!(placement(&u).ends_with("is missing: losetup: not root"));
+        assert!(blocks(&u).is_empty());
+        let u = section(None, [1.0; 5], [1.0; 5]);
+        assert_eq!(per_device_claim(&u, 2).verdict, Verdict::NotMeasurable);
+        assert_eq!(finding(&u), None);
+        assert_eq!(placement(&u), "");
+        // An older results.json: rows without a placement are the one-device series'.
+        let mut v = serde_json::to_value(&u).unwrap();
+        for r in v["rows"].as_array_mut().unwrap() {
+            r.as_object_mut().unwrap().remove("placement");
+        }
+        v.as_object_mut().unwrap().remove("devices");
+        let back: UioSection = serde_json::from_value(v).unwrap();
+        assert!(back.rows.iter().all(|r| r.placement == ONE_DEVICE));
+        assert!(back.devices.is_none());
+    }
 }
