@@ -261,7 +261,7 @@ fn two_tables_on_two_memory_backed_disks_read_back_and_leave_nothing_behind() {
 }
 
 #[test]
-fn disks_that_cannot_be_made_are_a_clear_error_and_leave_nothing_behind() {
+fn disks_that_fail_or_panic_leave_nothing_behind_and_failures_say_why() {
     // A backing directory that is not there: refused before anything is made.
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("tenk1-0.db");
@@ -309,5 +309,17 @@ fn disks_that_cannot_be_made_are_a_clear_error_and_leave_nothing_behind() {
         root.starts_with(&format!("{}/zcio-disks-", memdisk::DEFAULT_BACKING)),
         "{root}"
     );
+    assert_eq!(left_of(&root), Vec::<String>::new());
+    // A panic while the disks are up: unwinding takes them down.
+    let made = std::sync::Mutex::new(String::new());
+    let panicked = std::panic::catch_unwind(|| {
+        let disks = memdisk::MemoryDisks::new(1, memdisk::MIN_BYTES, backing).unwrap();
+        *made.lock().unwrap() = disks.root().to_string_lossy().into_owned();
+        assert_eq!(left_of(&disks.root().to_string_lossy()).len(), 4);
+        panic!("a query failed");
+    });
+    assert!(panicked.is_err());
+    let root = made.into_inner().unwrap();
+    assert!(!root.is_empty());
     assert_eq!(left_of(&root), Vec::<String>::new());
 }
