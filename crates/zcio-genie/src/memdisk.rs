@@ -290,8 +290,15 @@ fn attach(image: &Path) -> Result<String, DiskError> {
     let img = image.to_string_lossy();
     retry_busy(|| tool("losetup", &["--find", "--show", "--direct-io=on", &img])).or_else(
         |direct| {
-            retry_busy(|| tool("losetup", &["--find", "--show", &img]))
-                .map_err(|e| err(e.step, format!("{} (with direct I/O: {direct})", e.detail)))
+            retry_busy(|| tool("losetup", &["--find", "--show", &img])).map_err(|e| {
+                // The same refusal twice is said once; a different one, both.
+                let direct_said = direct.detail.replace(" --direct-io=on", "");
+                if e.detail == direct_said || e.detail == direct.detail {
+                    direct
+                } else {
+                    err(e.step, format!("{} (with direct I/O: {direct})", e.detail))
+                }
+            })
         },
     )
 }
