@@ -267,7 +267,7 @@ fn disks_that_fail_or_panic_leave_nothing_behind_and_failures_say_why() {
     let table = dir.path().join("tenk1-0.db");
     tables::create_tenk1(&table, 10_001, 1).unwrap();
     let gone = dir.path().join("no-such-dir");
-    let e = TableDisks::new(&[table.clone()], &gone, &mut |_| {})
+    let e = TableDisks::new(std::slice::from_ref(&table), &gone, &mut |_| {})
         .err()
         .expect("no backing directory");
     let e = e.to_string();
