@@ -125,6 +125,17 @@ pub fn probe(dir: &Path) -> Probe {
             ),
         },
     );
+    f.push(
+        match crate::memdisk::probe(Path::new(crate::memdisk::DEFAULT_BACKING)) {
+            Ok(found) => feature("loop-devices", "memory-backed loop devices", true, found),
+            Err(why) => feature(
+                "loop-devices",
+                "memory-backed loop devices",
+                false,
+                format!("{why}: tables that want a device each share one"),
+            ),
+        },
+    );
     for (id, what) in [
         ("chromium", "the report's browser check"),
         ("fio", "the peer of the user-level I/O bench"),

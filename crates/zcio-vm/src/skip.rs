@@ -30,11 +30,14 @@ pub enum Capability {
     Fio,
     /// `PROCMAP_QUERY` (the input access check by mapping lookup).
     ProcmapQuery,
+    /// Memory-backed loop devices: ext4 on a loop device over an image in a tmpfs, attached,
+    /// made and mounted (root, loop support, `losetup`, `mkfs.ext4`, `mount`).
+    LoopDevices,
 }
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 9] = [
+    pub const ALL: [Capability; 10] = [
         Capability::UffdWp,
         Capability::UffdMove,
         Capability::HugePages,
@@ -44,6 +47,7 @@ impl Capability {
         Capability::Chromium,
         Capability::Fio,
         Capability::ProcmapQuery,
+        Capability::LoopDevices,
     ];
 
     /// The probe's name for it.
@@ -58,6 +62,7 @@ impl Capability {
             Capability::Chromium => "chromium",
             Capability::Fio => "fio",
             Capability::ProcmapQuery => "procmap-query",
+            Capability::LoopDevices => "loop-devices",
         }
     }
 

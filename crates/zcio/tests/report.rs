@@ -237,6 +237,27 @@ fn smoke_report_writes_every_output_and_validates() {
             "{stem} not in REPORT.md"
         );
     }
+    // Paper 004's per-device series: its figure, or why it is missing in the section's text.
+    let devices = &results["uio"]["devices"];
+    match devices["missing"].as_str() {
+        None => {
+            assert_eq!(devices["placement"], "loop-memory", "{devices}");
+            assert!(
+                md.contains("plots/uio-devices-warm.svg"),
+                "no per-device figure"
+            );
+            assert!(
+                md.contains("in the per-device series each is on an ext4 file system of its own")
+            );
+        }
+        Some(why) => {
+            assert!(md.contains("the per-device series (each table on a memory-backed loop device of its own) is missing: "));
+            zcio_vm::skip::skip(
+                zcio_vm::skip::Capability::LoopDevices,
+                &format!("paper 004's per-device figure: {why}"),
+            );
+        }
+    }
     assert_eq!(html.matches("data:image/svg+xml;base64,").count(), plots);
     for s in [
         "Claims and verdicts",

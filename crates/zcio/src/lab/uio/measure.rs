@@ -25,6 +25,8 @@
 //! 6, estimated from primitives measured in the same run), and fio on the same files and
 //! pattern beside the layer alone (no engine).
 
+use super::devices::{self, Devices, ONE_DEVICE, devices_of, fs_of, one_device};
+pub use super::print::run;
 use super::raw::{FIO_ENGINES, RAW_VARIANTS, fio_available, fio_contenders, layer_alone};
 use crate::report::fit;
 use crate::transfer::Res;
@@ -60,13 +62,16 @@ pub struct UioArgs {
     /// Leave fio out.
     #[arg(long)]
     pub no_fio: bool,
+    /// Leave out the per-device series (each table on a memory-backed loop device of its own).
+    #[arg(long)]
+    pub no_devices: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
 }
 
 impl UioArgs {
-    fn queries(&self) -> Vec<usize> {
+    pub(super) fn queries(&self) -> Vec<usize> {
         let mut v = self.queries.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
         v.retain(|n| (1..=32).contains(n));
         v.sort_unstable();
@@ -95,8 +100,16 @@ impl UioArgs {
 
     /// Steps `measure` reports (for progress bars).
     pub fn steps(&self) -> usize {
-        self.caches().len() * self.queries().len() * self.rounds() * VARIANTS.len()
-            + usize::from(self.caches().iter().any(|c| c == "warm"))
+        let warm = usize::from(self.caches().iter().any(|c| c == "warm"));
+        let series = self.caches().len() * self.queries().len() * self.rounds() * VARIANTS.len();
+        let max_n = self.queries().last().copied().unwrap_or(1);
+        series
+            + warm
+            + if self.no_devices {
+                0
+            } else {
+                series + warm + max_n
+            }
             + if self.no_fio {
                 0
             } else {
@@ -140,11 +153,15 @@ pub(super) fn layer_config(variant: &str, queries: usize) -> Option<Config> {
     })
 }
 
-/// One variant, cache state and number of queries.
+/// One variant, cache state, number of queries and placement of the tables.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
     /// One of [`VARIANTS`].
     pub variant: String,
+    /// Where the tables lay: `one-device` (files in one directory) or `loop-memory` (each on
+    /// an ext4 file system of its own on a memory-backed loop device of its own).
+    #[serde(default = "one_device")]
+    pub placement: String,
     /// `warm` (tables in the page cache) or `cold`.
     pub cache: String,
     /// Concurrent queries (N).
@@ -163,7 +180,7 @@ pub struct Row {
     pub cpu_sys_s: f64,
     /// Seconds for N over seconds for one, same variant and cache (the paper's scalability).
     pub over_one: f64,
-    /// Queries per second over the kernel variant's, same N and cache.
+    /// Queries per second over the kernel variant's, same N, cache and placement.
     pub over_kernel: f64,
     /// Requests the layer made (0 for `kernel`).
     pub requests: u64,
@@ -234,20 +251,24 @@ pub struct UioSection {
     pub direct: bool,
     /// Why not, if not.
     pub direct_refused: Option<String>,
-    /// Devices the tables' files lie on (distinct `st_dev`; the paper used 16 disks).
+    /// Devices the tables' files lie on in the `one-device` series (distinct `st_dev`; the
+    /// paper used 16 disks).
     #[serde(default)]
     pub table_devices: usize,
     /// The tables' file system.
     #[serde(default)]
     pub table_fs: Option<String>,
+    /// The per-device series' devices, or why it is missing (absent from a run before it).
+    #[serde(default)]
+    pub devices: Option<Devices>,
     /// Why the layer's variants did not run, if they did not (no io_uring here, say).
     #[serde(default)]
     pub layer_unavailable: Option<String>,
     /// Rows a query returned (the same for every variant: checked).
     pub result_rows: u64,
-    /// Per variant, cache and N.
+    /// Per variant, cache, N and placement.
     pub rows: Vec<Row>,
-    /// The kernel variant's CPU split.
+    /// The kernel variant's CPU split (the `one-device` series).
     pub breakdown: Vec<Breakdown>,
     /// What the split was estimated from.
     pub primitives: Primitives,
@@ -316,22 +337,16 @@ struct Run {
     stats: ReadStats,
 }
 
-/// The `uio_pool` variant's layer and VFS, for every run of the experiment (its pool is what
+/// The `uio_pool` variant's layer and VFS `name`, for every run of a series (its pool is what
 /// stays warm): buffers for the reads of `max_n` queries and a pool of up to all `tables`
 /// bytes, within [`POOL_BUDGET`].
-fn pooled_vfs(max_n: usize, tables: u64) -> Res<UioVfs> {
+pub(super) fn pooled_vfs(name: &str, max_n: usize, tables: u64) -> Res<UioVfs> {
     let chunks = tables.min(POOL_BUDGET).div_ceil(CHUNK as u64) as usize + max_n;
     let mut c = layer_config("uio_pool", max_n).expect("a layer variant");
     c.buffers += chunks;
     let uio = Arc::new(Uio::new(c)?);
     let pool = Arc::new(BufferPool::new(chunks));
-    Ok(UioVfs::register_pooled(
-        "zcio-bench-pool",
-        uio,
-        CHUNK,
-        DEPTH,
-        pool,
-    )?)
+    Ok(UioVfs::register_pooled(name, uio, CHUNK, DEPTH, pool)?)
 }
 
 /// Run `n` queries at once by `variant`, each checked against `want`; `uio_pool` through
@@ -464,12 +479,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         .filter(|v| layer_unavailable.is_none() || layer_config(v, 1).is_none())
         .collect();
     let primitives = primitives(&paths[0])?;
-    let pooled = if variants.contains(&"uio_pool") {
-        Some(pooled_vfs(max_n, max_n as u64 * table_bytes)?)
-    } else {
-        None
-    };
-    let set = Setup {
+    let base = Setup {
         paths: &paths,
         want: &want,
         variants: &variants,
@@ -477,7 +487,21 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         rounds,
         table_bytes,
         primitives: &primitives,
+        pooled: None,
+        placement: ONE_DEVICE,
+    };
+    let pooled = if variants.contains(&"uio_pool") {
+        Some(pooled_vfs(
+            "zcio-bench-pool",
+            max_n,
+            max_n as u64 * table_bytes,
+        )?)
+    } else {
+        None
+    };
+    let set = Setup {
         pooled: pooled.as_ref(),
+        ..base
     };
     let mut rows = Vec::new();
     let mut breakdown = Vec::new();
@@ -486,6 +510,12 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         set.cache_rows(&cache, &mut serial, &mut rows, &mut breakdown, progress)?;
     }
     drop(pooled);
+    // The same scans, each table on a device of its own (with a pool of its own).
+    let devices = if a.no_devices {
+        Devices::missing("left out (--no-devices)")
+    } else {
+        devices::series(&base, &a.caches(), &mut serial, &mut rows, progress)?
+    };
     // The layer alone and fio, on the same files and pattern.
     let jobs = [1, max_n];
     let mut raw = if layer_unavailable.is_none() {
@@ -513,6 +543,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         direct_refused,
         table_devices: devices_of(&paths),
         table_fs: fs_of(&paths[0]),
+        devices: Some(devices),
         layer_unavailable,
         result_rows: want[0].rows,
         rows,
@@ -524,22 +555,25 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
     })
 }
 
-/// What every run of the experiment shares.
-struct Setup<'a> {
-    paths: &'a [PathBuf],
-    want: &'a [QueryResult],
-    variants: &'a [&'a str],
-    queries: &'a [usize],
-    rounds: usize,
-    table_bytes: u64,
-    primitives: &'a Primitives,
-    pooled: Option<&'a UioVfs>,
+/// What every run of a series shares.
+#[derive(Clone, Copy)]
+pub(super) struct Setup<'a> {
+    pub(super) paths: &'a [PathBuf],
+    pub(super) want: &'a [QueryResult],
+    pub(super) variants: &'a [&'a str],
+    pub(super) queries: &'a [usize],
+    pub(super) rounds: usize,
+    pub(super) table_bytes: u64,
+    pub(super) primitives: &'a Primitives,
+    pub(super) pooled: Option<&'a UioVfs>,
+    /// Where the tables lie ([`ONE_DEVICE`], [`super::devices::LOOP_MEMORY`]).
+    pub(super) placement: &'static str,
 }
 
 impl Setup<'_> {
     /// Every variant at every N with the tables `cache` (`warm` or `cold`): rows (and the
     /// kernel's CPU split) into `rows` and `breakdown`.
-    fn cache_rows(
+    pub(super) fn cache_rows(
         &self,
         cache: &str,
         serial: &mut u64,
@@ -576,7 +610,10 @@ impl Setup<'_> {
                     secs[v].push(run.seconds);
                     cpus[v].push(run.cpu);
                     last[v] = run.stats;
-                    progress(format!("uio: {} {cache} N={n}", variants[v]));
+                    progress(format!(
+                        "uio: {} {cache} N={n} {}",
+                        variants[v], self.placement
+                    ));
                 }
             }
             let med: Vec<f64> = secs
@@ -593,6 +630,7 @@ impl Setup<'_> {
                     .unwrap_or(f64::NAN);
                 rows.push(Row {
                     variant: name.to_string(),
+                    placement: self.placement.to_string(),
                     cache: cache.to_string(),
                     queries: n,
                     seconds: med[v],
@@ -616,33 +654,6 @@ impl Setup<'_> {
         }
         Ok(())
     }
-}
-
-/// Distinct devices the files lie on.
-fn devices_of(paths: &[PathBuf]) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let mut devs: Vec<u64> = paths
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.dev())
-        .collect();
-    devs.sort_unstable();
-    devs.dedup();
-    devs.len()
-}
-
-/// The file system `path` lies on, by name where known.
-fn fs_of(path: &Path) -> Option<String> {
-    let st = rustix::fs::statfs(path).ok()?;
-    let name = match st.f_type as u64 {
-        0xEF53 => "ext4".to_string(),
-        0x0102_1994 => "tmpfs".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x794C_7630 => "overlayfs".into(),
-        other => format!("file system type {other:#x}"),
-    };
-    Some(name)
 }
 
 /// The `max_n` tables, each of `rows_per_table` rows, in `dir`: their paths, the size of one, and
@@ -671,7 +682,7 @@ fn make_tables(
 /// Whether the layer goes direct here (`None`, or why it buffers), and whether it works here at
 /// all (io_uring may be missing or disabled): if not, only SQLite's own variants run, and the
 /// section says why.
-fn probe_layer(path: &Path) -> Res<(Option<String>, Option<String>)> {
+pub(super) fn probe_layer(path: &Path) -> Res<(Option<String>, Option<String>)> {
     Ok(
         match Uio::new(layer_config("uio_syscall", 1).expect("a layer variant")) {
             Ok(probe) => {
@@ -707,62 +718,4 @@ fn kernel_breakdown(
         syscalls_s,
         rest_s: (cpu_s - copy_s - syscalls_s).max(0.0),
     }
-}
-
-/// Run the benchmark and print it.
-pub fn run(a: UioArgs) -> Res<()> {
-    let steps = a.steps() + a.queries().last().copied().unwrap_or(1);
-    let Some(s) = crate::run_bench("uio", steps as u64, a.json, |p| measure(&a, p))? else {
-        return Ok(());
-    };
-    println!(
-        "{} tables of {} rows ({:.1} MiB each), {} rows a query; median of {} rounds; O_DIRECT: {}",
-        s.rows.iter().map(|r| r.queries).max().unwrap_or(0),
-        s.rows_per_table,
-        s.table_bytes as f64 / (1u64 << 20) as f64,
-        s.result_rows,
-        s.rounds,
-        s.direct_refused.as_deref().unwrap_or("yes")
-    );
-    for r in &s.rows {
-        println!(
-            "{:<5} N={:<3} {:<24} {:>8.3} s ({:.3}–{:.3}) {:>8.1} q/s {:>7.1} MB/s  cpu {:.2} user {:.2} sys  {:>5.2}× one  {:>5.2}× kernel",
-            r.cache,
-            r.queries,
-            r.variant,
-            r.seconds,
-            r.seconds_spread[0],
-            r.seconds_spread[1],
-            r.queries_per_s,
-            r.bytes_per_s / 1e6,
-            r.cpu_user_s,
-            r.cpu_sys_s,
-            r.over_one,
-            r.over_kernel
-        );
-    }
-    for b in &s.breakdown {
-        println!(
-            "kernel CPU {} N={}: {:.3} s = copy {:.3} + system calls {:.3} + the rest {:.3}",
-            b.cache, b.queries, b.cpu_s, b.copy_s, b.syscalls_s, b.rest_s
-        );
-    }
-    for r in &s.raw {
-        println!(
-            "alone: {:<30} {:>2} files {:>8.1} MB/s",
-            r.contender,
-            r.jobs,
-            r.bytes_per_s / 1e6
-        );
-    }
-    if let Some(w) = &s.layer_unavailable {
-        println!("{w}");
-    }
-    if let Some(w) = &s.fio_skipped {
-        println!("fio: {w}");
-    }
-    for f in &s.fio_failed {
-        println!("fio failed: {f}");
-    }
-    Ok(())
 }

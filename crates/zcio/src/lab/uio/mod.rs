@@ -1,8 +1,11 @@
 //! Paper 004 (UIO): concurrent SQLite scans by kernel I/O and by user-level I/O.
 
 pub mod claims;
+pub mod devices;
 pub mod discussion;
 pub mod measure;
+pub mod per_device;
+mod print;
 pub mod raw;
 pub mod render;
 

@@ -2,16 +2,29 @@
 //! queries by the kernel's buffered reads and by the layer's variants (Figures 5, 7, 8, 9),
 //! the kernel variant's CPU split (Figure 6), and fio beside the layer alone.
 
+use crate::lab::uio::devices::{LOOP_MEMORY, ONE_DEVICE};
 use crate::lab::uio::measure::{Row, UioSection, VARIANTS};
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
 use crate::report::text::{figure, h, p, table, table_of};
 
+/// The `one-device` series' row of `variant`, `cache` and `n`.
 pub(super) fn row<'a>(u: &'a UioSection, variant: &str, cache: &str, n: usize) -> Option<&'a Row> {
-    u.rows
-        .iter()
-        .find(|r| r.variant == variant && r.cache == cache && r.queries == n)
+    row_at(u, ONE_DEVICE, variant, cache, n)
+}
+
+/// The row of `variant`, `cache` and `n` with the tables placed as `placement` says.
+pub(super) fn row_at<'a>(
+    u: &'a UioSection,
+    placement: &str,
+    variant: &str,
+    cache: &str,
+    n: usize,
+) -> Option<&'a Row> {
+    u.rows.iter().find(|r| {
+        r.placement == placement && r.variant == variant && r.cache == cache && r.queries == n
+    })
 }
 
 pub(super) fn max_n(u: &UioSection) -> usize {
@@ -83,6 +96,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             out.push(pool_finding(pool, n, cache));
         }
     }
+    out.extend(super::per_device::finding(u));
     if let Some(b) = u
         .breakdown
         .iter()
@@ -129,18 +143,20 @@ pub fn findings(r: &Results) -> Vec<String> {
     out
 }
 
-/// Where the tables lie, where the run recorded it.
+/// Where the tables lie, where the run recorded it: in the `one-device` series, and in the
+/// per-device one (or why it is missing).
 fn placement(u: &UioSection) -> String {
     if u.table_devices == 0 {
         return String::new();
     }
     format!(
-        " The {n} tables are {n} files on {} device{}{} (the paper spread its tables over 16 disks).",
+        " The {n} tables are {n} files on {} device{}{} (the paper spread its tables over 16 disks){}.",
         u.table_devices,
         if u.table_devices == 1 { "" } else { "s" },
         u.table_fs
             .as_ref()
             .map_or(String::new(), |f| format!(", {f}")),
+        super::per_device::placement(u),
         n = max_n(u),
     )
 }
@@ -166,7 +182,15 @@ fn pool_finding(pool: &Row, n: usize, cache: &str) -> String {
     }
 }
 
-fn scaling_chart(u: &UioSection, cache: &str, title: &str, qps: bool) -> Chart {
+/// Figures 5, 7 and 8 (`qps` false: time for N over time for one) or queries per second, per
+/// variant, for `cache` and the tables placed as `placement` says.
+pub(super) fn scaling_chart(
+    u: &UioSection,
+    placement: &str,
+    cache: &str,
+    title: &str,
+    qps: bool,
+) -> Chart {
     let series = VARIANTS
         .iter()
         .enumerate()
@@ -174,7 +198,7 @@ fn scaling_chart(u: &UioSection, cache: &str, title: &str, qps: bool) -> Chart {
             let rows: Vec<&Row> = u
                 .rows
                 .iter()
-                .filter(|r| r.variant == *v && r.cache == cache)
+                .filter(|r| r.variant == *v && r.cache == cache && r.placement == placement)
                 .collect();
             Series {
                 name: v.replace('_', " "),
@@ -225,7 +249,11 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     };
     let caches: Vec<&str> = ["warm", "cold"]
         .into_iter()
-        .filter(|c| u.rows.iter().any(|r| r.cache == *c))
+        .filter(|c| {
+            u.rows
+                .iter()
+                .any(|r| r.cache == *c && r.placement == ONE_DEVICE)
+        })
         .collect();
     let mut b = vec![
         h(
@@ -257,6 +285,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             ),
             scaling_chart(
                 u,
+                ONE_DEVICE,
                 cache,
                 &format!("N concurrent scans, tables {cache}"),
                 false,
@@ -267,20 +296,41 @@ pub fn blocks(r: &Results) -> Vec<Block> {
         b.push(figure(
             "uio-throughput-warm",
             "Throughput with the tables in the page cache (Figure 9's comparison): queries per second against N, per variant.".into(),
-            scaling_chart(u, "warm", "Queries per second, tables warm", true),
+            scaling_chart(
+                u,
+                ONE_DEVICE,
+                "warm",
+                "Queries per second, tables warm",
+                true,
+            ),
         ));
     }
-    b.push(variants_table(u));
+    b.push(variants_table(u, ONE_DEVICE));
+    b.extend(super::per_device::blocks(u));
     b.push(kernel_cpu_table(u));
     b.push(layer_alone_table(u));
     b.push(p(super::discussion::closing(u)));
     b
 }
 
-/// Every variant, cache state and N: the times, rates and ratios the figures plot.
-fn variants_table(u: &UioSection) -> Block {
+/// Every variant, cache state and N of the tables placed as `placement` says: the times, rates
+/// and ratios the figures plot.
+pub(super) fn variants_table(u: &UioSection, placement: &str) -> Block {
+    let rows: Vec<Row> = u
+        .rows
+        .iter()
+        .filter(|r| r.placement == placement)
+        .cloned()
+        .collect();
     table_of(
-        "Per variant, cache state and N: median seconds (lowest–highest), queries/s, MB/s, CPU, scaling and the kernel ratio",
+        &format!(
+            "Per variant, cache state and N{}: median seconds (lowest–highest), queries/s, MB/s, CPU, scaling and the kernel ratio",
+            if placement == LOOP_MEMORY {
+                ", each table on a memory-backed device of its own"
+            } else {
+                ""
+            }
+        ),
         &[
             "cache",
             "N",
@@ -292,7 +342,7 @@ fn variants_table(u: &UioSection) -> Block {
             "over one",
             "over kernel",
         ],
-        &u.rows,
+        &rows,
         |r| {
             vec![
                 r.cache.clone(),
