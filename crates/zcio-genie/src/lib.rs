@@ -16,14 +16,12 @@
 //!
 //! Modules: the memory network between two processes ([`memnet`]), files buffered and
 //! `O_DIRECT`, pipes and kernel sockets ([`stream`]). Thresholds come from a calibration
-//! [`profile::Profile`]. Kernel features are probed at start ([`probe`]). Files that want a
-//! block device each get memory-backed ones ([`memdisk`]).
+//! [`profile::Profile`]. Kernel features are probed at start ([`probe`]).
 #![forbid(unsafe_code)]
 
 pub mod breakdown;
 pub mod buffer;
 pub mod error;
-pub mod memdisk;
 pub mod memnet;
 mod passing;
 pub mod path;

@@ -126,7 +126,7 @@ pub fn probe(dir: &Path) -> Probe {
         },
     );
     f.push(
-        match crate::memdisk::probe(Path::new(crate::memdisk::DEFAULT_BACKING)) {
+        match zcio_uio::memdisk::probe(Path::new(zcio_uio::memdisk::DEFAULT_BACKING)) {
             Ok(found) => feature("loop-devices", "memory-backed loop devices", true, found),
             Err(why) => feature(
                 "loop-devices",

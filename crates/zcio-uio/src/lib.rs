@@ -28,9 +28,13 @@
 //! application cannot free or reuse it meanwhile); its handler must be registered; its target
 //! open; with `O_DIRECT`, offset, length and address aligned. A record that fails completes
 //! with a negative errno and a [`UioError`] naming the fault, and never reaches the device.
+//!
+//! The paper's tables lay on a disk each; [`memdisk`] gives files block devices of their own
+//! where a machine has fewer disks than that: ext4 on memory-backed loop devices.
 #![forbid(unsafe_code)]
 
 pub mod layer;
+pub mod memdisk;
 pub mod request;
 
 pub use layer::{Completion, Config, Initiation, NotQueued, Translation, Uio, UioError, UioStats};

@@ -12,8 +12,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use zcio::lab::uio::devices::TableDisks;
-use zcio_genie::memdisk;
 use zcio_sqlite::tables;
+use zcio_uio::memdisk;
 use zcio_vm::skip::{Capability, skip};
 
 /// Every loop device, mount and image of `root` (a set of memory-backed disks' directory): what
@@ -322,4 +322,43 @@ fn disks_that_fail_or_panic_leave_nothing_behind_and_failures_say_why() {
     let root = made.into_inner().unwrap();
     assert!(!root.is_empty());
     assert_eq!(left_of(&root), Vec::<String>::new());
+}
+
+#[test]
+fn disks_a_killed_process_left_up_are_taken_down_by_the_next_set() {
+    if !loop_devices_here("disks left by an ended process") {
+        return;
+    }
+    let backing = Path::new(memdisk::DEFAULT_BACKING);
+    // Two disks up, then forgotten, as a process killed by a signal leaves them: the set's
+    // directory renamed after a process that has ended.
+    let disks = memdisk::MemoryDisks::new(2, memdisk::MIN_BYTES, backing).unwrap();
+    let live = disks.root().to_path_buf();
+    std::mem::forget(disks);
+    let mut ended = Command::new("true").spawn().unwrap();
+    let pid = ended.id();
+    ended.wait().unwrap();
+    let stale = backing.join(format!("zcio-disks-{pid}-0"));
+    std::fs::rename(&live, &stale).unwrap();
+    let stale_name = stale.to_string_lossy().into_owned();
+    assert_eq!(
+        left_of(&stale_name).len(),
+        1 + 2 * 3,
+        "{:?}",
+        left_of(&stale_name)
+    );
+    // The next set made there takes them down first; its own disks are untouched.
+    let next = memdisk::MemoryDisks::new(1, memdisk::MIN_BYTES, backing).unwrap();
+    assert_eq!(left_of(&stale_name), Vec::<String>::new());
+    let next_root = next.root().to_string_lossy().into_owned();
+    assert_eq!(left_of(&next_root).len(), 4, "{:?}", left_of(&next_root));
+    // A set whose process is alive (this one's) is never swept.
+    let (swept, failed) = memdisk::sweep_stale(backing);
+    assert!(
+        swept.is_empty() && failed.is_empty(),
+        "{swept:?} {failed:?}"
+    );
+    assert_eq!(left_of(&next_root).len(), 4);
+    next.close().unwrap();
+    assert_eq!(left_of(&next_root), Vec::<String>::new());
 }

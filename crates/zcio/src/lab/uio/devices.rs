@@ -1,6 +1,6 @@
 //! The per-device series of paper 004's experiment: the same scans with each table on a block
 //! device of its own, as the paper's tables were on 16 disks. The devices are memory-backed
-//! ([`zcio_genie::memdisk`]): an ext4 file system on a loop device over an image file in tmpfs,
+//! ([`zcio_uio::memdisk`]): an ext4 file system on a loop device over an image file in tmpfs,
 //! one table each, with no seek and no disk latency, so that the cost of the I/O path itself
 //! (copies, system calls, translation) decides. Cold there means dropped from each ext4's page
 //! cache: the data then comes from the memory-backed device. Where such devices cannot be had
@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use zcio_genie::memdisk::{DEFAULT_BACKING, MIN_BYTES, MemoryDisks};
+use zcio_uio::memdisk::{DEFAULT_BACKING, MIN_BYTES, MemoryDisks};
 
 /// Placement of the tables as files in one directory, on whatever device holds it.
 pub const ONE_DEVICE: &str = "one-device";

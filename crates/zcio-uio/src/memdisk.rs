@@ -1,12 +1,17 @@
 //! Memory-backed disks: ext4 file systems, each on a loop device of its own over an image file
 //! in a tmpfs. They give files block devices of their own, with no seek and no disk latency,
-//! for experiments whose files the paper spread over separate disks.
+//! for experiments whose files the paper spread over separate disks (paper 004's tables lay on
+//! 16).
 //!
 //! [`MemoryDisks`] owns the set: it makes the images, attaches them (`losetup`, direct I/O
 //! asked for), makes the file systems (`mkfs.ext4`) and mounts them, and on drop (on error,
 //! on a panic's unwinding, or by [`MemoryDisks::close`]) unmounts, detaches and deletes
 //! everything it made. The tools do the work; a tool that fails is an error with its exit
 //! status and its standard error. Attaching and mounting need root (`CAP_SYS_ADMIN`).
+//!
+//! A process killed while its disks are up runs no destructor: its disks stay mounted and
+//! attached. The next set made in the same backing directory takes them down first
+//! ([`sweep_stale`]): every `zcio-disks-<pid>-<n>` directory whose process has ended.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -130,8 +135,11 @@ impl MemoryDisks {
                 ),
             ));
         }
+        for f in sweep_stale(backing).1 {
+            eprintln!("zcio: memory-backed disks left by an ended process: {f}");
+        }
         let root = backing.join(format!(
-            "zcio-disks-{}-{}",
+            "{ROOT_PREFIX}{}-{}",
             std::process::id(),
             SERIAL.fetch_add(1, Ordering::Relaxed)
         ));
@@ -197,6 +205,47 @@ impl MemoryDisks {
         tool("mount", &args)?;
         d.mounted = true;
         Ok(())
+    }
+
+    /// The set another process left in `root` (its images `<k>.img`, their mount points
+    /// `<k>`), as far as it is still mounted (`mounted`: the mount points now) and attached,
+    /// for [`MemoryDisks::take_down`].
+    fn left_in(root: PathBuf, mounted: &[PathBuf]) -> MemoryDisks {
+        let mut disks = Vec::new();
+        for k in 0usize.. {
+            let image = root.join(format!("{k}.img"));
+            let mount = root.join(k.to_string());
+            if !image.exists() && !mount.exists() {
+                break;
+            }
+            let mut devices = devices_of(&image);
+            let is_mounted = mounted.contains(&mount);
+            // Each device attached to the image is one disk to take down; the first carries
+            // the mount (a set attaches each image once).
+            let first = devices.pop();
+            for d in devices {
+                disks.push(MemoryDisk {
+                    image: image.clone(),
+                    device: Some(d),
+                    mount: mount.clone(),
+                    mounted: false,
+                    direct_io: false,
+                });
+            }
+            disks.push(MemoryDisk {
+                image,
+                device: first,
+                mount,
+                mounted: is_mounted,
+                direct_io: false,
+            });
+        }
+        MemoryDisks {
+            root,
+            made_root: true,
+            bytes: 0,
+            disks,
+        }
     }
 
     /// The disks, in order.
@@ -267,6 +316,82 @@ impl Drop for MemoryDisks {
             eprintln!("zcio: memory-backed disks: {f}");
         }
     }
+}
+
+/// The prefix of the directory each set of disks lives in: `zcio-disks-<pid>-<n>`.
+const ROOT_PREFIX: &str = "zcio-disks-";
+
+/// Take down the disks that processes left in `backing` when they ended without taking them
+/// down (a process killed by a signal runs no destructor): every `zcio-disks-<pid>-<n>`
+/// directory whose process is gone is unmounted, detached and deleted. Returns the
+/// directories taken down and what could not be.
+pub fn sweep_stale(backing: &Path) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut swept, mut failed) = (Vec::new(), Vec::new());
+    let Ok(dir) = std::fs::read_dir(backing) else {
+        return (swept, failed);
+    };
+    let mounted = mount_points();
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(ROOT_PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let mut set = MemoryDisks::left_in(e.path(), &mounted);
+        let f = set.take_down();
+        if f.is_empty() {
+            swept.push(e.path());
+        }
+        failed.extend(f);
+    }
+    (swept, failed)
+}
+
+/// This process's view of the mount points (`/proc/self/mountinfo`'s fifth field, with the
+/// kernel's octal escapes of spaces and the like undone).
+fn mount_points() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| {
+            let mut out = String::new();
+            let mut rest = p;
+            while let Some(i) = rest.find('\\') {
+                out.push_str(&rest[..i]);
+                match u8::from_str_radix(rest.get(i + 1..i + 4).unwrap_or(""), 8) {
+                    Ok(b) => {
+                        out.push(b as char);
+                        rest = &rest[i + 4..];
+                    }
+                    Err(_) => {
+                        out.push('\\');
+                        rest = &rest[i + 1..];
+                    }
+                }
+            }
+            out.push_str(rest);
+            PathBuf::from(out)
+        })
+        .collect()
+}
+
+/// The loop devices attached to `image` now (`losetup -j`).
+fn devices_of(image: &Path) -> Vec<PathBuf> {
+    tool("losetup", &["-j", &image.to_string_lossy()])
+        .map(|out| {
+            out.lines()
+                .filter_map(|l| l.split(':').next())
+                .filter(|d| d.starts_with("/dev/"))
+                .map(PathBuf::from)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `f` again, a few times, while it fails for a busy device (another process attaching at the
