@@ -23,6 +23,14 @@ pub trait RegionRead {
         self.words(addr, 8).map(|w| w[0].load(Ordering::Relaxed))
     }
 
+    /// The `N` words from `addr` (8-aligned), each loaded once, or `None` where this process
+    /// cannot read all of them: one check for the whole range (a range that straddles two
+    /// mappings, or ends past one, is refused), instead of one a word.
+    fn read_words<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
+        let ws = self.words(addr, 8 * N as u64)?;
+        Some(std::array::from_fn(|i| ws[i].load(Ordering::Relaxed)))
+    }
+
     /// Copy `out.len()` bytes starting at `addr` (any alignment); `false`, with `out` untouched,
     /// where any of them cannot be read.
     fn read_bytes(&self, addr: u64, out: &mut [u8]) -> bool {
@@ -76,6 +84,18 @@ pub trait RegionWrite: RegionRead {
         self.words_mut(addr, 8)
             .map(|w| w[0].store(value, Ordering::Relaxed))
             .is_some()
+    }
+
+    /// Store `values` at `addr` (8-aligned) one after another; `false`, with nothing written,
+    /// where this process may not write all of them. One check for the whole range.
+    fn write_words(&self, addr: u64, values: &[u64]) -> bool {
+        let Some(ws) = self.words_mut(addr, 8 * values.len() as u64) else {
+            return false;
+        };
+        for (w, v) in ws.iter().zip(values) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        true
     }
 
     /// Copy `data` to `addr` (any alignment); `false`, with nothing written, where any byte
@@ -236,6 +256,24 @@ mod tests {
         let mut tail = [0u8; 4];
         assert!(r.read_bytes(0x103c, &mut tail));
         assert_eq!(tail, [0; 4]);
+    }
+
+    #[test]
+    fn words_of_a_range_are_read_and_written_with_one_check_and_never_outside() {
+        let r = LocalRegion::new(0x1000, 64);
+        assert!(r.write_words(0x1008, &[1, 2, 3]));
+        assert_eq!(r.read_words::<4>(0x1000), Some([0, 1, 2, 3]));
+        assert_eq!(r.read_words::<0>(0x1040), Some([]));
+        // The last word is in; a range that ends one word past the end is refused whole.
+        assert_eq!(r.read_words::<1>(0x1038), Some([0]));
+        assert_eq!(r.read_words::<2>(0x1038), None);
+        assert!(!r.write_words(0x1030, &[7, 7, 7]));
+        assert_eq!(r.read_words::<2>(0x1030), Some([0, 0]), "nothing written");
+        // Before the start, unaligned, wrapping past the top of the address space: refused.
+        assert_eq!(r.read_words::<1>(0x0ff8), None);
+        assert_eq!(r.read_words::<1>(0x1004), None);
+        assert_eq!(r.read_words::<4>(u64::MAX - 7), None);
+        assert!(!r.write_words(0x1004, &[1]));
     }
 
     #[test]
