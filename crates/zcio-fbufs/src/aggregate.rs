@@ -25,7 +25,7 @@
 //! fragment boundaries, returning a unit in place when it lies within one fragment and copying
 //! only the units that straddle fragments (§5.2).
 
-use crate::region::{RegionRead, RegionWrite};
+use crate::region::{LastSpan, RegionRead, RegionWrite};
 
 /// Size of a node in bytes.
 pub const NODE_BYTES: u64 = 32;
@@ -431,11 +431,15 @@ pub fn walk(region: &impl RegionRead, root: u64, len: u64, limits: Limits) -> Wa
 
 /// [`walk`] into `out`, whose fragment list is cleared and reused (a receiver walking message
 /// after message allocates nothing once it has walked the largest).
+///
+/// Nodes are read through the last mapping found ([`LastSpan`]): the nodes of a message,
+/// written in one fbuf, are each checked against that mapping alone, not looked up anew.
 pub fn walk_into(region: &impl RegionRead, root: u64, len: u64, limits: Limits, out: &mut Walk) {
     let mut fragments = std::mem::take(&mut out.fragments);
     fragments.clear();
+    let region = LastSpan::new(region);
     let mut w = Walker {
-        region,
+        region: &region,
         limits,
         visits: 0,
         path: Vec::with_capacity(limits.max_depth.min(32)),

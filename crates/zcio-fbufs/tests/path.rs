@@ -7,7 +7,7 @@ use peer::peer;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathMemory, Variant};
-use zcio_fbufs::region::RegionRead;
+use zcio_fbufs::region::{LastSpan, RegionRead};
 
 const CACHED: Variant = Variant {
     cached: true,
@@ -352,6 +352,18 @@ fn a_range_read_is_refused_unless_one_mapping_holds_all_of_it() {
     assert!(rx.read_u64(base + 4088).is_some() && rx.read_u64(base + 4096).is_some());
     assert_eq!(rx.read_words::<2>(base + 4088), None);
     assert!(rx.words(base + 4088, 16).is_none());
+    // Each mapping is a span of its own; read through the spans found, the same refusals.
+    let (sa, sb) = (rx.span(base + 8).unwrap(), rx.span(base + 4096).unwrap());
+    assert_eq!(
+        (sa.base(), sa.len(), sb.base(), sb.len()),
+        (base, 4096, base + 4096, 4096)
+    );
+    let c = LastSpan::new(&rx);
+    assert_eq!(c.read_words::<1>(base + 4088), Some([0]));
+    assert_eq!(c.read_words::<1>(base + 4096), Some([0]));
+    assert_eq!(c.read_words::<2>(base + 4088), None);
+    assert!(!c.readable(base + 4088, 16) && c.readable(base + 4096, 4096));
+    assert!(!c.readable(base + 4096, 4097));
     // Ending past the last one, starting before the first, unaligned.
     assert_eq!(rx.read_words::<2>(base + 8184), None);
     assert_eq!(rx.read_words::<1>(base - 8), None);
@@ -370,6 +382,8 @@ fn a_range_read_is_refused_unless_one_mapping_holds_all_of_it() {
     assert_eq!(rx.read_words::<1>(end - 8), Some([0]));
     assert_eq!(rx.read_words::<2>(end - 8), None);
     assert_eq!(rx.read_words::<1>(end), None);
+    assert!(rx.span(end).is_none() && rx.span(base - 1).is_none());
+    assert_eq!(rx.span(end - 1).map(|s| s.len()), Some(end - base));
 }
 
 /// The peer died of a segmentation fault (SIGSEGV).
