@@ -22,7 +22,7 @@
 //! checks it, and a datagram that did not arrive as sent fails the run naming the contender,
 //! the datagram and the fragment ([`super::proto::Mismatch`]).
 
-use super::agg::{Both, build, receive, root_at, space, word_at};
+use super::agg::{Both, Scratch, build, receive, root_at, space, word_at};
 use super::proto::{
     Fragments, IP_HDR, IpHdr, PAGE, Reassembly, Record, UDP_HDR, parse_udp, udp_header, write,
 };
@@ -349,7 +349,7 @@ fn receiver_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
     let mut rx = ReceiverEnd::connect(up)?;
     let mut rec = Record::new(c.name(), s.touch, s.len, s.mtu, s.datagrams());
     let frags = rec.fragments();
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     loop {
         match rx.recv_any()? {
             Received::Msg(m) => {
