@@ -60,10 +60,39 @@ pub fn root_at(at: u64, frags: Fragments) -> u64 {
     at + (UDP_HDR + 24 * frags.count()) as u64 + NODE_BYTES * (nodes(frags) as u64 - 1)
 }
 
+/// One fbuf's words, looked up once: where a datagram's headers and nodes are written. Writes
+/// land inside it or are refused; reads inside it are checked against it alone, reads
+/// elsewhere (the data) go to the region.
+struct Window<'a, R> {
+    span: Span<'a>,
+    region: &'a R,
+}
+
+impl<R: RegionRead> RegionRead for Window<'_, R> {
+    fn words(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        self.span
+            .words(addr, len)
+            .or_else(|| self.region.words(addr, len))
+    }
+    fn readable(&self, addr: u64, len: u64) -> bool {
+        self.span.holds(addr, len) || self.region.readable(addr, len)
+    }
+    fn span(&self, addr: u64) -> Option<Span<'_>> {
+        self.region.span(addr)
+    }
+}
+
+impl<R: RegionRead> RegionWrite for Window<'_, R> {
+    fn words_mut(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        self.span.words(addr, len)
+    }
+}
+
 /// Build datagram `id`'s message at `at` (8-aligned, [`space`] bytes writable in `region`):
 /// the `frags.payload - 8` data bytes at `data` with the UDP header prepended, cut into
 /// fragments each with its IP header prepended, joined in a balanced tree (so that the walk's
-/// depth grows with the logarithm of the fragment count).
+/// depth grows with the logarithm of the fragment count). The [`space`] bytes are looked up
+/// once, and every header and node written is checked against them alone.
 pub fn build<R: RegionWrite>(
     region: &R,
     at: u64,
@@ -73,6 +102,13 @@ pub fn build<R: RegionWrite>(
 ) -> Result<Msg, AggregateError> {
     let n = frags.count();
     let unwritable = AggregateError::NotWritable { addr: at };
+    let Some(words) = region.words_mut(at, space(frags) as u64) else {
+        return Err(unwritable);
+    };
+    let region = &Window {
+        span: Span::new(at, words),
+        region,
+    };
     if !region.write_bytes(at, &udp_header(frags.payload - UDP_HDR)) {
         return Err(unwritable);
     }
@@ -334,6 +370,23 @@ mod tests {
             receive(&r, m, 5, &mut rec, &mut Scratch::default()).unwrap();
             assert_eq!(rec.received(), 6);
         }
+    }
+
+    #[test]
+    fn a_build_whose_headers_and_nodes_would_run_past_the_writable_space_writes_nothing() {
+        let frags = Fragments::new(10_000, PAGE);
+        let data = 10_000usize.next_multiple_of(PAGE);
+        // One word short of the space the headers and nodes take.
+        let r = LocalRegion::new(BASE, data + space(frags) - 8);
+        let at = BASE + data as u64;
+        let e = build(&r, at, BASE, frags, 0).unwrap_err();
+        assert_eq!(e, AggregateError::NotWritable { addr: at });
+        let mut b = vec![1u8; space(frags) - 8];
+        assert!(r.read_bytes(at, &mut b) && b.iter().all(|x| *x == 0));
+        // With the space whole, the message is built there.
+        let r = LocalRegion::new(BASE, data + space(frags));
+        let m = build(&r, at, BASE, frags, 0).unwrap();
+        assert_eq!(m.root, root_at(at, frags));
     }
 
     #[test]
