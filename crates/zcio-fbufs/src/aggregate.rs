@@ -25,7 +25,8 @@
 //! fragment boundaries, returning a unit in place when it lies within one fragment and copying
 //! only the units that straddle fragments (§5.2).
 
-use crate::region::{LastSpan, RegionRead, RegionWrite};
+use crate::region::{RegionRead, RegionWrite, Span};
+use std::sync::atomic::Ordering;
 
 /// Size of a node in bytes.
 pub const NODE_BYTES: u64 = 32;
@@ -299,6 +300,9 @@ impl Walk {
 
 struct Walker<'r, R: RegionRead> {
     region: &'r R,
+    /// The mapping the last node read lies in: the nodes of a message, written in one fbuf,
+    /// are each checked against it alone, not looked up anew.
+    span: Option<Span<'r>>,
     limits: Limits,
     visits: usize,
     path: Vec<u64>,
@@ -325,11 +329,24 @@ impl Node {
 impl<R: RegionRead> Walker<'_, R> {
     /// The node at `at`, its four words read with one check of the whole node (none where any
     /// of it cannot be read here, or it lacks a node's tag).
-    fn read_node(&self, at: u64) -> Option<Node> {
+    #[inline(always)]
+    fn read_node(&mut self, at: u64) -> Option<Node> {
         if at % 8 != 0 {
             return None;
         }
-        let [tag, w1, w2, w3] = self.region.read_words::<4>(at)?;
+        let ws = match self.span.and_then(|s| s.array::<4>(at)) {
+            Some(ws) => ws,
+            None => {
+                // Another mapping than the last node's, or none: look it up, else ask the
+                // region for these words alone.
+                self.span = self.region.span(at);
+                match self.span.and_then(|s| s.array::<4>(at)) {
+                    Some(ws) => ws,
+                    None => self.region.words(at, NODE_BYTES)?.first_chunk::<4>()?,
+                }
+            }
+        };
+        let [tag, w1, w2, w3] = ws.each_ref().map(|w| w.load(Ordering::Relaxed));
         if tag & MAGIC_MASK != MAGIC {
             return None;
         }
@@ -432,14 +449,15 @@ pub fn walk(region: &impl RegionRead, root: u64, len: u64, limits: Limits) -> Wa
 /// [`walk`] into `out`, whose fragment list is cleared and reused (a receiver walking message
 /// after message allocates nothing once it has walked the largest).
 ///
-/// Nodes are read through the last mapping found ([`LastSpan`]): the nodes of a message,
-/// written in one fbuf, are each checked against that mapping alone, not looked up anew.
+/// Nodes are read through the last mapping found ([`RegionRead::span`]): the nodes of a
+/// message, written in one fbuf, are each checked against that mapping alone, not looked up
+/// anew.
 pub fn walk_into(region: &impl RegionRead, root: u64, len: u64, limits: Limits, out: &mut Walk) {
     let mut fragments = std::mem::take(&mut out.fragments);
     fragments.clear();
-    let region = LastSpan::new(region);
     let mut w = Walker {
-        region: &region,
+        region,
+        span: None,
         limits,
         visits: 0,
         path: Vec::with_capacity(limits.max_depth.min(32)),

@@ -37,8 +37,8 @@ pub trait RegionRead {
     /// cannot read all of them: one check for the whole range (a range that straddles two
     /// mappings, or ends past one, is refused), instead of one a word.
     fn read_words<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
-        let ws = self.words(addr, 8 * N as u64)?;
-        Some(std::array::from_fn(|i| ws[i].load(Ordering::Relaxed)))
+        let ws = self.words(addr, 8 * N as u64)?.first_chunk::<N>()?;
+        Some(ws.each_ref().map(|w| w.load(Ordering::Relaxed)))
     }
 
     /// Copy `out.len()` bytes starting at `addr` (any alignment); `false`, with `out` untouched,
@@ -115,6 +115,20 @@ impl<'a> Span<'a> {
                 .is_some_and(|e| e - self.base <= self.len())
     }
 
+    /// The `N` words from `addr` (8-aligned), or `None` unless it holds all of them: the
+    /// words of [`Span::words`] for a range whose length is known here.
+    #[inline]
+    pub fn array<const N: usize>(&self, addr: u64) -> Option<&'a [AtomicU64; N]> {
+        // Below the base, the offset wraps to far beyond the span's length.
+        let off = addr.wrapping_sub(self.base);
+        if off % 8 != 0 {
+            return None;
+        }
+        self.words
+            .get(usize::try_from(off / 8).ok()?..)?
+            .first_chunk::<N>()
+    }
+
     /// The words of `[addr, addr + len)` (`addr` 8-aligned, `len` a multiple of 8), or `None`
     /// unless it holds all of them.
     #[inline]
@@ -132,9 +146,9 @@ impl<'a> Span<'a> {
 /// A region read through the last two mappings reads found: a range in one of them is checked
 /// against that span alone (a comparison and a slice), a range elsewhere looks its mapping up
 /// again ([`RegionRead::span`]) and, where there is none that holds it whole, goes to the
-/// region itself. What it reads and refuses is what the region does; a walk that reads node
-/// after node in one fbuf, or a reader that goes back and forth between headers in one fbuf
-/// and data in another, looks each mapping up once.
+/// region itself. What it reads and refuses is what the region does; a reader that reads
+/// range after range in one fbuf, or goes back and forth between headers in one fbuf and data
+/// in another, looks each mapping up once.
 pub struct LastSpan<'r, R: RegionRead + ?Sized> {
     region: &'r R,
     /// The mapping found last, and the one before it.
@@ -430,6 +444,11 @@ mod tests {
         assert!(s.words(0x1004, 8).is_none() && s.words(0x1000, 4).is_none());
         assert!(s.words(u64::MAX - 7, 16).is_none());
         assert!(s.holds(0x1001, 63) && !s.holds(0x1001, 64) && !s.holds(0x0fff, 2));
+        let load = |w: &[AtomicU64; 2]| w.each_ref().map(|x| x.load(Ordering::Relaxed));
+        assert_eq!(s.array::<2>(0x1030).map(load), Some([7, 8]));
+        assert!(s.array::<2>(0x1038).is_none(), "ends past it");
+        assert!(s.array::<1>(0x0ff8).is_none() && s.array::<1>(0x1004).is_none());
+        assert!(s.array::<1>(u64::MAX - 7).is_none() && s.array::<1>(0x1040).is_none());
         assert!(r.span(0x1040).is_none() && r.span(0x0fff).is_none());
     }
 
