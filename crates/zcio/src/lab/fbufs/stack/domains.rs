@@ -207,10 +207,10 @@ pub fn domain(role: Role, c: Contender, s: &Stream, connect: &Path) -> Res<()> {
 /// cycles through every fbuf of the path (8 MiB and more), each cold in the caches and TLBs of
 /// the application and of the receiving domain by the time it comes round again; within it,
 /// the fbufs reused are those freed last (the free lists are LIFO, §3.3), still warm.
-const WINDOW_BYTES: usize = 1 << 20;
+pub(crate) const WINDOW_BYTES: usize = 1 << 20;
 /// The fewest datagrams in flight: enough that no domain waits for the one before it to
 /// wake up.
-const WINDOW_MIN: usize = 8;
+pub(crate) const WINDOW_MIN: usize = 8;
 
 /// Datagrams of `len` bytes the sending application keeps in flight at most.
 fn window(len: usize) -> usize {
