@@ -25,7 +25,8 @@
 //! fragment boundaries, returning a unit in place when it lies within one fragment and copying
 //! only the units that straddle fragments (§5.2).
 
-use crate::region::{RegionRead, RegionWrite};
+use crate::region::{RegionRead, RegionWrite, Span};
+use std::sync::atomic::Ordering;
 
 /// Size of a node in bytes.
 pub const NODE_BYTES: u64 = 32;
@@ -127,10 +128,8 @@ impl<'r, R: RegionWrite, A: NodeAlloc> Builder<'r, R, A> {
 
     fn node(&mut self, kind: u64, w1: u64, w2: u64, w3: u64) -> Result<u64, AggregateError> {
         let at = self.alloc.alloc_node().ok_or(AggregateError::NoNodeSpace)?;
-        for (i, w) in [MAGIC | kind, w1, w2, w3].into_iter().enumerate() {
-            if !self.region.write_u64(at + 8 * i as u64, w) {
-                return Err(AggregateError::NotWritable { addr: at });
-            }
+        if !self.region.write_words(at, &[MAGIC | kind, w1, w2, w3]) {
+            return Err(AggregateError::NotWritable { addr: at });
         }
         Ok(at)
     }
@@ -291,6 +290,9 @@ impl Walk {
 
 struct Walker<'r, R: RegionRead> {
     region: &'r R,
+    /// The mapping the last node read lies in: the nodes of a message, written in one fbuf,
+    /// are each checked against it alone, not looked up anew.
+    span: Option<Span<'r>>,
     limits: Limits,
     visits: usize,
     path: Vec<u64>,
@@ -298,17 +300,43 @@ struct Walker<'r, R: RegionRead> {
 }
 
 /// A node as read (one snapshot of its words).
+#[derive(Clone, Copy)]
 struct Node {
     kind: u64,
     w: [u64; 3],
 }
 
+impl Node {
+    /// The length the node claims.
+    fn len(&self) -> u64 {
+        match self.kind {
+            LEAF => self.w[1],
+            _ => self.w[2],
+        }
+    }
+}
+
 impl<R: RegionRead> Walker<'_, R> {
-    fn read_node(&self, at: u64) -> Option<Node> {
-        if at % 8 != 0 || !self.region.readable(at, NODE_BYTES) {
+    /// The node at `at`, its four words read with one check of the whole node (none where any
+    /// of it cannot be read here, or it lacks a node's tag).
+    #[inline(always)]
+    fn read_node(&mut self, at: u64) -> Option<Node> {
+        if at % 8 != 0 {
             return None;
         }
-        let tag = self.region.read_u64(at)?;
+        let ws = match self.span.and_then(|s| s.array::<4>(at)) {
+            Some(ws) => ws,
+            None => {
+                // Another mapping than the last node's, or none: look it up, else ask the
+                // region for these words alone.
+                self.span = self.region.span(at);
+                match self.span.and_then(|s| s.array::<4>(at)) {
+                    Some(ws) => ws,
+                    None => self.region.words(at, NODE_BYTES)?.first_chunk::<4>()?,
+                }
+            }
+        };
+        let [tag, w1, w2, w3] = ws.each_ref().map(|w| w.load(Ordering::Relaxed));
         if tag & MAGIC_MASK != MAGIC {
             return None;
         }
@@ -316,25 +344,21 @@ impl<R: RegionRead> Walker<'_, R> {
         if !(LEAF..=SLICE).contains(&kind) {
             return None;
         }
-        let w = [
-            self.region.read_u64(at + 8)?,
-            self.region.read_u64(at + 16)?,
-            self.region.read_u64(at + 24)?,
-        ];
-        Some(Node { kind, w })
-    }
-
-    /// The length a node claims (0 where it cannot be read).
-    fn len_of(&self, at: u64) -> u64 {
-        match self.read_node(at) {
-            Some(n) if n.kind == LEAF => n.w[1],
-            Some(n) => n.w[2],
-            None => 0,
-        }
+        Some(Node {
+            kind,
+            w: [w1, w2, w3],
+        })
     }
 
     /// Emit bytes `[skip, skip + take)` of the node at `at`.
     fn visit(&mut self, at: u64, skip: u64, take: u64) {
+        self.visit_read(at, None, skip, take)
+    }
+
+    /// As [`Walker::visit`], with the node's snapshot when the caller has read it already (a
+    /// join reads its left child for its length): the split and the walk below then see the
+    /// same words, and the node is read once.
+    fn visit_read(&mut self, at: u64, read: Option<Node>, skip: u64, take: u64) {
         if take == 0 || self.out.anomalies.truncated {
             return;
         }
@@ -351,7 +375,7 @@ impl<R: RegionRead> Walker<'_, R> {
             self.out.anomalies.too_deep += 1;
             return;
         }
-        let Some(node) = self.read_node(at) else {
+        let Some(node) = read.or_else(|| self.read_node(at)) else {
             self.out.anomalies.invalid_refs += 1;
             return;
         };
@@ -371,16 +395,18 @@ impl<R: RegionRead> Walker<'_, R> {
             }
             JOIN => {
                 let [left, right, _] = node.w;
-                let left_len = if self.read_node(left).is_some() {
-                    self.len_of(left)
-                } else {
-                    // Counted here: with no length, the left side is never visited.
-                    self.out.anomalies.invalid_refs += 1;
-                    0
+                let l = self.read_node(left);
+                let left_len = match l {
+                    Some(n) => n.len(),
+                    None => {
+                        // Counted here: with no length, the left side is never visited.
+                        self.out.anomalies.invalid_refs += 1;
+                        0
+                    }
                 };
                 if skip < left_len {
                     let n = take.min(left_len - skip);
-                    self.visit(left, skip, n);
+                    self.visit_read(left, l, skip, n);
                     self.visit(right, 0, take - n);
                 } else {
                     self.visit(right, skip - left_len, take);
@@ -405,19 +431,38 @@ impl<R: RegionRead> Walker<'_, R> {
 /// At most `len` bytes are taken (the length the sender announced; `u64::MAX` to trust the
 /// root's own claim), whatever the nodes say.
 pub fn walk(region: &impl RegionRead, root: u64, len: u64, limits: Limits) -> Walk {
+    let mut out = Walk::default();
+    walk_into(region, root, len, limits, &mut out);
+    out
+}
+
+/// [`walk`] into `out`, whose fragment list is cleared and reused (a receiver walking message
+/// after message allocates nothing once it has walked the largest).
+///
+/// Nodes are read through the last mapping found ([`RegionRead::span`]): the nodes of a
+/// message, written in one fbuf, are each checked against that mapping alone, not looked up
+/// anew.
+pub fn walk_into(region: &impl RegionRead, root: u64, len: u64, limits: Limits, out: &mut Walk) {
+    let mut fragments = std::mem::take(&mut out.fragments);
+    fragments.clear();
     let mut w = Walker {
         region,
+        span: None,
         limits,
         visits: 0,
-        path: Vec::new(),
-        out: Walk::default(),
+        path: Vec::with_capacity(limits.max_depth.min(32)),
+        out: Walk {
+            fragments,
+            anomalies: Anomalies::default(),
+        },
     };
-    let claimed = w.len_of(root);
-    w.visit(root, 0, len.min(claimed));
-    if claimed == 0 && w.read_node(root).is_none() {
+    let node = w.read_node(root);
+    let claimed = node.map_or(0, |n| n.len());
+    w.visit_read(root, node, 0, len.min(claimed));
+    if node.is_none() {
         w.out.anomalies.invalid_refs += 1;
     }
-    w.out
+    *out = w.out;
 }
 
 /// How application data units are delimited.

@@ -22,7 +22,7 @@
 //!   until every receiver has freed it; a receiver may ask to *secure* a volatile fbuf the same
 //!   way.
 
-use crate::region::{RegionRead, RegionWrite};
+use crate::region::{RegionRead, RegionWrite, Span};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
@@ -585,6 +585,11 @@ impl RegionRead for Originator {
     fn readable(&self, addr: u64, len: u64) -> bool {
         self.info.contains(addr, len)
     }
+    fn span(&self, addr: u64) -> Option<Span<'_>> {
+        self.info
+            .contains(addr, 1)
+            .then(|| Span::new(self.info.addr as u64, self.map.words(0, self.map.len())))
+    }
 }
 
 /// The originator may store anywhere in its path; where an fbuf it sent is read-only (a
@@ -715,5 +720,9 @@ impl RegionRead for Receiver {
             return self.info.contains(addr, len);
         }
         self.mapping_for(addr, len).is_some()
+    }
+    fn span(&self, addr: u64) -> Option<Span<'_>> {
+        let (m, off) = self.mapping_for(addr, 1)?;
+        Some(Span::new(addr - off as u64, m.words(0, m.len())))
     }
 }

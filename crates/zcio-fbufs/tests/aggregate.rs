@@ -4,7 +4,8 @@
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use zcio_fbufs::aggregate::{
-    Anomalies, Builder, BumpNodes, Limits, Msg, NODE_BYTES, Separator, Unit, Units, walk,
+    Anomalies, Builder, BumpNodes, Limits, Msg, NODE_BYTES, Separator, Unit, Units, Walk, walk,
+    walk_into,
 };
 use zcio_fbufs::region::{LocalRegion, RegionRead, RegionWrite};
 
@@ -208,6 +209,34 @@ fn malformed_messages_read_as_no_data_and_end() {
 
     // The receiver takes no more than the sender announced.
     assert_eq!(walk(&r, n(0), 4, Limits::default()).len(), 4);
+}
+
+#[test]
+fn a_node_that_runs_off_the_region_is_no_node_and_a_reused_walk_starts_afresh() {
+    let r = region();
+    let n = |i: u64| NODES + i * NODE_BYTES;
+    node(&r, n(0), 1, [DATA, 10, 0]);
+    // The last 16 bytes of the region hold a node's tag and first word; the rest would lie
+    // past the end. Read as a whole node, it is refused, as the root and as a join's child.
+    let edge = NODES + NODES_LEN - 16;
+    assert!(r.write_u64(edge, r.read_u64(n(0)).unwrap()));
+    assert!(r.write_u64(edge + 8, DATA));
+    let w = walk(&r, edge, u64::MAX, Limits::default());
+    assert!(w.is_empty() && w.anomalies.invalid_refs == 1, "{w:?}");
+    node(&r, n(1), 2, [edge, n(0), 20]);
+    let mut reused = Walk::default();
+    walk_into(&r, n(1), u64::MAX, Limits::default(), &mut reused);
+    assert_eq!(reused.to_vec(&r), bytes(&r, DATA, 10));
+    assert_eq!(reused.anomalies.invalid_refs, 1);
+    // The same walk again, into the same list: nothing is left over from the first.
+    node(&r, n(2), 2, [n(0), n(0), 20]);
+    walk_into(&r, n(2), u64::MAX, Limits::default(), &mut reused);
+    assert!(reused.anomalies.is_clean());
+    assert_eq!(
+        reused.fragments,
+        walk(&r, n(2), u64::MAX, Limits::default()).fragments
+    );
+    assert_eq!(reused.len(), 20);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use peer::peer;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathMemory, Variant};
-use zcio_fbufs::region::RegionRead;
+use zcio_fbufs::region::{LastSpan, RegionRead};
 
 fn perms(addr: u64) -> String {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
@@ -313,6 +313,64 @@ fn references_outside_the_path_are_refused() {
     rx.free(ok).unwrap();
     assert!(rx.free(ok).is_err(), "freed twice");
     assert_eq!(rx.held(), 0);
+}
+
+#[test]
+fn a_range_read_is_refused_unless_one_mapping_holds_all_of_it() {
+    // Uncached: each fbuf received is a mapping of its own, here two side by side.
+    let p = path(1, variant(false, false));
+    let mut rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), p.info()).unwrap();
+    let base = p.info().addr as u64;
+    let (a, b) = (
+        FbufRef {
+            addr: base,
+            len: 4096,
+        },
+        FbufRef {
+            addr: base + 4096,
+            len: 4096,
+        },
+    );
+    rx.receive(a).unwrap();
+    rx.receive(b).unwrap();
+    assert_eq!(rx.read_words::<2>(base + 4080), Some([0, 0]));
+    assert_eq!(rx.read_words::<2>(base + 4096), Some([0, 0]));
+    // Straddling the two mappings, though both are readable word by word.
+    assert!(rx.read_u64(base + 4088).is_some() && rx.read_u64(base + 4096).is_some());
+    assert_eq!(rx.read_words::<2>(base + 4088), None);
+    assert!(rx.words(base + 4088, 16).is_none());
+    // Each mapping is a span of its own; read through the spans found, the same refusals.
+    let (sa, sb) = (rx.span(base + 8).unwrap(), rx.span(base + 4096).unwrap());
+    assert_eq!(
+        (sa.base(), sa.len(), sb.base(), sb.len()),
+        (base, 4096, base + 4096, 4096)
+    );
+    let c = LastSpan::new(&rx);
+    assert_eq!(c.read_words::<1>(base + 4088), Some([0]));
+    assert_eq!(c.read_words::<1>(base + 4096), Some([0]));
+    assert_eq!(c.read_words::<2>(base + 4088), None);
+    assert!(!c.readable(base + 4088, 16) && c.readable(base + 4096, 4096));
+    assert!(!c.readable(base + 4096, 4097));
+    // Ending past the last one, starting before the first, unaligned.
+    assert_eq!(rx.read_words::<2>(base + 8184), None);
+    assert_eq!(rx.read_words::<1>(base - 8), None);
+    assert_eq!(rx.read_words::<1>(base + 4), None);
+    // Once freed, an fbuf is read no more.
+    rx.free(b).unwrap();
+    assert_eq!(rx.read_words::<1>(base + 4096), None);
+    // Cached: the path is one mapping; a range that ends past it is refused.
+    let p = path(1, CACHED);
+    let rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), p.info()).unwrap();
+    let (base, end) = (
+        p.info().addr as u64,
+        (p.info().addr + p.info().len()) as u64,
+    );
+    assert_eq!(rx.read_words::<4>(base), Some([0; 4]));
+    assert_eq!(rx.read_words::<1>(end - 8), Some([0]));
+    assert_eq!(rx.read_words::<2>(end - 8), None);
+    assert_eq!(rx.read_words::<1>(end), None);
+    assert!(rx.span(end).is_none() && rx.span(base - 1).is_none());
+    assert_eq!(rx.span(end - 1).map(|s| s.len()), Some(end - base));
 }
 
 /// The peer died of a segmentation fault (SIGSEGV).

@@ -8,9 +8,10 @@ use super::proto::{Fragments, IP_HDR, IpHdr, Reassembly, Record, UDP_HDR, parse_
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use zcio_fbufs::aggregate::{
-    AggregateError, Builder, BumpNodes, Fragment, Limits, Msg, NODE_BYTES, NodeAlloc, walk,
+    AggregateError, Builder, BumpNodes, Fragment, Limits, Msg, NODE_BYTES, NodeAlloc, Walk,
+    walk_into,
 };
-use zcio_fbufs::region::{RegionRead, RegionWrite};
+use zcio_fbufs::region::{LastSpan, RegionRead, RegionWrite, Span};
 
 /// Two regions seen as one: `own`, written here (the protocol domain's fbufs, holding the
 /// headers and the nodes), and `other`, only read (the application's data path).
@@ -29,6 +30,9 @@ impl<W: RegionRead, R: RegionRead> RegionRead for Both<'_, W, R> {
     }
     fn readable(&self, addr: u64, len: u64) -> bool {
         self.own.readable(addr, len) || self.other.readable(addr, len)
+    }
+    fn span(&self, addr: u64) -> Option<Span<'_>> {
+        self.own.span(addr).or_else(|| self.other.span(addr))
     }
 }
 
@@ -56,10 +60,39 @@ pub fn root_at(at: u64, frags: Fragments) -> u64 {
     at + (UDP_HDR + 24 * frags.count()) as u64 + NODE_BYTES * (nodes(frags) as u64 - 1)
 }
 
+/// One fbuf's words, looked up once: where a datagram's headers and nodes are written. Writes
+/// land inside it or are refused; reads inside it are checked against it alone, reads
+/// elsewhere (the data) go to the region.
+struct Window<'a, R> {
+    span: Span<'a>,
+    region: &'a R,
+}
+
+impl<R: RegionRead> RegionRead for Window<'_, R> {
+    fn words(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        self.span
+            .words(addr, len)
+            .or_else(|| self.region.words(addr, len))
+    }
+    fn readable(&self, addr: u64, len: u64) -> bool {
+        self.span.holds(addr, len) || self.region.readable(addr, len)
+    }
+    fn span(&self, addr: u64) -> Option<Span<'_>> {
+        self.region.span(addr)
+    }
+}
+
+impl<R: RegionRead> RegionWrite for Window<'_, R> {
+    fn words_mut(&self, addr: u64, len: u64) -> Option<&[AtomicU64]> {
+        self.span.words(addr, len)
+    }
+}
+
 /// Build datagram `id`'s message at `at` (8-aligned, [`space`] bytes writable in `region`):
 /// the `frags.payload - 8` data bytes at `data` with the UDP header prepended, cut into
 /// fragments each with its IP header prepended, joined in a balanced tree (so that the walk's
-/// depth grows with the logarithm of the fragment count).
+/// depth grows with the logarithm of the fragment count). The [`space`] bytes are looked up
+/// once, and every header and node written is checked against them alone.
 pub fn build<R: RegionWrite>(
     region: &R,
     at: u64,
@@ -69,6 +102,13 @@ pub fn build<R: RegionWrite>(
 ) -> Result<Msg, AggregateError> {
     let n = frags.count();
     let unwritable = AggregateError::NotWritable { addr: at };
+    let Some(words) = region.words_mut(at, space(frags) as u64) else {
+        return Err(unwritable);
+    };
+    let region = &Window {
+        span: Span::new(at, words),
+        region,
+    };
     if !region.write_bytes(at, &udp_header(frags.payload - UDP_HDR)) {
         return Err(unwritable);
     }
@@ -163,18 +203,31 @@ impl Cursor<'_> {
     }
 }
 
+/// What the receiving side keeps from one message to the next, so that it allocates nothing
+/// per message: the walk's fragment list, and the bytes of data that straddle pieces.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    walk: Walk,
+    /// Data that straddled pieces, copied out to be touched (the last such fragment's).
+    pub bytes: Vec<u8>,
+}
+
 /// The receiving side of a message: walk it over `region`, reassemble datagram `id` from its
 /// fragments (every header checked, in order), and have the receiving application touch each
-/// fragment's data into `rec` ([`Record::keep`]); `scratch` holds data that straddles pieces.
-/// An error names the datagram and the fragment when the message is not the datagram expected.
+/// fragment's data into `rec` ([`Record::keep`]); `scratch` holds what is reused from message
+/// to message. Every read is checked against the mapping it lies in, looked up once for the
+/// run of reads in it ([`LastSpan`]). An error names the datagram and the fragment when the
+/// message is not the datagram expected.
 pub fn receive(
     region: &impl RegionRead,
     m: Msg,
     id: u32,
     rec: &mut Record,
-    scratch: &mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> Result<(), String> {
-    let w = walk(region, m.root, m.len, Limits::default());
+    let region = &LastSpan::new(region);
+    walk_into(region, m.root, m.len, Limits::default(), &mut scratch.walk);
+    let w = &scratch.walk;
     if !w.anomalies.is_clean() {
         return Err(format!(
             "datagram {id}: malformed message: {:?}",
@@ -218,7 +271,7 @@ pub fn receive(
                 "datagram {id}, fragment {k}: {n} data bytes, not the fragment expected"
             ));
         }
-        touch(region, &mut c, k, n, rec, scratch)?;
+        touch(region, &mut c, k, n, rec, &mut scratch.bytes)?;
         if last {
             break;
         }
@@ -271,6 +324,7 @@ pub fn word_at(b: &[u8], i: usize) -> u64 {
 mod tests {
     use super::super::proto::{PAGE, Touch, word, write};
     use super::*;
+    use zcio_fbufs::aggregate::walk;
     use zcio_fbufs::region::LocalRegion;
 
     const BASE: u64 = 1 << 32;
@@ -313,21 +367,57 @@ mod tests {
             for _ in 0..5 {
                 rec.next();
             }
-            receive(&r, m, 5, &mut rec, &mut Vec::new()).unwrap();
+            receive(&r, m, 5, &mut rec, &mut Scratch::default()).unwrap();
             assert_eq!(rec.received(), 6);
         }
+    }
+
+    #[test]
+    fn a_build_whose_headers_and_nodes_would_run_past_the_writable_space_writes_nothing() {
+        let frags = Fragments::new(10_000, PAGE);
+        let data = 10_000usize.next_multiple_of(PAGE);
+        // One word short of the space the headers and nodes take.
+        let r = LocalRegion::new(BASE, data + space(frags) - 8);
+        let at = BASE + data as u64;
+        let e = build(&r, at, BASE, frags, 0).unwrap_err();
+        assert_eq!(e, AggregateError::NotWritable { addr: at });
+        let mut b = vec![1u8; space(frags) - 8];
+        assert!(r.read_bytes(at, &mut b) && b.iter().all(|x| *x == 0));
+        // With the space whole, the message is built there.
+        let r = LocalRegion::new(BASE, data + space(frags));
+        let m = build(&r, at, BASE, frags, 0).unwrap();
+        assert_eq!(m.root, root_at(at, frags));
+    }
+
+    #[test]
+    fn both_regions_are_read_each_through_its_own_span_and_never_across() {
+        let (own, other) = (LocalRegion::new(BASE, 64), LocalRegion::new(BASE + 64, 64));
+        assert!(own.write_u64(BASE + 56, 1) && other.write_u64(BASE + 64, 2));
+        let both = Both {
+            own: &own,
+            other: &other,
+        };
+        assert_eq!(both.span(BASE + 63).map(|s| s.base()), Some(BASE));
+        assert_eq!(both.span(BASE + 64).map(|s| s.base()), Some(BASE + 64));
+        let c = LastSpan::new(&both);
+        assert_eq!(c.read_words::<1>(BASE + 56), Some([1]));
+        assert_eq!(c.read_words::<1>(BASE + 64), Some([2]));
+        assert_eq!(c.read_words::<2>(BASE + 56), None, "across the two");
+        assert_eq!(both.read_words::<2>(BASE + 56), None);
+        assert!(!c.readable(BASE + 60, 8) && c.readable(BASE + 64, 64));
+        assert_eq!(c.read_words::<1>(BASE + 128), None);
     }
 
     #[test]
     fn a_message_that_is_not_the_datagram_expected_is_refused_by_name() {
         let (r, m, frags) = built(10_000, PAGE, 0);
         let mut rec = Record::new("t", Touch::Word, 10_000, PAGE, 2);
-        let e = receive(&r, m, 1, &mut rec, &mut Vec::new()).unwrap_err();
+        let e = receive(&r, m, 1, &mut rec, &mut Scratch::default()).unwrap_err();
         assert!(e.contains("datagram 1, fragment 0"), "{e}");
         // A fragment's header spoiled: its offset.
         let at = BASE + 10_000u64.next_multiple_of(PAGE as u64) + 8 + 24 + 10;
         assert!(r.write_bytes(at, &[0xff]));
-        let e = receive(&r, m, 0, &mut rec, &mut Vec::new()).unwrap_err();
+        let e = receive(&r, m, 0, &mut rec, &mut Scratch::default()).unwrap_err();
         assert!(e.contains("datagram 0, fragment 1"), "{e}");
         // The root is where the receiving domain looks for it.
         assert_eq!(
@@ -339,7 +429,7 @@ mod tests {
             root: m.root,
             len: m.len - 1,
         };
-        assert!(receive(&r, short, 0, &mut rec, &mut Vec::new()).is_err());
+        assert!(receive(&r, short, 0, &mut rec, &mut Scratch::default()).is_err());
         assert_eq!((rec.received(), frags.count()), (0, 3));
     }
 
@@ -355,10 +445,10 @@ mod tests {
         assert!(r.write_bytes(BASE + 4, &bytes));
         let m = build(&r, BASE + 8 * PAGE as u64, BASE + 4, frags, 0).unwrap();
         let mut rec = Record::new("t", Touch::Exact, len, 16384, 1);
-        let mut scratch = Vec::new();
+        let mut scratch = Scratch::default();
         receive(&r, m, 0, &mut rec, &mut scratch).unwrap();
         rec.check().unwrap();
-        assert!(!scratch.is_empty());
+        assert!(!scratch.bytes.is_empty());
         // One byte changed is found, by its offset.
         assert!(r.write_bytes(BASE + 4 + 17_000, &[0]));
         let mut rec = Record::new("t", Touch::Exact, len, 16384, 1);

@@ -11,6 +11,8 @@
 //!   receiving domain maps both paths read-only, walks the aggregate, reassembles and touches
 //!   the data in place. Its free of the message gives the protocol domain's fbuf back, and the
 //!   protocol domain then frees the application's (messages come back in the order sent).
+//!   The application keeps at most a window of datagrams in flight (1 MiB of them, 8 at least),
+//!   so that the fbufs it reuses are those freed last, warm in every domain's caches and TLBs.
 //!   With the application's path uncached and non-volatile (Figure 6), its fbuf is mapped into
 //!   the protocol and the receiving domain per datagram and unmapped when freed.
 //! - Copies: the datagram crosses each boundary through a Unix stream socket (copied in and out
@@ -22,7 +24,7 @@
 //! checks it, and a datagram that did not arrive as sent fails the run naming the contender,
 //! the datagram and the fragment ([`super::proto::Mismatch`]).
 
-use super::agg::{Both, build, receive, root_at, space, word_at};
+use super::agg::{Both, Scratch, build, receive, root_at, space, word_at};
 use super::proto::{
     Fragments, IP_HDR, IpHdr, PAGE, Reassembly, Record, UDP_HDR, parse_udp, udp_header, write,
 };
@@ -199,15 +201,35 @@ pub fn domain(role: Role, c: Contender, s: &Stream, connect: &Path) -> Res<()> {
     }
 }
 
-/// The application's side with fbufs: each datagram written in an fbuf and sent; the clock
-/// stops when every fbuf is back.
+/// Bytes of datagrams the sending application with fbufs keeps in flight at most, and at least
+/// [`WINDOW_MIN`] datagrams: a sliding window, as the paper's test protocol keeps for flow
+/// control. Without one, the application runs as far ahead as its path's quota lets it and
+/// cycles through every fbuf of the path (8 MiB and more), each cold in the caches and TLBs of
+/// the application and of the receiving domain by the time it comes round again; within it,
+/// the fbufs reused are those freed last (the free lists are LIFO, §3.3), still warm.
+pub(crate) const WINDOW_BYTES: usize = 1 << 20;
+/// The fewest datagrams in flight: enough that no domain waits for the one before it to
+/// wake up.
+pub(crate) const WINDOW_MIN: usize = 8;
+
+/// Datagrams of `len` bytes the sending application keeps in flight at most.
+fn window(len: usize) -> usize {
+    (WINDOW_BYTES / len.next_multiple_of(PAGE)).max(WINDOW_MIN)
+}
+
+/// The application's side with fbufs: each datagram written in an fbuf and sent, at most a
+/// [`window`] of them in flight; the clock stops when every fbuf is back.
 fn app_fbufs(s: &Stream, sock: &UnixStream, c: Contender) -> Res<f64> {
     let end = originate_on(sock, quota(s.len), variant(c))?;
     let end = std::cell::RefCell::new(end);
+    let window = window(s.len);
     let t0 = s.send(
         || drain(&mut end.borrow_mut()),
         |i| {
             let mut end = end.borrow_mut();
+            while end.originator.outstanding() >= window && end.receivers_alive() > 0 {
+                end.poll(true)?;
+            }
             let f = end.alloc_waiting(s.len)?;
             let words = end.originator.fbuf_words(&f);
             write(s.touch, i as u64, s.len, |w, x| words[w].store(x, Relaxed));
@@ -349,7 +371,7 @@ fn receiver_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
     let mut rx = ReceiverEnd::connect(up)?;
     let mut rec = Record::new(c.name(), s.touch, s.len, s.mtu, s.datagrams());
     let frags = rec.fragments();
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     loop {
         match rx.recv_any()? {
             Received::Msg(m) => {

@@ -2,7 +2,7 @@
 //! aggregate operations alone, timed one by one.
 
 use super::Stream;
-use super::agg::{build, receive, space};
+use super::agg::{Scratch, build, receive, space};
 use super::proto::{Fragments, PAGE, Record, Touch, write};
 use crate::transfer::Res;
 use schemars::JsonSchema;
@@ -48,7 +48,7 @@ pub fn single_domain(s: &Stream) -> Res<f64> {
         .words_mut(BASE, s.len.next_multiple_of(8) as u64)
         .ok_or("the local region has no room for the data")?;
     let mut rec = Record::new(SINGLE, s.touch, s.len, s.mtu, s.datagrams());
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     let t0 = s.send(
         || Ok(()),
         |i| {
@@ -167,7 +167,7 @@ pub fn aggregate_ops(len: usize, mtu: usize, rounds: usize, iters: usize) -> Res
         }),
     );
     let mut rec = Record::new("aggregate-ops", Touch::Word, len, mtu, 1);
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     // The message reassembles (the timed calls below do the same work).
     receive(r, m, 0, &mut rec, &mut scratch)?;
     row(
