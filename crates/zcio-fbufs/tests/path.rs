@@ -359,7 +359,7 @@ fn a_range_read_is_refused_unless_one_mapping_holds_all_of_it() {
     rx.free(b).unwrap();
     assert_eq!(rx.read_words::<1>(base + 4096), None);
     // Cached: the path is one mapping; a range that ends past it is refused.
-    let p = path(1, CACHED);
+    let p = path(1, Variant::CACHED_VOLATILE);
     let rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), p.info()).unwrap();
     let (base, end) = (
         p.info().addr as u64,
