@@ -38,8 +38,8 @@ use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use zcio_fbufs::link::{OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
-use zcio_fbufs::path::{FbufRef, Receiver, Variant};
+use zcio_fbufs::link::{OriginatorEnd, PathMirror, Received, ReceiverEnd};
+use zcio_fbufs::path::{FbufRef, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
 
 /// Which process of the stack a `zcio fbuf-stack-domain` is.
@@ -284,8 +284,9 @@ fn protocol_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
 }
 
 fn forward_fbufs(s: &Stream, rx: &mut ReceiverEnd, down: &UnixStream) -> Res<()> {
-    // The application's path, offered onward once: the receiving domain reads the data there.
-    offer_path(down, rx.info(), rx.path_fd(), None)?;
+    // The application's path, offered onward (its chunks announced on a feed of their own as
+    // they come): the receiving domain reads the data there.
+    rx.mirror(down)?;
     let frags = Fragments::new(s.len, s.mtu);
     let per = (DESC as usize + space(frags)).next_multiple_of(PAGE);
     let mut end = originate_on(down, quota(per), CACHED_VOLATILE)?;
@@ -366,8 +367,7 @@ fn release(end: &OriginatorEnd, rx: &mut ReceiverEnd, held: &mut VecDeque<FbufRe
 /// The receiving domain with fbufs: both paths mapped read-only, every message walked,
 /// reassembled and touched in place, then freed.
 fn receiver_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
-    let (info, fd, _) = accept_path(&up)?;
-    let mut data = Receiver::new(fd, info)?;
+    let mut data = PathMirror::accept(&up)?;
     let mut rx = ReceiverEnd::connect(up)?;
     let mut rec = Record::new(c.name(), s.touch, s.len, s.mtu, s.datagrams());
     let frags = rec.fragments();
@@ -388,7 +388,7 @@ fn receiver_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
                 data.receive(r)?;
                 let region = Both {
                     own: &rx.receiver,
-                    other: &data,
+                    other: data.receiver(),
                 };
                 let id = rec.received() as u32;
                 receive(&region, m, id, &mut rec, &mut scratch)
