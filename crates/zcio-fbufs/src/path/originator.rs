@@ -78,6 +78,9 @@ struct ChunkFiles {
     /// Chunks by the epoch of their last change.
     changes: BTreeMap<u64, usize>,
     epoch: u64,
+    /// Chunks made and retired so far, in all.
+    made: u64,
+    retired: u64,
 }
 
 #[derive(Debug, Default)]
@@ -100,6 +103,9 @@ impl ChunkFiles {
         f.changed = self.epoch;
         if ro.is_some() {
             f.generation = self.epoch;
+            self.made += 1;
+        } else if f.ro.is_some() {
+            self.retired += 1;
         }
         f.ro = ro;
     }
@@ -246,6 +252,12 @@ impl Originator {
                 Err(e.into())
             }
         }
+    }
+
+    /// Chunks made so far, and retired so far, in all (a chunk made again after it was retired
+    /// counts again).
+    pub fn chunks_made_retired(&self) -> (u64, u64) {
+        (self.files.made, self.files.retired)
     }
 
     /// The read-only descriptor of chunk `k`'s memory, while it is made (what receivers map).

@@ -33,12 +33,18 @@
 //!   ("freed 2" in between) and prints how many notices rode along with the request.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
 //!   two send frames, and sends a deallocation notice for an fbuf it was never given.
+//! - `fbuf-peer mirror SOCKET`: take a path mirrored on the socket; for each line `ADDR LEN`
+//!   on standard input, receive that fbuf and print its bytes as text (then free it), or
+//!   `refused: WHY`.
+//! - `fbuf-peer hold-every SOCKET K`: receive until the originator closes the link, checking
+//!   every byte of fbuf N against the pattern of N; hold every K-th (none with K = 0), free the
+//!   others at once; at the close read the held ones again and print `ok N held H intact I`.
 
 use std::io::{BufRead, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use zcio_fbufs::aggregate::{Limits, walk};
-use zcio_fbufs::link::{Forwarder, OriginatorEnd, Received, ReceiverEnd};
+use zcio_fbufs::link::{Forwarder, OriginatorEnd, PathMirror, Received, ReceiverEnd};
 use zcio_fbufs::owner::OwnerClient;
 use zcio_fbufs::path::{FbufRef, Originator, PathInfo, PathMemory, Receiver, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
@@ -76,6 +82,8 @@ pub fn run(a: &[String]) {
         Some("originator-then-exit") => originator_then_exit(a),
         Some("free-two-secure-third") => free_two_secure_third(a),
         Some("receiver-frees-foreign") => receiver_frees_foreign(a),
+        Some("hold-every") => hold_every(a),
+        Some("mirror") => mirror(a),
         _ => {
             eprintln!("fbuf-peer: no such mode: {a:?}");
             std::process::exit(2);
@@ -366,6 +374,63 @@ fn originator_then_exit(a: &[String]) {
         end.alloc_waiting(len).expect("alloc")
     });
     println!("sent {count}");
+}
+
+/// `mirror SOCKET`.
+fn mirror(a: &[String]) {
+    let sock = UnixStream::connect(&a[2]).expect("connect");
+    let mut m = PathMirror::accept(&sock).expect("take the mirrored path");
+    for line in std::io::stdin().lock().lines() {
+        let line = line.expect("a line");
+        let mut w = line
+            .split_whitespace()
+            .map(|w| w.parse().expect("a number"));
+        let r = FbufRef {
+            addr: w.next().expect("an address"),
+            len: w.next().expect("a length"),
+        };
+        match m.receive(r) {
+            Ok(()) => {
+                let mut buf = vec![0u8; r.len as usize];
+                assert!(
+                    m.receiver().read_bytes(r.addr, &mut buf),
+                    "{r:?} unreadable"
+                );
+                println!("{}", String::from_utf8_lossy(&buf));
+                m.free(r).expect("free");
+            }
+            Err(e) => println!("refused: {e}"),
+        }
+        flush();
+    }
+}
+
+/// `hold-every SOCKET K`.
+fn hold_every(a: &[String]) {
+    let every: u64 = arg(a, 3);
+    let mut rx =
+        ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect")).expect("join the path");
+    let mut held = Vec::new();
+    let mut got = 0u64;
+    let same = |rx: &ReceiverEnd, n: u64, r: FbufRef| {
+        let mut buf = vec![0u8; r.len as usize];
+        rx.receiver.read_bytes(r.addr, &mut buf) && buf == zcio_fbufs::pattern(n, r.len as usize)
+    };
+    while let Some(r) = rx.recv().expect("receive") {
+        assert!(
+            same(&rx, got, r),
+            "fbuf {got} ({r:?}) differs from its pattern"
+        );
+        if every > 0 && got % every == 0 {
+            held.push((got, r));
+        } else {
+            rx.free(r).expect("free");
+        }
+        got += 1;
+    }
+    let intact = held.iter().filter(|(n, r)| same(&rx, *n, *r)).count();
+    println!("ok {got} held {} intact {intact}", held.len());
+    flush();
 }
 
 /// `free-two-secure-third SOCKET`.
