@@ -26,7 +26,7 @@ impl ReceiverEnd {
 
     /// Write chunk frame `kind` of `r` (with `fd` for an announcement) to every mirror's feed
     /// now; a feed that does not take it whole is dropped.
-    pub(super) fn to_mirrors(&mut self, kind: u64, r: FbufRef, fd: Option<BorrowedFd<'_>>) {
+    pub(super) fn write_mirrors(&mut self, kind: u64, r: FbufRef, fd: Option<BorrowedFd<'_>>) {
         let f = frame(kind, r);
         let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
         self.mirrors.retain(|m| {

@@ -181,7 +181,7 @@ impl ReceiverEnd {
             self.receiver.retire_chunk(r)?;
         }
         if !self.mirrors.is_empty() {
-            self.to_mirrors(kind, r, kept.as_ref().map(AsFd::as_fd));
+            self.write_mirrors(kind, r, kept.as_ref().map(AsFd::as_fd));
         }
         if let Some(q) = &mut self.relay {
             q.push_back((kind, r, kept));

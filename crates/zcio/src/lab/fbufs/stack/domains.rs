@@ -7,7 +7,8 @@
 //!   and sends the reference. The protocol domain prepends the UDP header and cuts the datagram
 //!   into fragments, each with its IP header, as an aggregate whose headers and nodes sit in
 //!   an fbuf of its own path ([`super::agg::build`]), and sends the root; the data is never
-//!   read nor copied on the way. It has offered the application's path onward once, so the
+//!   read nor copied on the way. It has offered the application's path onward once (its
+//!   chunks following on a feed of their own as they are made, [`PathMirror`]), so the
 //!   receiving domain maps both paths read-only, walks the aggregate, reassembles and touches
 //!   the data in place. Its free of the message gives the protocol domain's fbuf back, and the
 //!   protocol domain then frees the application's (messages come back in the order sent).
