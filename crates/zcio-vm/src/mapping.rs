@@ -520,6 +520,15 @@ pub fn seal_future_writes(fd: BorrowedFd<'_>) -> Result<bool> {
     }
 }
 
+/// Seal a memory file's size (`F_SEAL_SHRINK`, `F_SEAL_GROW`): whoever holds it can no longer
+/// shrink it under a mapping (where a read would fault) nor grow it, and it can still be mapped
+/// writable and sealed further ([`seal_future_writes`]).
+pub fn seal_size(fd: BorrowedFd<'_>) -> Result<()> {
+    use rustix::fs::SealFlags;
+    rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK | SealFlags::GROW)
+        .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS, F_SEAL_SHRINK)", e.into()))
+}
+
 /// Whether a memory file is sealed against writes from now on ([`seal_future_writes`]).
 pub fn is_sealed_for_writes(fd: BorrowedFd<'_>) -> bool {
     rustix::fs::fcntl_get_seals(fd).is_ok_and(|s| s.contains(rustix::fs::SealFlags::FUTURE_WRITE))

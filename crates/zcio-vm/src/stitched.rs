@@ -24,14 +24,55 @@ use crate::mapping::MAX_MAPPING;
 use crate::page::{RawRange, page_size};
 use crate::protect::Access;
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 
-/// One file's part of a unit: `len` bytes of `fd` from `offset` (both whole pages).
+/// A memory file sealed against shrinking (`F_SEAL_SHRINK`), with its length: no mapping of
+/// it within that length can ever reach past its end, where a read would fault (`SIGBUS`).
+/// Checked once, when it is made, so that mapping parts of it costs no system call more.
+#[derive(Debug)]
+pub struct SealedFile {
+    fd: OwnedFd,
+    len: u64,
+}
+
+impl SealedFile {
+    /// `fd`, refused (and closed) unless it is a file sealed against shrinking
+    /// ([`crate::mapping::seal_size`] and [`crate::mapping::seal_future_writes`] seal memory
+    /// files so).
+    pub fn new(fd: OwnedFd) -> Result<SealedFile> {
+        if !crate::mapping::is_sealed_against_shrinking(fd.as_fd()) {
+            return Err(VmError::Misuse {
+                what: "a file not sealed against shrinking (a mapping of it could reach past its end)",
+            });
+        }
+        let len = rustix::fs::fstat(&fd)
+            .map_err(|e| VmError::sys("fstat(sealed file)", e.into()))?
+            .st_size as u64;
+        Ok(SealedFile { fd, len })
+    }
+
+    /// Its length, which never goes down.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// One file's part of a unit: `len` bytes of `file` from `offset` (both whole pages).
 #[derive(Debug, Clone, Copy)]
 pub struct Part<'a> {
     /// The file.
-    pub fd: BorrowedFd<'a>,
+    pub file: &'a SealedFile,
     /// Where the part starts in the file.
     pub offset: u64,
     /// Its length.
@@ -144,7 +185,8 @@ impl Stitched {
     /// Map a unit at `offset`: `parts` side by side, with `access`. Refused (nothing mapped)
     /// where it leaves the range, overlaps a unit, a part is not whole pages or lies past the
     /// end of its file (a read there would fault), or the kernel refuses the access (write
-    /// access to a file opened read-only or sealed against writes).
+    /// access to a file opened read-only or sealed against writes). No system call but the
+    /// mappings: the files' lengths were checked when they were sealed ([`SealedFile`]).
     pub fn map(&mut self, offset: usize, parts: &[Part<'_>], access: Access) -> Result<()> {
         let total = self.check_unit(offset, parts)?;
         let mut at = offset;
@@ -184,9 +226,7 @@ impl Stitched {
                     alignment: ps,
                 });
             }
-            let size = rustix::fs::fstat(p.fd)
-                .map_err(|e| VmError::sys("fstat(part of a stitched unit)", e.into()))?
-                .st_size as u64;
+            let size = p.file.len;
             if p.offset.checked_add(p.len as u64).is_none_or(|e| e > size) {
                 return Err(VmError::OutOfBounds {
                     what: "part of a stitched unit in its file",
@@ -232,15 +272,15 @@ impl Stitched {
         let addr = self.base + offset;
         // SAFETY: [addr, addr + p.len) lies in this object's range (checked) and under no unit
         // (checked), so MAP_FIXED replaces only this object's own placeholder, which nothing
-        // reads or writes; the file is at least as long as the part (checked), so no read of
-        // the mapping lies past its end.
+        // reads or writes; the file is at least as long as the part (checked) and sealed
+        // against shrinking, so no read of the mapping ever lies past its end.
         let m = unsafe {
             libc::mmap(
                 addr as *mut libc::c_void,
                 p.len,
                 access.prot(),
                 libc::MAP_SHARED | libc::MAP_FIXED,
-                p.fd.as_raw_fd(),
+                p.file.fd.as_raw_fd(),
                 p.offset as libc::off_t,
             )
         };
@@ -506,8 +546,14 @@ impl Drop for Stitched {
 mod tests {
     use super::*;
     use crate::mapping::memfd;
-    use std::os::fd::AsFd;
     use std::sync::atomic::Ordering;
+
+    /// A memory file of `len` bytes, its size sealed.
+    fn sealed(len: usize) -> SealedFile {
+        let fd = memfd("stitched-test", len).unwrap();
+        crate::mapping::seal_size(fd.as_fd()).unwrap();
+        SealedFile::new(fd).unwrap()
+    }
 
     fn place(len: usize, join: bool) -> Stitched {
         for _ in 0..8 {
@@ -523,11 +569,9 @@ mod tests {
     fn units_map_read_and_unmap_one_by_one() {
         let ps = page_size();
         let mut s = place(8 * ps, true);
-        let files: Vec<_> = (0..3)
-            .map(|_| memfd("stitched-test", 2 * ps).unwrap())
-            .collect();
+        let files: Vec<_> = (0..3).map(|_| sealed(2 * ps)).collect();
         let part = |i: usize| Part {
-            fd: files[i].as_fd(),
+            file: &files[i],
             offset: 0,
             len: 2 * ps,
         };
@@ -556,9 +600,9 @@ mod tests {
         s.unmap(2 * ps).unwrap();
         assert!(s.words(2 * ps, 8).is_none() && s.words(2 * ps - 8, 8).is_some());
         assert!(s.unmap(2 * ps).is_err());
-        let fresh = memfd("stitched-test", 2 * ps).unwrap();
+        let fresh = sealed(2 * ps);
         let p = Part {
-            fd: fresh.as_fd(),
+            file: &fresh,
             offset: 0,
             len: 2 * ps,
         };
@@ -578,18 +622,18 @@ mod tests {
     fn a_unit_of_several_files_and_units_kept_apart() {
         let ps = page_size();
         let mut s = place(4 * ps, false);
-        let (a, b) = (
-            memfd("stitched-a", 4 * ps).unwrap(),
-            memfd("stitched-b", 4 * ps).unwrap(),
-        );
+        let (a, b) = (memfd("stitched-a", 4 * ps).unwrap(), sealed(4 * ps));
+        // Not sealed against shrinking: refused.
+        assert!(SealedFile::new(a).is_err());
+        let a = sealed(4 * ps);
         let parts = [
             Part {
-                fd: a.as_fd(),
+                file: &a,
                 offset: 3 * ps as u64,
                 len: ps,
             },
             Part {
-                fd: b.as_fd(),
+                file: &b,
                 offset: 0,
                 len: ps,
             },
@@ -598,7 +642,7 @@ mod tests {
         s.map(
             2 * ps,
             &[Part {
-                fd: b.as_fd(),
+                file: &b,
                 offset: ps as u64,
                 len: ps,
             }],
@@ -612,7 +656,7 @@ mod tests {
         assert!(s.words(2 * ps - 8, 16).is_none());
         // The stores landed in the files.
         let other =
-            crate::shared::SharedWords::map_anywhere(b.as_fd(), 0, ps, Access::ReadOnly).unwrap();
+            crate::shared::SharedWords::map_anywhere(b.fd(), 0, ps, Access::ReadOnly).unwrap();
         assert_eq!(other.load(0), 8);
         // A buffer lent keeps its unit mapped until it is given back.
         let buf = s.ring_buf(2 * ps, 100).unwrap();
@@ -629,9 +673,9 @@ mod tests {
         let addr = crate::arena::random_address(4 * ps);
         let mut s = Stitched::new(addr, 4 * ps, true).unwrap();
         assert!(Stitched::new(addr + ps, ps, true).is_err(), "overlaps");
-        let f = memfd("stitched-out", ps).unwrap();
+        let f = sealed(ps);
         let p = Part {
-            fd: f.as_fd(),
+            file: &f,
             offset: 0,
             len: ps,
         };

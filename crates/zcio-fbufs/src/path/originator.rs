@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU64;
 use zcio_vm::bufring::SharedBuf;
 use zcio_vm::page_size;
 use zcio_vm::protect::Access;
-use zcio_vm::stitched::{Part, Stitched};
+use zcio_vm::stitched::{Part, SealedFile, Stitched};
 
 /// The originator's side of a path: its allocator (LIFO free lists per size, chunk quota, a
 /// budget of cached bytes) and its writable mapping of the path's chunks, each a memory file
@@ -232,15 +232,17 @@ impl Originator {
     fn make_chunk(&mut self, k: usize) -> Result<(), FbufError> {
         let cb = self.info.chunk_bytes;
         let fd = zcio_vm::mapping::memfd("zcio-fbuf-chunk", cb)?;
+        zcio_vm::mapping::seal_size(fd.as_fd())?;
+        let file = SealedFile::new(fd)?;
         let part = Part {
-            fd: fd.as_fd(),
+            file: &file,
             offset: 0,
             len: cb,
         };
         self.map.map(k * cb, &[part], Access::ReadWrite)?;
-        let ro = zcio_vm::mapping::seal_future_writes(fd.as_fd()).and_then(|sealed| {
+        let ro = zcio_vm::mapping::seal_future_writes(file.fd()).and_then(|sealed| {
             self.sealed &= sealed;
-            zcio_vm::mapping::reopen_read_only(fd.as_fd())
+            zcio_vm::mapping::reopen_read_only(file.fd())
         });
         match ro {
             Ok(ro) => {

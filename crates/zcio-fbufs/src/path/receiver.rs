@@ -3,11 +3,11 @@
 use super::{FbufError, FbufRef, PathInfo};
 use crate::region::{RegionRead, Span};
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use zcio_vm::page_size;
 use zcio_vm::protect::Access;
-use zcio_vm::stitched::{Part, Stitched};
+use zcio_vm::stitched::{Part, SealedFile, Stitched};
 
 /// A receiver's side of a path: the path's range claimed at its address, the chunks the
 /// originator announced (a read-only descriptor of each), mapped read-only as they come
@@ -17,7 +17,7 @@ pub struct Receiver {
     info: PathInfo,
     map: Stitched,
     /// The chunks announced and not retired, by index.
-    chunks: HashMap<usize, OwnedFd>,
+    chunks: HashMap<usize, SealedFile>,
     /// Fbufs held: address → length.
     held: HashMap<u64, u64>,
 }
@@ -72,22 +72,24 @@ impl Receiver {
         if self.chunks.contains_key(&k) {
             return Err(bad("a chunk not known here already (overlapping chunks)"));
         }
-        let size = rustix::fs::fstat(&fd).map_or(0, |s| s.st_size as u64);
-        if size < r.len || !zcio_vm::mapping::is_sealed_against_shrinking(fd.as_fd()) {
-            return Err(bad(
-                "a memory file of a chunk's length at least, sealed against shrinking",
-            ));
-        }
+        let file = match SealedFile::new(fd) {
+            Ok(f) if f.len() >= r.len => f,
+            _ => {
+                return Err(bad(
+                    "a memory file of a chunk's length at least, sealed against shrinking",
+                ));
+            }
+        };
         if self.info.variant.cached {
             let part = Part {
-                fd: fd.as_fd(),
+                file: &file,
                 offset: 0,
                 len: r.len as usize,
             };
             self.map
                 .map(k * self.info.chunk_bytes, &[part], Access::ReadOnly)?;
         }
-        self.chunks.insert(k, fd);
+        self.chunks.insert(k, file);
         Ok(())
     }
 
@@ -128,12 +130,12 @@ impl Receiver {
     /// descriptors, to announce them onward.
     pub fn chunks(&self) -> impl Iterator<Item = (FbufRef, BorrowedFd<'_>)> + '_ {
         let cb = self.info.chunk_bytes;
-        self.chunks.iter().map(move |(k, fd)| {
+        self.chunks.iter().map(move |(k, file)| {
             let r = FbufRef {
                 addr: (self.info.addr + k * cb) as u64,
                 len: cb as u64,
             };
-            (r, fd.as_fd())
+            (r, file.fd())
         })
     }
 
@@ -174,7 +176,7 @@ impl Receiver {
                 .map(|k| {
                     let (lo, hi) = (off.max(k * cb), (off + cap).min((k + 1) * cb));
                     Part {
-                        fd: self.chunks[&k].as_fd(),
+                        file: &self.chunks[&k],
                         offset: (lo - k * cb) as u64,
                         len: hi - lo,
                     }
