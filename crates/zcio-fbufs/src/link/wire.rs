@@ -120,6 +120,10 @@ impl Frames {
         if !wait {
             flags |= RecvFlags::DONTWAIT;
         }
+        if self.fds.is_none() {
+            // No room for descriptors: the kernel closes any that came.
+            return rustix::net::recv(sock, &mut self.buf[self.hi..], flags).map(|(_, n)| n);
+        }
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
         let mut anc = RecvAncillaryBuffer::new(&mut space);
         let got = rustix::net::recvmsg(
