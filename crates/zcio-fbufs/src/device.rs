@@ -18,14 +18,15 @@ use crate::path::{Fbuf, FbufError, Originator};
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
 use zcio_vm::bufring::{ProvidedRing, Received};
-use zcio_vm::shared::SharedWords;
+use zcio_vm::stitched::Stitched;
 
-/// A socket received into fbufs of one originator's path. The fbufs its ring holds go back
-/// with [`SocketSource::close`]; dropped without it, they stay out of the free lists (their
-/// memory goes with the path).
+/// A socket received into fbufs of one originator's path. The fbufs its ring holds are live:
+/// their chunks are never retired while the ring holds them. They go back with
+/// [`SocketSource::close`]; dropped without it, they stay out of the free lists, and their
+/// chunks mapped (their memory goes with the path).
 #[derive(Debug)]
 pub struct SocketSource {
-    ring: ProvidedRing<SharedWords>,
+    ring: ProvidedRing<Stitched>,
     /// The fbufs the ring holds, by address.
     held: HashMap<u64, Fbuf>,
     size: usize,
@@ -91,7 +92,8 @@ impl SocketSource {
                 return Err(e);
             }
         };
-        if let Err((e, _)) = self.ring.provide(o.map_mut(), buf) {
+        if let Err((e, buf)) = self.ring.provide(o.map_mut(), buf) {
+            o.ring_buf_back(buf)?;
             o.free(fbuf)?;
             return Err(e.into());
         }
@@ -114,6 +116,8 @@ impl SocketSource {
             Received::End => Ok(None),
             Received::Data { slot, bytes } => {
                 let addr = base + slot.offset() as u64;
+                // The kernel is done with it: its chunks may be retired once the fbuf is free.
+                o.ring_buf_back(slot)?;
                 let fbuf = self.held.remove(&addr).ok_or(FbufError::BadRef {
                     what: "socket receive",
                     addr,
@@ -127,7 +131,9 @@ impl SocketSource {
 
     /// Stop: every fbuf the ring holds goes back to `o`'s free lists.
     pub fn close(mut self, o: &mut Originator) -> Result<(), FbufError> {
-        drop(self.ring.take_back());
+        for buf in self.ring.take_back() {
+            o.ring_buf_back(buf)?;
+        }
         for (_, f) in self.held.drain() {
             o.free(f)?;
         }

@@ -8,11 +8,14 @@
 //! - [`region`]: how a process reads and writes the fbuf region. Every read is bounds-checked
 //!   and word-atomic, because another process (a buggy or malicious originator of a volatile
 //!   fbuf) may rewrite any byte at any time; loops go through word slices, one check per range.
-//! - [`path`]: a data path's fbufs: one memfd per path at the same address everywhere,
-//!   read-only in receivers (enforced by the kernel: their descriptor is read-only and the
-//!   memory sealed against every writer but the originator's mapping), chunks
-//!   under a quota, LIFO free lists, cached or uncached, volatile or not (a non-volatile send
-//!   makes the fbuf read-only in the originator until every receiver has freed it).
+//! - [`path`]: a data path's fbufs: one range of addresses per path, the same everywhere,
+//!   whose chunks (under a quota) are memfds of their own, made as the allocator needs them,
+//!   read-only in receivers (enforced by the kernel: their descriptors are read-only and the
+//!   memory sealed against every writer but the originator's mapping), LIFO free lists, cached
+//!   or uncached, volatile or not (a non-volatile send makes the fbuf read-only in the
+//!   originator until every receiver has freed it), and a budget of cached bytes past which
+//!   chunks holding no live fbuf are retired, coldest first, their pages given back (the
+//!   paper's pageable fbuf memory).
 //! - [`aggregate`]: x-kernel aggregate objects (§3.2.3, Figure 2): a DAG of leaf, join and
 //!   slice nodes stored in the region itself, so that a send passes one root reference. It
 //!   offers join, split, clip and header prepend, and a receiver-side reader that checks every
@@ -22,8 +25,9 @@
 //! - [`device`]: fbufs originated by a device: a socket received straight into a path's
 //!   fbufs through an io_uring provided-buffer ring.
 //! - [`ring`]: the shared single-producer rings a link passes references through.
-//! - [`link`]: fbufs and aggregate messages between processes: the path offered once with a
-//!   read-only descriptor, references and deallocation notices through the rings (the socket
+//! - [`link`]: fbufs and aggregate messages between processes: the path offered once, its
+//!   chunks announced (each with a read-only descriptor) and retired by frames in order with
+//!   the references, references and deallocation notices through the rings (the socket
 //!   beside them for wake-ups, requests and overflow, with notices piggybacked on requests),
 //!   every reference of a receiver that dies released (seen through a pidfd), and a forwarding
 //!   server for three-process paths.

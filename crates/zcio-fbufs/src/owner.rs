@@ -3,9 +3,11 @@
 //! and a budget for the whole region, lets receivers join a path, and takes a path's chunks back
 //! when every process of the path is gone.
 //!
-//! - Each path is its own memfd, so no path's originator can reach another path's memory. The
-//!   owner keeps the descriptors: the originator gets a read-write one, receivers read-only
-//!   ones ([`OwnerClient::create_path`], [`OwnerClient::join_path`]).
+//! - The owner places each path in the region and keeps its geometry
+//!   ([`OwnerClient::create_path`], [`OwnerClient::join_path`]). A path's memory is its
+//!   chunks, memory files its originator makes as its allocator needs them (and gives back
+//!   under its budget, [`crate::path`]): no path's originator can reach another path's memory,
+//!   and receivers get read-only descriptors of the chunks from the originator's link.
 //! - An allocator made with [`Originator::granted_by_owner`] carves fbufs only from chunks it
 //!   was granted; [`OwnerClient::alloc`] asks for more when it runs out. A grant beyond the
 //!   path's quota or the region's budget is refused with a clear error, and the other paths are
@@ -15,10 +17,11 @@
 //!   stay while any process of it is left (an originator that exits or is killed leaves them to
 //!   its receivers, which go on reading in place) and return to the budget when the last is gone.
 //!
-//! What differs from the paper: chunks are accounting, not page-table entries the owner maps into
-//! each process. The originator maps its whole path at once (sparse, populated lazily) and the
-//! grant limits what its allocator carves. An originator that ignores its grant can only fill its
-//! own path's memfd, up to its quota; the kernel charges those pages to it.
+//! What differs from the paper: a grant is accounting, not page-table entries the owner maps
+//! into each process. The originator makes and maps its chunks itself (sparse, populated
+//! lazily) and the grant limits the chunks its allocator carves from; a chunk it retires under
+//! its budget stays granted. An originator that ignores its grant can only make memory files
+//! of its own; the kernel charges their pages to it.
 
 use crate::link::{
     FRAME, Frames, LinkError, Next, OriginatorEnd, accept_path, frame, offer_path_now, parse,
@@ -197,7 +200,7 @@ impl Owner {
                     Ok(mem) => {
                         let info = mem.info();
                         let sent = self.reply(i, OK, info.addr as u64, 0)
-                            && offer_path_now(&self.clients[i].sock, info, mem.fd()).is_ok();
+                            && offer_path_now(&self.clients[i].sock, info).is_ok();
                         self.paths.insert(
                             info.addr as u64,
                             OwnedPath {
@@ -218,11 +221,9 @@ impl Owner {
                 None => self.reply(i, REFUSED, NO_PATH, a),
                 Some(p) => {
                     let info = p.mem.info();
-                    let ro = p.mem.receiver_fd()?;
                     p.members += 1;
                     self.clients[i].path = Some(a);
-                    self.reply(i, OK, a, 0)
-                        && offer_path_now(&self.clients[i].sock, info, ro.as_fd()).is_ok()
+                    self.reply(i, OK, a, 0) && offer_path_now(&self.clients[i].sock, info).is_ok()
                 }
             },
             GRANT => {
@@ -325,22 +326,21 @@ impl OwnerClient {
     }
 
     /// Create a path of at most `quota_chunks` chunks; this process is its originator. Returns
-    /// its geometry and a read-write descriptor, for [`Originator::granted_by_owner`].
+    /// its geometry, for [`Originator::granted_by_owner`].
     pub fn create_path(
         &mut self,
         quota_chunks: usize,
         variant: Variant,
-    ) -> Result<(PathInfo, OwnedFd), LinkError> {
+    ) -> Result<PathInfo, LinkError> {
         self.ask(CREATE, quota_chunks as u64, variant.bits())?;
-        let (info, fd, _) = accept_path(&self.sock)?;
-        Ok((info, fd))
+        Ok(accept_path(&self.sock)?.0)
     }
 
-    /// Join the path at `addr` as a receiver: its geometry and a read-only descriptor.
-    pub fn join_path(&mut self, addr: u64) -> Result<(PathInfo, OwnedFd), LinkError> {
+    /// Join the path at `addr` as a receiver: its geometry (its chunks come from its
+    /// originator's link).
+    pub fn join_path(&mut self, addr: u64) -> Result<PathInfo, LinkError> {
         self.ask(JOIN, addr, 0)?;
-        let (info, fd, _) = accept_path(&self.sock)?;
-        Ok((info, fd))
+        Ok(accept_path(&self.sock)?.0)
     }
 
     /// Ask for `n` more chunks for the path at `addr` (created on this connection); the total

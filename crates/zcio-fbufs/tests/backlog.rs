@@ -60,14 +60,14 @@ fn watchdog(
 
 /// An originator on a path with room for every fbuf of the stream at once (one page each),
 /// listening on a fresh socket, with rings of [`SLOTS`] slots.
-fn originator() -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) {
+fn originator() -> (tempfile::TempDir, UnixListener, OriginatorEnd) {
     let dir = tempfile::tempdir().unwrap();
     let l = UnixListener::bind(dir.path().join("up")).unwrap();
     let p = PathMemory::create(256 * 1024, 40, Variant::CACHED).unwrap();
     assert!(p.info().len() / zcio_vm::page_size() >= N as usize);
     let mut end = OriginatorEnd::new(p.originator().unwrap());
     end.ring_slots = SLOTS;
-    (dir, l, p, end)
+    (dir, l, end)
 }
 
 /// Start a peer in mode `receiver-loop` with `args` after its socket, as a receiver of `end`;
@@ -75,7 +75,6 @@ fn originator() -> (tempfile::TempDir, UnixListener, PathMemory, OriginatorEnd) 
 fn receiver(
     dir: &tempfile::TempDir,
     l: &UnixListener,
-    p: &PathMemory,
     end: &mut OriginatorEnd,
     args: &[&str],
     small: bool,
@@ -92,8 +91,7 @@ fn receiver(
     if small {
         rustix::net::sockopt::set_socket_send_buffer_size(&s, 4096).unwrap();
     }
-    end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
+    end.add_receiver(s).unwrap();
     child
 }
 
@@ -171,12 +169,12 @@ fn a_stalled_receiver_holds_up_no_send_and_gets_everything_when_it_reads_again()
             "the stalled receiver caught up",
         ],
         |phase| {
-            let (dir, l, p, mut end) = originator();
+            let (dir, l, mut end) = originator();
             let n = N.to_string();
-            let mut stalled = receiver(&dir, &l, &p, &mut end, &[&n, "stall"], true);
+            let mut stalled = receiver(&dir, &l, &mut end, &[&n, "stall"], true);
             let mut stalled_out = std::io::BufReader::new(stalled.stdout.take().unwrap());
             assert_eq!(line(&mut stalled_out).trim(), "joined");
-            let mut good = receiver(&dir, &l, &p, &mut end, &[&n], false);
+            let mut good = receiver(&dir, &l, &mut end, &[&n], false);
             let good_out = output_of(&mut good);
             phase.send("joined").unwrap();
 
@@ -214,9 +212,9 @@ fn a_stalled_receiver_catches_up_while_the_originator_only_sleeps() {
     watchdog(
         &["every send returned", "the stalled receiver caught up"],
         |phase| {
-            let (dir, l, p, mut end) = originator();
+            let (dir, l, mut end) = originator();
             let n = N.to_string();
-            let mut stalled = receiver(&dir, &l, &p, &mut end, &[&n, "stall", "hold"], true);
+            let mut stalled = receiver(&dir, &l, &mut end, &[&n, "stall", "hold"], true);
             let mut out = std::io::BufReader::new(stalled.stdout.take().unwrap());
             assert_eq!(line(&mut out).trim(), "joined");
             let slowest = send_stream(&mut end, &[0]);
@@ -254,15 +252,15 @@ fn a_stalled_receiver_catches_up_while_the_originator_only_sleeps() {
 #[test]
 fn a_receiver_stalled_past_the_limit_is_dropped_and_its_references_released() {
     watchdog(&["every send returned", "all back"], |phase| {
-        let (dir, l, p, mut end) = originator();
+        let (dir, l, mut end) = originator();
         end.backlog_frames = 200;
         let n = N.to_string();
-        let mut stalled = receiver(&dir, &l, &p, &mut end, &[&n, "stall"], true);
+        let mut stalled = receiver(&dir, &l, &mut end, &[&n, "stall"], true);
         let mut stalled_out = std::io::BufReader::new(stalled.stdout.take().unwrap());
         assert_eq!(line(&mut stalled_out).trim(), "joined");
         // Receiver 1 has the default limit: it may fall behind by a few hundred frames.
         end.backlog_frames = zcio_fbufs::link::DEFAULT_BACKLOG_FRAMES;
-        let mut good = receiver(&dir, &l, &p, &mut end, &[&n], false);
+        let mut good = receiver(&dir, &l, &mut end, &[&n], false);
         let good_out = output_of(&mut good);
         let slowest = send_stream(&mut end, &[0, 1]);
         assert!(slowest < CALL, "a send took {slowest:?}");
@@ -276,9 +274,12 @@ fn a_receiver_stalled_past_the_limit_is_dropped_and_its_references_released() {
             "{why}"
         );
         assert_eq!(end.backlog_bytes(0), 0);
-        // ... and what it held released: every reference sent to it, ring, socket and backlog.
+        // ... and what it held released: every reference sent to it, socket and backlog. (The
+        // ring took none: the path's first chunk was announced on the socket before the first
+        // reference, and a receiver that has not taken the announcement gets every reference
+        // after it on the socket too.)
         let held = end.released_for_dead;
-        assert!(held > SLOTS + 200 && held < N as usize, "{held} released");
+        assert!(held > 200 && held < N as usize, "{held} released");
         phase.send("every send returned").unwrap();
         // Receiver 1 got the whole stream; then every fbuf is back on a free list.
         let said = serve_until(&mut end, &good_out);
@@ -324,8 +325,7 @@ fn a_forwarder_keeps_taking_from_upstream_while_its_receiver_stalls() {
                 .unwrap();
             let (s, _) = l.accept().unwrap();
             rustix::net::sockopt::set_socket_send_buffer_size(&s, 4096).unwrap();
-            end.add_receiver(s, p.receiver_fd().unwrap().as_fd())
-                .unwrap();
+            end.add_receiver(s).unwrap();
             let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
             assert_eq!(line(&mut server_out).trim(), "listening");
             let mut stalled = peer()
@@ -380,15 +380,18 @@ fn raw_originator(slots: usize, small: bool) -> (PathMemory, Rings, UnixStream, 
     if small {
         rustix::net::sockopt::set_socket_send_buffer_size(&theirs, 4096).unwrap();
     }
-    offer_path(
-        &ours,
-        p.info(),
-        p.receiver_fd().unwrap().as_fd(),
-        Some(rings.fd()),
-    )
-    .unwrap();
+    offer_path(&ours, p.info(), Some(rings.fd())).unwrap();
+    // Its first chunk announced, as an originator does before any reference into it.
+    let chunk = zcio_vm::mapping::memfd("raw-chunk", 64 * 1024).unwrap();
+    zcio_vm::mapping::seal_future_writes(chunk.as_fd()).unwrap();
+    let announce = frame(CHUNK, p.info().chunk_ref(0));
+    zcio_vm::wire::send_with_fds(ours.as_fd(), &announce, &[chunk.as_fd()]).unwrap();
+    rings.post_mail(Dir::Sends);
     let mut rx = ReceiverEnd::connect(theirs).unwrap();
     rx.spin = Duration::ZERO;
+    // Taken before anything else comes (counted as taken from the socket).
+    assert_eq!(rx.try_recv().unwrap(), Received::NotYet);
+    assert_eq!(rings.mail_taken(Dir::Sends), 1);
     (p, rings, ours, rx)
 }
 
@@ -403,6 +406,7 @@ fn frame(kind: u64, r: FbufRef) -> [u8; 24] {
 const SEND: u64 = 1;
 const FREED: u64 = 2;
 const SECURED: u64 = 4;
+const CHUNK: u64 = 10;
 
 /// Every whole frame waiting on `sock`, without waiting.
 fn frames_on(sock: &UnixStream) -> Vec<(u64, u64)> {
@@ -429,11 +433,16 @@ fn a_reference_on_the_ring_never_overtakes_one_on_the_socket() {
     let p = PathMemory::create(64 * 1024, 4, Variant::CACHED).unwrap();
     let mut end = OriginatorEnd::new(p.originator().unwrap());
     end.ring_slots = 1;
+    // The path's first chunk made before the receiver comes: the offer announces it.
+    let f = end.originator.alloc(100).unwrap();
+    end.originator.free(f).unwrap();
     let (ours, sock) = UnixStream::pair().unwrap();
-    end.add_receiver(ours, p.receiver_fd().unwrap().as_fd())
-        .unwrap();
-    let (_, _ro, rings) = accept_path(&sock).unwrap();
+    end.add_receiver(ours).unwrap();
+    let (_, rings) = accept_path(&sock).unwrap();
     let rings = Rings::open(rings.unwrap()).unwrap();
+    // The announcement comes on the socket; the receiver takes it.
+    assert_eq!(frames_on(&sock), [(CHUNK, p.info().addr as u64)]);
+    rings.set_mail_taken(Dir::Sends, 1);
     let send = |end: &mut OriginatorEnd| {
         let f = end.originator.alloc(100).unwrap();
         end.send(f, &[0]).unwrap().addr
@@ -454,7 +463,7 @@ fn a_reference_on_the_ring_never_overtakes_one_on_the_socket() {
     );
     assert_eq!(frames_on(&sock), [(SEND, b), (SEND, c)]);
     // Once the receiver says it took both, the ring is used again.
-    rings.set_mail_taken(Dir::Sends, 2);
+    rings.set_mail_taken(Dir::Sends, 3);
     let d = send(&mut end);
     assert_eq!(
         rings.pop(Dir::Sends, &mut rx).unwrap(),
@@ -488,7 +497,7 @@ fn a_receiver_takes_the_ring_before_what_it_read_early_from_the_socket() {
     // Still in the order sent: the ring's second before the socket's third.
     assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r(1)));
     assert_eq!(rx.try_recv().unwrap(), Received::Fbuf(r(2)));
-    assert_eq!(rings.mail_taken(Dir::Sends), 1);
+    assert_eq!(rings.mail_taken(Dir::Sends), 2);
     assert_eq!(rx.try_recv().unwrap(), Received::NotYet);
 }
 
@@ -584,9 +593,8 @@ fn a_frame_cut_short_holds_up_no_originator() {
         let p = PathMemory::create(64 * 1024, 4, Variant::CACHED).unwrap();
         let mut end = OriginatorEnd::new(p.originator().unwrap());
         let (ours, sock) = UnixStream::pair().unwrap();
-        end.add_receiver(ours, p.receiver_fd().unwrap().as_fd())
-            .unwrap();
-        let (_, _ro, rings) = accept_path(&sock).unwrap();
+        end.add_receiver(ours).unwrap();
+        let (_, rings) = accept_path(&sock).unwrap();
         let rings = Rings::open(rings.unwrap()).unwrap();
         // A hostile receiver posts one byte of a frame and nothing more.
         (&sock).write_all(&[FREED as u8]).unwrap();

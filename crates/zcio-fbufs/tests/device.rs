@@ -46,15 +46,9 @@ fn a_socket_lands_in_fbufs_a_receiver_reads_and_every_byte_is_the_peers() {
             return;
         };
         assert_eq!(src.held(), 4);
-        // What every other process of the path sees: the path's memory through a read-only
-        // descriptor (mapped anywhere here, since this process has the path's address taken).
-        let view = SharedWords::map_anywhere(
-            path.receiver_fd().unwrap().as_fd(),
-            0,
-            path.info().len(),
-            Access::ReadOnly,
-        )
-        .unwrap();
+        // A chunk lent to the ring is live: a budget of nothing retires none of it.
+        o.set_cache_budget(0).unwrap();
+        assert_eq!(o.chunks_used(), 1);
         let (a, mut peer) = UnixStream::pair().unwrap();
         let lens = [10_000, 1, SIZE, 4096];
         let writer = std::thread::spawn(move || {
@@ -74,8 +68,13 @@ fn a_socket_lands_in_fbufs_a_receiver_reads_and_every_byte_is_the_peers() {
             let mut got = vec![0u8; *len];
             assert!(o.read_bytes(sent.addr, &mut got));
             assert!(got == message(k as u8, *len), "message {k}, {variant:?}");
-            let off = (sent.addr - path.info().addr as u64) as usize;
-            let words = view.words(off, len.next_multiple_of(8));
+            // What every other process of the path sees: the chunk's memory through its
+            // read-only descriptor (mapped anywhere here, where the path's address is taken).
+            let (cb, off) = (64 << 10, (sent.addr - path.info().addr as u64) as usize);
+            let view =
+                SharedWords::map_anywhere(o.chunk_fd(off / cb).unwrap(), 0, cb, Access::ReadOnly)
+                    .unwrap();
+            let words = view.words(off % cb, len.next_multiple_of(8));
             let seen: Vec<u8> = words
                 .iter()
                 .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
@@ -88,6 +87,8 @@ fn a_socket_lands_in_fbufs_a_receiver_reads_and_every_byte_is_the_peers() {
         assert_eq!(src.held(), 4, "refilled");
         src.close(&mut o).unwrap();
         assert_eq!(o.outstanding(), 0);
+        // Every fbuf back, nothing live: under the budget of nothing, every chunk goes.
+        assert_eq!((o.chunks_used(), o.cached_bytes()), (0, 0));
     }
 }
 
@@ -109,7 +110,7 @@ fn bad_requests_are_refused_by_name_and_the_fbufs_come_back() {
     // Another path's originator.
     let (_other, mut o2) = originated(64 << 10, 2, variant);
     let e = src.recv(&mut o2, a.as_fd(), 10).unwrap_err();
-    assert!(e.to_string().contains("another shared mapping"), "{e}");
+    assert!(e.to_string().contains("another stitched range"), "{e}");
     // The peer closes: no fbuf taken.
     drop(peer);
     assert!(src.recv(&mut o, a.as_fd(), 10).unwrap().is_none());

@@ -1,8 +1,10 @@
 //! Fuzzing what a link decodes from its peer (`arbtest`): the path offer (four geometry words
-//! and its descriptors), the 24-byte frames on the socket and the entries of the shared rings,
-//! in both directions. A hostile originator may offer any geometry and send any frame or ring
-//! entry; a hostile receiver may send back any notice or request, and either may scribble on
-//! the rings. The other end must answer with a delivery, nothing, or an error: never panic,
+//! and its descriptors), the 24-byte frames on the socket with the descriptors that come with
+//! them, and the entries of the shared rings, in both directions. A hostile originator may
+//! offer any geometry and send any frame or ring entry: chunks announced anywhere, twice, with
+//! no descriptor, several or the wrong one, and retired while fbufs in them are held; a hostile
+//! receiver may send back any notice or request (descriptors too) while its originator trims
+//! its path, and either may scribble on the rings. The other end must answer with a delivery, nothing, or an error: never panic,
 //! read outside what it mapped (a fault), or wait for ever; and an originator whose receiver
 //! misbehaved or left has every fbuf back.
 //!
@@ -12,7 +14,7 @@
 //! `*_REGRESSIONS` (among them those that once found a bug) are replayed first, every run.
 
 use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use zcio_fbufs::aggregate::{Limits, Msg, NODE_BYTES, walk};
 use zcio_fbufs::link::{OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
@@ -50,9 +52,11 @@ const CHUNK: usize = 64 * 1024;
 const CHUNKS: usize = 4;
 const PATH: u64 = (CHUNK * CHUNKS) as u64;
 /// The link's frame kinds (send, freed, secure, secured, aggregate message, wake-up, goodbye,
-/// downstream process) and one that is none of them.
-const KINDS: [u64; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+/// downstream process, chunk made, chunk retired) and two that are none of them.
+const KINDS: [u64; 12] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
 const DOWNSTREAM: u64 = 9;
+const CHUNK_FRAME: u64 = 10;
+const RETIRE: u64 = 11;
 const SEND: u64 = 1;
 const FREED: u64 = 2;
 const SECURE: u64 = 3;
@@ -167,18 +171,80 @@ fn drain(sock: &UnixStream) {
     }
 }
 
-/// The path offer as a hostile originator sends it: the honest words and descriptors, each
-/// perhaps replaced, cut short, extended by a frame, or missing.
+/// A chunk's memory as an originator makes it: a memory file of a chunk's length, sealed.
+fn chunk_file() -> OwnedFd {
+    let fd = zcio_vm::mapping::memfd("fuzz-chunk", CHUNK).unwrap();
+    zcio_vm::mapping::seal_future_writes(fd.as_fd()).unwrap();
+    fd
+}
+
+/// A chunk frame as a hostile originator sends it: mostly an announcement of one of the path's
+/// chunks with its memory, sometimes anywhere, and with no descriptor, two, or the wrong one
+/// (too short, not sealed, the rings, a socket); or a retirement of anything. On the socket,
+/// or on the ring.
+fn chunk_hostile(
+    u: &mut Unstructured<'_>,
+    sock: &UnixStream,
+    files: &[OwnedFd],
+    rings: &Rings,
+    tx: &mut u64,
+    base: u64,
+) -> Result<()> {
+    let k = u.choose_index(files.len())?;
+    let chunk = FbufRef {
+        addr: base + (k * CHUNK) as u64,
+        len: CHUNK as u64,
+    };
+    let r = if u.ratio(3, 4)? {
+        chunk
+    } else {
+        any_ref(u, base)?
+    };
+    let kind = if u.ratio(2, 3)? { CHUNK_FRAME } else { RETIRE };
+    if u.ratio(1, 8)? {
+        let _ = rings.push(Dir::Sends, tx, [kind, r.addr, r.len]);
+        return Ok(());
+    }
+    let short = zcio_vm::mapping::memfd("fuzz-short", 4096).unwrap();
+    let unsealed = zcio_vm::mapping::memfd("fuzz-unsealed", CHUNK).unwrap();
+    let (a, _b) = UnixStream::pair().unwrap();
+    let fds: Vec<BorrowedFd<'_>> = match (kind, u.int_in_range(0..=7)?) {
+        (_, 0) => vec![],
+        (_, 1) => vec![files[k].as_fd(), files[0].as_fd()],
+        (_, 2) => vec![short.as_fd()],
+        (_, 3) => vec![unsealed.as_fd()],
+        (_, 4) => vec![rings.fd()],
+        (_, 5) => vec![a.as_fd()],
+        (RETIRE, _) => vec![],
+        _ => vec![files[k].as_fd()],
+    };
+    zcio_vm::wire::send_with_fds(sock.as_fd(), &frame(kind, r), &fds).unwrap();
+    if u.ratio(3, 4)? {
+        rings.post_mail(Dir::Sends);
+    }
+    Ok(())
+}
+
+/// The path offer as a hostile originator sends it: the honest words and descriptor, each
+/// perhaps replaced, cut short, extended by a frame, or missing; then, mostly, every chunk
+/// announced with its memory.
 fn offer_hostile(
     u: &mut Unstructured<'_>,
     sock: &UnixStream,
     p: &PathMemory,
-    ro: BorrowedFd<'_>,
+    files: &[OwnedFd],
     rings: BorrowedFd<'_>,
 ) -> Result<()> {
     let info = p.info();
     if u.ratio(1, 2)? {
-        offer_path(sock, info, ro, Some(rings)).unwrap();
+        offer_path(sock, info, Some(rings)).unwrap();
+        if u.ratio(4, 5)? {
+            for (k, f) in files.iter().enumerate() {
+                let f = [f.as_fd()];
+                let announce = frame(CHUNK_FRAME, info.chunk_ref(k));
+                zcio_vm::wire::send_with_fds(sock.as_fd(), &announce, &f).unwrap();
+            }
+        }
         return Ok(());
     }
     let mut words = [
@@ -206,15 +272,16 @@ fn offer_hostile(
         1 => bytes.extend(frame(*u.choose(&KINDS)?, any_ref(u, info.addr as u64)?)),
         _ => {}
     }
-    // Descriptors: the honest two, or too few, too many, or the wrong ones.
+    // Descriptors: the honest one, or none, too many, or the wrong ones.
     let small = zcio_vm::mapping::memfd("fuzz-not-rings", u.int_in_range(1..=3)? * 4096).unwrap();
+    let chunk = files[0].as_fd();
     let fds: Vec<BorrowedFd<'_>> = match u.int_in_range(0..=5)? {
-        0 => vec![ro],
-        1 => vec![ro, rings, ro],
-        2 => vec![ro, small.as_fd()],
-        3 => vec![rings, ro],
+        0 => vec![],
+        1 => vec![rings, chunk],
+        2 => vec![small.as_fd()],
+        3 => vec![chunk],
         4 => vec![small.as_fd(), rings],
-        _ => vec![ro, rings],
+        _ => vec![rings],
     };
     zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds).unwrap();
     Ok(())
@@ -266,12 +333,12 @@ fn a_hostile_originator_never_breaks_a_receiver() {
     fuzz(ORIGINATOR_REGRESSIONS, |u| {
         let variant = any_variant(u)?;
         let p = PathMemory::create(CHUNK, CHUNKS, variant).unwrap();
-        let ro = p.receiver_fd().unwrap();
+        let files: Vec<OwnedFd> = (0..CHUNKS).map(|_| chunk_file()).collect();
         let slots = u.int_in_range(1..=3)?;
         let rings = placed(|| Rings::create(slots));
         let scrawl = scribbler(rings.fd());
         let (mut sock, theirs) = UnixStream::pair().unwrap();
-        offer_hostile(u, &sock, &p, ro.as_fd(), rings.fd())?;
+        offer_hostile(u, &sock, &p, &files, rings.fd())?;
         let mut end = match ReceiverEnd::connect(theirs) {
             Ok(end) => end,
             Err(e) => {
@@ -284,7 +351,8 @@ fn a_hostile_originator_never_breaks_a_receiver() {
         let (mut tx, mut fbufs, mut msgs) = (0u64, Vec::new(), Vec::new());
         let rounds: u8 = u.arbitrary()?;
         for _ in 0..rounds % 64 {
-            match u.int_in_range(0..=11)? {
+            match u.int_in_range(0..=12)? {
+                12 => chunk_hostile(u, &sock, &files, &rings, &mut tx, base)?,
                 0 | 1 => {
                     let kind = delivery(u)?;
                     let r = any_ref(u, base)?;
@@ -370,11 +438,11 @@ fn a_hostile_receiver_never_breaks_its_originator() {
             end.spin = std::time::Duration::ZERO;
             end.ring_slots = ring_slots;
             let (ours, sock) = UnixStream::pair().unwrap();
-            end.add_receiver(ours, p.receiver_fd()?.as_fd())?;
+            end.add_receiver(ours)?;
             Ok::<_, Box<dyn std::error::Error>>((end, sock))
         });
         // The hostile receiver takes the offer as it came, and maps the rings to scribble on.
-        let (info, _ro, rings) = accept_path(&sock).unwrap();
+        let (info, rings) = accept_path(&sock).unwrap();
         let rings = rings.expect("rings offered");
         let rings = placed(|| Rings::open(rings.try_clone().unwrap()));
         let scrawl = scribbler(rings.fd());
@@ -382,7 +450,19 @@ fn a_hostile_receiver_never_breaks_its_originator() {
         let (mut tx, mut sent) = (0u64, Vec::new());
         let rounds: u8 = u.arbitrary()?;
         for _ in 0..rounds % 48 {
-            match u.int_in_range(0..=9)? {
+            match u.int_in_range(0..=11)? {
+                10 => {
+                    // The originator trims its path meanwhile: chunks retired and made again.
+                    let budget = *u.choose(&[0, CHUNK / 2, CHUNK, usize::MAX])?;
+                    end.set_cache_budget(budget).unwrap();
+                }
+                11 => {
+                    // A frame with descriptors riding along (a receiver has none to send).
+                    let f = frame(*u.choose(&KINDS)?, some_ref(u, &sent, base)?);
+                    let extra = chunk_file();
+                    let _ = zcio_vm::wire::send_with_fds(sock.as_fd(), &f, &[extra.as_fd()]);
+                    rings.post_mail(Dir::Frees);
+                }
                 0 | 1 => {
                     let len = u.int_in_range(1..=3 * page() as usize)?;
                     if let Ok(f) = end.originator.alloc(len) {

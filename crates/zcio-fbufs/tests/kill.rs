@@ -21,7 +21,6 @@
 //!
 //! `$ZCIO_KILL_SEED` (hexadecimal, as a run prints it) replays a run.
 
-use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -140,8 +139,7 @@ fn originator(
     let p = PathMemory::create(256 * 1024, 4, v).map_err(LinkError::from)?;
     let mut end = OriginatorEnd::new(p.originator().map_err(LinkError::from)?);
     let sock = accept(&l, gone)?;
-    end.add_receiver(sock, p.receiver_fd().map_err(LinkError::from)?.as_fd())
-        .map_err(setup)?;
+    end.add_receiver(sock).map_err(setup)?;
     for i in 0u64.. {
         let len = pattern_len(i);
         let f = end.alloc_waiting(len)?;

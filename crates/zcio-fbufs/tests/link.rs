@@ -5,7 +5,6 @@
 mod peer;
 
 use peer::{Peer, peer};
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,12 +14,10 @@ use zcio_fbufs::path::{Fbuf, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
 
-/// Where an originator's receivers connect: the socket (in a fresh directory) and the path
-/// they are offered.
+/// Where an originator's receivers connect: the socket, in a fresh directory.
 struct Origin {
     dir: tempfile::TempDir,
     l: UnixListener,
-    p: PathMemory,
 }
 
 impl Origin {
@@ -33,8 +30,7 @@ impl Origin {
     fn join(&self, peer: &mut Peer, end: &mut OriginatorEnd) -> Child {
         let child = peer.spawn().unwrap();
         let (s, _) = self.l.accept().unwrap();
-        end.add_receiver(s, self.p.receiver_fd().unwrap().as_fd())
-            .unwrap();
+        end.add_receiver(s).unwrap();
         child
     }
 }
@@ -45,7 +41,7 @@ fn originator(variant: Variant) -> (Origin, OriginatorEnd) {
     let l = UnixListener::bind(dir.path().join("up")).unwrap();
     let p = PathMemory::create(256 * 1024, 4, variant).unwrap();
     let end = OriginatorEnd::new(p.originator().unwrap());
-    (Origin { dir, l, p }, end)
+    (Origin { dir, l }, end)
 }
 
 /// Start a peer with `args` (the socket goes in after the mode) as a receiver of `end`.

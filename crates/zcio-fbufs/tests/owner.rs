@@ -4,7 +4,6 @@
 mod peer;
 
 use peer::peer;
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,8 +60,8 @@ fn grants_stop_at_the_quota_and_the_budget_and_other_paths_go_on() {
     let dir = tempfile::tempdir().unwrap();
     let (at, serving) = owner(dir.path(), 6);
     let mut a = OwnerClient::connect(&at).unwrap();
-    let (ia, fa) = a.create_path(4, Variant::CACHED_VOLATILE).unwrap();
-    let mut oa = Originator::granted_by_owner(fa.as_fd(), ia).unwrap();
+    let ia = a.create_path(4, Variant::CACHED_VOLATILE).unwrap();
+    let mut oa = Originator::granted_by_owner(ia).unwrap();
     // Nothing granted yet: the allocator asks, and gets, a chunk.
     assert!(oa.alloc(100).is_err());
     let f = a.alloc(&mut oa, 100).unwrap();
@@ -73,7 +72,7 @@ fn grants_stop_at_the_quota_and_the_budget_and_other_paths_go_on() {
     assert!(e.contains("quota of 4 chunks"), "{e}");
     // Another path gets the two chunks left of the budget of six, then no more.
     let mut b = OwnerClient::connect(&at).unwrap();
-    let (ib, _fb) = b.create_path(4, Variant::CACHED_VOLATILE).unwrap();
+    let ib = b.create_path(4, Variant::CACHED_VOLATILE).unwrap();
     assert_eq!(b.grant(ib.addr as u64, 2).unwrap(), 2);
     let e = b.grant(ib.addr as u64, 1).unwrap_err().to_string();
     assert!(e.contains("0 chunks left"), "{e}");

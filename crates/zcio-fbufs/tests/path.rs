@@ -4,9 +4,9 @@
 mod peer;
 
 use peer::peer;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathMemory, Variant};
+use zcio_fbufs::path::{FbufError, FbufRef, Originator, PathInfo, PathMemory, Receiver, Variant};
 use zcio_fbufs::region::{LastSpan, RegionRead};
 
 fn perms(addr: u64) -> String {
@@ -41,14 +41,17 @@ fn path(chunks: usize, variant: Variant) -> PathMemory {
 }
 
 /// A receiver process in `mode` (`receive`, `receive-then-write`, `receive-then-reopen-rw`)
-/// given the fbuf `r` of path `p`, which it opens through this process's descriptor: how it
-/// ended and what it said.
-fn receiver(mode: &str, p: &PathMemory, r: FbufRef) -> std::process::Output {
-    let info = p.info();
+/// given the fbuf `r` of `o`'s path, whose chunk it opens through `o`'s read-only descriptor:
+/// how it ended and what it said.
+fn receiver(mode: &str, o: &Originator, r: FbufRef) -> std::process::Output {
+    let info = o.info();
+    let chunk = o
+        .chunk_fd((r.addr as usize - info.addr) / info.chunk_bytes)
+        .expect("the fbuf's chunk is made");
     peer()
         .arg(mode)
         .args([
-            format!("/proc/{}/fd/{}", std::process::id(), p.fd().as_raw_fd()),
+            format!("/proc/{}/fd/{}", std::process::id(), chunk.as_raw_fd()),
             info.addr.to_string(),
             info.chunk_bytes.to_string(),
             info.quota_chunks.to_string(),
@@ -59,6 +62,16 @@ fn receiver(mode: &str, p: &PathMemory, r: FbufRef) -> std::process::Output {
         ])
         .output()
         .unwrap()
+}
+
+/// A stand-in for a chunk of the path of `info` as an originator in another process would
+/// announce it: a memory file of a chunk's length holding `bytes` at its start, sealed.
+fn chunk_file(info: PathInfo, bytes: &[u8]) -> OwnedFd {
+    use std::os::fd::AsFd;
+    let fd = zcio_vm::mapping::memfd("fbuf-test-chunk", info.chunk_bytes).unwrap();
+    rustix::io::pwrite(&fd, bytes, 0).unwrap();
+    zcio_vm::mapping::seal_future_writes(fd.as_fd()).unwrap();
+    fd
 }
 
 /// A path variant: cached or not, volatile or not.
@@ -175,12 +188,12 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
     for cached in [true, false] {
         let p = path(4, variant(cached, false));
         let info = p.info();
-        let mut o = Originator::new(p.fd(), info).unwrap();
+        let mut o = Originator::new(info).unwrap();
         let f = o.alloc(300).unwrap();
         let data: Vec<u8> = (0..300u32).map(|i| (i * 31 % 251) as u8).collect();
         o.write(&f, 0, &data).unwrap();
         let r = o.send(f, 1).unwrap();
-        let out = receiver("receive", &p, r);
+        let out = receiver("receive", &o, r);
         assert!(
             out.status.success(),
             "{}",
@@ -189,7 +202,7 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
         let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), hex);
 
-        let out = receiver("receive-then-write", &p, r);
+        let out = receiver("receive-then-write", &o, r);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("writable mapping refused"), "{stdout}");
         assert!(
@@ -205,20 +218,23 @@ fn a_receiver_process_reads_in_place_at_the_same_address_and_cannot_write() {
 }
 
 #[test]
-fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_kernel() {
+fn a_receiver_that_reopens_a_chunk_read_write_is_refused_every_write_by_the_kernel() {
     let p = path(2, Variant::CACHED_VOLATILE);
     let info = p.info();
-    assert!(!zcio_vm::mapping::is_sealed_for_writes(p.fd()));
-    let mut o = Originator::new(p.fd(), info).unwrap();
+    let mut o = Originator::new(info).unwrap();
     assert!(
-        zcio_vm::mapping::is_sealed_for_writes(p.fd()),
-        "the originator's mapping seals the path"
+        o.chunk_fd(0).is_none(),
+        "no chunk before the allocator needs one"
     );
     let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 253) as u8).collect();
     let f = o.alloc(data.len()).unwrap();
+    assert!(
+        zcio_vm::mapping::is_sealed_for_writes(o.chunk_fd(0).unwrap()),
+        "the originator's mapping seals the chunk"
+    );
     o.write(&f, 0, &data).unwrap();
     let r = o.send(f, 1).unwrap();
-    let out = receiver("receive-then-reopen-rw", &p, r);
+    let out = receiver("receive-then-reopen-rw", &o, r);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -246,9 +262,10 @@ fn a_receiver_that_reopens_the_path_read_write_is_refused_every_write_by_the_ker
     o.freed(r).unwrap();
     let g = o.alloc(64).unwrap();
     o.write(&g, 0, &[9; 64]).unwrap();
-    // A second originator of the path is refused, by name.
-    let e = Originator::new(p.fd(), info).unwrap_err().to_string();
-    assert!(e.contains("has an originator already"), "{e}");
+    // A second originator of the path in this process is refused, by name: the range is
+    // this one's.
+    let e = Originator::new(info).unwrap_err().to_string();
+    assert!(e.contains("overlaps"), "{e}");
 }
 
 #[test]
@@ -273,11 +290,23 @@ fn an_originator_that_writes_a_non_volatile_fbuf_after_sending_it_faults() {
 }
 
 #[test]
-fn references_outside_the_path_are_refused() {
+fn references_outside_the_path_or_its_chunks_are_refused() {
     let p = PathMemory::create(1 << 16, 2, Variant::CACHED_VOLATILE).unwrap();
     let info = p.info();
-    let mut rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), info).unwrap();
+    let mut rx = Receiver::new(info).unwrap();
     let base = info.addr as u64;
+    // Before its chunk is announced, an fbuf of the path is refused by name.
+    let first = FbufRef {
+        addr: base,
+        len: 10,
+    };
+    let e = rx.receive(first).unwrap_err();
+    assert!(matches!(e, FbufError::NoChunk { chunk: 0, .. }), "{e}");
+    assert!(e.to_string().contains("chunk 0"), "{e}");
+    rx.add_chunk(info.chunk_ref(0), chunk_file(info, b""))
+        .unwrap();
+    rx.add_chunk(info.chunk_ref(1), chunk_file(info, b""))
+        .unwrap();
     for bad in [
         FbufRef {
             addr: base - 4096,
@@ -313,13 +342,68 @@ fn references_outside_the_path_are_refused() {
     rx.free(ok).unwrap();
     assert!(rx.free(ok).is_err(), "freed twice");
     assert_eq!(rx.held(), 0);
+    // Retired, its chunk is read no more, and what lay in it is refused by name.
+    rx.retire_chunk(info.chunk_ref(0)).unwrap();
+    assert!(rx.read_u64(base).is_none());
+    assert!(matches!(rx.receive(ok), Err(FbufError::NoChunk { .. })));
+}
+
+#[test]
+fn chunk_announcements_and_retirements_that_cannot_be_are_refused_by_name() {
+    let p = PathMemory::create(1 << 16, 4, Variant::CACHED_VOLATILE).unwrap();
+    let info = p.info();
+    let mut rx = Receiver::new(info).unwrap();
+    let base = info.addr as u64;
+    let cb = info.chunk_bytes as u64;
+    let at = |addr: u64, len: u64| FbufRef { addr, len };
+    for bad in [
+        at(base + 4096, cb),
+        at(base, cb - 4096),
+        at(base + 4 * cb, cb),
+        at(base - cb, cb),
+        at(u64::MAX - cb + 1, cb),
+    ] {
+        let e = rx.add_chunk(bad, chunk_file(info, b"")).unwrap_err();
+        assert!(e.to_string().contains("one chunk of this path"), "{e}");
+    }
+    rx.add_chunk(info.chunk_ref(1), chunk_file(info, b"one"))
+        .unwrap();
+    // Twice (overlapping chunks), short memory, memory that may shrink: refused.
+    let e = rx
+        .add_chunk(info.chunk_ref(1), chunk_file(info, b""))
+        .unwrap_err();
+    assert!(e.to_string().contains("overlapping"), "{e}");
+    let short = zcio_vm::mapping::memfd("short", 4096).unwrap();
+    let e = rx.add_chunk(info.chunk_ref(2), short).unwrap_err();
+    assert!(e.to_string().contains("sealed against shrinking"), "{e}");
+    let unsealed = zcio_vm::mapping::memfd("unsealed", info.chunk_bytes).unwrap();
+    let e = rx.add_chunk(info.chunk_ref(2), unsealed).unwrap_err();
+    assert!(e.to_string().contains("sealed against shrinking"), "{e}");
+    // A chunk not known, or holding an fbuf held here, is not retired; the fbuf stays readable.
+    let e = rx.retire_chunk(info.chunk_ref(3)).unwrap_err();
+    assert!(
+        e.to_string().contains("announced here and not retired"),
+        "{e}"
+    );
+    let r = at(base + cb, 3);
+    rx.receive(r).unwrap();
+    let e = rx.retire_chunk(info.chunk_ref(1)).unwrap_err();
+    assert!(e.to_string().contains("holding no fbuf"), "{e}");
+    let mut b = [0u8; 3];
+    assert!(rx.read_bytes(r.addr, &mut b));
+    assert_eq!(&b, b"one");
+    rx.free(r).unwrap();
+    rx.retire_chunk(info.chunk_ref(1)).unwrap();
+    assert!(!rx.read_bytes(r.addr, &mut b));
 }
 
 #[test]
 fn a_range_read_is_refused_unless_one_mapping_holds_all_of_it() {
     // Uncached: each fbuf received is a mapping of its own, here two side by side.
     let p = path(1, variant(false, false));
-    let mut rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), p.info()).unwrap();
+    let mut rx = Receiver::new(p.info()).unwrap();
+    rx.add_chunk(p.info().chunk_ref(0), chunk_file(p.info(), b""))
+        .unwrap();
     let base = p.info().addr as u64;
     let (a, b) = (
         FbufRef {
@@ -360,7 +444,9 @@ fn a_range_read_is_refused_unless_one_mapping_holds_all_of_it() {
     assert_eq!(rx.read_words::<1>(base + 4096), None);
     // Cached: the path is one mapping; a range that ends past it is refused.
     let p = path(1, Variant::CACHED_VOLATILE);
-    let rx = zcio_fbufs::path::Receiver::new(p.receiver_fd().unwrap(), p.info()).unwrap();
+    let mut rx = Receiver::new(p.info()).unwrap();
+    rx.add_chunk(p.info().chunk_ref(0), chunk_file(p.info(), b""))
+        .unwrap();
     let (base, end) = (
         p.info().addr as u64,
         (p.info().addr + p.info().len()) as u64,

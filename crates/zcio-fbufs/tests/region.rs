@@ -18,9 +18,7 @@ fn paths_lie_in_the_reserved_region_and_overlaps_are_refused() {
         addr: a.info().addr + 4096,
         ..b.info()
     };
-    let e = Receiver::new(b.receiver_fd().unwrap(), lying)
-        .unwrap_err()
-        .to_string();
+    let e = Receiver::new(lying).unwrap_err().to_string();
     assert!(e.contains("overlaps"), "{e}");
     // Path b where it really is: mapped beside a.
     let _ob = b.originator().unwrap();

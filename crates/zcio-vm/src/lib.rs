@@ -20,7 +20,8 @@
 //! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]); and,
 //! for paper 003's containers, memory files sealed against change ([`sealed`]); and, for paper
 //! 001's fbufs, the region of address space every process reserves for shared paths
-//! ([`reserve`]).
+//! ([`reserve`]) and a path's chunks, memory files of their own stitched into its range, each
+//! mapped and given back on its own ([`stitched`]).
 //!
 //! Kernel features are probed at run time ([`VmRuntime::capabilities`]); a missing one selects a fallback and
 //! is reported, never a crash.
@@ -48,6 +49,7 @@ pub mod shared;
 pub mod skip;
 pub mod sockzc;
 pub mod staging;
+pub mod stitched;
 pub mod uffd;
 pub mod wire;
 

@@ -499,14 +499,20 @@ pub fn reopen_read_only(fd: BorrowedFd<'_>) -> Result<std::os::fd::OwnedFd> {
 /// file, even through a descriptor reopened read-write from `/proc/<pid>/fd`, can then only
 /// map it readable, and cannot make such a mapping writable with `mprotect`.
 ///
-/// Returns `false`, sealing nothing, where the kernel has no `F_SEAL_FUTURE_WRITE` (before
-/// Linux 5.1): read-only descriptors are then the only protection.
+/// Returns `false` where the kernel has no `F_SEAL_FUTURE_WRITE` (before Linux 5.1): the
+/// file's size is sealed then (`F_SEAL_SHRINK`, `F_SEAL_GROW`, `F_SEAL_SEAL`), so that no
+/// mapping of it ever reaches past its end, and read-only descriptors are the only protection
+/// against writers.
 pub fn seal_future_writes(fd: BorrowedFd<'_>) -> Result<bool> {
     use rustix::fs::SealFlags;
-    let seals = SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
-    match rustix::fs::fcntl_add_seals(fd, seals) {
+    let size = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+    match rustix::fs::fcntl_add_seals(fd, SealFlags::FUTURE_WRITE | size) {
         Ok(()) => Ok(true),
-        Err(rustix::io::Errno::INVAL) => Ok(false),
+        Err(rustix::io::Errno::INVAL) => {
+            rustix::fs::fcntl_add_seals(fd, size)
+                .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS, F_SEAL_SHRINK)", e.into()))?;
+            Ok(false)
+        }
         Err(e) => Err(VmError::sys(
             "fcntl(F_ADD_SEALS, F_SEAL_FUTURE_WRITE)",
             e.into(),
@@ -514,9 +520,24 @@ pub fn seal_future_writes(fd: BorrowedFd<'_>) -> Result<bool> {
     }
 }
 
+/// Seal a memory file's size (`F_SEAL_SHRINK`, `F_SEAL_GROW`): whoever holds it can no longer
+/// shrink it under a mapping (where a read would fault) nor grow it, and it can still be mapped
+/// writable and sealed further ([`seal_future_writes`]).
+pub fn seal_size(fd: BorrowedFd<'_>) -> Result<()> {
+    use rustix::fs::SealFlags;
+    rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK | SealFlags::GROW)
+        .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS, F_SEAL_SHRINK)", e.into()))
+}
+
 /// Whether a memory file is sealed against writes from now on ([`seal_future_writes`]).
 pub fn is_sealed_for_writes(fd: BorrowedFd<'_>) -> bool {
     rustix::fs::fcntl_get_seals(fd).is_ok_and(|s| s.contains(rustix::fs::SealFlags::FUTURE_WRITE))
+}
+
+/// Whether a memory file's size is sealed against shrinking ([`seal_future_writes`] seals it):
+/// a mapping of it then never reaches past its end, where a read would fault (`SIGBUS`).
+pub fn is_sealed_against_shrinking(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fcntl_get_seals(fd).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK))
 }
 
 /// Number of mappings (VMAs) of this process, read from `/proc/self/maps`.

@@ -86,18 +86,19 @@ fn reserve() -> std::result::Result<ReservedRegion, String> {
     })
 }
 
-/// Map the inaccessible, unbacked placeholder over `[addr, addr + len)`: over this process's
-/// own range of the region (`replace`), or where nothing is mapped.
-fn placeholder(addr: usize, len: usize, replace: bool) -> std::io::Result<()> {
+/// Map the inaccessible, unbacked placeholder over `[addr, addr + len)`: over a range the
+/// caller owns and is done with (`replace`), or where nothing is mapped.
+pub(crate) fn placeholder(addr: usize, len: usize, replace: bool) -> std::io::Result<()> {
     let fixed = if replace {
         libc::MAP_FIXED
     } else {
         libc::MAP_FIXED_NOREPLACE
     };
     // SAFETY: with MAP_FIXED_NOREPLACE nothing existing is replaced; with MAP_FIXED the range
-    // is a mapping of this region whose owner is done with it (`ReservedRegion::release`, from
-    // the mapping's drop), so nothing anyone still uses is replaced. The placeholder has no access: nothing can
-    // be read or written through it.
+    // is the caller's own and it is done with what is there (a mapping of this region, from
+    // `ReservedRegion::release` in the mapping's drop, or a unit of a `Stitched` range it
+    // owns), so nothing anyone still uses is replaced. The placeholder has no access: nothing
+    // can be read or written through it.
     let p = unsafe {
         libc::mmap(
             addr as *mut libc::c_void,

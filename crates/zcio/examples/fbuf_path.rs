@@ -2,7 +2,8 @@
 //! receiver.
 //!
 //! The originator writes each message once into an fbuf, memory of the path mapped at the same
-//! address in every process, and sends a reference. The forwarder passes the reference on
+//! address in every process (each chunk of the path a memory file of its own, announced to the
+//! others before any reference into it), and sends a reference. The forwarder passes the reference on
 //! without touching the data; the receiver reads the bytes in place, read-only, and frees the
 //! fbuf, which travels back as a deallocation notice so that the originator can reuse it.
 //!
@@ -16,7 +17,6 @@ mod roles;
 
 use example::Result;
 use roles::peer_command;
-use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -40,21 +40,21 @@ fn message(i: u64) -> Vec<u8> {
 fn run() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let up = UnixListener::bind(dir.path().join("up"))?;
-    // The path's memory: 4 chunks of 256 KiB. Non-volatile: once sent, an fbuf is read-only
-    // in the originator too until every receiver has freed it.
+    // The path: 4 chunks of 256 KiB, each made as the allocator first needs it. Non-volatile:
+    // once sent, an fbuf is read-only in the originator too until every receiver has freed it.
     let variant = Variant {
         cached: true,
         volatile: false,
     };
     let path = PathMemory::create(256 * 1024, 4, variant)?;
-    let mut end = OriginatorEnd::new(Originator::new(path.fd(), path.info())?);
+    let mut end = OriginatorEnd::new(Originator::new(path.info())?);
 
     let mut forwarder = peer_command("forwarder", "example_fbuf_path")?
         .env(DIR, dir.path())
         .spawn()?;
     let sock = roles::accept_from(&up, &mut forwarder, "forwarder")?;
-    // Offer the path to the forwarder (with a read-only descriptor of its memory).
-    end.add_receiver(sock, path.receiver_fd()?.as_fd())?;
+    // Offer the path to the forwarder (its chunks follow, each with a read-only descriptor).
+    end.add_receiver(sock)?;
     let mut receiver = peer_command("receiver", "example_fbuf_path")?
         .env(DIR, dir.path())
         .spawn()?;

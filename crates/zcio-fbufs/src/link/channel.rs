@@ -59,6 +59,14 @@ impl Channel {
         Ok(n)
     }
 
+    /// `bytes` with the descriptor `fd` riding with their first byte, on the socket behind
+    /// the backlog, never waiting, announced as [`Channel::write`] does.
+    pub(super) fn write_fd(&mut self, bytes: &[u8], fd: OwnedFd) -> std::io::Result<usize> {
+        let n = self.out.write_fd(&self.sock, bytes, fd)?;
+        self.announce(n);
+        Ok(n)
+    }
+
     /// The backlog on the socket as far as the socket takes it now, announced as
     /// [`Channel::write`] does. The bytes the socket took.
     pub(super) fn flush(&mut self) -> std::io::Result<usize> {

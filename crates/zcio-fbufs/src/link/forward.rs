@@ -15,18 +15,26 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Offer upstream's path to the downstream receiver on `down`.
+    /// Offer upstream's path to the downstream receiver on `down`, with the chunks upstream
+    /// announced so far; the chunk frames that come later are passed on as they come.
     ///
     /// The downstream process is announced upstream, so that if this forwarder dies, what it
     /// held (which downstream may still be reading) is not reused before downstream has ended.
     pub fn new(mut up: ReceiverEnd, down: UnixStream) -> Result<Forwarder, LinkError> {
-        let down = Peer::offer(
+        up.relay = Some(VecDeque::new());
+        let mut down = Peer::offer(
             down,
             up.info(),
-            up.path_fd(),
             crate::ring::DEFAULT_SLOTS,
             DEFAULT_BACKLOG_FRAMES,
         )?;
+        for (r, fd) in up.receiver.chunks() {
+            if !down.post_chunk(CHUNK, r, Some(fd)) {
+                return Err(LinkError::PeerGone {
+                    during: "announcing the path's chunks downstream",
+                });
+            }
+        }
         if let Ok(c) = rustix::net::sockopt::socket_peercred(&down.ch.sock) {
             up.announce_downstream(c.pid.as_raw_nonzero().get() as u64)?;
         }
@@ -113,6 +121,8 @@ impl Forwarder {
             let Some(mut progressed) = self.take_back(back)? else {
                 break;
             };
+            // Chunk frames upstream took while this end slept, or with its close.
+            progressed |= self.relay_down()?;
             if up_open {
                 match self.up.try_recv()? {
                     Received::Closed => {
@@ -197,9 +207,23 @@ impl Forwarder {
         Ok(Some(progressed))
     }
 
-    /// Pass what upstream delivered (`next`, not its close) on downstream: whether anything
-    /// went.
+    /// Pass the chunk frames upstream sent on downstream, in the order they came: before any
+    /// reference upstream sent after them. Whether any went.
+    fn relay_down(&mut self) -> Result<bool, LinkError> {
+        let mut any = false;
+        while let Some((kind, r, fd)) = self.up.relay.as_mut().and_then(VecDeque::pop_front) {
+            if !self.down.post_chunk(kind, r, fd.as_ref().map(AsFd::as_fd)) {
+                return self.down_failed(None);
+            }
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// Pass what upstream delivered (`next`, not its close) on downstream, after the chunk
+    /// frames that came before it: whether anything went.
     fn pass_down(&mut self, next: Received) -> Result<bool, LinkError> {
+        let relayed = self.relay_down()?;
         let (kind, r) = match next {
             Received::Fbuf(r) => (SEND, r),
             Received::Msg(m) => (
@@ -209,7 +233,7 @@ impl Forwarder {
                     len: m.len,
                 },
             ),
-            Received::Closed | Received::NotYet => return Ok(false),
+            Received::Closed | Received::NotYet => return Ok(relayed),
         };
         if !self.down.post(kind, r) {
             return self.down_failed(Some((kind, r)));

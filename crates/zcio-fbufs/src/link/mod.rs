@@ -2,8 +2,22 @@
 //! back through shared rings beside a Unix socket, and a process that dies gives back every
 //! reference it held.
 //!
-//! - The originator offers the path to a receiver once: its geometry, a read-only descriptor
-//!   of its memory, and the link's rings ([`offer_path`], `SCM_RIGHTS`; [`crate::ring`]).
+//! - The originator offers the path to a receiver once: its geometry and the link's rings
+//!   ([`offer_path`], `SCM_RIGHTS`; [`crate::ring`]); then each chunk made so far, one frame
+//!   each carrying a read-only descriptor of the chunk's memory (`SCM_RIGHTS` again).
+//! - Chunks come and go ([`crate::path`]): a chunk made later is announced the same way, and a
+//!   chunk retired under the path's budget gets a frame of its own that tells the receiver to
+//!   unmap it and close its descriptor. Both go on the socket, never the ring, and count among
+//!   the frames that hold references off the ring (below): a reference sent after an
+//!   announcement can reach the receiver only after it, on the socket behind it, or on the
+//!   ring once the receiver has taken it. The originator announces before it sends a reference
+//!   into a chunk, and retires a chunk only once every fbuf in it is back from every receiver,
+//!   so a receiver takes each chunk frame as it reads it. A reference into a chunk it was not
+//!   told of, or was told to retire, is refused by name ([`FbufError::NoChunk`]), never read;
+//!   an announcement over a chunk it knows, or outside the path, and a retirement of a chunk
+//!   it does not know or holds an fbuf (or a message's root) in, are protocol errors, and it
+//!   keeps its mapping of what it holds. A receiver that ignores a retirement keeps alive only
+//!   pages it could read already.
 //! - A send puts a three-word reference on the sends ring: no system call, and the data never
 //!   moves. A receiver asleep on the socket is woken with one frame; when the ring is full the
 //!   reference goes over the socket as a 24-byte frame instead, and so do the ones after it
@@ -37,8 +51,12 @@
 //!   close where no pidfd can be had. An originator that exits leaves its memory to the
 //!   receivers that map it: the kernel keeps the pages while any mapping holds them.
 //! - A forwarding process (the server of a three-process path) is a receiver that offers the
-//!   same path onward, with rings of its own, and frees an fbuf upstream when its own receiver
-//!   frees it. It announces the process it forwards to (a frame with its pid; a forwarder
+//!   same path onward, with rings of its own, announces downstream the chunks it knows and
+//!   passes every chunk frame on in the order it came, before any reference after it, and
+//!   frees an fbuf upstream when its own receiver frees it. A path may also be offered onward
+//!   outside a link ([`ReceiverEnd::mirror`]): its chunk frames then follow on a socket of
+//!   their own, each written there before the end goes on, and the process there
+//!   ([`PathMirror`]) reads them when it meets a reference into a chunk it does not know. It announces the process it forwards to (a frame with its pid; a forwarder
 //!   further down announces its own, passed on), and the originator watches those processes:
 //!   a forwarder that dies without a goodbye leaves what it held quarantined, not reused,
 //!   until every process downstream of it has ended, since those may still be reading it
@@ -78,6 +96,11 @@ const BYE: u64 = 8;
 /// carries (in its address word): if the sender dies, the fbufs it held may still be read
 /// there, and must not be reused before that process has ended.
 const DOWNSTREAM: u64 = 9;
+/// A chunk made: the frame names it (its address and length) and carries a read-only
+/// descriptor of its memory (`SCM_RIGHTS`).
+const CHUNK: u64 = 10;
+/// A chunk retired: the receiver unmaps it and closes its descriptor.
+const RETIRE: u64 = 11;
 /// Most downstream processes an originator watches for one receiver (a path of forwarders
 /// announces each of them; more is a receiver flooding the originator).
 const MAX_DOWNSTREAM: usize = 64;
@@ -129,6 +152,7 @@ pub const DEFAULT_BACKLOG_FRAMES: usize = 1 << 16;
 
 mod channel;
 mod forward;
+mod mirror;
 mod originator;
 mod peer;
 mod receiver;
@@ -136,6 +160,7 @@ mod wire;
 
 use channel::Channel;
 pub use forward::Forwarder;
+pub use mirror::PathMirror;
 pub use originator::{DEFAULT_SPIN, OriginatorEnd};
 use peer::{Failure, Held, Peer};
 pub use receiver::{Received, ReceiverEnd};

@@ -96,22 +96,81 @@ impl OriginatorEnd {
         Ok(())
     }
 
-    /// Offer the path to a receiver connected on `sock` (with `ro_fd`, a read-only descriptor
-    /// of the path's memory, and the link's rings); returns its index.
-    pub fn add_receiver(
-        &mut self,
-        sock: UnixStream,
-        ro_fd: BorrowedFd<'_>,
-    ) -> Result<usize, LinkError> {
+    /// Offer the path to a receiver connected on `sock` (its geometry and the link's rings,
+    /// then the chunks made so far); returns its index.
+    pub fn add_receiver(&mut self, sock: UnixStream) -> Result<usize, LinkError> {
         let p = Peer::offer(
             sock,
             self.originator.info(),
-            ro_fd,
             self.ring_slots,
             self.backlog_frames,
         )?;
         self.peers.push(p);
-        Ok(self.peers.len() - 1)
+        let i = self.peers.len() - 1;
+        self.sync_chunks(i)?;
+        if !self.peers[i].alive {
+            return Err(LinkError::PeerGone {
+                during: "announcing the path's chunks",
+            });
+        }
+        Ok(i)
+    }
+
+    /// [`Originator::set_cache_budget`], and the receivers told at once of the chunks retired.
+    pub fn set_cache_budget(&mut self, bytes: usize) -> Result<(), LinkError> {
+        self.originator.set_cache_budget(bytes)?;
+        self.sync_all()
+    }
+
+    /// [`Originator::trim_cache`], and the receivers told at once of the chunks retired.
+    pub fn trim_cache(&mut self, bytes: usize) -> Result<(), LinkError> {
+        self.originator.trim_cache(bytes)?;
+        self.sync_all()
+    }
+
+    /// Tell receiver `i` of the chunks made and retired since it was last told: for each
+    /// chunk changed, the retirement of what it knows there, then the chunk made there now.
+    /// Before any reference goes to it, so that none reaches a chunk it was not told of. A
+    /// receiver whose socket fails meanwhile is dropped.
+    fn sync_chunks(&mut self, i: usize) -> Result<(), LinkError> {
+        let epoch = self.originator.chunk_epoch();
+        let info = self.originator.info();
+        let p = &mut self.peers[i];
+        if !p.alive || p.chunk_epoch == epoch {
+            return Ok(());
+        }
+        let mut ok = true;
+        for k in self.originator.chunks_changed_since(p.chunk_epoch) {
+            let now = self.originator.chunk_now(k);
+            let known = p.chunks.get(&k).copied();
+            if known.is_some() && known != now.map(|(g, _)| g) {
+                ok = p.post_chunk(RETIRE, info.chunk_ref(k), None);
+                p.chunks.remove(&k);
+            }
+            if let Some((g, fd)) = now
+                && ok
+                && known != Some(g)
+            {
+                ok = p.post_chunk(CHUNK, info.chunk_ref(k), Some(fd));
+                p.chunks.insert(k, g);
+            }
+            if !ok {
+                break;
+            }
+        }
+        p.chunk_epoch = epoch;
+        if !ok {
+            self.fail_peer(i)?;
+        }
+        Ok(())
+    }
+
+    /// [`OriginatorEnd::sync_chunks`] for every receiver.
+    fn sync_all(&mut self) -> Result<(), LinkError> {
+        for i in 0..self.peers.len() {
+            self.sync_chunks(i)?;
+        }
+        Ok(())
     }
 
     /// Whether receiver `i`'s process is watched through a pidfd (otherwise its end is seen
@@ -187,7 +246,8 @@ impl OriginatorEnd {
         let live = self.live(to);
         let r = self.originator.send(fbuf, live.len())?;
         for i in live {
-            if self.peers[i].post(SEND, r) {
+            self.sync_chunks(i)?;
+            if self.peers[i].alive && self.peers[i].post(SEND, r) {
                 self.peers[i].held.add(r);
             } else {
                 // Gone meanwhile, or failed: it will never free this one.
@@ -265,7 +325,8 @@ impl OriginatorEnd {
             },
         );
         for i in live {
-            if self.peers[i].post(MSG, root) {
+            self.sync_chunks(i)?;
+            if self.peers[i].alive && self.peers[i].post(MSG, root) {
                 self.peers[i].held.add(root);
             } else {
                 self.release(root)?;
@@ -372,6 +433,8 @@ impl OriginatorEnd {
                 }
             }
             if done > 0 || !block || self.receivers_alive() == 0 {
+                // Notices may have retired chunks (past the budget): the receivers hear of it now.
+                self.sync_all()?;
                 return Ok(done);
             }
             // Look again for a while before sleeping: a wake-up costs more than a few looks

@@ -89,6 +89,12 @@ pub(super) struct Peer {
     /// The processes the receiver forwards to (it announced them: [`DOWNSTREAM`]), watched
     /// through pidfds: what it held when it died waits for their end.
     pub(super) downstream: Vec<OwnedFd>,
+    /// The chunks announced to the receiver and not retired, by index, with the generation
+    /// each was announced in.
+    pub(super) chunks: HashMap<usize, u64>,
+    /// The originator's chunk epoch the receiver has been told of (see
+    /// [`OriginatorEnd`]'s chunk announcements).
+    pub(super) chunk_epoch: u64,
 }
 
 impl Peer {
@@ -97,12 +103,11 @@ impl Peer {
     pub(super) fn offer(
         sock: UnixStream,
         info: PathInfo,
-        ro_fd: BorrowedFd<'_>,
         slots: usize,
         limit: usize,
     ) -> Result<Peer, LinkError> {
         let rings = Rings::create(slots)?;
-        offer_path(&sock, info, ro_fd, Some(rings.fd()))?;
+        offer_path(&sock, info, Some(rings.fd()))?;
         let pidfd = peer_pidfd(&sock);
         Ok(Peer {
             ch: Channel::new(sock, rings, Dir::Sends),
@@ -115,7 +120,32 @@ impl Peer {
             bye: false,
             cut_off: false,
             downstream: Vec::new(),
+            chunks: HashMap::new(),
+            chunk_epoch: 0,
         })
+    }
+
+    /// Announce chunk `r` to the receiver with `fd`, a read-only descriptor of its memory
+    /// ([`CHUNK`]), or retire it (`RETIRE`, no descriptor): on the socket, in order with the
+    /// references (counted as they are, so that none after it overtakes it on the ring).
+    /// `false` as for [`Peer::post`].
+    pub(super) fn post_chunk(&mut self, kind: u64, r: FbufRef, fd: Option<BorrowedFd<'_>>) -> bool {
+        if !self.flush() {
+            return false;
+        }
+        self.mailed += 1;
+        let f = frame(kind, r);
+        let Some(fd) = fd else {
+            return self.mail(&f);
+        };
+        let fd = match fd.try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(_) => return false,
+        };
+        if self.ch.write_fd(&f, fd).is_err() {
+            return false;
+        }
+        self.within_limit()
     }
 
     /// Say goodbye to the receiver (behind the backlog, as far as the socket takes it now):
@@ -160,6 +190,11 @@ impl Peer {
         if self.ch.write(bytes).is_err() {
             return false;
         }
+        self.within_limit()
+    }
+
+    /// Whether the backlog is within the limit; past it, the receiver has failed.
+    fn within_limit(&mut self) -> bool {
         let frames = self.ch.out.frames();
         if frames > self.limit {
             self.failed = Some(Failure::Stalled {

@@ -53,6 +53,12 @@ pub struct ReceiverEnd {
     pub notices_piggybacked: usize,
     /// How long [`ReceiverEnd::recv`] keeps looking for the next fbuf before it sleeps.
     pub spin: Duration,
+    /// Chunk frames taken, with their descriptors, for a forwarder to pass on downstream in
+    /// the order they came (`None`: this end does not forward).
+    pub(super) relay: Option<VecDeque<(u64, FbufRef, Option<OwnedFd>)>>,
+    /// The feeds of the mirrors this end's path was offered onward to
+    /// ([`ReceiverEnd::mirror`]): every chunk frame taken is written to them at once.
+    pub(super) mirrors: Vec<UnixStream>,
     /// Most frames that may wait for the originator's socket before this end gives up on it
     /// ([`DEFAULT_BACKLOG_FRAMES`]).
     pub backlog_frames: usize,
@@ -61,13 +67,16 @@ pub struct ReceiverEnd {
 impl ReceiverEnd {
     /// Join the path offered on `sock`.
     pub fn connect(sock: UnixStream) -> Result<ReceiverEnd, LinkError> {
-        let (info, fd, rings) = accept_path(&sock)?;
+        let (info, rings) = accept_path(&sock)?;
         let rings = rings
             .ok_or_else(|| LinkError::Protocol("the path was offered without its rings".into()))?;
         let rings = Rings::open(rings).map_err(LinkError::Protocol)?;
+        let mut ch = Channel::new(sock, rings, Dir::Frees);
+        // Chunk frames carry descriptors.
+        ch.frames = Frames::with_fds();
         Ok(ReceiverEnd {
-            receiver: Receiver::new(fd, info)?,
-            ch: Channel::new(sock, rings, Dir::Frees),
+            receiver: Receiver::new(info)?,
+            ch,
             early: VecDeque::new(),
             taken: 0,
             closed: false,
@@ -84,6 +93,8 @@ impl ReceiverEnd {
             notices_piggybacked: 0,
             spin: DEFAULT_SPIN,
             backlog_frames: DEFAULT_BACKLOG_FRAMES,
+            relay: None,
+            mirrors: Vec::new(),
         })
     }
 
@@ -92,14 +103,21 @@ impl ReceiverEnd {
         self.info
     }
 
-    /// A read-only descriptor of the path's memory, to offer the path onward.
-    pub fn path_fd(&self) -> BorrowedFd<'_> {
-        self.receiver.fd()
-    }
-
-    /// What a frame from the sender delivers (`None`: nothing for the application).
-    fn take(&mut self, kind: u64, r: FbufRef) -> Result<Option<Received>, LinkError> {
+    /// What a frame from the sender delivers (`None`: nothing for the application); `socket`:
+    /// it came on the socket, not the ring.
+    fn take(&mut self, kind: u64, r: FbufRef, socket: bool) -> Result<Option<Received>, LinkError> {
         match kind {
+            CHUNK | RETIRE if socket => {
+                // Taken as it comes (it is counted as a delivery taken from the socket), so that
+                // the references sent after it may use the ring again.
+                self.taken += 1;
+                self.ch.rings.set_mail_taken(Dir::Sends, self.taken);
+                self.chunk_frame(kind, r)?;
+                Ok(None)
+            }
+            CHUNK | RETIRE => Err(LinkError::Protocol(format!(
+                "chunk frame (kind {kind}) on the ring: chunks are announced on the socket, with their descriptors"
+            ))),
             SEND => {
                 self.receiver.receive(r)?;
                 Ok(Some(Received::Fbuf(r)))
@@ -132,6 +150,45 @@ impl ReceiverEnd {
         }
     }
 
+    /// A chunk frame from the sender, on the socket: the chunk announced (mapped with the
+    /// descriptor that came with the frame) or retired (refused while this end holds a
+    /// message whose root lies in it); then written to the mirrors and kept for a forwarder
+    /// to pass on.
+    fn chunk_frame(&mut self, kind: u64, r: FbufRef) -> Result<(), LinkError> {
+        let passing = self.relay.is_some() || !self.mirrors.is_empty();
+        let mut kept = None;
+        if kind == CHUNK {
+            let fd = self.ch.frames.take_fd().ok_or_else(|| {
+                LinkError::Protocol(format!(
+                    "chunk [{:#x}, +{}) announced without its descriptor",
+                    r.addr, r.len
+                ))
+            })?;
+            if passing {
+                kept = Some(fd.try_clone()?);
+            }
+            self.receiver.add_chunk(r, fd)?;
+        } else {
+            let end = r.addr.saturating_add(r.len);
+            if self.msgs_held.keys().any(|m| (r.addr..end).contains(m)) {
+                return Err(LinkError::Fbuf(FbufError::BadRef {
+                    what: "retire a chunk",
+                    addr: r.addr,
+                    len: r.len,
+                    expected: "a chunk holding no message this receiver holds",
+                }));
+            }
+            self.receiver.retire_chunk(r)?;
+        }
+        if !self.mirrors.is_empty() {
+            self.write_mirrors(kind, r, kept.as_ref().map(AsFd::as_fd));
+        }
+        if let Some(q) = &mut self.relay {
+            q.push_back((kind, r, kept));
+        }
+        Ok(())
+    }
+
     /// Read every frame the socket holds now (or wait for one, with `wait`), keeping the
     /// deliveries for later.
     pub(super) fn absorb(&mut self, wait: bool) -> Result<(), LinkError> {
@@ -144,7 +201,7 @@ impl ReceiverEnd {
                     return Ok(());
                 }
                 Next::Frame(k, r) => {
-                    if let Some(d) = self.take(k, r)? {
+                    if let Some(d) = self.take(k, r, true)? {
                         self.early.push_back(d);
                     }
                 }
@@ -164,7 +221,7 @@ impl ReceiverEnd {
             // taken from the socket, since the sender puts nothing on the ring until every
             // reference it sent on the socket has been taken (counted here, below).
             match self.ch.rings.pop(Dir::Sends, &mut self.ch.rx) {
-                Ok(Some([k, addr, len])) => match self.take(k, FbufRef { addr, len })? {
+                Ok(Some([k, addr, len])) => match self.take(k, FbufRef { addr, len }, false)? {
                     Some(d) => return Ok(d),
                     None => continue,
                 },
@@ -435,8 +492,8 @@ impl ReceiverEnd {
                         during: "with a goodbye while securing an fbuf",
                     });
                 }
-                Next::Frame(k @ (SEND | MSG | WAKE), x) => {
-                    if let Some(d) = self.take(k, x)? {
+                Next::Frame(k @ (SEND | MSG | WAKE | CHUNK | RETIRE), x) => {
+                    if let Some(d) = self.take(k, x, true)? {
                         self.early.push_back(d);
                     }
                 }

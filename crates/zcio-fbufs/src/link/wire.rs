@@ -33,19 +33,39 @@ pub(crate) enum Next {
 }
 
 /// Frames read from a socket in bulk: one system call takes every frame queued (a batch of
-/// deallocation notices, a run of sends), which the caller then takes one by one.
+/// deallocation notices, a run of sends), which the caller then takes one by one. The
+/// descriptors that came with them (a chunk frame carries one, `SCM_RIGHTS`) wait in order
+/// for the frames that name them, where the reader takes descriptors at all; elsewhere they
+/// are closed as they come.
 pub(crate) struct Frames {
     buf: Box<[u8; FRAME * 256]>,
     lo: usize,
     hi: usize,
+    /// Descriptors received and not yet taken, in the order sent; `None`: not taken at all.
+    fds: Option<VecDeque<OwnedFd>>,
 }
 
+/// Most descriptors that may wait for their frames (a peer sending more is breaking the
+/// protocol).
+const MAX_WAITING_FDS: usize = 64;
+
 impl Frames {
+    /// A reader that closes every descriptor that comes.
     pub(crate) fn new() -> Frames {
         Frames {
             buf: Box::new([0; FRAME * 256]),
             lo: 0,
             hi: 0,
+            fds: None,
+        }
+    }
+
+    /// A reader that keeps the descriptors that come for the frames that name them
+    /// ([`Frames::take_fd`]).
+    pub(crate) fn with_fds() -> Frames {
+        Frames {
+            fds: Some(VecDeque::new()),
+            ..Frames::new()
         }
     }
 
@@ -54,9 +74,13 @@ impl Frames {
         self.hi - self.lo >= FRAME
     }
 
+    /// The next descriptor that came, in the order sent.
+    pub(crate) fn take_fd(&mut self) -> Option<OwnedFd> {
+        self.fds.as_mut()?.pop_front()
+    }
+
     /// The next frame: from the buffer, else from one read of `sock`, waiting for one if `wait`.
     pub(crate) fn next(&mut self, sock: &UnixStream, wait: bool) -> Result<Next, LinkError> {
-        use rustix::net::RecvFlags;
         while !self.ready() {
             if self.lo > 0 {
                 self.buf.copy_within(self.lo..self.hi, 0);
@@ -65,18 +89,18 @@ impl Frames {
             }
             // A frame cut short stays buffered until its rest comes, and is not waited for: the
             // rest may wait in the writer's backlog, or never come from a hostile peer.
-            let flags = if wait {
-                RecvFlags::empty()
-            } else {
-                RecvFlags::DONTWAIT
-            };
-            match rustix::net::recv(sock, &mut self.buf[self.hi..], flags) {
-                Ok((_, 0)) if self.hi == 0 => return Ok(Next::Closed),
-                Ok((_, 0)) => return Err(LinkError::Protocol("frame cut short".into())),
-                Ok((_, n)) => self.hi += n,
+            match self.read(sock, wait) {
+                Ok(0) if self.hi == 0 => return Ok(Next::Closed),
+                Ok(0) => return Err(LinkError::Protocol("frame cut short".into())),
+                Ok(n) => self.hi += n,
                 Err(rustix::io::Errno::INTR) => {}
                 Err(rustix::io::Errno::AGAIN) => return Ok(Next::Empty),
                 Err(rustix::io::Errno::CONNRESET) => return Ok(Next::Closed),
+                Err(rustix::io::Errno::PROTO) => {
+                    return Err(LinkError::Protocol(format!(
+                        "descriptors beyond what the frames name (more than {MAX_WAITING_FDS} waiting, or more at once than a frame carries)"
+                    )));
+                }
                 Err(e) => return Err(std::io::Error::from(e).into()),
             }
         }
@@ -87,17 +111,56 @@ impl Frames {
         self.lo += FRAME;
         Ok(Next::Frame(k, r))
     }
+
+    /// One read of `sock` into the buffer, the descriptors that came with it kept (or closed).
+    fn read(&mut self, sock: &UnixStream, wait: bool) -> Result<usize, rustix::io::Errno> {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+        use std::mem::MaybeUninit;
+        let mut flags = RecvFlags::CMSG_CLOEXEC;
+        if !wait {
+            flags |= RecvFlags::DONTWAIT;
+        }
+        if self.fds.is_none() {
+            // No room for descriptors: the kernel closes any that came.
+            return rustix::net::recv(sock, &mut self.buf[self.hi..], flags).map(|(_, n)| n);
+        }
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+        let mut anc = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            sock,
+            &mut [std::io::IoSliceMut::new(&mut self.buf[self.hi..])],
+            &mut anc,
+            flags,
+        )?;
+        for m in anc.drain() {
+            if let (RecvAncillaryMessage::ScmRights(fds), Some(q)) = (m, self.fds.as_mut()) {
+                q.extend(fds);
+            }
+        }
+        let truncated = got.flags.contains(rustix::net::ReturnFlags::CTRUNC);
+        if self
+            .fds
+            .as_ref()
+            .is_some_and(|q| q.len() > MAX_WAITING_FDS || truncated)
+        {
+            // More descriptors than any frame names (or more at once than a frame carries):
+            // the pairing of frames and descriptors is lost. Taken as the peer's end.
+            self.fds = Some(VecDeque::new());
+            return Err(rustix::io::Errno::PROTO);
+        }
+        Ok(got.bytes)
+    }
 }
 
-/// Offer a path to a receiver: its geometry, a read-only descriptor of its memory, and the
-/// descriptor of the link's rings (none when the path is offered outside a link).
+/// Offer a path to a receiver: its geometry, and the descriptor of the link's rings (none
+/// when the path is offered outside a link; a mirror's feed, [`super::PathMirror`]). Its
+/// chunks are announced after it, each with its descriptor.
 pub fn offer_path(
     sock: &UnixStream,
     info: PathInfo,
-    ro_fd: BorrowedFd<'_>,
     rings: Option<BorrowedFd<'_>>,
 ) -> Result<(), LinkError> {
-    let (bytes, fds) = path_offer(info, ro_fd, rings);
+    let (bytes, fds) = path_offer(info, rings);
     zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)
         .map_err(|e| gone_if_closed(e, "offering the path"))?;
     Ok(())
@@ -105,12 +168,8 @@ pub fn offer_path(
 
 /// [`offer_path`] without waiting for the peer to read: an error where its socket cannot take
 /// the offer now (the owner's answer to a client that does not read its answers).
-pub(crate) fn offer_path_now(
-    sock: &UnixStream,
-    info: PathInfo,
-    ro_fd: BorrowedFd<'_>,
-) -> Result<(), LinkError> {
-    let (bytes, fds) = path_offer(info, ro_fd, None);
+pub(crate) fn offer_path_now(sock: &UnixStream, info: PathInfo) -> Result<(), LinkError> {
+    let (bytes, fds) = path_offer(info, None);
     zcio_vm::wire::send_with_fds_now(sock.as_fd(), &bytes, &fds)
         .map_err(|e| gone_if_closed(e, "offering the path"))?;
     Ok(())
@@ -130,12 +189,8 @@ fn gone_if_closed(e: zcio_vm::VmError, during: &'static str) -> LinkError {
     }
 }
 
-/// The message offering a path: its geometry in four words, and its descriptors.
-fn path_offer<'a>(
-    info: PathInfo,
-    ro_fd: BorrowedFd<'a>,
-    rings: Option<BorrowedFd<'a>>,
-) -> (Vec<u8>, Vec<BorrowedFd<'a>>) {
+/// The message offering a path: its geometry in four words, and its descriptor.
+fn path_offer(info: PathInfo, rings: Option<BorrowedFd<'_>>) -> (Vec<u8>, Vec<BorrowedFd<'_>>) {
     let words = [
         info.addr as u64,
         info.chunk_bytes as u64,
@@ -143,13 +198,12 @@ fn path_offer<'a>(
         info.variant.bits(),
     ];
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let fds: Vec<BorrowedFd<'_>> = std::iter::once(ro_fd).chain(rings).collect();
-    (bytes, fds)
+    (bytes, rings.into_iter().collect())
 }
 
-/// Accept a path offered with [`offer_path`]: its geometry, its memory's descriptor, and the
-/// link's rings if they came with it.
-pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd, Option<OwnedFd>), LinkError> {
+/// Accept a path offered with [`offer_path`]: its geometry, and the descriptor that came
+/// with it (the link's rings, or a mirror's feed), if one did.
+pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, Option<OwnedFd>), LinkError> {
     let mut b = [0u8; 32];
     let (n, mut fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut b)
         .map_err(|e| gone_if_closed(e, "waiting for the path"))?;
@@ -158,9 +212,9 @@ pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd, Option<Owned
             during: "waiting for the path",
         });
     }
-    if n != 32 || fds.is_empty() || fds.len() > 2 {
+    if n != 32 || fds.len() > 1 {
         return Err(LinkError::Protocol(format!(
-            "path offer of {n} bytes and {} descriptors (want 32 and 1 or 2)",
+            "path offer of {n} bytes and {} descriptors (want 32 and at most 1)",
             fds.len()
         )));
     }
@@ -184,22 +238,7 @@ pub fn accept_path(sock: &UnixStream) -> Result<(PathInfo, OwnedFd, Option<Owned
             "implausible path offered: {info:?}"
         )));
     }
-    let rings = (fds.len() == 2).then(|| fds.pop().expect("two descriptors"));
-    let fd = fds.pop().expect("one descriptor");
-    // A path longer than its memory would be mapped past the end of the file, where a read
-    // faults (SIGBUS) instead of failing.
-    let size = rustix::fs::fstat(&fd)
-        .map_err(|e| LinkError::Io(e.into()))?
-        .st_size as u64;
-    if size < info.len() as u64 {
-        return Err(LinkError::Protocol(format!(
-            "path offered with {} bytes of range ({} chunks of {}) but {size} bytes of memory",
-            info.len(),
-            info.quota_chunks,
-            info.chunk_bytes
-        )));
-    }
-    Ok((info, fd, rings))
+    Ok((info, fds.pop()))
 }
 
 /// Wait until `sock` has something to read (or closed), or takes more.
@@ -227,13 +266,41 @@ pub(crate) fn send_now(sock: &UnixStream, b: &[u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
+/// Write `b` to `sock` with the descriptor `fd` (`SCM_RIGHTS`, riding with the first byte),
+/// as far as the socket takes it now, without waiting and without `SIGPIPE`; how much (none:
+/// the descriptor did not go either).
+fn send_fd_now(sock: &UnixStream, b: &[u8], fd: BorrowedFd<'_>) -> std::io::Result<usize> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::mem::MaybeUninit;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    anc.push(SendAncillaryMessage::ScmRights(&fds));
+    loop {
+        match rustix::net::sendmsg(
+            sock,
+            &[std::io::IoSlice::new(b)],
+            &mut anc,
+            SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) => return Ok(n),
+            Err(rustix::io::Errno::AGAIN) => return Ok(0),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// The frames for one peer that its socket has not taken yet (the backlog), in the order they
-/// were written: whatever is written later goes out behind them. Writing never waits.
+/// were written, with the descriptors that ride with some of them: whatever is written later
+/// goes out behind them. Writing never waits.
 #[derive(Default)]
 pub(super) struct Outbox {
     bytes: Vec<u8>,
     /// How much of `bytes` went out already.
     sent: usize,
+    /// Descriptors to send with the byte at their position in `bytes`, in order.
+    fds: VecDeque<(usize, OwnedFd)>,
 }
 
 impl Outbox {
@@ -264,21 +331,57 @@ impl Outbox {
         self.flush(sock)
     }
 
+    /// Write `b` with the descriptor `fd` riding with its first byte, behind what waits, as far
+    /// as the socket takes it now; the bytes that went out.
+    pub(super) fn write_fd(
+        &mut self,
+        sock: &UnixStream,
+        b: &[u8],
+        fd: OwnedFd,
+    ) -> std::io::Result<usize> {
+        self.fds.push_back((self.bytes.len(), fd));
+        self.bytes.extend_from_slice(b);
+        self.flush(sock)
+    }
+
     /// Write what waits, as far as the socket takes it now; the bytes that went out.
     pub(super) fn flush(&mut self, sock: &UnixStream) -> std::io::Result<usize> {
-        if self.is_empty() {
-            return Ok(0);
+        let mut total = 0;
+        while !self.is_empty() {
+            // Up to the next descriptor's byte (or the end); from a descriptor's byte, with it.
+            let next_fd = self.fds.front().map(|(at, _)| *at);
+            let (n, upto) = match next_fd {
+                Some(at) if at == self.sent => {
+                    let upto = self.fds.get(1).map_or(self.bytes.len(), |(a, _)| *a);
+                    let (_, fd) = self.fds.front().expect("a descriptor");
+                    let n = send_fd_now(sock, &self.bytes[self.sent..upto], fd.as_fd())?;
+                    if n > 0 {
+                        self.fds.pop_front();
+                    }
+                    (n, upto)
+                }
+                at => {
+                    let upto = at.unwrap_or(self.bytes.len());
+                    (send_now(sock, &self.bytes[self.sent..upto])?, upto)
+                }
+            };
+            self.sent += n;
+            total += n;
+            if self.sent < upto {
+                break;
+            }
         }
-        let n = send_now(sock, &self.bytes[self.sent..])?;
-        self.sent += n;
         if self.is_empty() {
             self.bytes.clear();
             self.sent = 0;
         } else if self.sent >= self.bytes.len() / 2 {
             self.bytes.drain(..self.sent);
+            for (at, _) in &mut self.fds {
+                *at -= self.sent;
+            }
             self.sent = 0;
         }
-        Ok(n)
+        Ok(total)
     }
 
     /// Forget what waits, and the memory it took (the peer is gone or given up on).

@@ -2,13 +2,15 @@
 //! `a[1]` the mode):
 //!
 //! - `fbuf-peer receive FD_PATH ADDR CHUNK QUOTA CACHED VOLATILE REF_ADDR REF_LEN`: join the
-//!   path read-only (opening the creator's memfd through `/proc/PID/fd/N`), receive the fbuf
-//!   and print its bytes as hex on one line.
+//!   path, take the chunk the fbuf lies in (opening the originator's read-only descriptor of
+//!   its memfd through `/proc/PID/fd/N`), receive the fbuf and print its bytes as hex on one
+//!   line.
 //! - `fbuf-peer receive-then-write ...` (same arguments): then try to write what was received:
 //!   first by asking for a writable mapping (refused: printed), then by storing through the
 //!   read-only mapping (faults: the process dies by SIGSEGV).
 //! - `fbuf-peer receive-then-reopen-rw ...` (same arguments): then reopen its read-only
-//!   descriptor read-write through `/proc/self/fd` and try every way to write through it: a
+//!   descriptor of the chunk read-write through `/proc/self/fd` and try every way to write
+//!   through it: a
 //!   writable mapping, `write`, shrinking, punching a hole, and `mprotect` of a read-only
 //!   mapping; prints `ATTEMPT refused: ERROR` or `ATTEMPT GRANTED` for each.
 //! - `fbuf-peer originator-writes-after-send VOLATILE`: make a path, send an fbuf, then write it.
@@ -31,12 +33,18 @@
 //!   ("freed 2" in between) and prints how many notices rode along with the request.
 //! - `fbuf-peer receiver-frees-foreign SOCKET`: a malicious receiver: takes the path, reads
 //!   two send frames, and sends a deallocation notice for an fbuf it was never given.
+//! - `fbuf-peer mirror SOCKET`: take a path mirrored on the socket; for each line `ADDR LEN`
+//!   on standard input, receive that fbuf and print its bytes as text (then free it), or
+//!   `refused: WHY`.
+//! - `fbuf-peer hold-every SOCKET K`: receive until the originator closes the link, checking
+//!   every byte of fbuf N against the pattern of N; hold every K-th (none with K = 0), free the
+//!   others at once; at the close read the held ones again and print `ok N held H intact I`.
 
 use std::io::{BufRead, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use zcio_fbufs::aggregate::{Limits, walk};
-use zcio_fbufs::link::{Forwarder, OriginatorEnd, Received, ReceiverEnd};
+use zcio_fbufs::link::{Forwarder, OriginatorEnd, PathMirror, Received, ReceiverEnd};
 use zcio_fbufs::owner::OwnerClient;
 use zcio_fbufs::path::{FbufRef, Originator, PathInfo, PathMemory, Receiver, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
@@ -74,6 +82,8 @@ pub fn run(a: &[String]) {
         Some("originator-then-exit") => originator_then_exit(a),
         Some("free-two-secure-third") => free_two_secure_third(a),
         Some("receiver-frees-foreign") => receiver_frees_foreign(a),
+        Some("hold-every") => hold_every(a),
+        Some("mirror") => mirror(a),
         _ => {
             eprintln!("fbuf-peer: no such mode: {a:?}");
             std::process::exit(2);
@@ -81,14 +91,14 @@ pub fn run(a: &[String]) {
     }
 }
 
-/// The path's memfd at `a[2]`, opened read-only.
+/// The memfd of a chunk of the path at `a[2]`, opened read-only.
 fn open_read_only(a: &[String]) -> OwnedFd {
     rustix::fs::open(
         a[2].as_str(),
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .expect("open the path's memfd read-only")
+    .expect("open the chunk's memfd read-only")
 }
 
 /// `receive`, `receive-then-write` and `receive-then-reopen-rw`.
@@ -107,7 +117,10 @@ fn receive(mode: &str, a: &[String]) {
         addr: arg(a, 8),
         len: arg(a, 9),
     };
-    let mut rx = Receiver::new(fd, info).expect("join the path");
+    let mut rx = Receiver::new(info).expect("join the path");
+    let keep = fd.try_clone().expect("dup the chunk's descriptor");
+    let k = (r.addr as usize - info.addr) / info.chunk_bytes;
+    rx.add_chunk(info.chunk_ref(k), fd).expect("take the chunk");
     rx.receive(r).expect("receive");
     let mut buf = vec![0u8; r.len as usize];
     assert!(rx.read_bytes(r.addr, &mut buf), "received fbuf unreadable");
@@ -116,7 +129,7 @@ fn receive(mode: &str, a: &[String]) {
         buf.iter().map(|b| format!("{b:02x}")).collect::<String>()
     );
     if mode == "receive-then-reopen-rw" {
-        reopen_rw_and_write(rx.fd(), info);
+        reopen_rw_and_write(keep.as_fd(), info);
     }
     if mode == "receive-then-write" {
         write_what_was_received(a, info, r);
@@ -127,26 +140,30 @@ fn receive(mode: &str, a: &[String]) {
 /// through a read-only mapping (faults: the process dies by SIGSEGV).
 fn write_what_was_received(a: &[String], info: PathInfo, r: FbufRef) {
     let fd = open_read_only(a);
-    let elsewhere = zcio_vm::arena::random_address(info.len());
-    match map_path(fd.as_fd(), info, elsewhere, Access::ReadWrite) {
+    let elsewhere = zcio_vm::arena::random_address(info.chunk_bytes);
+    match map_chunk(fd.as_fd(), info, elsewhere, Access::ReadWrite) {
         Ok(_) => println!("writable mapping GRANTED"),
         Err(e) => println!("writable mapping refused: {e}"),
     }
-    let ro = map_path(fd.as_fd(), info, elsewhere, Access::ReadOnly).expect("read-only mapping");
+    let ro = map_chunk(fd.as_fd(), info, elsewhere, Access::ReadOnly).expect("read-only mapping");
     println!("storing");
     flush();
-    ro.store((r.addr - info.addr as u64) as usize, 0xbad);
+    ro.store(
+        (r.addr - info.addr as u64) as usize % info.chunk_bytes,
+        0xbad,
+    );
     println!("store went through");
 }
 
-/// The whole path of `info` mapped from `fd` at `at` (not its own address), with `access`.
-fn map_path(
+/// A chunk of the path of `info` mapped from `fd` at `at` (not its own address), with
+/// `access`.
+fn map_chunk(
     fd: BorrowedFd<'_>,
     info: PathInfo,
     at: usize,
     access: Access,
 ) -> Result<SharedWords, zcio_vm::VmError> {
-    SharedWords::map(fd, 0, info.len(), at, access)
+    SharedWords::map(fd, 0, info.chunk_bytes, at, access)
 }
 
 /// `originator-writes-after-send VOLATILE`.
@@ -318,14 +335,13 @@ fn owner_originator(a: &[String]) {
     // sent, then this process waits (mid-stream) to be killed.
     let count: u64 = arg(a, 4);
     let mut owner = OwnerClient::connect(a[2].as_ref()).expect("connect to the owner");
-    let (info, fd) = owner
+    let info = owner
         .create_path(4, Variant::CACHED)
         .expect("create a path");
-    let o = Originator::granted_by_owner(fd.as_fd(), info).expect("map the path");
+    let o = Originator::granted_by_owner(info).expect("claim the path");
     let mut end = OriginatorEnd::new(o);
-    let ro = zcio_vm::mapping::reopen_read_only(fd.as_fd()).expect("read-only descriptor");
     let sock = UnixStream::connect(&a[3]).expect("connect to the receiver");
-    end.add_receiver(sock, ro.as_fd()).expect("offer the path");
+    end.add_receiver(sock).expect("offer the path");
     send_patterns(&mut end, count, |end, len| {
         owner.alloc_waiting(end, len).expect("alloc")
     });
@@ -353,12 +369,68 @@ fn originator_then_exit(a: &[String]) {
     let sock = UnixStream::connect(&a[2]).expect("connect");
     let p = PathMemory::create(1 << 20, 4, Variant::CACHED).expect("path");
     let mut end = OriginatorEnd::new(p.originator().expect("map"));
-    end.add_receiver(sock, p.receiver_fd().expect("ro fd").as_fd())
-        .expect("offer");
+    end.add_receiver(sock).expect("offer");
     send_patterns(&mut end, count, |end, len| {
         end.alloc_waiting(len).expect("alloc")
     });
     println!("sent {count}");
+}
+
+/// `mirror SOCKET`.
+fn mirror(a: &[String]) {
+    let sock = UnixStream::connect(&a[2]).expect("connect");
+    let mut m = PathMirror::accept(&sock).expect("take the mirrored path");
+    for line in std::io::stdin().lock().lines() {
+        let line = line.expect("a line");
+        let mut w = line
+            .split_whitespace()
+            .map(|w| w.parse().expect("a number"));
+        let r = FbufRef {
+            addr: w.next().expect("an address"),
+            len: w.next().expect("a length"),
+        };
+        match m.receive(r) {
+            Ok(()) => {
+                let mut buf = vec![0u8; r.len as usize];
+                assert!(
+                    m.receiver().read_bytes(r.addr, &mut buf),
+                    "{r:?} unreadable"
+                );
+                println!("{}", String::from_utf8_lossy(&buf));
+                m.free(r).expect("free");
+            }
+            Err(e) => println!("refused: {e}"),
+        }
+        flush();
+    }
+}
+
+/// `hold-every SOCKET K`.
+fn hold_every(a: &[String]) {
+    let every: u64 = arg(a, 3);
+    let mut rx =
+        ReceiverEnd::connect(UnixStream::connect(&a[2]).expect("connect")).expect("join the path");
+    let mut held = Vec::new();
+    let mut got = 0u64;
+    let same = |rx: &ReceiverEnd, n: u64, r: FbufRef| {
+        let mut buf = vec![0u8; r.len as usize];
+        rx.receiver.read_bytes(r.addr, &mut buf) && buf == zcio_fbufs::pattern(n, r.len as usize)
+    };
+    while let Some(r) = rx.recv().expect("receive") {
+        assert!(
+            same(&rx, got, r),
+            "fbuf {got} ({r:?}) differs from its pattern"
+        );
+        if every > 0 && got % every == 0 {
+            held.push((got, r));
+        } else {
+            rx.free(r).expect("free");
+        }
+        got += 1;
+    }
+    let intact = held.iter().filter(|(n, r)| same(&rx, *n, *r)).count();
+    println!("ok {got} held {} intact {intact}", held.len());
+    flush();
 }
 
 /// `free-two-secure-third SOCKET`.
@@ -403,7 +475,7 @@ fn receiver_frees_foreign(a: &[String]) {
     std::thread::sleep(std::time::Duration::from_secs(2));
 }
 
-/// A receiver turned attacker: its read-only descriptor of the path reopened read-write through
+/// A receiver turned attacker: its read-only descriptor of a chunk reopened read-write through
 /// `/proc/self/fd`, then every way of writing through it tried, each outcome printed.
 fn reopen_rw_and_write(ro: std::os::fd::BorrowedFd<'_>, info: PathInfo) {
     use std::os::fd::AsRawFd;
@@ -425,10 +497,10 @@ fn reopen_rw_and_write(ro: std::os::fd::BorrowedFd<'_>, info: PathInfo) {
             return;
         }
     };
-    let elsewhere = zcio_vm::arena::random_address(info.len());
+    let elsewhere = zcio_vm::arena::random_address(info.chunk_bytes);
     outcome(
         "writable mapping",
-        map_path(rw.as_fd(), info, elsewhere, Access::ReadWrite)
+        map_chunk(rw.as_fd(), info, elsewhere, Access::ReadWrite)
             .map(drop)
             .map_err(|e| e.to_string()),
     );
@@ -448,16 +520,16 @@ fn reopen_rw_and_write(ro: std::os::fd::BorrowedFd<'_>, info: PathInfo) {
             &rw,
             rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
             0,
-            info.len() as u64,
+            info.chunk_bytes as u64,
         )
         .map_err(|e| e.to_string()),
     );
-    let ro_map = map_path(rw.as_fd(), info, elsewhere, Access::ReadOnly)
+    let ro_map = map_chunk(rw.as_fd(), info, elsewhere, Access::ReadOnly)
         .expect("a read-only mapping through the reopened descriptor");
     outcome(
         "mprotect writable",
         ro_map
-            .set_access(0, info.len(), Access::ReadWrite)
+            .set_access(0, info.chunk_bytes, Access::ReadWrite)
             .map_err(|e| e.to_string()),
     );
 }

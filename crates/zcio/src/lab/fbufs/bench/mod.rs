@@ -44,7 +44,7 @@ pub use originate::run;
 pub use process::Said;
 pub use sink::{Role, sink};
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use zcio_fbufs::link::{LinkError, OriginatorEnd};
 use zcio_fbufs::path::{FbufError, Originator, PathMemory, Variant};
@@ -74,8 +74,8 @@ pub fn originate_on(
     v: Variant,
 ) -> Result<OriginatorEnd, LinkError> {
     let p = PathMemory::create(chunk, quota, v)?;
-    let mut end = OriginatorEnd::new(Originator::new(p.fd(), p.info())?);
-    end.add_receiver(sock.try_clone()?, p.receiver_fd()?.as_fd())?;
+    let mut end = OriginatorEnd::new(Originator::new(p.info())?);
+    end.add_receiver(sock.try_clone()?)?;
     Ok(end)
 }
 

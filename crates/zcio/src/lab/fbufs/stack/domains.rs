@@ -7,7 +7,8 @@
 //!   and sends the reference. The protocol domain prepends the UDP header and cuts the datagram
 //!   into fragments, each with its IP header, as an aggregate whose headers and nodes sit in
 //!   an fbuf of its own path ([`super::agg::build`]), and sends the root; the data is never
-//!   read nor copied on the way. It has offered the application's path onward once, so the
+//!   read nor copied on the way. It has offered the application's path onward once (its
+//!   chunks following on a feed of their own as they are made, [`PathMirror`]), so the
 //!   receiving domain maps both paths read-only, walks the aggregate, reassembles and touches
 //!   the data in place. Its free of the message gives the protocol domain's fbuf back, and the
 //!   protocol domain then frees the application's (messages come back in the order sent).
@@ -38,8 +39,8 @@ use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use zcio_fbufs::link::{OriginatorEnd, Received, ReceiverEnd, accept_path, offer_path};
-use zcio_fbufs::path::{FbufRef, Receiver, Variant};
+use zcio_fbufs::link::{OriginatorEnd, PathMirror, Received, ReceiverEnd};
+use zcio_fbufs::path::{FbufRef, Variant};
 use zcio_fbufs::region::{RegionRead, RegionWrite};
 
 /// Which process of the stack a `zcio fbuf-stack-domain` is.
@@ -284,8 +285,9 @@ fn protocol_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
 }
 
 fn forward_fbufs(s: &Stream, rx: &mut ReceiverEnd, down: &UnixStream) -> Res<()> {
-    // The application's path, offered onward once: the receiving domain reads the data there.
-    offer_path(down, rx.info(), rx.path_fd(), None)?;
+    // The application's path, offered onward (its chunks announced on a feed of their own as
+    // they come): the receiving domain reads the data there.
+    rx.mirror(down)?;
     let frags = Fragments::new(s.len, s.mtu);
     let per = (DESC as usize + space(frags)).next_multiple_of(PAGE);
     let mut end = originate_on(down, quota(per), CACHED_VOLATILE)?;
@@ -366,8 +368,7 @@ fn release(end: &OriginatorEnd, rx: &mut ReceiverEnd, held: &mut VecDeque<FbufRe
 /// The receiving domain with fbufs: both paths mapped read-only, every message walked,
 /// reassembled and touched in place, then freed.
 fn receiver_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
-    let (info, fd, _) = accept_path(&up)?;
-    let mut data = Receiver::new(fd, info)?;
+    let mut data = PathMirror::accept(&up)?;
     let mut rx = ReceiverEnd::connect(up)?;
     let mut rec = Record::new(c.name(), s.touch, s.len, s.mtu, s.datagrams());
     let frags = rec.fragments();
@@ -388,7 +389,7 @@ fn receiver_fbufs(s: &Stream, up: UnixStream, c: Contender) -> Res<()> {
                 data.receive(r)?;
                 let region = Both {
                     own: &rx.receiver,
-                    other: &data,
+                    other: data.receiver(),
                 };
                 let id = rec.received() as u32;
                 receive(&region, m, id, &mut rec, &mut scratch)
