@@ -3,6 +3,7 @@
 pub mod claims;
 pub mod ends;
 pub mod measure;
+mod paced;
 pub mod render;
 pub mod stream;
 
@@ -39,8 +40,8 @@ impl Experiment for Splice {
         }
     }
 
-    fn units(_plan: &Self::Plan) -> u64 {
-        3
+    fn units(plan: &Self::Plan) -> u64 {
+        plan.steps()
     }
 
     fn measure(plan: &Self::Plan, bar: &indicatif::ProgressBar) -> Res<Self::Section> {

@@ -16,11 +16,12 @@ pub fn splice_findings(r: &Results) -> Vec<String> {
         .iter()
         .map(|v| {
             format!(
-                "{}: {:.2}× the loop's throughput, {:.2}× less CPU per byte, {:.2}× the CPU it leaves a task sharing its core",
+                "{}: {:.2}× the loop's throughput, {:.2}× less CPU per byte, {:.2}× the CPU it leaves a background task sharing its core at {:.0} % pace",
                 v.pair.replace('_', " "),
                 v.throughput_ratio,
                 v.cpu_ratio,
-                v.availability_ratio
+                v.availability_ratio,
+                100.0 * v.pace_fraction.unwrap_or(s.pace_fraction)
             )
         })
         .collect();
@@ -49,15 +50,18 @@ pub fn splice_blocks(r: &Results) -> Vec<Block> {
     let mut b = vec![
         h(2, "Paper 003 — peer-to-peer I/O: splice against read/write"),
         p(format!(
-            "Each pair of descriptors moves the same data by a splice (zcio-sequoia's `Splice::start_flow`, on whichever of copy_file_range, sendfile or splice the pair allows) and by a read/write loop through a 64 KiB buffer, both in 64 KiB increments, alternating over {} rounds. What every sink receives, in every pair and variant, is checked against what was sent, outside the time measured: a file sink byte for byte (after a throughput run; before each time a paced run empties it, with the task held and the clock stopped), a socket sink by the stamps of their offset the data carries every 4 KiB (its reader keeps them as it reads; reading every byte would slow the reader the run waits on); a difference fails the run. Throughput is the median over rounds; latency is the median time of one increment; CPU per MiB is the transfer thread's own CPU time (user and system) in the throughput runs, so the kernel's work for its calls is in it and the socket's other end is not. CPU availability: the transfer runs at a fixed pace ({:.0} % of the slower variant's throughput, for {} s, in steps of {} KiB: the paced source delivers that much at a time, as a device delivers blocks, and the transfer sleeps between them) while a CPU-bound task shares its core{}; the task's progress over its progress alone is the CPU the transfer left it. Files live in a temporary directory, here on {} (copy_file_range shares blocks only on file systems that can, such as btrfs or xfs with reflinks; elsewhere it copies in the kernel, as read/write copies through the application); sockets are Unix stream sockets whose other end runs on the second CPU.",
+            "Each pair of descriptors moves the same data by a splice (zcio-sequoia's `Splice::start_flow`, on whichever of copy_file_range, sendfile or splice the pair allows) and by a read/write loop through a 64 KiB buffer, both in 64 KiB increments, alternating over {} rounds. What every sink receives, in every pair and variant, is checked against what was sent, outside the time measured: a file sink byte for byte (after a throughput run; before each time a paced run empties it, with the task held and the clock stopped), a socket sink by the stamps of their offset the data carries every 4 KiB (its reader keeps them as it reads; reading every byte would slow the reader the run waits on); a difference fails the run. Throughput is the median over rounds; latency is the median time of one increment; CPU per MiB is the transfer thread's own CPU time (user and system) in the throughput runs, so the kernel's work for its calls is in it and the socket's other end is not. CPU availability: the transfer runs at a fixed pace ({} of the slower variant's throughput, for {} s each, in steps of {} KiB: the paced source delivers that much at a time, as a device delivers blocks, and the transfer sleeps between them) while a CPU-bound task shares its core{}; the task's progress over its progress alone is the CPU the transfer left it. Files live in a temporary directory, here on {} (copy_file_range shares blocks only on file systems that can, such as btrfs or xfs with reflinks; elsewhere it copies in the kernel, as read/write copies through the application); sockets are Unix stream sockets whose other end runs on the second CPU.",
             s.rounds,
-            100.0 * s.pace_fraction,
+            pace_list(s),
             s.seconds,
             s.paced_step.unwrap_or(64 << 10) >> 10,
-            if s.pinned {
-                " (both pinned to CPU 0)"
-            } else {
-                " (not pinned: one CPU)"
+            match (s.pinned, s.task_background) {
+                (true, true) =>
+                    " (both pinned to CPU 0, the task at the lowest priority, nice 19, as a background job: the transfer runs whenever its next increment is due)",
+                (true, false) =>
+                    " (both pinned to CPU 0, at equal priority: the scheduler shares the core evenly while both run)",
+                (false, true) => " (not pinned: one CPU; the task at the lowest priority, nice 19)",
+                (false, false) => " (not pinned: one CPU; at equal priority)",
             },
             s.files_fs
         )),
@@ -112,6 +116,117 @@ pub fn splice_blocks(r: &Results) -> Vec<Block> {
                 ]
             },
     ));
-    b.push(p("A task that shares the transfer's core gets the core whenever the transfer waits for its next increment, and half of it while both run; so the CPU a transfer leaves grows only slowly with its efficiency, and a splice that needs half the loop's CPU per byte leaves the task a few percent more, not a multiple: the CPU per byte says more plainly what each mechanism costs. Where the sink or source is a file on tmpfs, every mechanism copies through the page cache, and splice and the loop do nearly the same work."));
+    if s.paces.len() > 1 {
+        b.push(table_of(
+            "CPU left to the background task at each pace (median over rounds, lowest–highest)",
+            &[
+                "pair",
+                "pace",
+                "Gbit/s",
+                "loop kept",
+                "splice kept",
+                "left by the loop",
+                "left by splice",
+                "splice / loop",
+            ],
+            &pace_rows(s),
+            |(pair, l, sp)| {
+                let left = |x: &super::measure::Paced| {
+                    format!(
+                        "{:.0} % ({:.0}–{:.0})",
+                        100.0 * x.cpu_availability,
+                        100.0 * x.cpu_availability_spread[0],
+                        100.0 * x.cpu_availability_spread[1]
+                    )
+                };
+                vec![
+                    pair.replace('_', " "),
+                    format!("{:.0} %", 100.0 * l.fraction),
+                    format!("{:.2}", l.pace_gbps),
+                    format!("{:.2}", l.paced_gbps),
+                    format!("{:.2}", sp.paced_gbps),
+                    left(l),
+                    left(sp),
+                    format!("{:.2}×", sp.cpu_availability / l.cpu_availability),
+                ]
+            },
+        ));
+    }
+    b.push(p(availability_prose(s)));
     b
+}
+
+/// What the paced runs say of where the transfer's CPU went, from this run's numbers: the
+/// share of the core the task lost, against the share the transfer's CPU per byte accounts
+/// for at the pace it kept.
+fn availability_prose(s: &super::measure::SpliceSection) -> String {
+    let parts: Vec<String> = s
+        .rows
+        .iter()
+        .filter(|r| r.cpu_availability.is_finite() && r.cpu_us_per_mib.is_finite())
+        .map(|r| {
+            let mib_per_s = r.paced_gbps * 1e9 / 8.0 / (1u64 << 20) as f64;
+            let by_bytes = r.cpu_us_per_mib * mib_per_s / 1e6;
+            let lost = 1.0 - r.cpu_availability;
+            format!(
+                "{} by {} at {:.2} Gbit/s: the task lost {:.0} % of the core, the transfer's CPU per byte at that rate accounts for {:.0} %",
+                r.pair.replace('_', " "),
+                r.variant.replace('_', "/"),
+                r.paced_gbps,
+                100.0 * lost,
+                100.0 * by_bytes
+            )
+        })
+        .collect();
+    let mut t = String::from(
+        "The CPU a transfer leaves is what its work at the pace costs the core: its CPU per byte, and what each increment costs beyond it (the wake-up for it, the sleep after it, kernel work counted on neither thread). ",
+    );
+    if !s.task_background {
+        t.push_str("In this run the task ran at the transfer's priority, so while both ran the scheduler shared the core evenly and the transfer's CPU per byte showed only partly in the task's progress. ");
+    }
+    if !parts.is_empty() {
+        t.push_str(&format!("Measured: {}.", parts.join("; ")));
+    }
+    if s.files_fs == "tmpfs" {
+        t.push_str(" The files live on tmpfs, where every mechanism copies through the page cache, so between two files splice and the loop do nearly the same work.");
+    }
+    t
+}
+
+/// The paces measured, and which one the rows and verdicts give.
+fn pace_list(s: &super::measure::SpliceSection) -> String {
+    if s.paces.len() <= 1 {
+        return format!("{:.0} %", 100.0 * s.pace_fraction);
+    }
+    let each: Vec<String> = s
+        .paces
+        .iter()
+        .map(|f| format!("{:.0} %", 100.0 * f))
+        .collect();
+    format!(
+        "{}; the first two tables give each pair at the fastest of them that both its variants kept",
+        each.join(", ")
+    )
+}
+
+/// Per pair and pace: the loop's and splice's availability runs.
+fn pace_rows(
+    s: &super::measure::SpliceSection,
+) -> Vec<(String, super::measure::Paced, super::measure::Paced)> {
+    let mut out = Vec::new();
+    for sp in s.rows.iter().filter(|r| r.variant == "splice") {
+        let Some(l) = s
+            .rows
+            .iter()
+            .find(|r| r.pair == sp.pair && r.variant == "read_write")
+        else {
+            continue;
+        };
+        for a in &sp.paced {
+            if let Some(b) = l.paced.iter().find(|b| b.fraction == a.fraction) {
+                out.push((sp.pair.clone(), b.clone(), a.clone()));
+            }
+        }
+    }
+    out
 }
