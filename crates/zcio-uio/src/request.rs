@@ -47,6 +47,13 @@ pub struct HandlerId(pub u16);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Target(pub u32);
 
+/// Flag: deliver the completion on a handler thread ([`crate::Uio::serve_handlers`]) instead
+/// of the issuing thread, which then need not poll or wait for it (and may even have ended).
+pub const ASYNC: u8 = 1;
+
+/// Every flag defined.
+pub const FLAGS: u8 = ASYNC;
+
 /// Status of a request not completed yet.
 pub const PENDING: i32 = i32::MIN;
 
@@ -56,7 +63,7 @@ pub const PENDING: i32 = i32::MIN;
 pub struct Request {
     /// [`Opcode`] as a byte (a record from elsewhere may hold any byte).
     pub opcode: u8,
-    /// Flags (none defined: must be zero).
+    /// Flags: [`ASYNC`] or none (any other bit is refused).
     pub flags: u8,
     /// The handler to call on completion.
     pub handler: u16,
@@ -111,6 +118,17 @@ impl Request {
             context: 0,
             reserved: [0; 12],
         }
+    }
+
+    /// The same request, its completion delivered on a handler thread ([`ASYNC`]).
+    pub fn asynchronous(mut self) -> Request {
+        self.flags |= ASYNC;
+        self
+    }
+
+    /// Whether its completion goes to a handler thread ([`ASYNC`]).
+    pub fn is_async(&self) -> bool {
+        self.flags & ASYNC != 0
     }
 
     /// The record as its 64 bytes (little-endian fields, in the table's order).

@@ -2,67 +2,20 @@
 //! byte-exact for every initiation and translation; malformed records complete with a clear
 //! error and never reach the device; handlers run exactly once, with their argument, on the
 //! issuing thread, under many submitters and a full ring; and a buffer cannot be freed while
-//! its request is in flight.
+//! its request is in flight; records flagged ASYNC complete on a handler thread, the issuer
+//! neither polling nor waiting, even after it has ended.
 
 use proptest::prelude::*;
-use std::io::Write;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use zcio_uio::request::{PENDING, RECORD};
 use zcio_uio::{
-    Config, HandlerId, Initiation, NotQueued, Opcode, Request, Target, Translation, Uio, UioError,
+    HandlerId, Initiation, NotQueued, Opcode, Request, Target, Translation, Uio, UioError,
 };
 
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u8)
-        .collect()
-}
-
-fn data_file(len: usize) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("table");
-    let data = pattern(len);
-    let mut f = std::fs::File::create(&path).unwrap();
-    f.write_all(&data).unwrap();
-    f.sync_all().unwrap();
-    (dir, path, data)
-}
-
-fn layer(initiation: Initiation, translation: Translation, entries: u32) -> Option<Uio> {
-    match Uio::new(Config {
-        initiation,
-        translation,
-        entries,
-        buffers: 32,
-        buf_size: 64 << 10,
-        ..Config::default()
-    }) {
-        Ok(u) => Some(u),
-        Err(e) => {
-            zcio_vm::skip::skip(
-                zcio_vm::skip::Capability::IoUring,
-                &format!("({initiation:?}, {translation:?}): {e}"),
-            );
-            None
-        }
-    }
-}
-
-/// A data file of `len` bytes, and a layer of `entries` entries (system-call initiation) with
-/// it open: the file's directory, the layer and the file's target; `None` (after saying why)
-/// where this kernel refuses the layer.
-fn opened(
-    len: usize,
-    translation: Translation,
-    entries: u32,
-) -> Option<(tempfile::TempDir, Uio, Target)> {
-    let (dir, path, _data) = data_file(len);
-    let uio = layer(Initiation::Syscall, translation, entries)?;
-    let target = uio.open(&path, false).unwrap();
-    Some((dir, uio, target))
-}
+mod common;
+use common::*;
 
 /// A chunk's number and bytes, as a handler got them.
 type Chunk = (u64, Vec<u8>);
@@ -225,7 +178,7 @@ fn malformed_records_complete_with_a_clear_error_and_never_reach_the_device() {
     static NOT_YOURS: [u8; 4096] = [0; 4096];
     let mut cases: Vec<Case> = vec![
         (1, Box::new(|r| r.opcode = 7), "bad opcode 7"),
-        (2, Box::new(|r| r.flags = 1), "flags"),
+        (2, Box::new(|r| r.flags = 2), "flags 0x2"),
         (3, Box::new(|r| r.target = 40), "no target 40"),
         (4, Box::new(|r| r.length = 0), "zero bytes"),
         (
@@ -484,51 +437,71 @@ fn fuzz_any_64_bytes_are_refused_or_complete_once() {
     let h = uio.handler(move |_c| {
         d.fetch_add(1, Ordering::Relaxed);
     });
-    let property = |u: &mut zcio_testkit::fuzz::Unstructured<'_>| {
-        let mut b: [u8; RECORD] = u.arbitrary()?;
-        let Some(buf) = uio.buffer() else {
-            panic!("every buffer came back, yet none is free");
-        };
-        if u.arbitrary()? {
-            b[2..4].copy_from_slice(&h.0.to_le_bytes());
-        }
-        if u.arbitrary()? {
-            b[4..8].copy_from_slice(&target.0.to_le_bytes());
-        }
-        if u.arbitrary()? {
-            b[0] = if u.arbitrary()? {
-                Opcode::Read as u8
-            } else {
-                Opcode::Write as u8
+    // ASYNC records complete on a handler thread.
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let server = scope.spawn(|| uio.serve_handlers(&stop));
+        let _stop = StopOnDrop(&stop);
+        let property = |u: &mut zcio_testkit::fuzz::Unstructured<'_>| {
+            let mut b: [u8; RECORD] = u.arbitrary()?;
+            let Some(buf) = uio.buffer() else {
+                panic!("every buffer came back, yet none is free");
             };
-        }
-        if u.arbitrary()? {
-            let off: u16 = u.arbitrary()?;
-            b[16..24].copy_from_slice(&(buf.addr() as u64 + u64::from(off % 8192)).to_le_bytes());
-        }
-        let before = done.load(Ordering::Relaxed);
-        match uio.submit_bytes(&b, buf) {
-            Ok(()) => {
-                uio.wait().unwrap();
-                assert_eq!(
-                    done.load(Ordering::Relaxed),
-                    before + 1,
-                    "one completion for one record: {:?}",
-                    Request::from_bytes(&b)
-                );
+            if u.arbitrary()? {
+                b[2..4].copy_from_slice(&h.0.to_le_bytes());
             }
-            Err(NotQueued::NoHandler { .. }) => {
-                assert_eq!(
-                    done.load(Ordering::Relaxed),
-                    before,
-                    "a refused record completed"
-                );
+            if u.arbitrary()? {
+                b[4..8].copy_from_slice(&target.0.to_le_bytes());
             }
-            Err(NotQueued::Full { .. }) => panic!("the ring was full with nothing in flight"),
-        }
-        Ok(())
-    };
-    zcio_testkit::fuzz::fuzz(FUZZ_REGRESSIONS, property);
+            if u.arbitrary()? {
+                b[0] = if u.arbitrary()? {
+                    Opcode::Read as u8
+                } else {
+                    Opcode::Write as u8
+                };
+            }
+            if u.arbitrary()? {
+                let off: u16 = u.arbitrary()?;
+                b[16..24]
+                    .copy_from_slice(&(buf.addr() as u64 + u64::from(off % 8192)).to_le_bytes());
+            }
+            let before = done.load(Ordering::Relaxed);
+            match uio.submit_bytes(&b, buf) {
+                Ok(()) => {
+                    if Request::from_bytes(&b).is_async() {
+                        let t0 = std::time::Instant::now();
+                        while done.load(Ordering::Relaxed) == before {
+                            assert!(
+                                t0.elapsed().as_secs() < 20,
+                                "an ASYNC record never completed"
+                            );
+                            std::thread::sleep(std::time::Duration::from_micros(50));
+                        }
+                    } else {
+                        uio.wait().unwrap();
+                    }
+                    assert_eq!(
+                        done.load(Ordering::Relaxed),
+                        before + 1,
+                        "one completion for one record: {:?}",
+                        Request::from_bytes(&b)
+                    );
+                }
+                Err(NotQueued::NoHandler { .. }) => {
+                    assert_eq!(
+                        done.load(Ordering::Relaxed),
+                        before,
+                        "a refused record completed"
+                    );
+                }
+                Err(NotQueued::Full { .. }) => panic!("the ring was full with nothing in flight"),
+            }
+            Ok(())
+        };
+        zcio_testkit::fuzz::fuzz(FUZZ_REGRESSIONS, property);
+        stop.store(true, Ordering::Release);
+        server.join().unwrap().unwrap();
+    });
     // Still usable: a well-formed read returns the file's bytes.
     let buf = uio.buffer().expect("a buffer");
     let got: Arc<Mutex<Vec<u8>>> = Arc::default();

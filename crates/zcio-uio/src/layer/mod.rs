@@ -5,7 +5,9 @@
 //! ring included. Completions are reaped by one thread at a time (the *reaper*), which waits
 //! in the kernel without holding the ring, so that other threads submit meanwhile; each
 //! completion goes to the queue of the thread that issued it, in completion order, and its
-//! handler runs when that thread polls or waits.
+//! handler runs when that thread polls or waits. A record flagged [`ASYNC`](crate::request::ASYNC) completes instead
+//! to the layer's handler threads ([`Uio::serve_handlers`]): its handler runs there as soon as
+//! the device is done, whether or not the issuing thread polls, waits, or still exists.
 //!
 //! A thread that ends with requests in flight (it returned, or a handler of its panicked) can
 //! run no handler any more, and no other thread may run them for it: its completions are
@@ -13,7 +15,7 @@
 //! layer learns of the end from the thread's own thread-local state, which every thread that
 //! submits to a layer holds a weak reference to that layer's queues in.
 
-use crate::request::{HandlerId, Opcode, PENDING, RECORD, Request, Target};
+use crate::request::{FLAGS, HandlerId, Opcode, PENDING, RECORD, Request, Target};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -52,6 +54,8 @@ struct Notify {
     /// Completions dropped so (and those an ending thread left queued).
     orphaned: u64,
     reaper: bool,
+    /// Completions of [`ASYNC`](crate::request::ASYNC) records, for the handler threads, in completion order.
+    handler_queue: VecDeque<Completion>,
 }
 
 impl Notify {
@@ -77,12 +81,18 @@ impl Notify {
             *o = o.saturating_sub(1);
             *o
         });
-        if self.ended.contains(&ctx) {
+        let ended = self.ended.contains(&ctx);
+        if ended && left.unwrap_or(0) == 0 {
+            self.ended.remove(&ctx);
+            self.outstanding.remove(&ctx);
+        }
+        if c.record.is_async() {
+            // A handler thread runs it: the issuer need not be there.
+            self.handler_queue.push_back(c);
+            return None;
+        }
+        if ended {
             self.orphaned += 1;
-            if left.unwrap_or(0) == 0 {
-                self.ended.remove(&ctx);
-                self.outstanding.remove(&ctx);
-            }
             return Some(c);
         }
         self.queues.entry(ctx).or_default().push_back(c);
@@ -314,7 +324,7 @@ impl Uio {
             Some(Opcode::Write) => Op::Write,
             None => return Err(UioError::BadOpcode(rec.opcode)),
         };
-        if rec.flags != 0 || rec.reserved != [0; 12] {
+        if rec.flags & !FLAGS != 0 || rec.reserved != [0; 12] {
             return Err(UioError::BadFlags(rec.flags));
         }
         let targets = self.targets.read().expect("targets");
@@ -434,6 +444,10 @@ impl Uio {
             Ok(()) => {
                 // An error here leaves the entry queued; the next submission takes it.
                 let _ = inner.ring.submit();
+                if rec.is_async() {
+                    // A handler thread idle for want of anything in flight reaps now.
+                    self.cv.notify_all();
+                }
                 None
             }
             Err(x) => Some(x),
@@ -463,15 +477,19 @@ impl Uio {
         self.refused.fetch_add(1, Ordering::Relaxed);
         let mut n = self.notify.lock().expect("notify");
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
-        n.queues
-            .entry(rec.context)
-            .or_default()
-            .push_back(Completion {
-                record: rec,
-                buf,
-                error: Some(e),
-                sequence,
-            });
+        let c = Completion {
+            record: rec,
+            buf,
+            error: Some(e),
+            sequence,
+        };
+        if rec.is_async() {
+            n.handler_queue.push_back(c);
+            drop(n);
+            self.cv.notify_all();
+        } else {
+            n.queues.entry(rec.context).or_default().push_back(c);
+        }
     }
 
     /// Reap completions from the ring (the reaper only) and route them to their threads'
@@ -547,12 +565,65 @@ impl Uio {
                 BLOCKED.with(|b| b.borrow_mut().insert(c.record.argument, c));
                 continue;
             }
-            let h = self.handlers.read().expect("handlers")[c.record.handler as usize].clone();
-            if let Some(h) = h {
-                h(c);
-            }
+            self.run_handler(c);
         }
         n
+    }
+
+    fn run_handler(&self, c: Completion) {
+        let h = self.handlers.read().expect("handlers")[c.record.handler as usize].clone();
+        if let Some(h) = h {
+            h(c);
+        }
+    }
+
+    /// Be a handler thread until `stop` is set: reap completions as the device signals them and
+    /// run the handlers of [`ASYNC`](crate::request::ASYNC) records (every thread's, in completion order) here, so that
+    /// their issuers need not poll or wait (the paper's asynchronous notification: the handler
+    /// runs when the I/O is done, not when the application next looks). Completions of other
+    /// records still go to their own threads. Returns how many handlers ran. Any number of
+    /// threads may serve; each completion runs once. A handler that panics ends the serving
+    /// thread with the panic.
+    ///
+    /// `stop` is looked at between completions and at least every millisecond while idle; a
+    /// serving thread that is reaping waits in the kernel for the requests in flight.
+    pub fn serve_handlers(&self, stop: &std::sync::atomic::AtomicBool) -> Result<usize, UioError> {
+        let mut ran = 0;
+        loop {
+            let mut n = self.notify.lock().expect("notify");
+            if let Some(c) = n.handler_queue.pop_front() {
+                drop(n);
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+                self.run_handler(c);
+                ran += 1;
+                continue;
+            }
+            if stop.load(Ordering::Acquire) {
+                return Ok(ran);
+            }
+            let in_flight = self.inner.lock().expect("ring").ring.in_flight() > 0;
+            if in_flight && !n.reaper {
+                n.reaper = true;
+                drop(n);
+                let r = self.reap_blocking();
+                self.notify.lock().expect("notify").reaper = false;
+                self.cv.notify_all();
+                r?;
+                continue;
+            }
+            // Nothing in flight, or another thread reaping: wait to be told (a completion
+            // routed, an ASYNC record submitted) or for the next look at `stop`.
+            let (n, _) = self
+                .cv
+                .wait_timeout(n, std::time::Duration::from_millis(1))
+                .expect("notify");
+            drop(n);
+        }
+    }
+
+    /// Completions of [`ASYNC`](crate::request::ASYNC) records waiting for a handler thread.
+    pub fn handler_queue_len(&self) -> usize {
+        self.notify.lock().expect("notify").handler_queue.len()
     }
 
     /// Asynchronous delivery: a descriptor that turns readable when the device completes a

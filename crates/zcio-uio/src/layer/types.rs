@@ -64,7 +64,7 @@ pub enum UioError {
     #[error("bad opcode {0} (1, read, or 2, write)")]
     BadOpcode(u8),
     /// Flags or reserved bytes that are not zero.
-    #[error("flags {0:#x} or reserved bytes set (none are defined)")]
+    #[error("flags {0:#x} or reserved bytes set (the only flag defined is ASYNC, 0x1)")]
     BadFlags(u8),
     /// No handler of that number.
     #[error("no handler {0} in this layer")]
