@@ -19,6 +19,8 @@ fn bench_containers_json_has_every_variant() {
         "read_write",
         "containers",
         "containers_unmapped",
+        "containers_pooled",
+        "containers_pooled_copy",
         "volatile",
         "volatile_unmapped",
     ];
