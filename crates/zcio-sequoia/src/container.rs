@@ -535,40 +535,36 @@ impl Domain {
     /// to the domain at the other end; to a file, its bytes go there inside the kernel. Either
     /// way this domain loses it: a second write, or a map, is refused.
     ///
-    /// A volatile container's mapping is hidden before it goes, and kept with its descriptor
-    /// (up to 64 of them) for the container's return.
+    /// A volatile container's mapping is hidden before it goes (kept shown by a domain
+    /// [`Domain::keeping_shown`]), and kept with its descriptor (up to 64 of them) for the
+    /// container's return from a socket.
     pub fn write(&mut self, path: BorrowedFd<'_>, id: Cid) -> Result<(), ContainerError> {
         let c = self.owned.remove(&id).ok_or(ContainerError::NotOwned(id))?;
-        let io = |op, e: rustix::io::Errno| ContainerError::Io {
-            op,
-            source: e.into(),
-        };
-        let st = rustix::fs::fstat(path).map_err(|e| io("fstat(path)", e))?;
-        let socket =
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket;
         let len = c.len;
         if let Pages::Volatile(mut f, key) = c.pages {
-            if !self.keep_shown || !socket {
+            if !self.keep_shown {
                 f.hide()?;
             }
-            if let Err(e) = ship(path, socket, KIND_VOLATILE, f.fd(), len) {
-                // Not given up: it stays this domain's, under its name.
-                self.owned.insert(
-                    id,
-                    Container {
-                        pages: Pages::Volatile(f, key),
-                        len,
-                    },
-                );
-                return Err(e);
-            }
-            if socket {
-                self.cache_put(key, f);
+            match ship(path, KIND_VOLATILE, f.fd(), len) {
+                Ok(true) => self.cache_put(key, f),
+                // Written to a file: nothing comes back, the mapping goes.
+                Ok(false) => {}
+                Err(e) => {
+                    // Not given up: it stays this domain's, under its name.
+                    self.owned.insert(
+                        id,
+                        Container {
+                            pages: Pages::Volatile(f, key),
+                            len,
+                        },
+                    );
+                    return Err(e);
+                }
             }
             return Ok(());
         }
         let (file, len) = Self::sealed(c)?;
-        if let Err(e) = ship(path, socket, KIND_SEALED, file.fd(), len) {
+        if let Err(e) = ship(path, KIND_SEALED, file.fd(), len) {
             // Not given up: it stays this domain's, sealed now, under its name.
             self.owned.insert(id, Container::sealed(file, len));
             return Err(e);
@@ -606,60 +602,58 @@ impl Domain {
         len: usize,
         map: bool,
     ) -> Result<Cid, ContainerError> {
-        let io = |op, e: rustix::io::Errno| ContainerError::Io {
-            op,
-            source: e.into(),
+        let mut head = [0u8; HEADER];
+        // A socket, or else (`ENOTSOCK`) a file: asked by receiving, not by an fstat first.
+        let got = match zcio_vm::wire::recv_with_fds(path, &mut head) {
+            Err(e) if e.errno() == Some(enotsock()) => None,
+            got => Some(got?),
         };
-        let st = rustix::fs::fstat(path).map_err(|e| io("fstat(path)", e))?;
-        let (file, len) =
-            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket {
-                let mut head = [0u8; HEADER];
-                let (n, mut fds) = zcio_vm::wire::recv_with_fds(path, &mut head)?;
-                if n == 0 && fds.is_empty() {
-                    return Err(ContainerError::PeerGone {
-                        during: "reading a container",
-                    });
-                }
-                if n == HEADER
-                    && fds.is_empty()
-                    && u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) == KIND_END
-                {
-                    return Err(ContainerError::End);
-                }
-                if n != HEADER || fds.len() != 1 {
+        let (file, len) = if let Some((n, mut fds)) = got {
+            if n == 0 && fds.is_empty() {
+                return Err(ContainerError::PeerGone {
+                    during: "reading a container",
+                });
+            }
+            if n == HEADER
+                && fds.is_empty()
+                && u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) == KIND_END
+            {
+                return Err(ContainerError::End);
+            }
+            if n != HEADER || fds.len() != 1 {
+                return Err(ContainerError::Malformed(format!(
+                    "{n} header bytes and {} descriptors, {HEADER} and 1 expected",
+                    fds.len()
+                )));
+            }
+            let fd = fds.pop().expect("one");
+            let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+            match u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) {
+                KIND_SEALED => {}
+                KIND_VOLATILE => return self.read_volatile(fd, len, map),
+                k => {
                     return Err(ContainerError::Malformed(format!(
-                        "{n} header bytes and {} descriptors, {HEADER} and 1 expected",
-                        fds.len()
+                        "a container of kind {k} (0, sealed, or 1, volatile, expected)"
                     )));
                 }
-                let fd = fds.pop().expect("one");
-                let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
-                match u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) {
-                    KIND_SEALED => {}
-                    KIND_VOLATILE => return self.read_volatile(fd, len, map),
-                    k => {
-                        return Err(ContainerError::Malformed(format!(
-                            "a container of kind {k} (0, sealed, or 1, volatile, expected)"
-                        )));
-                    }
-                }
-                let file = SealedFile::adopt(fd).map_err(|(e, _)| e)?;
-                if len == 0 || len > file.len() {
-                    return Err(ContainerError::Malformed(format!(
-                        "{len} bytes of data in {} bytes of pages",
-                        file.len()
-                    )));
-                }
-                (file, len)
-            } else {
-                if len == 0 {
-                    return Err(ContainerError::BadLength {
-                        len,
-                        why: "a read from a file names at least one byte",
-                    });
-                }
-                return self.read_file(path, len, map);
-            };
+            }
+            let file = SealedFile::adopt(fd).map_err(|(e, _)| e)?;
+            if len == 0 || len > file.len() {
+                return Err(ContainerError::Malformed(format!(
+                    "{len} bytes of data in {} bytes of pages",
+                    file.len()
+                )));
+            }
+            (file, len)
+        } else {
+            if len == 0 {
+                return Err(ContainerError::BadLength {
+                    len,
+                    why: "a read from a file names at least one byte",
+                });
+            }
+            return self.read_file(path, len, map);
+        };
         let view = if map { Some(file.view()?) } else { None };
         Ok(self.insert(Container {
             pages: Pages::Sealed {
@@ -742,20 +736,25 @@ fn header(len: usize, kind: u64) -> [u8; HEADER] {
     h
 }
 
-/// A container of `kind` onto the I/O path `path`: to a Unix socket (`socket`), its descriptor
-/// after a header; to anything else, its `len` bytes.
+/// A container of `kind` onto the I/O path `path`: to a socket, its descriptor after a
+/// header (`true`); to anything else (`ENOTSOCK`: the send is the question, with no fstat
+/// before it), its `len` bytes (`false`).
 fn ship(
     path: BorrowedFd<'_>,
-    socket: bool,
     kind: u64,
     fd: BorrowedFd<'_>,
     len: usize,
-) -> Result<(), ContainerError> {
-    if socket {
-        zcio_vm::wire::send_with_fds(path, &header(len, kind), &[fd]).map_err(ContainerError::from)
-    } else {
-        send_file(path, fd, len)
+) -> Result<bool, ContainerError> {
+    match zcio_vm::wire::send_with_fds(path, &header(len, kind), &[fd]) {
+        Ok(()) => Ok(true),
+        Err(e) if e.errno() == Some(enotsock()) => send_file(path, fd, len).map(|()| false),
+        Err(e) => Err(e.into()),
     }
+}
+
+/// `ENOTSOCK`: the path is not a socket.
+fn enotsock() -> i32 {
+    rustix::io::Errno::NOTSOCK.raw_os_error()
 }
 
 /// The first `len` bytes of the memory file `from` to the file `path`, inside the kernel.

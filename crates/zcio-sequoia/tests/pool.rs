@@ -18,9 +18,16 @@ fn pattern(len: usize, salt: u8) -> Vec<u8> {
 
 /// Every memory file this process holds a descriptor of whose first bytes are `marker`,
 /// opened again for reading and writing (as a sender keeping a back door would).
+/// Each file once (by inode), however many descriptors of it there are.
 fn reopen_files_starting_with(marker: &[u8]) -> Vec<std::fs::File> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+    use std::os::unix::fs::MetadataExt;
+    let mut found: Vec<std::fs::File> = Vec::new();
+    // The listing first: the descriptors opened below must not be listed too.
+    let entries: Vec<_> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .collect();
+    for e in entries {
         let Ok(link) = std::fs::read_link(e.path()) else {
             continue;
         };
@@ -35,7 +42,11 @@ fn reopen_files_starting_with(marker: &[u8]) -> Vec<std::fs::File> {
             continue;
         };
         let mut head = vec![0u8; marker.len()];
-        if f.read_exact_at(&mut head, 0).is_ok() && head == marker {
+        let ino = f.metadata().unwrap().ino();
+        if f.read_exact_at(&mut head, 0).is_ok()
+            && head == marker
+            && !found.iter().any(|g| g.metadata().unwrap().ino() == ino)
+        {
             found.push(f);
         }
     }
