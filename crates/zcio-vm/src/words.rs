@@ -3,12 +3,15 @@
 //!
 //! A loop of relaxed `AtomicU64::store`s is sound but is never vectorized: a 300 KiB frame
 //! takes tens of thousands of single stores where `memcpy` takes a few hundred wide ones.
-//! [`store`] and [`copy_within`] do the same relaxed stores at `memcpy`'s speed. On x86-64
-//! they are one `rep movsb`: an opaque block to the compiler, which makes no assumption about
-//! the bytes it writes (as with any store another process may race), and whose stores the
-//! hardware makes whole per aligned word; a reader loading words sees each word old or new
-//! (`Relaxed`: in no particular order between words). Elsewhere they are the loop of relaxed
-//! stores.
+//! [`store`] and [`copy_within`] store the same values at `memcpy`'s speed. On x86-64 they
+//! are one `rep movsb`: an opaque block to the compiler, which makes no assumption about the
+//! bytes it writes (as with any store another process may race), so no undefined behaviour
+//! arises whoever reads or writes them meanwhile. What is given up is per-word atomicity
+//! against a racing reader: the hardware may store a word in parts, so a reader loading it
+//! while the copy runs may see old and new bytes mixed, in no particular order between words
+//! (as `Relaxed` stores are). Volatile containers are written only by their owner, so nothing
+//! reads a word while it is stored; one that does sees a value, never undefined behaviour.
+//! Elsewhere they are the loop of relaxed stores.
 //!
 //! # Safety
 //!
@@ -17,7 +20,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Store `src` into the first `src.len()` words of `dst`, as relaxed stores.
+/// Store `src` into the first `src.len()` words of `dst` (relaxed; see the module for what a
+/// racing reader may see).
 ///
 /// # Panics
 ///
@@ -46,8 +50,8 @@ pub fn store(dst: &[AtomicU64], src: &[u64]) {
     unsafe { copy_words(src.as_ptr(), dst.as_ptr() as *mut u64, src.len()) }
 }
 
-/// Copy the words `src` of `words` to those starting at `dest`, as relaxed loads and stores
-/// (as `slice::copy_within` does for bytes).
+/// Copy the words `src` of `words` to those starting at `dest` (as `slice::copy_within` does
+/// for bytes; relaxed, see the module).
 ///
 /// # Panics
 ///
