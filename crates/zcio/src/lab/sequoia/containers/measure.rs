@@ -94,6 +94,28 @@ pub struct Row {
     pub cpu_us_per_frame: f64,
     /// Lowest and highest round.
     pub cpu_spread: [f64; 2],
+    /// The same by process, µs a frame: medians over rounds, each on its own.
+    #[serde(default)]
+    pub cpu_parts_us: CpuParts,
+}
+
+/// A frame's CPU time by process (user and system), in µs.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
+pub struct CpuParts {
+    /// The sender's thread: drawing, and allocating, filling and sending the containers.
+    pub sender: f64,
+    /// The sender's pool thread, making files ahead (the pooled variants; else 0).
+    pub pool: f64,
+    /// The relays, together.
+    pub relays: f64,
+    /// The display.
+    pub display: f64,
+}
+
+impl CpuParts {
+    fn total(&self) -> f64 {
+        self.sender + self.pool + self.relays + self.display
+    }
 }
 
 /// Everything `zcio bench containers` measured.
@@ -357,8 +379,8 @@ fn display(
 }
 
 /// One run of `variant` through `relays` relays: frames per second at the display, and the
-/// pipeline's CPU time per frame (µs).
-fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
+/// pipeline's CPU time per frame by process (µs).
+fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, CpuParts)> {
     let dir = tempfile::tempdir()?;
     let sock = |k: usize| dir.path().join(format!("stage{k}"));
     let release_path = dir.path().join("release");
@@ -385,7 +407,9 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
     let thread = rustix::time::ClockId::ThreadCPUTime;
     let cpu0 = cpu_ns(thread);
     let sent = send(variant, frames, &sock(0), &release_listener);
-    let mut cpu = cpu_ns(thread) - cpu0 + sent.as_ref().map_or(0, |s| s.1);
+    let sender = cpu_ns(thread) - cpu0;
+    let pool = sent.as_ref().map_or(0, |s| s.1);
+    let mut relays_cpu = 0;
     let mut ended = Vec::new();
     for r in relay_procs {
         ended.push(r.wait_with_output()?);
@@ -398,7 +422,7 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
             return Err(format!("{variant}: a relay ended {}", r.status).into());
         }
         let v: serde_json::Value = serde_json::from_slice(&r.stdout)?;
-        cpu += v["cpu_ns"]
+        relays_cpu += v["cpu_ns"]
             .as_u64()
             .ok_or("a relay did not say its CPU time")?;
     }
@@ -410,12 +434,18 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
     if got != frames {
         return Err(format!("{variant}: the display showed {got} frames of {frames}").into());
     }
-    cpu += v["cpu_ns"]
+    let display_cpu = v["cpu_ns"]
         .as_u64()
         .ok_or("the display did not say its CPU time")?;
+    let per_frame = |ns: u64| ns as f64 / 1e3 / frames as f64;
     Ok((
         frames as f64 / v["seconds"].as_f64().unwrap_or(f64::NAN),
-        cpu as f64 / 1e3 / frames as f64,
+        CpuParts {
+            sender: per_frame(sender),
+            pool: per_frame(pool),
+            relays: per_frame(relays_cpu),
+            display: per_frame(display_cpu),
+        },
     ))
 }
 
@@ -490,12 +520,14 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
     for relays in a.pipelines() {
         let mut fps: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
         let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+        let mut parts: Vec<Vec<CpuParts>> = vec![Vec::new(); VARIANTS.len()];
         for r in 0..rounds {
             for k in 0..VARIANTS.len() {
                 let v = (k + r) % VARIANTS.len();
                 let (f, c) = run_once(VARIANTS[v], frames, relays)?;
                 fps[v].push(f);
-                cpu[v].push(c);
+                cpu[v].push(c.total());
+                parts[v].push(c);
                 progress(format!("frames {} ({relays} relays)", VARIANTS[v]));
             }
         }
@@ -513,6 +545,7 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
             over_read_write: med[v] / med[0],
             cpu_us_per_frame: fit::median(&cpu[v]).unwrap_or(f64::NAN),
             cpu_spread: fit::spread(&cpu[v]),
+            cpu_parts_us: median_parts(&parts[v]),
         }));
     }
     Ok(FramesSection {
@@ -520,6 +553,19 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
         in_flight: IN_FLIGHT,
         rows,
     })
+}
+
+/// Each process's median over rounds.
+fn median_parts(p: &[CpuParts]) -> CpuParts {
+    let m = |f: fn(&CpuParts) -> f64| {
+        fit::median(&p.iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
+    };
+    CpuParts {
+        sender: m(|x| x.sender),
+        pool: m(|x| x.pool),
+        relays: m(|x| x.relays),
+        display: m(|x| x.display),
+    }
 }
 
 /// Run the benchmark and print it.
@@ -534,7 +580,7 @@ pub fn run(a: FramesArgs) -> Res<()> {
     );
     for r in &s.rows {
         println!(
-            "{} relays  {:<20} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame",
+            "{} relays  {:<22} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame (sender {:.1}, pool {:.1}, relays {:.1}, display {:.1})",
             r.relays,
             r.variant,
             r.fps,
@@ -542,7 +588,11 @@ pub fn run(a: FramesArgs) -> Res<()> {
             r.fps_spread[1],
             r.animations,
             r.over_read_write,
-            r.cpu_us_per_frame
+            r.cpu_us_per_frame,
+            r.cpu_parts_us.sender,
+            r.cpu_parts_us.pool,
+            r.cpu_parts_us.relays,
+            r.cpu_parts_us.display
         );
     }
     Ok(())

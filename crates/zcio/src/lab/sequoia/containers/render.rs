@@ -173,25 +173,50 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
     ]
 }
 
-/// What a frame costs, per variant, on the shortest pipeline, and why.
+/// What a frame costs, per variant and process, on the shortest pipeline, and why.
 fn cost_sentence(f: &super::measure::FramesSection) -> String {
     let Some(first) = f.rows.first().map(|x| x.relays) else {
         return String::new();
     };
-    let cpu = |v: &str| {
-        f.rows
-            .iter()
-            .find(|x| x.variant == v && x.relays == first)
-            .map_or(f64::NAN, |x| x.cpu_us_per_frame)
+    let row = |v: &str| f.rows.iter().find(|x| x.variant == v && x.relays == first);
+    let (Some(rw), Some(c), Some(vm), Some(vu)) = (
+        row("read_write"),
+        row("containers"),
+        row("volatile"),
+        row("volatile_unmapped"),
+    ) else {
+        return String::new();
+    };
+    let pooled = match (row("containers_pooled"), row("containers_pooled_copy")) {
+        (Some(p), Some(w)) => {
+            let kernel = w.cpu_parts_us.pool + w.cpu_parts_us.display;
+            format!(
+                " A pool can only make fresh files ahead. Drawn in place, their pages allocated by the pool's thread ({:.0} µs a frame) still fault in one by one at the sender ({:.0}). Written from the sender's buffer, the sender's part is a copy and the send ({:.0} µs), the pool's allocating the pages ({:.0}) and the display's freeing them ({:.0}): the pages' {:.0} µs alone {} read/write's whole pipeline.",
+                p.cpu_parts_us.pool,
+                p.cpu_parts_us.sender,
+                w.cpu_parts_us.sender,
+                w.cpu_parts_us.pool,
+                w.cpu_parts_us.display,
+                kernel,
+                if kernel > rw.cpu_us_per_frame {
+                    "exceed"
+                } else {
+                    "stay within"
+                }
+            )
+        }
+        _ => String::new(),
     };
     format!(
-        "On the paper's DECstation a frame copy took milliseconds; here the whole read/write pipeline ({first} relay{}) spends {:.0} µs of CPU a frame, while a sealed container spends {:.0}: a new memory file a frame, its 75 pages allocated, mapped and faulted in one by one at the sender, unmapped, sealed, and freed by the display. Sealing is what makes the receiver's view final against a sender that keeps a descriptor; a sealed file cannot be written again, so it cannot be reused, and a pool can only make fresh files ahead: drawn in place, its files still fault their pages in on the frame's path ({:.0} µs a frame, the pool's thread included); written from the sender's buffer, what is left is allocating and freeing the pages and one copy at the source ({:.0} µs). Volatile containers give integrity up (any process that held one can still write it, so their bytes are reached word by word) and in exchange are reused as fbufs are cached: what is left per frame is the sender's drawing, at memcpy's speed, and a descriptor passed per hop ({:.0} µs with the relays mapping them, {:.0} without).",
+        "On the paper's DECstation a frame copy took milliseconds; here the whole read/write pipeline ({first} relay{}) spends {:.0} µs of CPU a frame, while a sealed container spends {:.0}: a new memory file a frame, its 75 pages allocated and faulted in one by one at the sender ({:.0} µs), unmapped and sealed, mapped by the relays ({:.0}), and freed by the display ({:.0}). Sealing is what makes the receiver's view final against a sender that keeps a descriptor; a sealed file cannot be written again, so it cannot be reused.{pooled} Volatile containers give integrity up (any process that held one can still write it, so their bytes are reached word by word) and in exchange are reused as fbufs are cached: what is left per frame is the sender's drawing, at memcpy's speed, and a descriptor passed per hop ({:.0} µs with the relays mapping them, {:.0} without; the sender's part {:.0}).",
         if first == 1 { "" } else { "s" },
-        cpu("read_write"),
-        cpu("containers"),
-        cpu("containers_pooled"),
-        cpu("containers_pooled_copy"),
-        cpu("volatile"),
-        cpu("volatile_unmapped"),
+        rw.cpu_us_per_frame,
+        c.cpu_us_per_frame,
+        c.cpu_parts_us.sender,
+        c.cpu_parts_us.relays,
+        c.cpu_parts_us.display,
+        vm.cpu_us_per_frame,
+        vu.cpu_us_per_frame,
+        vm.cpu_parts_us.sender,
     )
 }
