@@ -21,6 +21,7 @@ fn bench_containers_json_has_every_variant() {
         "containers_unmapped",
         "containers_pooled",
         "containers_pooled_copy",
+        "containers_pooled_copy_unmapped",
         "volatile",
         "volatile_unmapped",
     ];

@@ -74,7 +74,8 @@ pub struct Row {
     /// `containers_unmapped` (sealed, the relays forward without mapping);
     /// `containers_pooled` (sealed, in files a thread of the sender made ahead, the frame
     /// drawn in place; the relays map) and `containers_pooled_copy` (the same, the frame
-    /// drawn in the sender's buffer and written into the file); `volatile` and
+    /// drawn in the sender's buffer and written into the file), `containers_pooled_copy_unmapped`
+    /// (that, the relays forwarding without mapping); `volatile` and
     /// `volatile_unmapped` (the volatile containers going round, the relays mapping or not).
     pub variant: String,
     /// Relay processes between the sender and the display.
@@ -130,12 +131,13 @@ pub struct FramesSection {
 }
 
 /// The variants, in the order of the rows.
-pub const VARIANTS: [&str; 7] = [
+pub const VARIANTS: [&str; 8] = [
     "read_write",
     "containers",
     "containers_unmapped",
     "containers_pooled",
     "containers_pooled_copy",
+    "containers_pooled_copy_unmapped",
     "volatile",
     "volatile_unmapped",
 ];

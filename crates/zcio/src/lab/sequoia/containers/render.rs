@@ -34,13 +34,17 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
         .collect();
     let pooled = match (get("containers_pooled"), get("containers_pooled_copy")) {
         (Some(p), Some(w)) => format!(
-            " Made ahead by a thread of the sender (a pool allocating each file's pages in bulk, its CPU counted), they run at {:.0} drawn in place and {:.0} written from the sender's buffer: {:.2}× and {:.2}×, at {:.0} and {:.0} µs of CPU a frame.",
+            " Made ahead by a thread of the sender (a pool allocating each file's pages in bulk, its CPU counted), they run at {:.0} drawn in place and {:.0} written from the sender's buffer: {:.2}× and {:.2}×, at {:.0} and {:.0} µs of CPU a frame{}.",
             p.fps,
             w.fps,
             p.over_read_write,
             w.over_read_write,
             p.cpu_us_per_frame,
-            w.cpu_us_per_frame
+            w.cpu_us_per_frame,
+            get("containers_pooled_copy_unmapped").map_or(String::new(), |x| format!(
+                " ({:.0}, {:.2}×, at {:.0} µs, written in with the relay not mapping them)",
+                x.fps, x.over_read_write, x.cpu_us_per_frame
+            ))
         ),
         _ => String::new(),
     };
@@ -117,7 +121,7 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
     vec![
         h(2, "Paper 003 — container shipping: the frame experiment"),
         p(format!(
-            "A sender process makes 640×480 one-byte frames and sends them over Unix sockets through a pipeline of relay processes to a display process owning the frame buffer ({} frames a run, {} rounds, the variants alternating; pipelines of {} relays). By read/write, each hop copies the frame into and out of the kernel and the display copies it into its frame buffer. By sealed containers (zcio-sequoia), each frame is a fresh memory file filled by the sender, sealed, and moved by descriptor; every relay maps it and checks its number, or forwards it unmapped; the display reads its number without mapping it and shows it, freeing the one before. Pooled, the sender's files are made ahead by a thread of its own ({} ready, their pages allocated in bulk), and each frame is drawn in place in one, or drawn in the sender's buffer and written into one (a copy at the source, none at any hop); the relays map it. By volatile containers, {} memory files go round: the display gives the frame before back to the sender when it shows a new one, and every process keeps its mapping of each file while another owns it (region caching, without hiding: trusted domains, as fbufs' volatile buffers), so a frame costs no new memory file, mapping, page fault or protection change. Every frame's number is checked at the display and at every relay that maps it, and the last frame whole. CPU is the time every process of the pipeline spent (user and system) over the frames.",
+            "A sender process makes 640×480 one-byte frames and sends them over Unix sockets through a pipeline of relay processes to a display process owning the frame buffer ({} frames a run, {} rounds, the variants alternating; pipelines of {} relays). By read/write, each hop copies the frame into and out of the kernel and the display copies it into its frame buffer. By sealed containers (zcio-sequoia), each frame is a fresh memory file filled by the sender, sealed, and moved by descriptor; every relay maps it and checks its number, or forwards it unmapped; the display reads its number without mapping it and shows it, freeing the one before. Pooled, the sender's files are made ahead by a thread of its own ({} ready, their pages allocated in bulk), and each frame is drawn in place in one, or drawn in the sender's buffer and written into one (a copy at the source, none at any hop); the relays map it, or, written in, also forward it unmapped. By volatile containers, {} memory files go round: the display gives the frame before back to the sender when it shows a new one, and every process keeps its mapping of each file while another owns it (region caching, without hiding: trusted domains, as fbufs' volatile buffers), so a frame costs no new memory file, mapping, page fault or protection change. Every frame's number is checked at the display and at every relay that maps it, and the last frame whole. CPU is the time every process of the pipeline spent (user and system) over the frames.",
             f.rows.first().map_or(0, |r| r.frames),
             f.rounds,
             f.rows
