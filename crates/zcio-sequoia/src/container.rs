@@ -16,18 +16,21 @@
 //! from a file, a container's pages are filled by the file system: by DMA where the file was
 //! opened with `O_DIRECT`, else copied from the page cache by the kernel (as `read` would).
 //! Memory that is not a container (the stack, the heap) cannot be written
-//! ([`Domain::write_bytes`]).
+//! ([`Domain::write_bytes`]). A sealed container's file can be made ahead by a
+//! [`Pool`], its pages allocated in bulk off the data's path.
 //!
 //! **Volatile containers** ([`Domain::alloc_volatile`]) trade that integrity for reuse, the way
 //! a compositor's clients reuse the buffers it releases: the memfd is sealed against size
 //! changes only, every domain that holds it maps the same pages shared, and a container can
 //! travel back to where it came from to be filled again. A domain that gives one up hides its
 //! mapping (`PROT_NONE`) and keeps it: when the container comes back, the mapping is shown
-//! again, with no new mapping and no page faults (Genie's region hiding and caching). A
+//! again, with no new mapping and no page faults (Genie's region hiding and caching); one
+//! [`Domain::keeping_shown`] does not even hide it, saving the two protection changes. A
 //! process that once held a volatile container can still write its pages, so their bytes are
 //! reached only word by word ([`Domain::map_words`]), and a domain takes volatile containers
 //! only if it says so ([`Domain::accepting_volatile`]).
 
+use crate::pool::Pool;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
@@ -173,6 +176,8 @@ pub struct Domain {
     next: u64,
     owned: HashMap<Cid, Container>,
     accept_volatile: bool,
+    /// Whether volatile containers given up keep their mappings shown ([`Domain::keeping_shown`]).
+    keep_shown: bool,
     /// Volatile containers this domain gave up, their mappings hidden (or never made), by
     /// file; oldest first in `cache_order`. One that comes back needs no checking again: its
     /// size seals cannot be taken off, and the descriptor kept is this domain's own.
@@ -199,6 +204,17 @@ fn not_empty(len: usize) -> Result<(), ContainerError> {
     Ok(())
 }
 
+fn fits_pool(pool: &Pool, len: usize) -> Result<(), ContainerError> {
+    not_empty(len)?;
+    if len > pool.len() {
+        return Err(ContainerError::BadLength {
+            len,
+            why: "more bytes than the pool's files hold",
+        });
+    }
+    Ok(())
+}
+
 fn file_key(fd: BorrowedFd<'_>) -> Result<FileKey, ContainerError> {
     let st = rustix::fs::fstat(fd).map_err(|e| ContainerError::Io {
         op: "fstat(container)",
@@ -220,6 +236,18 @@ impl Domain {
         Domain {
             accept_volatile: true,
             ..Domain::default()
+        }
+    }
+
+    /// This domain, keeping the mappings of the volatile containers it gives up shown instead
+    /// of hiding them: no protection change per transfer, as fbufs' volatile buffers among
+    /// trusted domains. A mapping kept is named by no container of this domain, so nothing
+    /// here reaches it until the container comes back; but it is not protected, so a stray
+    /// pointer into it is not caught.
+    pub fn keeping_shown(self) -> Domain {
+        Domain {
+            keep_shown: true,
+            ..self
         }
     }
 
@@ -269,6 +297,27 @@ impl Domain {
             pages: Pages::Filling(f),
             len,
         }))
+    }
+
+    /// `cs_alloc` from a [`Pool`]: a container of `len` bytes (at most the pool's length) in
+    /// a fresh file the pool made ahead (its pages zeroed and allocated), mapped for filling.
+    pub fn alloc_pooled(&mut self, pool: &Pool, len: usize) -> Result<Cid, ContainerError> {
+        fits_pool(pool, len)?;
+        let f = pool.take()?.map()?;
+        Ok(self.insert(Container {
+            pages: Pages::Filling(f),
+            len,
+        }))
+    }
+
+    /// A sealed container holding a copy of `bytes` (at most the pool's length), written into
+    /// a fresh file the pool made ahead and sealed at once: its bytes are `bytes` as they are
+    /// now, whatever becomes of them. Filling a file by a write costs a copy where filling it
+    /// in place costs a fault per page; which is cheaper is the machine's to say.
+    pub fn alloc_filled(&mut self, pool: &Pool, bytes: &[u8]) -> Result<Cid, ContainerError> {
+        fits_pool(pool, bytes.len())?;
+        let file = pool.take()?.fill(bytes)?;
+        Ok(self.insert(Container::sealed(file, bytes.len())))
     }
 
     /// A volatile container of `len` bytes (its pages zeroed), mapped: see the module's
@@ -368,6 +417,49 @@ impl Domain {
         }
     }
 
+    /// Copy the data at `offset` into `buf` without mapping it (as much as fits, the count
+    /// returned): a sealed container's file cannot change, so these are its bytes as they
+    /// came (or as this domain changed them).
+    pub fn peek(&self, id: Cid, offset: usize, buf: &mut [u8]) -> Result<usize, ContainerError> {
+        let c = self.owned.get(&id).ok_or(ContainerError::NotOwned(id))?;
+        let want = buf.len().min(c.len.saturating_sub(offset));
+        if want == 0 {
+            return Ok(0);
+        }
+        let buf = &mut buf[..want];
+        match &c.pages {
+            Pages::Filling(f) => buf.copy_from_slice(&f.bytes()[offset..offset + want]),
+            Pages::Sealed { view: Some(v), .. } => {
+                buf.copy_from_slice(&v.bytes()[offset..offset + want])
+            }
+            Pages::Sealed { file, .. } => {
+                let mut got = 0;
+                while got < want {
+                    let at = (offset + got) as u64;
+                    match rustix::io::pread(file.fd(), &mut buf[got..], at) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => {
+                            return Err(ContainerError::Io {
+                                op: "pread(container)",
+                                source: e.into(),
+                            });
+                        }
+                    }
+                }
+                return Ok(got);
+            }
+            Pages::Volatile(..) => {
+                return Err(ContainerError::Kind {
+                    id,
+                    why: VOLATILE_BYTES,
+                });
+            }
+        }
+        Ok(want)
+    }
+
     /// `cs_unmap`: stop reaching the data (a changed container keeps its changes; a volatile
     /// one's mapping is hidden, to be shown again by the next map).
     pub fn unmap(&mut self, id: Cid) -> Result<(), ContainerError> {
@@ -443,38 +535,36 @@ impl Domain {
     /// to the domain at the other end; to a file, its bytes go there inside the kernel. Either
     /// way this domain loses it: a second write, or a map, is refused.
     ///
-    /// A volatile container's mapping is hidden before it goes, and kept with its descriptor
-    /// (up to 64 of them) for the container's return.
+    /// A volatile container's mapping is hidden before it goes (kept shown by a domain
+    /// [`Domain::keeping_shown`]), and kept with its descriptor (up to 64 of them) for the
+    /// container's return from a socket.
     pub fn write(&mut self, path: BorrowedFd<'_>, id: Cid) -> Result<(), ContainerError> {
         let c = self.owned.remove(&id).ok_or(ContainerError::NotOwned(id))?;
-        let io = |op, e: rustix::io::Errno| ContainerError::Io {
-            op,
-            source: e.into(),
-        };
-        let st = rustix::fs::fstat(path).map_err(|e| io("fstat(path)", e))?;
-        let socket =
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket;
         let len = c.len;
         if let Pages::Volatile(mut f, key) = c.pages {
-            f.hide()?;
-            if let Err(e) = ship(path, socket, KIND_VOLATILE, f.fd(), len) {
-                // Not given up: it stays this domain's, under its name.
-                self.owned.insert(
-                    id,
-                    Container {
-                        pages: Pages::Volatile(f, key),
-                        len,
-                    },
-                );
-                return Err(e);
+            if !self.keep_shown {
+                f.hide()?;
             }
-            if socket {
-                self.cache_put(key, f);
+            match ship(path, KIND_VOLATILE, f.fd(), len) {
+                Ok(true) => self.cache_put(key, f),
+                // Written to a file: nothing comes back, the mapping goes.
+                Ok(false) => {}
+                Err(e) => {
+                    // Not given up: it stays this domain's, under its name.
+                    self.owned.insert(
+                        id,
+                        Container {
+                            pages: Pages::Volatile(f, key),
+                            len,
+                        },
+                    );
+                    return Err(e);
+                }
             }
             return Ok(());
         }
         let (file, len) = Self::sealed(c)?;
-        if let Err(e) = ship(path, socket, KIND_SEALED, file.fd(), len) {
+        if let Err(e) = ship(path, KIND_SEALED, file.fd(), len) {
             // Not given up: it stays this domain's, sealed now, under its name.
             self.owned.insert(id, Container::sealed(file, len));
             return Err(e);
@@ -512,60 +602,58 @@ impl Domain {
         len: usize,
         map: bool,
     ) -> Result<Cid, ContainerError> {
-        let io = |op, e: rustix::io::Errno| ContainerError::Io {
-            op,
-            source: e.into(),
+        let mut head = [0u8; HEADER];
+        // A socket, or else (`ENOTSOCK`) a file: asked by receiving, not by an fstat first.
+        let got = match zcio_vm::wire::recv_with_fds(path, &mut head) {
+            Err(e) if e.errno() == Some(enotsock()) => None,
+            got => Some(got?),
         };
-        let st = rustix::fs::fstat(path).map_err(|e| io("fstat(path)", e))?;
-        let (file, len) =
-            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket {
-                let mut head = [0u8; HEADER];
-                let (n, mut fds) = zcio_vm::wire::recv_with_fds(path, &mut head)?;
-                if n == 0 && fds.is_empty() {
-                    return Err(ContainerError::PeerGone {
-                        during: "reading a container",
-                    });
-                }
-                if n == HEADER
-                    && fds.is_empty()
-                    && u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) == KIND_END
-                {
-                    return Err(ContainerError::End);
-                }
-                if n != HEADER || fds.len() != 1 {
+        let (file, len) = if let Some((n, mut fds)) = got {
+            if n == 0 && fds.is_empty() {
+                return Err(ContainerError::PeerGone {
+                    during: "reading a container",
+                });
+            }
+            if n == HEADER
+                && fds.is_empty()
+                && u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) == KIND_END
+            {
+                return Err(ContainerError::End);
+            }
+            if n != HEADER || fds.len() != 1 {
+                return Err(ContainerError::Malformed(format!(
+                    "{n} header bytes and {} descriptors, {HEADER} and 1 expected",
+                    fds.len()
+                )));
+            }
+            let fd = fds.pop().expect("one");
+            let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+            match u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) {
+                KIND_SEALED => {}
+                KIND_VOLATILE => return self.read_volatile(fd, len, map),
+                k => {
                     return Err(ContainerError::Malformed(format!(
-                        "{n} header bytes and {} descriptors, {HEADER} and 1 expected",
-                        fds.len()
+                        "a container of kind {k} (0, sealed, or 1, volatile, expected)"
                     )));
                 }
-                let fd = fds.pop().expect("one");
-                let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
-                match u64::from_le_bytes(head[8..].try_into().expect("8 bytes")) {
-                    KIND_SEALED => {}
-                    KIND_VOLATILE => return self.read_volatile(fd, len, map),
-                    k => {
-                        return Err(ContainerError::Malformed(format!(
-                            "a container of kind {k} (0, sealed, or 1, volatile, expected)"
-                        )));
-                    }
-                }
-                let file = SealedFile::adopt(fd).map_err(|(e, _)| e)?;
-                if len == 0 || len > file.len() {
-                    return Err(ContainerError::Malformed(format!(
-                        "{len} bytes of data in {} bytes of pages",
-                        file.len()
-                    )));
-                }
-                (file, len)
-            } else {
-                if len == 0 {
-                    return Err(ContainerError::BadLength {
-                        len,
-                        why: "a read from a file names at least one byte",
-                    });
-                }
-                return self.read_file(path, len, map);
-            };
+            }
+            let file = SealedFile::adopt(fd).map_err(|(e, _)| e)?;
+            if len == 0 || len > file.len() {
+                return Err(ContainerError::Malformed(format!(
+                    "{len} bytes of data in {} bytes of pages",
+                    file.len()
+                )));
+            }
+            (file, len)
+        } else {
+            if len == 0 {
+                return Err(ContainerError::BadLength {
+                    len,
+                    why: "a read from a file names at least one byte",
+                });
+            }
+            return self.read_file(path, len, map);
+        };
         let view = if map { Some(file.view()?) } else { None };
         Ok(self.insert(Container {
             pages: Pages::Sealed {
@@ -648,20 +736,25 @@ fn header(len: usize, kind: u64) -> [u8; HEADER] {
     h
 }
 
-/// A container of `kind` onto the I/O path `path`: to a Unix socket (`socket`), its descriptor
-/// after a header; to anything else, its `len` bytes.
+/// A container of `kind` onto the I/O path `path`: to a socket, its descriptor after a
+/// header (`true`); to anything else (`ENOTSOCK`: the send is the question, with no fstat
+/// before it), its `len` bytes (`false`).
 fn ship(
     path: BorrowedFd<'_>,
-    socket: bool,
     kind: u64,
     fd: BorrowedFd<'_>,
     len: usize,
-) -> Result<(), ContainerError> {
-    if socket {
-        zcio_vm::wire::send_with_fds(path, &header(len, kind), &[fd]).map_err(ContainerError::from)
-    } else {
-        send_file(path, fd, len)
+) -> Result<bool, ContainerError> {
+    match zcio_vm::wire::send_with_fds(path, &header(len, kind), &[fd]) {
+        Ok(()) => Ok(true),
+        Err(e) if e.errno() == Some(enotsock()) => send_file(path, fd, len).map(|()| false),
+        Err(e) => Err(e.into()),
     }
+}
+
+/// `ENOTSOCK`: the path is not a socket.
+fn enotsock() -> i32 {
+    rustix::io::Errno::NOTSOCK.raw_os_error()
 }
 
 /// The first `len` bytes of the memory file `from` to the file `path`, inside the kernel.

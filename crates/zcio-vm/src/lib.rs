@@ -18,7 +18,8 @@
 //! and, for VMMR (paper 002), page stores and the range messages are reassembled in by moving
 //! pages ([`remap`]), with the costs a reassembler chooses by ([`remap::Calibration`]), and a
 //! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]); and,
-//! for paper 003's containers, memory files sealed against change ([`sealed`]); and, for paper
+//! for paper 003's containers, memory files sealed against change ([`sealed`]) and word stores at
+//! `memcpy`'s speed into volatile ones ([`words`]); and, for paper
 //! 001's fbufs, the region of address space every process reserves for shared paths
 //! ([`reserve`]) and a path's chunks, memory files of their own stitched into its range, each
 //! mapped and given back on its own ([`stitched`]).
@@ -52,6 +53,7 @@ pub mod staging;
 pub mod stitched;
 pub mod uffd;
 pub mod wire;
+pub mod words;
 
 /// `Display` for each type named that has a `name(self) -> &'static str`: the name, as the
 /// command line and the JSON say it.

@@ -2,6 +2,9 @@
 //!
 //! - [`ExclusiveFile`]: a fresh memfd, mapped for its creator alone to fill. Its descriptor is
 //!   never handed out while the mapping lives, so the bytes can be offered as slices.
+//! - [`BlankFile`]: a fresh memfd made ahead, its pages allocated in bulk (`fallocate`) and
+//!   never mapped: filled by a write ([`BlankFile::fill`]) and sealed at once, or mapped to
+//!   be filled in place ([`BlankFile::map`]). Its descriptor never leaves it before sealing.
 //! - [`SealedFile`]: a memfd sealed against writes and size changes (`F_SEAL_WRITE`,
 //!   `F_SEAL_SHRINK`, `F_SEAL_GROW`). The kernel refuses to add the write seal while anyone
 //!   holds a writable shared mapping, so once sealed nobody, in any process, can change the
@@ -116,6 +119,80 @@ impl ExclusiveFile {
             "fcntl(F_ADD_SEALS): the kernel kept pages of a fresh container in use (EBUSY) through 10 tries",
             rustix::io::Errno::BUSY.into(),
         ))
+    }
+}
+
+/// A fresh memory file made ahead of its use: its pages allocated in bulk, zeroed, never
+/// mapped, and its descriptor never handed out. Allocating a file's pages with `fallocate`
+/// costs a fraction of faulting them in one by one, and can be done before the bytes exist
+/// (by another thread): what is left for the moment of the send is filling them.
+#[derive(Debug)]
+pub struct BlankFile {
+    fd: OwnedFd,
+    len: usize,
+}
+
+impl BlankFile {
+    /// A file of `len` bytes (rounded up to pages), its pages allocated.
+    pub fn new(name: &str, len: usize) -> Result<BlankFile> {
+        let (fd, pages) = fresh_memfd(name, len)?;
+        rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, pages as u64)
+            .map_err(|e| VmError::sys("fallocate(memfd)", e.into()))?;
+        Ok(BlankFile { fd, len: pages })
+    }
+
+    /// Its length (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Write `bytes` at its start (the rest stays zero) and seal it: a copy of `bytes` as
+    /// they are now, which nobody can change any more. No mapping of the file ever existed,
+    /// so the seal cannot be refused.
+    pub fn fill(self, bytes: &[u8]) -> Result<SealedFile> {
+        if bytes.len() > self.len {
+            return Err(VmError::TooLarge {
+                what: "bytes to fill a blank memory file with",
+                value: bytes.len(),
+                limit: self.len,
+            });
+        }
+        let mut done = 0;
+        while done < bytes.len() {
+            match rustix::io::pwrite(&self.fd, &bytes[done..], done as u64) {
+                Ok(0) => {
+                    return Err(VmError::sys(
+                        "pwrite(memfd)",
+                        std::io::Error::from(std::io::ErrorKind::WriteZero),
+                    ));
+                }
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(VmError::sys("pwrite(memfd)", e.into())),
+            }
+        }
+        rustix::fs::fcntl_add_seals(&self.fd, final_seals())
+            .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS)", e.into()))?;
+        Ok(SealedFile {
+            fd: self.fd,
+            len: self.len,
+        })
+    }
+
+    /// Map it for its owner alone to fill in place (its pages are there: touching them
+    /// allocates nothing).
+    pub fn map(self) -> Result<ExclusiveFile> {
+        let map = Mapping::shared_fd(self.fd.as_fd(), 0, self.len, None)?;
+        Ok(ExclusiveFile {
+            map,
+            fd: self.fd,
+            len: self.len,
+        })
     }
 }
 
@@ -431,6 +508,31 @@ mod tests {
         let (e, _) =
             SealedFile::adopt(std::fs::File::open("/dev/null").unwrap().into()).unwrap_err();
         assert!(e.to_string().contains("not a sealable memory file"), "{e}");
+    }
+
+    #[test]
+    fn a_blank_file_is_zeroed_filled_once_and_sealed() {
+        let b = BlankFile::new("b", 5000).unwrap();
+        assert_eq!(b.len(), 2 * page_size());
+        let mut data = vec![0xA5u8; 5000];
+        let s = b.fill(&data).unwrap();
+        data[0] = 0; // the caller's bytes change after the fill: the file does not
+        let v = s.view().unwrap();
+        assert_eq!(v.bytes()[0], 0xA5);
+        assert!(v.bytes()[1..5000].iter().all(|&x| x == 0xA5));
+        assert!(v.bytes()[5000..].iter().all(|&x| x == 0), "the rest zeroed");
+        assert!(rustix::io::pwrite(s.fd(), b"x", 0).is_err(), "sealed");
+        assert!(rustix::fs::ftruncate(s.fd(), 0).is_err(), "sealed");
+        let e = BlankFile::new("b", 10)
+            .unwrap()
+            .fill(&[0; 4097])
+            .unwrap_err();
+        assert!(e.to_string().contains("exceeds"), "{e}");
+        // Mapped, it is zeroed, and seals like a fresh file.
+        let mut m = BlankFile::new("b", 10).unwrap().map().unwrap();
+        assert!(m.bytes().iter().all(|&x| x == 0));
+        m.bytes_mut()[0] = 9;
+        assert_eq!(m.seal().unwrap().view().unwrap().bytes()[0], 9);
     }
 
     #[test]

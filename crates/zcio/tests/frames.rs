@@ -19,6 +19,9 @@ fn bench_containers_json_has_every_variant() {
         "read_write",
         "containers",
         "containers_unmapped",
+        "containers_pooled",
+        "containers_pooled_copy",
+        "containers_pooled_copy_unmapped",
         "volatile",
         "volatile_unmapped",
     ];
@@ -32,5 +35,14 @@ fn bench_containers_json_has_every_variant() {
         let fps = r["fps"].as_f64().unwrap();
         assert!(fps.is_finite() && fps > 0.0, "{r}");
         assert!((r["animations"].as_f64().unwrap() - fps / 30.0).abs() < 1e-9);
+        // One round: the processes' parts are the whole; only a pooled sender has a pool.
+        let part = |k: &str| r["cpu_parts_us"][k].as_f64().unwrap();
+        let sum = part("sender") + part("pool") + part("relays") + part("display");
+        assert!((sum - cpu).abs() < 1e-6 * cpu, "{r}");
+        let pooled = r["variant"]
+            .as_str()
+            .unwrap()
+            .starts_with("containers_pooled");
+        assert_eq!(part("pool") > 0.0, pooled, "{r}");
     }
 }

@@ -2,12 +2,15 @@
 //! 640×480 one-byte-per-pixel frames and sends them over socket IPC through a pipeline of
 //! relay processes to a display process owning the frame buffer, the way a compositor receives
 //! its clients' buffers. By containers (`zcio_sequoia::container`: the pages move, each relay
-//! maps them or not), sealed (a fresh memory file per frame) or volatile (a few memory files
-//! going round: the display gives each back to the sender when the next frame is shown, as a
-//! compositor releases a client's buffer), or by read/write (each hop copies the frame into
-//! and out of the kernel, and the display copies it into its frame buffer). Frames per second
-//! at the display, and how many 30 fps animations that sustains. Every frame's number is
-//! checked at every relay that maps it and at the display, and the last frame's bytes whole.
+//! maps them or not), sealed (a fresh memory file per frame: made on the frame's path, or
+//! ahead by a thread of the sender's pool and then drawn in place or written from the
+//! sender's buffer) or volatile (a few memory files going round: the display gives each back
+//! to the sender when the next frame is shown, as a compositor releases a client's buffer,
+//! and every process keeps its mapping of each), or by read/write (each hop copies the frame
+//! into and out of the kernel, and the display copies it into its frame buffer). Frames per
+//! second at the display, and how many 30 fps animations that sustains. Every frame's number
+//! is checked at every relay that maps it and at the display (which reads a sealed frame's
+//! number without mapping it), and the last frame's bytes whole.
 
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
@@ -20,6 +23,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zcio_sequoia::container::{Cid, ContainerError, Domain};
+use zcio_sequoia::pool::Pool;
 
 /// Bytes of a frame: 640 × 480, one byte per pixel.
 pub const FRAME: usize = 640 * 480;
@@ -67,8 +71,12 @@ impl FramesArgs {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
     /// `read_write`; `containers` (sealed, every relay maps each frame and checks its number);
-    /// `containers_unmapped` (sealed, the relays forward without mapping); `volatile` and
-    /// `volatile_unmapped` (the same with volatile containers going round).
+    /// `containers_unmapped` (sealed, the relays forward without mapping);
+    /// `containers_pooled` (sealed, in files a thread of the sender made ahead, the frame
+    /// drawn in place; the relays map) and `containers_pooled_copy` (the same, the frame
+    /// drawn in the sender's buffer and written into the file), `containers_pooled_copy_unmapped`
+    /// (that, the relays forwarding without mapping); `volatile` and
+    /// `volatile_unmapped` (the volatile containers going round, the relays mapping or not).
     pub variant: String,
     /// Relay processes between the sender and the display.
     pub relays: usize,
@@ -87,6 +95,28 @@ pub struct Row {
     pub cpu_us_per_frame: f64,
     /// Lowest and highest round.
     pub cpu_spread: [f64; 2],
+    /// The same by process, µs a frame: medians over rounds, each on its own.
+    #[serde(default)]
+    pub cpu_parts_us: CpuParts,
+}
+
+/// A frame's CPU time by process (user and system), in µs.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
+pub struct CpuParts {
+    /// The sender's thread: drawing, and allocating, filling and sending the containers.
+    pub sender: f64,
+    /// The sender's pool thread, making files ahead (the pooled variants; else 0).
+    pub pool: f64,
+    /// The relays, together.
+    pub relays: f64,
+    /// The display.
+    pub display: f64,
+}
+
+impl CpuParts {
+    fn total(&self) -> f64 {
+        self.sender + self.pool + self.relays + self.display
+    }
 }
 
 /// Everything `zcio bench containers` measured.
@@ -101,13 +131,19 @@ pub struct FramesSection {
 }
 
 /// The variants, in the order of the rows.
-pub const VARIANTS: [&str; 5] = [
+pub const VARIANTS: [&str; 8] = [
     "read_write",
     "containers",
     "containers_unmapped",
+    "containers_pooled",
+    "containers_pooled_copy",
+    "containers_pooled_copy_unmapped",
     "volatile",
     "volatile_unmapped",
 ];
+
+/// Fresh files a sender's pool keeps ready (the pooled variants).
+pub const POOL_DEPTH: usize = 8;
 
 fn is_volatile(variant: &str) -> bool {
     variant.starts_with("volatile")
@@ -151,14 +187,18 @@ fn draw(n: u64, frame: &mut [u8]) {
     }
 }
 
-/// Draw frame `n` into a volatile container's words.
+/// Draw frame `n` into a volatile container's words, as `draw` does into bytes: one period
+/// of 32 words from word 0 (whose phase is 0), doubled by copies at `memcpy`'s speed, then
+/// the number over word 0.
 fn draw_words(n: u64, words: &[AtomicU64]) {
     let p = Pattern::of(n);
-    // Whole periods of 32 words from word 0 (whose phase is 0), then the number over word 0.
-    for period in words[..FRAME / 8].chunks(32) {
-        for (word, v) in period.iter().zip(&p.words) {
-            word.store(*v, Ordering::Relaxed);
-        }
+    let words = &words[..FRAME / 8];
+    zcio_vm::words::store(words, &p.words);
+    let mut done = p.words.len();
+    while done < words.len() {
+        let k = done.min(words.len() - done);
+        zcio_vm::words::copy_within(words, 0..k, done);
+        done += k;
     }
     words[0].store(n, Ordering::Relaxed);
 }
@@ -233,7 +273,7 @@ pub fn stage(variant: &str, listen: &Path, to: Option<&Path>, release: Option<&P
     let (input, _) = listener.accept()?;
     let cpu0 = cpu_ns(rustix::time::ClockId::ProcessCPUTime);
     let mut d = if volatile {
-        Domain::accepting_volatile()
+        Domain::accepting_volatile().keeping_shown()
     } else {
         Domain::new()
     };
@@ -241,7 +281,7 @@ pub fn stage(variant: &str, listen: &Path, to: Option<&Path>, release: Option<&P
     let Some(output) = output else {
         return display(variant, &input, release, d, cpu0);
     };
-    let map = variant == "containers" || variant == "volatile";
+    let map = !variant.ends_with("_unmapped") && variant != "read_write";
     let mut buf = vec![0u8; FRAME];
     loop {
         if containers {
@@ -294,12 +334,15 @@ fn display(
     let mut first: Option<Instant> = None;
     loop {
         if containers {
-            match d.read(input.as_fd(), 0, true) {
+            match d.read(input.as_fd(), 0, volatile) {
                 Ok(id) => {
                     if volatile {
                         check_words(n, d.map_words(id)?, false)?;
                     } else {
-                        check(n, d.map_read(id)?, false)?;
+                        // Only the number is checked: read, not mapped.
+                        let mut number = [0u8; 8];
+                        d.peek(id, 0, &mut number)?;
+                        check(n, &number, false)?;
                     }
                     // The new frame is shown; the one before goes back (to the sender, if
                     // volatile, to be filled again).
@@ -338,8 +381,8 @@ fn display(
 }
 
 /// One run of `variant` through `relays` relays: frames per second at the display, and the
-/// pipeline's CPU time per frame (µs).
-fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
+/// pipeline's CPU time per frame by process (µs).
+fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, CpuParts)> {
     let dir = tempfile::tempdir()?;
     let sock = |k: usize| dir.path().join(format!("stage{k}"));
     let release_path = dir.path().join("release");
@@ -366,7 +409,9 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
     let thread = rustix::time::ClockId::ThreadCPUTime;
     let cpu0 = cpu_ns(thread);
     let sent = send(variant, frames, &sock(0), &release_listener);
-    let mut cpu = cpu_ns(thread) - cpu0;
+    let sender = cpu_ns(thread) - cpu0;
+    let pool = sent.as_ref().map_or(0, |s| s.1);
+    let mut relays_cpu = 0;
     let mut ended = Vec::new();
     for r in relay_procs {
         ended.push(r.wait_with_output()?);
@@ -379,7 +424,7 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
             return Err(format!("{variant}: a relay ended {}", r.status).into());
         }
         let v: serde_json::Value = serde_json::from_slice(&r.stdout)?;
-        cpu += v["cpu_ns"]
+        relays_cpu += v["cpu_ns"]
             .as_u64()
             .ok_or("a relay did not say its CPU time")?;
     }
@@ -391,25 +436,37 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, f64)> {
     if got != frames {
         return Err(format!("{variant}: the display showed {got} frames of {frames}").into());
     }
-    cpu += v["cpu_ns"]
+    let display_cpu = v["cpu_ns"]
         .as_u64()
         .ok_or("the display did not say its CPU time")?;
+    let per_frame = |ns: u64| ns as f64 / 1e3 / frames as f64;
     Ok((
         frames as f64 / v["seconds"].as_f64().unwrap_or(f64::NAN),
-        cpu as f64 / 1e3 / frames as f64,
+        CpuParts {
+            sender: per_frame(sender),
+            pool: per_frame(pool),
+            relays: per_frame(relays_cpu),
+            display: per_frame(display_cpu),
+        },
     ))
 }
 
 /// The sender: `frames` frames to the first stage at `first`. Volatile containers come back
-/// on the display's release connection, returned to be kept open until the display is done.
+/// on the display's release connection, returned to be kept open until the display is done,
+/// with the CPU time (ns) of the sender's pool thread, if it had one.
 fn send(
     variant: &str,
     frames: u64,
     first: &Path,
     release: &UnixListener,
-) -> Res<Option<UnixStream>> {
+) -> Res<(Option<UnixStream>, u64)> {
     let sock = connect(first)?;
-    let mut d = Domain::new();
+    let mut d = Domain::new().keeping_shown();
+    let pool = if variant.starts_with("containers_pooled") {
+        Some(Pool::new(FRAME, POOL_DEPTH)?)
+    } else {
+        None
+    };
     // Volatile containers come back on the display's release connection.
     let back = if is_volatile(variant) {
         Some(release.accept()?.0)
@@ -419,12 +476,22 @@ fn send(
     let mut made = 0;
     let mut frame = vec![0u8; FRAME];
     for n in 0..frames {
-        match (variant, &back) {
-            ("read_write", _) => {
+        match (variant, &back, &pool) {
+            ("read_write", _, _) => {
                 draw(n, &mut frame);
                 (&sock).write_all(&frame)?;
             }
-            (_, Some(back)) => {
+            ("containers_pooled", _, Some(pool)) => {
+                let id = d.alloc_pooled(pool, FRAME)?;
+                draw(n, d.map(id)?);
+                d.write(sock.as_fd(), id)?;
+            }
+            (_, _, Some(pool)) => {
+                draw(n, &mut frame);
+                let id = d.alloc_filled(pool, &frame)?;
+                d.write(sock.as_fd(), id)?;
+            }
+            (_, Some(back), _) => {
                 let id = if made < IN_FLIGHT {
                     made += 1;
                     d.alloc_volatile(FRAME)?
@@ -444,7 +511,7 @@ fn send(
     if variant != "read_write" {
         d.finish(sock.as_fd())?;
     }
-    Ok(back)
+    Ok((back, pool.map_or(0, |p| p.maker_cpu_ns())))
 }
 
 /// Run every variant on every pipeline; `progress` is told each run.
@@ -455,12 +522,14 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
     for relays in a.pipelines() {
         let mut fps: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
         let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+        let mut parts: Vec<Vec<CpuParts>> = vec![Vec::new(); VARIANTS.len()];
         for r in 0..rounds {
             for k in 0..VARIANTS.len() {
                 let v = (k + r) % VARIANTS.len();
                 let (f, c) = run_once(VARIANTS[v], frames, relays)?;
                 fps[v].push(f);
-                cpu[v].push(c);
+                cpu[v].push(c.total());
+                parts[v].push(c);
                 progress(format!("frames {} ({relays} relays)", VARIANTS[v]));
             }
         }
@@ -478,6 +547,7 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
             over_read_write: med[v] / med[0],
             cpu_us_per_frame: fit::median(&cpu[v]).unwrap_or(f64::NAN),
             cpu_spread: fit::spread(&cpu[v]),
+            cpu_parts_us: median_parts(&parts[v]),
         }));
     }
     Ok(FramesSection {
@@ -485,6 +555,19 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
         in_flight: IN_FLIGHT,
         rows,
     })
+}
+
+/// Each process's median over rounds.
+fn median_parts(p: &[CpuParts]) -> CpuParts {
+    let m = |f: fn(&CpuParts) -> f64| {
+        fit::median(&p.iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
+    };
+    CpuParts {
+        sender: m(|x| x.sender),
+        pool: m(|x| x.pool),
+        relays: m(|x| x.relays),
+        display: m(|x| x.display),
+    }
 }
 
 /// Run the benchmark and print it.
@@ -499,7 +582,7 @@ pub fn run(a: FramesArgs) -> Res<()> {
     );
     for r in &s.rows {
         println!(
-            "{} relays  {:<20} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame",
+            "{} relays  {:<22} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame (sender {:.1}, pool {:.1}, relays {:.1}, display {:.1})",
             r.relays,
             r.variant,
             r.fps,
@@ -507,7 +590,11 @@ pub fn run(a: FramesArgs) -> Res<()> {
             r.fps_spread[1],
             r.animations,
             r.over_read_write,
-            r.cpu_us_per_frame
+            r.cpu_us_per_frame,
+            r.cpu_parts_us.sender,
+            r.cpu_parts_us.pool,
+            r.cpu_parts_us.relays,
+            r.cpu_parts_us.display
         );
     }
     Ok(())
