@@ -16,7 +16,18 @@ fn main() {
     let rev = run("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=ZCIO_GIT_REV={rev}");
     println!("cargo:rerun-if-changed=build.rs");
-    if let Some(head) = run("git", &["rev-parse", "--git-path", "HEAD"]) {
-        println!("cargo:rerun-if-changed={head}");
+    // HEAD names a branch, whose own ref file (or packed-refs) is what a commit changes.
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    if let Some(branch) = run("git", &["rev-parse", "--symbolic-full-name", "HEAD"])
+        && branch.starts_with("refs/")
+    {
+        watched.push(branch);
+    }
+    for name in watched {
+        if let Some(path) = run("git", &["rev-parse", "--git-path", &name])
+            && std::path::Path::new(&path).exists()
+        {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
 }
