@@ -20,7 +20,7 @@
 //! | device TLB with a table-walk engine | a buffer region registered with the ring (`READ_FIXED`) |
 //! | TLB misses handled by the kernel | plain `READ`: the kernel looks up and pins the pages per request |
 //! | notification queue, user-level handler | completions reaped from the shared completion ring and routed to the issuing thread's queue; the handler runs when that thread polls |
-//! | asynchronous notification | a record flagged [`request::ASYNC`]: its handler runs on a handler thread ([`Uio::serve_handlers`]) as soon as the device completes it, the issuer neither polling nor waiting; or an eventfd to wait on beside other descriptors ([`Uio::completion_fd`]) |
+//! | asynchronous notification | a record flagged [`request::ASYNC`]: its handler runs on a handler thread ([`Uio::serve_handlers`]) as soon as the device completes it, the submitting thread neither polling nor waiting; or an eventfd to wait on beside other descriptors ([`Uio::completion_fd`]) |
 //! | capability | a slot of the ring's registered file table ([`request::Target`]) |
 //!
 //! Safety without trusting records: a record may come from anywhere ([`request::Request::from_bytes`]),

@@ -1,5 +1,5 @@
 //! Asynchronous notification: records flagged ASYNC complete on a handler thread
-//! ([`Uio::serve_handlers`]) as the device finishes them, the issuer neither polling nor
+//! ([`Uio::serve_handlers`]) as the device finishes them, the submitting thread neither polling nor
 //! waiting, even after it has ended; byte-exact, each once, errors by name.
 
 mod common;
@@ -36,7 +36,7 @@ fn seen(rx: &std::sync::mpsc::Receiver<Seen>) -> Seen {
 }
 
 #[test]
-fn async_records_complete_on_the_handler_thread_while_the_issuer_never_polls() {
+fn async_records_complete_on_the_handler_thread_while_the_submitter_never_polls() {
     let Some(uio) = layer(Initiation::Syscall, Translation::Registered, 8) else {
         return;
     };
@@ -92,7 +92,7 @@ fn async_records_complete_on_the_handler_thread_while_the_issuer_never_polls() {
         args.sort_unstable();
         assert_eq!(args, (0..64).collect::<Vec<_>>(), "each record once");
     });
-    // The issuer never polled: nothing of its own waits for it.
+    // The submitting thread never polled: nothing of its own waits for it.
     assert_eq!(uio.poll(), 0);
     assert_eq!(uio.handler_queue_len(), 0);
     assert_eq!(uio.buffers_free(), free, "every buffer came back");
@@ -124,7 +124,7 @@ fn an_async_record_that_fails_its_checks_reaches_the_handler_thread_with_its_err
             "{err:?}"
         );
         assert_ne!(thread, std::thread::current().id());
-        // A flag zcio does not define is refused by name, on the issuer's own queue.
+        // A flag zcio does not define is refused by name, on the submitting thread's own queue.
         let buf = uio.buffer().unwrap();
         let mut rec = Request::new(Opcode::Read, target, 0, buf.addr(), 4096, h, 8);
         rec.flags = 0x82;
@@ -153,7 +153,7 @@ fn async_completions_of_a_thread_that_ended_still_run_and_nothing_is_orphaned() 
     let (h, rx) = reporting(&uio, Arc::new(data));
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        // The issuer submits and ends at once, before any handler thread serves.
+        // The submitting thread submits and ends at once, before any handler thread serves.
         scope
             .spawn(|| {
                 for k in 0..8u64 {
@@ -183,7 +183,7 @@ fn async_completions_of_a_thread_that_ended_still_run_and_nothing_is_orphaned() 
     assert_eq!(
         uio.stats().orphaned,
         0,
-        "an ASYNC completion needs no issuer"
+        "an ASYNC completion needs no submitting thread"
     );
     assert_eq!(uio.buffers_free(), free);
 }

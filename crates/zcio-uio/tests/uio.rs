@@ -2,8 +2,8 @@
 //! byte-exact for every initiation and translation; malformed records complete with a clear
 //! error and never reach the device; handlers run exactly once, with their argument, on the
 //! issuing thread, under many submitters and a full ring; and a buffer cannot be freed while
-//! its request is in flight; records flagged ASYNC complete on a handler thread, the issuer
-//! neither polling nor waiting, even after it has ended.
+//! its request is in flight. (Records flagged ASYNC, handled on a handler thread:
+//! `handler_thread.rs`; the fuzz target here serves them too.)
 
 use proptest::prelude::*;
 use std::mem::offset_of;

@@ -45,12 +45,11 @@ impl Receiver {
         let cb = self.info.chunk_bytes as u64;
         let base = self.info.addr as u64;
         if r.len != cb || !self.info.contains(r.addr, r.len) || (r.addr - base) % cb != 0 {
-            return Err(FbufError::BadRef {
+            return Err(bad_ref(
                 what,
-                addr: r.addr,
-                len: r.len,
-                expected: "one chunk of this path, at a chunk's boundary",
-            });
+                r,
+                "one chunk of this path, at a chunk's boundary",
+            ));
         }
         Ok(((r.addr - base) / cb) as usize)
     }
@@ -63,12 +62,7 @@ impl Receiver {
     pub fn add_chunk(&mut self, r: FbufRef, fd: OwnedFd) -> Result<(), FbufError> {
         let what = "announce a chunk";
         let k = self.chunk_named(what, r)?;
-        let bad = |expected| FbufError::BadRef {
-            what,
-            addr: r.addr,
-            len: r.len,
-            expected,
-        };
+        let bad = |expected| bad_ref(what, r, expected);
         if self.chunks.contains_key(&k) {
             return Err(bad("a chunk not known here already (overlapping chunks)"));
         }
@@ -100,12 +94,7 @@ impl Receiver {
     pub fn retire_chunk(&mut self, r: FbufRef) -> Result<(), FbufError> {
         let what = "retire a chunk";
         let k = self.chunk_named(what, r)?;
-        let bad = |expected| FbufError::BadRef {
-            what,
-            addr: r.addr,
-            len: r.len,
-            expected,
-        };
+        let bad = |expected| bad_ref(what, r, expected);
         if !self.chunks.contains_key(&k) {
             return Err(bad("a chunk announced here and not retired"));
         }
@@ -230,5 +219,16 @@ impl RegionRead for Receiver {
     fn span(&self, addr: u64) -> Option<Span<'_>> {
         let (o, w) = self.map.span(self.offset(addr)?)?;
         Some(Span::new((self.info.addr + o) as u64, w))
+    }
+}
+
+/// A chunk frame's reference `r` refused by name: what was being done, and what `r` should
+/// have been.
+fn bad_ref(what: &'static str, r: FbufRef, expected: &'static str) -> FbufError {
+    FbufError::BadRef {
+        what,
+        addr: r.addr,
+        len: r.len,
+        expected,
     }
 }

@@ -87,7 +87,7 @@ impl Notify {
             self.outstanding.remove(&ctx);
         }
         if c.record.is_async() {
-            // A handler thread runs it: the issuer need not be there.
+            // A handler thread runs it: the submitting thread need not be there.
             self.handler_queue.push_back(c);
             return None;
         }
@@ -579,7 +579,7 @@ impl Uio {
 
     /// Be a handler thread until `stop` is set: reap completions as the device signals them and
     /// run the handlers of [`ASYNC`](crate::request::ASYNC) records (every thread's, in completion order) here, so that
-    /// their issuers need not poll or wait (the paper's asynchronous notification: the handler
+    /// the threads that submitted them need not poll or wait (the paper's asynchronous notification: the handler
     /// runs when the I/O is done, not when the application next looks). Completions of other
     /// records still go to their own threads. Returns how many handlers ran. Any number of
     /// threads may serve; each completion runs once. A handler that panics ends the serving
