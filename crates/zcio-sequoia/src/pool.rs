@@ -8,13 +8,32 @@
 //! ([`crate::container::Domain::alloc_pooled`], [`crate::container::Domain::alloc_filled`]),
 //! sealed, and freed by its last owner. What the pool saves is the per-page cost of faulting
 //! a file's pages in one at a time, and the time of preparing them, moved to its thread.
+//!
+//! A pool of files in 2 MiB pages ([`Pool::huge`]) saves again: the kernel's work on a
+//! file's pages (allocating them, entering them in its page cache, freeing them) is per page,
+//! so one 2 MiB page costs a fraction of the 4 KiB pages of even a 300 KiB file, at the price
+//! of the memory the 2 MiB page holds beyond the data. Where the kernel gives no huge page,
+//! the files come in 4 KiB pages, and the pool counts which ([`Pool::granules`]).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use zcio_vm::VmError;
+use zcio_vm::huge::Granule;
 use zcio_vm::sealed::BlankFile;
+
+/// The pages of the files a pool handed out: how many in 2 MiB pages and in 4 KiB pages, and
+/// why the kernel refused 2 MiB pages the last time it did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Granules {
+    /// Files held in 2 MiB pages.
+    pub huge: u64,
+    /// Files held in 4 KiB pages.
+    pub base: u64,
+    /// The last refusal of 2 MiB pages (a pool asked for them only).
+    pub refused: Option<String>,
+}
 
 /// Fresh memory files of one size, made ahead by a thread of the pool's own.
 ///
@@ -41,16 +60,32 @@ pub struct Pool {
     maker: Option<JoinHandle<()>>,
     /// CPU time the maker thread has spent, in ns.
     cpu: Arc<AtomicU64>,
+    /// The pages of the files handed out.
+    granules: Mutex<Granules>,
 }
 
 zcio_vm::debug_summary!(Pool, |s| len: s.len);
 
 impl Pool {
-    /// A pool of files of `len` bytes (rounded up to pages), keeping `depth` (at least one)
-    /// ready.
+    /// A pool of files of `len` bytes (rounded up to pages) in 4 KiB pages, keeping `depth`
+    /// (at least one) ready.
     pub fn new(len: usize, depth: usize) -> Result<Pool, VmError> {
+        Pool::start(len, depth, BlankFile::new)
+    }
+
+    /// A pool of files of `len` bytes rounded up to whole 2 MiB, in 2 MiB pages where the
+    /// kernel gives them ([`BlankFile::new_huge`]), keeping `depth` (at least one) ready.
+    pub fn huge(len: usize, depth: usize) -> Result<Pool, VmError> {
+        Pool::start(len, depth, BlankFile::new_huge)
+    }
+
+    fn start(
+        len: usize,
+        depth: usize,
+        blank: fn(&str, usize) -> Result<BlankFile, VmError>,
+    ) -> Result<Pool, VmError> {
         // The first file is made here, so that a length the system refuses is said now.
-        let first = BlankFile::new("zcio-container", len)?;
+        let first = blank("zcio-container", len)?;
         let len = first.len();
         let (tx, rx) = sync_channel(depth.max(1));
         tx.send(Ok(first)).expect("the receiver is here");
@@ -58,13 +93,14 @@ impl Pool {
         let spent = cpu.clone();
         let maker = std::thread::Builder::new()
             .name("zcio-container-pool".into())
-            .spawn(move || make(&tx, len, &spent))
+            .spawn(move || make(&tx, len, &spent, blank))
             .map_err(|e| VmError::sys("spawn(container pool)", e))?;
         Ok(Pool {
             len,
             ready: Some(rx),
             maker: Some(maker),
             cpu,
+            granules: Mutex::new(Granules::default()),
         })
     }
 
@@ -84,26 +120,50 @@ impl Pool {
         self.cpu.load(Ordering::Relaxed)
     }
 
+    /// The pages of the files it has handed out.
+    pub fn granules(&self) -> Granules {
+        self.granules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// The next fresh file, waiting for it if none is ready.
     pub fn take(&self) -> Result<BlankFile, VmError> {
-        match self.ready.as_ref().expect("taken only in drop").recv() {
-            Ok(made) => made,
-            Err(_) => Err(VmError::Misuse {
-                what: "a container pool whose maker thread is gone",
-            }),
+        let file = match self.ready.as_ref().expect("taken only in drop").recv() {
+            Ok(made) => made?,
+            Err(_) => {
+                return Err(VmError::Misuse {
+                    what: "a container pool whose maker thread is gone",
+                });
+            }
+        };
+        let mut g = self.granules.lock().unwrap_or_else(|e| e.into_inner());
+        match file.granule() {
+            Granule::Huge => g.huge += 1,
+            _ => g.base += 1,
         }
+        if let Some(why) = file.refused() {
+            g.refused = Some(why.to_string());
+        }
+        Ok(file)
     }
 }
 
 /// The maker thread: files until the pool is dropped (its channel closed); a failure is
 /// handed on, and the next file tried after it.
-fn make(tx: &SyncSender<Result<BlankFile, VmError>>, len: usize, cpu: &AtomicU64) {
+fn make(
+    tx: &SyncSender<Result<BlankFile, VmError>>,
+    len: usize,
+    cpu: &AtomicU64,
+    blank: fn(&str, usize) -> Result<BlankFile, VmError>,
+) {
     let spent = || {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
         t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
     };
     loop {
-        let made = BlankFile::new("zcio-container", len);
+        let made = blank("zcio-container", len);
         cpu.store(spent(), Ordering::Relaxed);
         if tx.send(made).is_err() {
             return;

@@ -2,9 +2,10 @@
 //!
 //! - [`ExclusiveFile`]: a fresh memfd, mapped for its creator alone to fill. Its descriptor is
 //!   never handed out while the mapping lives, so the bytes can be offered as slices.
-//! - [`BlankFile`]: a fresh memfd made ahead, its pages allocated in bulk (`fallocate`) and
-//!   never mapped: filled by a write ([`BlankFile::fill`]) and sealed at once, or mapped to
-//!   be filled in place ([`BlankFile::map`]). Its descriptor never leaves it before sealing.
+//! - [`BlankFile`]: a fresh memfd made ahead, its pages allocated in bulk (`fallocate`, or in
+//!   2 MiB pages by `MADV_COLLAPSE`) and never mapped for writing: filled by a write
+//!   ([`BlankFile::fill`]) and sealed at once, or mapped to be filled in place
+//!   ([`BlankFile::map`]). Its descriptor never leaves it before sealing.
 //! - [`SealedFile`]: a memfd sealed against writes and size changes (`F_SEAL_WRITE`,
 //!   `F_SEAL_SHRINK`, `F_SEAL_GROW`). The kernel refuses to add the write seal while anyone
 //!   holds a writable shared mapping, so once sealed nobody, in any process, can change the
@@ -20,8 +21,9 @@
 //!   process owns it, and shown again when it comes back.
 
 use crate::error::{Result, VmError};
+use crate::huge::Granule;
 use crate::mapping::Mapping;
-use crate::page::page_size;
+use crate::page::{HUGE_PAGE_SIZE, page_size};
 use rustix::fs::SealFlags;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
@@ -123,22 +125,81 @@ impl ExclusiveFile {
 }
 
 /// A fresh memory file made ahead of its use: its pages allocated in bulk, zeroed, never
-/// mapped, and its descriptor never handed out. Allocating a file's pages with `fallocate`
-/// costs a fraction of faulting them in one by one, and can be done before the bytes exist
-/// (by another thread): what is left for the moment of the send is filling them.
+/// mapped for writing, and its descriptor never handed out. Allocating a file's pages with
+/// `fallocate` costs a fraction of faulting them in one by one, and can be done before the
+/// bytes exist (by another thread): what is left for the moment of the send is filling them.
+/// Held in 2 MiB pages ([`BlankFile::new_huge`]), a file costs a fraction again, to make, to
+/// fill in place and to free.
 #[derive(Debug)]
 pub struct BlankFile {
     fd: OwnedFd,
     len: usize,
+    granule: Granule,
+    refused: Option<String>,
 }
 
 impl BlankFile {
-    /// A file of `len` bytes (rounded up to pages), its pages allocated.
+    /// A file of `len` bytes (rounded up to pages), its pages allocated, 4 KiB each.
     pub fn new(name: &str, len: usize) -> Result<BlankFile> {
         let (fd, pages) = fresh_memfd(name, len)?;
-        rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, pages as u64)
-            .map_err(|e| VmError::sys("fallocate(memfd)", e.into()))?;
-        Ok(BlankFile { fd, len: pages })
+        allocate(&fd, pages)?;
+        Ok(BlankFile {
+            fd,
+            len: pages,
+            granule: Granule::Base,
+            refused: None,
+        })
+    }
+
+    /// A file of `len` bytes rounded up to whole 2 MiB, held in 2 MiB pages where the kernel
+    /// gives them, else in 4 KiB pages as [`BlankFile::new`] makes them
+    /// ([`BlankFile::granule`] says which, [`BlankFile::refused`] why not).
+    ///
+    /// A memory file's pages are 4 KiB each unless the system lets shared memory have huge
+    /// pages (`shmem_enabled`); `MADV_COLLAPSE` asks for them on this file alone, and the
+    /// kernel grants it unless huge pages are denied to shared memory, missing, or not free
+    /// in one piece. Each 2 MiB then costs one allocation, one page-cache entry and one
+    /// freeing instead of 512, and a mapping of the file ([`BlankFile::map`]) is aligned so
+    /// that filling it faults once per 2 MiB. What it costs is memory: a file of a few
+    /// hundred KiB holds a whole 2 MiB page.
+    pub fn new_huge(name: &str, len: usize) -> Result<BlankFile> {
+        let pages = crate::mapping::page_rounded(len, "a container").and_then(|p| {
+            p.checked_next_multiple_of(HUGE_PAGE_SIZE)
+                .ok_or(VmError::TooLarge {
+                    what: "a container in 2 MiB pages",
+                    value: len,
+                    limit: usize::MAX - HUGE_PAGE_SIZE,
+                })
+        })?;
+        let fd = crate::mapping::memfd(name, pages)?;
+        let refused = if crate::huge::disabled_by_env() {
+            Some(format!("huge in ${}", crate::runtime::DISABLE_ENV))
+        } else {
+            collapse(&fd, pages).err()
+        };
+        let granule = if refused.is_some() {
+            allocate(&fd, pages)?;
+            Granule::Base
+        } else {
+            Granule::Huge
+        };
+        Ok(BlankFile {
+            fd,
+            len: pages,
+            granule,
+            refused,
+        })
+    }
+
+    /// Whether its pages are 2 MiB ([`Granule::Huge`]) or 4 KiB ([`Granule::Base`]).
+    pub fn granule(&self) -> Granule {
+        self.granule
+    }
+
+    /// Why a file asked for in 2 MiB pages has 4 KiB ones: what the kernel said, or the
+    /// setting that turned huge pages off for zcio.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// Its length (whole pages).
@@ -185,15 +246,46 @@ impl BlankFile {
     }
 
     /// Map it for its owner alone to fill in place (its pages are there: touching them
-    /// allocates nothing).
+    /// allocates nothing; in 2 MiB pages, the mapping is aligned to them).
     pub fn map(self) -> Result<ExclusiveFile> {
-        let map = Mapping::shared_fd(self.fd.as_fd(), 0, self.len, None)?;
+        let map = match self.granule {
+            Granule::Huge => Mapping::shared_fd_huge_aligned(
+                self.fd.as_fd(),
+                self.len,
+                crate::protect::Access::ReadWrite,
+            )?,
+            _ => Mapping::shared_fd(self.fd.as_fd(), 0, self.len, None)?,
+        };
         Ok(ExclusiveFile {
             map,
             fd: self.fd,
             len: self.len,
         })
     }
+}
+
+/// Allocate every page of the memory file `fd` of `len` bytes (`fallocate`).
+fn allocate(fd: &OwnedFd, len: usize) -> Result<()> {
+    rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, len as u64)
+        .map_err(|e| VmError::sys("fallocate(memfd)", e.into()))
+}
+
+/// Put the memory file `fd` of `len` bytes (a multiple of 2 MiB) in 2 MiB pages: one zero byte
+/// written at the start of each 2 MiB (the kernel collapses only ranges holding a page), then
+/// `MADV_COLLAPSE` through a read-only mapping aligned to them, which fills the rest with
+/// zeros. On failure, what the kernel said.
+fn collapse(fd: &OwnedFd, len: usize) -> std::result::Result<(), String> {
+    for at in (0..len).step_by(HUGE_PAGE_SIZE) {
+        match rustix::io::pwrite(fd, &[0], at as u64) {
+            Ok(1) => {}
+            Ok(_) => return Err("pwrite(memfd) wrote nothing".into()),
+            Err(e) => return Err(format!("pwrite(memfd): {e}")),
+        }
+    }
+    let map = Mapping::shared_fd_huge_aligned(fd.as_fd(), len, crate::protect::Access::ReadOnly)
+        .map_err(|e| e.to_string())?;
+    map.advise(libc::MADV_COLLAPSE, "madvise(MADV_COLLAPSE)")
+        .map_err(|e| e.to_string())
 }
 
 /// The accessors every memory file that travels has, of its `fd` and `len` (whole pages).
