@@ -11,7 +11,16 @@ use common::{bench_json, strings};
 fn bench_containers_json_has_every_variant() {
     let v = bench_json(
         "containers",
-        &["--frames", "20", "--rounds", "1", "--relays", "1,2"],
+        &[
+            "--frames",
+            "20",
+            "--rounds",
+            "1",
+            "--relays",
+            "1,2",
+            "--frame",
+            "640x480x1,128x128x4",
+        ],
     );
     let rows = v["rows"].as_array().unwrap();
     let names = strings(&v["rows"], "variant");
@@ -22,14 +31,23 @@ fn bench_containers_json_has_every_variant() {
         "containers_pooled",
         "containers_pooled_copy",
         "containers_pooled_copy_unmapped",
+        "containers_huge",
+        "containers_huge_unmapped",
         "volatile",
         "volatile_unmapped",
     ];
-    assert_eq!(names, [variants, variants].concat());
+    assert_eq!(names, [variants, variants, variants, variants].concat());
     assert_eq!(v["in_flight"], 8);
     for (k, r) in rows.iter().enumerate() {
-        assert_eq!(r["frames"], 20);
-        assert_eq!(r["relays"], 1 + k / variants.len());
+        // The paper's frames first, then the smaller ones, as many bytes a run (at least 20).
+        let (width, frames) = if k < 2 * variants.len() {
+            (640, 20)
+        } else {
+            (128, 20 * 640 * 480 / (128 * 128 * 4))
+        };
+        assert_eq!(r["frame"]["width"], width, "{r}");
+        assert_eq!(r["frames"], frames, "{r}");
+        assert_eq!(r["relays"], 1 + (k / variants.len()) % 2);
         let cpu = r["cpu_us_per_frame"].as_f64().unwrap();
         assert!(cpu.is_finite() && cpu > 0.0, "{r}");
         let fps = r["fps"].as_f64().unwrap();
@@ -39,10 +57,25 @@ fn bench_containers_json_has_every_variant() {
         let part = |k: &str| r["cpu_parts_us"][k].as_f64().unwrap();
         let sum = part("sender") + part("pool") + part("relays") + part("display");
         assert!((sum - cpu).abs() < 1e-6 * cpu, "{r}");
-        let pooled = r["variant"]
-            .as_str()
-            .unwrap()
-            .starts_with("containers_pooled");
+        let name = r["variant"].as_str().unwrap();
+        let pooled = name.starts_with("containers_pooled") || name.starts_with("containers_huge");
         assert_eq!(part("pool") > 0.0, pooled, "{r}");
+        // Only the variants in 2 MiB pages account for their files' pages.
+        let share = r["huge_share"].as_f64();
+        assert_eq!(share.is_some(), name.starts_with("containers_huge"), "{r}");
+        assert!(share.is_none_or(|s| (0.0..=1.0).contains(&s)), "{r}");
+    }
+}
+
+#[test]
+fn bench_containers_refuses_a_frame_size_by_name() {
+    for bad in ["640x480", "0x480x1", "3x3x1", "640x480xq", "9000x9000x4"] {
+        let out = common::zcio()
+            .args(["bench", "containers", "--frame", bad, "--json"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(bad), "{bad}: {err}");
     }
 }

@@ -139,6 +139,9 @@ pub struct FrameStageArgs {
     /// One of `zcio::lab::sequoia::containers::measure::VARIANTS`.
     #[arg(long)]
     pub variant: String,
+    /// Bytes of a frame.
+    #[arg(long)]
+    pub frame_bytes: usize,
     /// The socket path to take frames from (listened on).
     #[arg(long)]
     pub listen: PathBuf,

@@ -14,6 +14,7 @@ pub fn peer(a: PeerArgs) -> Res<()> {
 pub fn frame_stage(a: FrameStageArgs) -> Res<()> {
     zcio::lab::sequoia::containers::measure::stage(
         &a.variant,
+        a.frame_bytes,
         &a.listen,
         a.to.as_deref(),
         a.release.as_deref(),

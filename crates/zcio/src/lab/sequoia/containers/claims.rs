@@ -9,13 +9,13 @@ pub fn claims(r: &Results) -> Vec<Claim> {
     let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();
     };
-    let Some(first) = f.rows.first().map(|x| x.relays) else {
+    let Some((first, main)) = f.rows.first().map(|x| (x.relays, x.frame)) else {
         return Vec::new();
     };
     let over = |prefix: &str| {
         f.rows
             .iter()
-            .filter(|x| x.relays == first && x.variant.starts_with(prefix))
+            .filter(|x| x.relays == first && x.frame == main && x.variant.starts_with(prefix))
             .map(|x| x.over_read_write)
             .filter(|x| x.is_finite())
             .reduce(f64::max)
@@ -28,8 +28,9 @@ pub fn claims(r: &Results) -> Vec<Claim> {
         claim: "Container shipping carries several times read/write's frames".into(),
         paper_value: "almost 5× (400 % more)".into(),
         measured: format!(
-            "{volatile:.2}× volatile, {sealed:.2}× sealed, {first} relay{}",
-            if first == 1 { "" } else { "s" }
+            "{volatile:.2}× volatile, {sealed:.2}× sealed, {first} relay{}, {} frames",
+            if first == 1 { "" } else { "s" },
+            main.name()
         ),
         verdict: Verdict::of(Some(volatile.max(sealed) >= 4.0)),
         why: if volatile.max(sealed) >= 4.0 {

@@ -1,16 +1,18 @@
 //! `zcio bench containers`: paper 003's frame experiment (Figure 4). A sender process makes
-//! 640×480 one-byte-per-pixel frames and sends them over socket IPC through a pipeline of
+//! 640×480 one-byte-per-pixel frames (the paper's; and 1920×1080 four-byte ones, today's
+//! displays') and sends them over socket IPC through a pipeline of
 //! relay processes to a display process owning the frame buffer, the way a compositor receives
 //! its clients' buffers. By containers (`zcio_sequoia::container`: the pages move, each relay
 //! maps them or not), sealed (a fresh memory file per frame: made on the frame's path, or
 //! ahead by a thread of the sender's pool and then drawn in place or written from the
-//! sender's buffer) or volatile (a few memory files going round: the display gives each back
-//! to the sender when the next frame is shown, as a compositor releases a client's buffer,
-//! and every process keeps its mapping of each), or by read/write (each hop copies the frame
-//! into and out of the kernel, and the display copies it into its frame buffer). Frames per
-//! second at the display, and how many 30 fps animations that sustains. Every frame's number
-//! is checked at every relay that maps it and at the display (which reads a sealed frame's
-//! number without mapping it), and the last frame's bytes whole.
+//! sender's buffer, or made ahead in 2 MiB pages and drawn in place) or volatile (a few
+//! memory files going round: the display gives each back to the sender when the next frame
+//! is shown, as a compositor releases a client's buffer, and every process keeps its mapping
+//! of each), or by read/write (each hop copies the frame into and out of the kernel, and the
+//! display copies it into its frame buffer). Frames per second at the display, and how many
+//! 30 fps animations that sustains. Every frame's number is checked at every relay that maps
+//! it and at the display (which reads a sealed frame's number without mapping it), and the
+//! last frame's bytes whole.
 
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
@@ -23,10 +25,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zcio_sequoia::container::{Cid, ContainerError, Domain};
-use zcio_sequoia::pool::Pool;
+use zcio_sequoia::pool::{Granules, Pool};
 
-/// Bytes of a frame: 640 × 480, one byte per pixel.
-pub const FRAME: usize = 640 * 480;
+pub use super::frame::Frame;
+use super::frame::paper_frame;
 
 /// Volatile containers going round between the sender and the display.
 pub const IN_FLIGHT: usize = 8;
@@ -44,6 +46,10 @@ pub struct FramesArgs {
     /// (default 1,3).
     #[arg(long, value_delimiter = ',')]
     pub relays: Option<Vec<usize>>,
+    /// Frame sizes, as WIDTHxHEIGHTxBYTES_A_PIXEL (default 640x480x1,1920x1080x4). A run
+    /// of a larger frame sends fewer frames, as many bytes as `--frames` of the paper's.
+    #[arg(long = "frame", value_delimiter = ',')]
+    pub frame_sizes: Option<Vec<Frame>>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -61,21 +67,47 @@ impl FramesArgs {
         v
     }
 
+    /// The frame sizes, each once, in the order given (the paper's first by default).
+    pub fn frames(&self) -> Vec<Frame> {
+        let mut v: Vec<Frame> = Vec::new();
+        for f in self
+            .frame_sizes
+            .clone()
+            .unwrap_or_else(|| vec![Frame::PAPER, Frame::HD])
+        {
+            if !v.contains(&f) {
+                v.push(f);
+            }
+        }
+        if v.is_empty() {
+            v.push(Frame::PAPER);
+        }
+        v
+    }
+
     /// Runs `measure` makes (for progress bars).
     pub fn runs(&self) -> usize {
-        self.rounds.unwrap_or(5).max(1) * VARIANTS.len() * self.pipelines().len()
+        self.rounds.unwrap_or(5).max(1)
+            * VARIANTS.len()
+            * self.pipelines().len()
+            * self.frames().len()
     }
 }
 
 /// One variant on one pipeline.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
+    /// The frame's size.
+    #[serde(default = "paper_frame")]
+    pub frame: Frame,
     /// `read_write`; `containers` (sealed, every relay maps each frame and checks its number);
     /// `containers_unmapped` (sealed, the relays forward without mapping);
     /// `containers_pooled` (sealed, in files a thread of the sender made ahead, the frame
     /// drawn in place; the relays map) and `containers_pooled_copy` (the same, the frame
     /// drawn in the sender's buffer and written into the file), `containers_pooled_copy_unmapped`
-    /// (that, the relays forwarding without mapping); `volatile` and
+    /// (that, the relays forwarding without mapping); `containers_huge` and
+    /// `containers_huge_unmapped` (sealed, from a pool of files in 2 MiB pages, the frame drawn
+    /// in place; the relays mapping or not); `volatile` and
     /// `volatile_unmapped` (the volatile containers going round, the relays mapping or not).
     pub variant: String,
     /// Relay processes between the sender and the display.
@@ -98,6 +130,13 @@ pub struct Row {
     /// The same by process, µs a frame: medians over rounds, each on its own.
     #[serde(default)]
     pub cpu_parts_us: CpuParts,
+    /// The variants in 2 MiB pages: the share of their files the kernel gave 2 MiB pages
+    /// (over every round; else none).
+    #[serde(default)]
+    pub huge_share: Option<f64>,
+    /// Why the kernel gave some of those files 4 KiB pages, if it did (its last refusal).
+    #[serde(default)]
+    pub huge_refused: Option<String>,
 }
 
 /// A frame's CPU time by process (user and system), in µs.
@@ -131,13 +170,15 @@ pub struct FramesSection {
 }
 
 /// The variants, in the order of the rows.
-pub const VARIANTS: [&str; 8] = [
+pub const VARIANTS: [&str; 10] = [
     "read_write",
     "containers",
     "containers_unmapped",
     "containers_pooled",
     "containers_pooled_copy",
     "containers_pooled_copy_unmapped",
+    "containers_huge",
+    "containers_huge_unmapped",
     "volatile",
     "volatile_unmapped",
 ];
@@ -147,6 +188,19 @@ pub const POOL_DEPTH: usize = 8;
 
 fn is_volatile(variant: &str) -> bool {
     variant.starts_with("volatile")
+}
+
+/// The sealed variants whose files come from a pool in 2 MiB pages.
+fn is_huge(variant: &str) -> bool {
+    variant.starts_with("containers_huge")
+}
+
+/// What one run measured: frames per second at the display, CPU by process, and the pages
+/// of the pool's files.
+struct Run {
+    fps: f64,
+    cpu: CpuParts,
+    granules: Granules,
 }
 
 /// The pattern of frame `n` after its number: byte `8 + i` is `i + n` (mod 256). It repeats
@@ -190,9 +244,9 @@ fn draw(n: u64, frame: &mut [u8]) {
 /// Draw frame `n` into a volatile container's words, as `draw` does into bytes: one period
 /// of 32 words from word 0 (whose phase is 0), doubled by copies at `memcpy`'s speed, then
 /// the number over word 0.
-fn draw_words(n: u64, words: &[AtomicU64]) {
+fn draw_words(n: u64, words: &[AtomicU64], frame: usize) {
     let p = Pattern::of(n);
-    let words = &words[..FRAME / 8];
+    let words = &words[..frame / 8];
     zcio_vm::words::store(words, &p.words);
     let mut done = p.words.len();
     while done < words.len() {
@@ -226,11 +280,11 @@ fn check(n: u64, frame: &[u8], whole: bool) -> Res<()> {
     Ok(())
 }
 
-fn check_words(n: u64, words: &[AtomicU64], whole: bool) -> Res<()> {
+fn check_words(n: u64, words: &[AtomicU64], whole: Option<usize>) -> Res<()> {
     check_number(n, words[0].load(Ordering::Relaxed))?;
-    if whole {
+    if let Some(frame) = whole {
         let p = Pattern::of(n);
-        for (w, word) in words[1..FRAME / 8].iter().enumerate() {
+        for (w, word) in words[1..frame / 8].iter().enumerate() {
             if word.load(Ordering::Relaxed) != p.words[(w + 1) % 32] {
                 return Err(format!("frame {n}: word {} differs", w + 1).into());
             }
@@ -258,13 +312,22 @@ fn connect(path: &Path) -> Res<UnixStream> {
     }
 }
 
-/// `zcio frame-stage`: a stage listening on `listen` for one connection. With `to`, a relay
-/// forwarding every frame there; without, the display: it takes frames until the stream
-/// ends, gives volatile containers back to the sender at `release`, and prints
-/// `{"frames":N,"seconds":S}`.
-pub fn stage(variant: &str, listen: &Path, to: Option<&Path>, release: Option<&Path>) -> Res<()> {
+/// `zcio frame-stage`: a stage of frames of `frame` bytes listening on `listen` for one
+/// connection. With `to`, a relay forwarding every frame there; without, the display: it
+/// takes frames until the stream ends, gives volatile containers back to the sender at
+/// `release`, and prints `{"frames":N,"seconds":S}`.
+pub fn stage(
+    variant: &str,
+    frame: usize,
+    listen: &Path,
+    to: Option<&Path>,
+    release: Option<&Path>,
+) -> Res<()> {
     if !VARIANTS.contains(&variant) {
         return Err(format!("frame-stage: unknown variant {variant}").into());
+    }
+    if !(16..=64 << 20).contains(&frame) || frame % 8 != 0 {
+        return Err(format!("frame-stage: a frame of {frame} bytes").into());
     }
     let containers = variant != "read_write";
     let volatile = is_volatile(variant);
@@ -279,16 +342,16 @@ pub fn stage(variant: &str, listen: &Path, to: Option<&Path>, release: Option<&P
     };
     let mut n = 0u64;
     let Some(output) = output else {
-        return display(variant, &input, release, d, cpu0);
+        return display(variant, frame, &input, release, d, cpu0);
     };
     let map = !variant.ends_with("_unmapped") && variant != "read_write";
-    let mut buf = vec![0u8; FRAME];
+    let mut buf = vec![0u8; frame];
     loop {
         if containers {
             match d.read(input.as_fd(), 0, map) {
                 Ok(id) => {
                     if map && volatile {
-                        check_words(n, d.map_words(id)?, false)?;
+                        check_words(n, d.map_words(id)?, None)?;
                     } else if map {
                         check(n, d.map_read(id)?, false)?;
                     }
@@ -316,6 +379,7 @@ pub fn stage(variant: &str, listen: &Path, to: Option<&Path>, release: Option<&P
 
 fn display(
     variant: &str,
+    frame: usize,
     input: &UnixStream,
     release: Option<&Path>,
     mut d: Domain,
@@ -328,7 +392,7 @@ fn display(
         (true, None) => return Err("frame-stage: a volatile display needs --release".into()),
         (false, _) => None,
     };
-    let mut surface = vec![0u8; FRAME];
+    let mut surface = vec![0u8; frame];
     let mut shown: Option<Cid> = None;
     let mut n = 0u64;
     let mut first: Option<Instant> = None;
@@ -337,7 +401,7 @@ fn display(
             match d.read(input.as_fd(), 0, volatile) {
                 Ok(id) => {
                     if volatile {
-                        check_words(n, d.map_words(id)?, false)?;
+                        check_words(n, d.map_words(id)?, None)?;
                     } else {
                         // Only the number is checked: read, not mapped.
                         let mut number = [0u8; 8];
@@ -369,7 +433,7 @@ fn display(
     // The last frame shown, whole.
     if n > 0 {
         match shown {
-            Some(id) if volatile => check_words(n - 1, d.map_words(id)?, true)?,
+            Some(id) if volatile => check_words(n - 1, d.map_words(id)?, Some(frame))?,
             Some(id) => check(n - 1, d.map_read(id)?, true)?,
             None => check(n - 1, &surface, true)?,
         }
@@ -380,9 +444,8 @@ fn display(
     Ok(())
 }
 
-/// One run of `variant` through `relays` relays: frames per second at the display, and the
-/// pipeline's CPU time per frame by process (µs).
-fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, CpuParts)> {
+/// One run of `variant` through `relays` relays, `frames` frames of `frame` bytes.
+fn run_once(variant: &str, frame: usize, frames: u64, relays: usize) -> Res<Run> {
     let dir = tempfile::tempdir()?;
     let sock = |k: usize| dir.path().join(format!("stage{k}"));
     let release_path = dir.path().join("release");
@@ -391,7 +454,9 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, CpuParts)> {
     for k in 0..relays {
         relay_procs.push(
             zcio_command()?
-                .args(["frame-stage", "--variant", variant, "--listen"])
+                .args(["frame-stage", "--variant", variant, "--frame-bytes"])
+                .arg(frame.to_string())
+                .arg("--listen")
                 .arg(sock(k))
                 .arg("--to")
                 .arg(sock(k + 1))
@@ -400,7 +465,9 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, CpuParts)> {
         );
     }
     let display = zcio_command()?
-        .args(["frame-stage", "--variant", variant, "--listen"])
+        .args(["frame-stage", "--variant", variant, "--frame-bytes"])
+        .arg(frame.to_string())
+        .arg("--listen")
         .arg(sock(relays))
         .arg("--release")
         .arg(&release_path)
@@ -408,9 +475,11 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, CpuParts)> {
         .spawn()?;
     let thread = rustix::time::ClockId::ThreadCPUTime;
     let cpu0 = cpu_ns(thread);
-    let sent = send(variant, frames, &sock(0), &release_listener);
+    let sent = send(variant, frame, frames, &sock(0), &release_listener);
     let sender = cpu_ns(thread) - cpu0;
-    let pool = sent.as_ref().map_or(0, |s| s.1);
+    let (pool, granules) = sent
+        .as_ref()
+        .map_or((0, Granules::default()), |s| (s.1, s.2.clone()));
     let mut relays_cpu = 0;
     let mut ended = Vec::new();
     for r in relay_procs {
@@ -440,30 +509,35 @@ fn run_once(variant: &str, frames: u64, relays: usize) -> Res<(f64, CpuParts)> {
         .as_u64()
         .ok_or("the display did not say its CPU time")?;
     let per_frame = |ns: u64| ns as f64 / 1e3 / frames as f64;
-    Ok((
-        frames as f64 / v["seconds"].as_f64().unwrap_or(f64::NAN),
-        CpuParts {
+    Ok(Run {
+        fps: frames as f64 / v["seconds"].as_f64().unwrap_or(f64::NAN),
+        cpu: CpuParts {
             sender: per_frame(sender),
             pool: per_frame(pool),
             relays: per_frame(relays_cpu),
             display: per_frame(display_cpu),
         },
-    ))
+        granules,
+    })
 }
 
-/// The sender: `frames` frames to the first stage at `first`. Volatile containers come back
-/// on the display's release connection, returned to be kept open until the display is done,
-/// with the CPU time (ns) of the sender's pool thread, if it had one.
+/// The sender: `frames` frames of `size` bytes to the first stage at `first`. Volatile
+/// containers come back on the display's release connection, returned to be kept open until
+/// the display is done, with the CPU time (ns) of the sender's pool thread and the pages of
+/// its files, if it had one.
 fn send(
     variant: &str,
+    size: usize,
     frames: u64,
     first: &Path,
     release: &UnixListener,
-) -> Res<(Option<UnixStream>, u64)> {
+) -> Res<(Option<UnixStream>, u64, Granules)> {
     let sock = connect(first)?;
     let mut d = Domain::new().keeping_shown();
     let pool = if variant.starts_with("containers_pooled") {
-        Some(Pool::new(FRAME, POOL_DEPTH)?)
+        Some(Pool::new(size, POOL_DEPTH)?)
+    } else if is_huge(variant) {
+        Some(Pool::huge(size, POOL_DEPTH)?)
     } else {
         None
     };
@@ -474,15 +548,19 @@ fn send(
         None
     };
     let mut made = 0;
-    let mut frame = vec![0u8; FRAME];
+    let mut frame = vec![0u8; size];
     for n in 0..frames {
         match (variant, &back, &pool) {
             ("read_write", _, _) => {
                 draw(n, &mut frame);
                 (&sock).write_all(&frame)?;
             }
-            ("containers_pooled", _, Some(pool)) => {
-                let id = d.alloc_pooled(pool, FRAME)?;
+            (
+                "containers_pooled" | "containers_huge" | "containers_huge_unmapped",
+                _,
+                Some(pool),
+            ) => {
+                let id = d.alloc_pooled(pool, size)?;
                 draw(n, d.map(id)?);
                 d.write(sock.as_fd(), id)?;
             }
@@ -494,15 +572,15 @@ fn send(
             (_, Some(back), _) => {
                 let id = if made < IN_FLIGHT {
                     made += 1;
-                    d.alloc_volatile(FRAME)?
+                    d.alloc_volatile(size)?
                 } else {
                     d.read(back.as_fd(), 0, true)?
                 };
-                draw_words(n, d.map_words(id)?);
+                draw_words(n, d.map_words(id)?, size);
                 d.write(sock.as_fd(), id)?;
             }
             _ => {
-                let id = d.alloc(FRAME)?;
+                let id = d.alloc(size)?;
                 draw(n, d.map(id)?);
                 d.write(sock.as_fd(), id)?;
             }
@@ -511,33 +589,76 @@ fn send(
     if variant != "read_write" {
         d.finish(sock.as_fd())?;
     }
-    Ok((back, pool.map_or(0, |p| p.maker_cpu_ns())))
+    Ok((
+        back,
+        pool.as_ref().map_or(0, |p| p.maker_cpu_ns()),
+        pool.map(|p| p.granules()).unwrap_or_default(),
+    ))
 }
 
 /// Run every variant on every pipeline; `progress` is told each run.
 pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSection> {
-    let frames = a.frames.unwrap_or(3000).max(2);
+    let paper_frames = a.frames.unwrap_or(3000).max(2);
     let rounds = a.rounds.unwrap_or(5).max(1);
     let mut rows = Vec::new();
-    for relays in a.pipelines() {
-        let mut fps: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
-        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
-        let mut parts: Vec<Vec<CpuParts>> = vec![Vec::new(); VARIANTS.len()];
-        for r in 0..rounds {
-            for k in 0..VARIANTS.len() {
-                let v = (k + r) % VARIANTS.len();
-                let (f, c) = run_once(VARIANTS[v], frames, relays)?;
-                fps[v].push(f);
-                cpu[v].push(c.total());
-                parts[v].push(c);
-                progress(format!("frames {} ({relays} relays)", VARIANTS[v]));
-            }
+    for frame in a.frames() {
+        let frames = if frame == Frame::PAPER {
+            paper_frames
+        } else {
+            frame.frames_for(paper_frames)
+        };
+        for relays in a.pipelines() {
+            rows.extend(pipeline(frame, frames, relays, rounds, progress)?);
         }
-        let med: Vec<f64> = fps
-            .iter()
-            .map(|v| fit::median(v).unwrap_or(f64::NAN))
-            .collect();
-        rows.extend(VARIANTS.iter().enumerate().map(|(v, name)| Row {
+    }
+    Ok(FramesSection {
+        rounds,
+        in_flight: IN_FLIGHT,
+        rows,
+    })
+}
+
+/// Every variant through `relays` relays, `rounds` times alternating, `frames` frames of
+/// `frame` a run: a row each.
+fn pipeline(
+    frame: Frame,
+    frames: u64,
+    relays: usize,
+    rounds: usize,
+    progress: &mut dyn FnMut(String),
+) -> Res<Vec<Row>> {
+    let mut fps: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+    let mut parts: Vec<Vec<CpuParts>> = vec![Vec::new(); VARIANTS.len()];
+    let mut pages: Vec<Granules> = vec![Granules::default(); VARIANTS.len()];
+    for r in 0..rounds {
+        for k in 0..VARIANTS.len() {
+            let v = (k + r) % VARIANTS.len();
+            let run = run_once(VARIANTS[v], frame.bytes(), frames, relays)?;
+            fps[v].push(run.fps);
+            cpu[v].push(run.cpu.total());
+            parts[v].push(run.cpu);
+            pages[v].huge += run.granules.huge;
+            pages[v].base += run.granules.base;
+            if run.granules.refused.is_some() {
+                pages[v].refused = run.granules.refused;
+            }
+            progress(format!(
+                "frames {} ({}, {relays} relays)",
+                VARIANTS[v],
+                frame.name()
+            ));
+        }
+    }
+    let med: Vec<f64> = fps
+        .iter()
+        .map(|v| fit::median(v).unwrap_or(f64::NAN))
+        .collect();
+    Ok(VARIANTS
+        .iter()
+        .enumerate()
+        .map(|(v, name)| Row {
+            frame,
             variant: name.to_string(),
             relays,
             frames,
@@ -548,13 +669,11 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
             cpu_us_per_frame: fit::median(&cpu[v]).unwrap_or(f64::NAN),
             cpu_spread: fit::spread(&cpu[v]),
             cpu_parts_us: median_parts(&parts[v]),
-        }));
-    }
-    Ok(FramesSection {
-        rounds,
-        in_flight: IN_FLIGHT,
-        rows,
-    })
+            huge_share: is_huge(name)
+                .then(|| pages[v].huge as f64 / (pages[v].huge + pages[v].base).max(1) as f64),
+            huge_refused: pages[v].refused.clone(),
+        })
+        .collect())
 }
 
 /// Each process's median over rounds.
@@ -582,7 +701,8 @@ pub fn run(a: FramesArgs) -> Res<()> {
     );
     for r in &s.rows {
         println!(
-            "{} relays  {:<22} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame (sender {:.1}, pool {:.1}, relays {:.1}, display {:.1})",
+            "{} {} relays  {:<31} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame (sender {:.1}, pool {:.1}, relays {:.1}, display {:.1})",
+            r.frame.name(),
             r.relays,
             r.variant,
             r.fps,

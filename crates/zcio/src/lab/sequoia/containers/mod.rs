@@ -1,6 +1,7 @@
 //! Paper 003's frame experiment: frames through relay processes to a display, by sealed and volatile containers and by read/write.
 
 pub mod claims;
+pub mod frame;
 pub mod measure;
 pub mod render;
 
@@ -14,7 +15,7 @@ pub struct Containers;
 impl Experiment for Containers {
     const ID: &'static str = "containers";
     const PAPER: &'static str = "003";
-    const TITLE: &'static str = "Figure 4: 640x480 frames through pipelines of relay processes to a display process, by sealed and volatile containers and by read/write";
+    const TITLE: &'static str = "Figure 4: 640x480 (and 1920x1080x4) frames through pipelines of relay processes to a display process, by sealed and volatile containers and by read/write";
     const KEY: &'static str = "frames";
     const ABOUT: &'static str =
         "Paper 003's frame experiment, when it ran: what `zcio bench containers --json` prints.";
@@ -27,6 +28,7 @@ impl Experiment for Containers {
                 frames: Some(20),
                 rounds: Some(1),
                 relays: Some(vec![1, 2]),
+                frame_sizes: None,
                 json: false,
             },
             Preset::Quick => crate::lab::sequoia::containers::measure::FramesArgs::default(),
@@ -34,6 +36,7 @@ impl Experiment for Containers {
                 frames: Some(3000),
                 rounds: Some(7),
                 relays: Some(vec![1, 2, 3]),
+                frame_sizes: None,
                 json: false,
             },
         }

@@ -1,7 +1,8 @@
 //! The report's sections for paper 003's container shipping: the frame experiment, beside the
 //! paper's 400 % and six animations against one.
 
-use crate::lab::sequoia::containers::measure::Row;
+use crate::lab::sequoia::containers::frame::Frame;
+use crate::lab::sequoia::containers::measure::{FramesSection, Row};
 use crate::report::doc::Block;
 use crate::report::plot::{Chart, Scale, Series, Style};
 use crate::report::results::Results;
@@ -12,10 +13,14 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
     let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();
     };
-    let Some(first) = f.rows.first().map(|x| x.relays) else {
+    let Some((first, main)) = f.rows.first().map(|x| (x.relays, x.frame)) else {
         return Vec::new();
     };
-    let get = |v: &str| f.rows.iter().find(|x| x.variant == v && x.relays == first);
+    let get = |v: &str| {
+        f.rows
+            .iter()
+            .find(|x| x.variant == v && x.relays == first && x.frame == main)
+    };
     let (Some(rw), Some(c), Some(u), Some(vm), Some(vu)) = (
         get("read_write"),
         get("containers"),
@@ -29,7 +34,7 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
     let far: Vec<String> = f
         .rows
         .iter()
-        .filter(|x| x.relays == longest && x.variant != "read_write")
+        .filter(|x| x.relays == longest && x.frame == main && x.variant != "read_write")
         .map(|x| format!("{} {:.2}×", x.variant.replace('_', " "), x.over_read_write))
         .collect();
     let pooled = match (get("containers_pooled"), get("containers_pooled_copy")) {
@@ -48,10 +53,19 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
         ),
         _ => String::new(),
     };
+    let huge = get("containers_huge").map_or(String::new(), |x| {
+        format!(
+            " In 2 MiB pages (files the pool asks the kernel to hold in huge pages; {}), drawn in place: {:.0}, {:.2}×, at {:.0} µs of CPU a frame.",
+            granted(x),
+            x.fps,
+            x.over_read_write,
+            x.cpu_us_per_frame
+        )
+    });
     let best = |prefix: &str| {
         f.rows
             .iter()
-            .filter(|x| x.relays == first && x.variant.starts_with(prefix))
+            .filter(|x| x.relays == first && x.frame == main && x.variant.starts_with(prefix))
             .filter(|x| x.over_read_write.is_finite())
             .max_by(|a, b| a.over_read_write.total_cmp(&b.over_read_write))
     };
@@ -70,8 +84,9 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
         ),
         None => "not measured".into(),
     };
-    vec![format!(
-        "Container shipping (paper 003, Figure 4): 640×480 frames from a sender through {first} {} to a display run at {:.0} frames/s by read/write ({:.0} µs of CPU a frame). Sealed containers, a fresh memory file a frame, run at {:.0} ({:.0} with the relay not mapping them): {:.2}×, at {:.0} µs of CPU a frame.{pooled} Volatile containers, going back to the sender to be filled again as a compositor releases its clients' buffers, run at {:.0} with the relay mapping them and {:.0} without: {:.2}× and {:.2}×, at {:.0} and {:.0} µs a frame. The paper: almost 400 % more, six 30 fps animations against one. zcio's targets, over read/write's frames/s: sealed containers at least 1×, {}; volatile at least 4×, {}. Through {longest} relays: {}.",
+    let mut found = vec![format!(
+        "Container shipping (paper 003, Figure 4): {} frames from a sender through {first} {} to a display run at {:.0} frames/s by read/write ({:.0} µs of CPU a frame). Sealed containers, a fresh memory file a frame, run at {:.0} ({:.0} with the relay not mapping them): {:.2}×, at {:.0} µs of CPU a frame.{pooled}{huge} Volatile containers, going back to the sender to be filled again as a compositor releases its clients' buffers, run at {:.0} with the relay mapping them and {:.0} without: {:.2}× and {:.2}×, at {:.0} and {:.0} µs a frame. The paper: almost 400 % more, six 30 fps animations against one. zcio's targets, over read/write's frames/s: sealed containers at least 1×, {}; volatile at least 4×, {}. Through {longest} relays: {}.",
+        main.name(),
         if first == 1 {
             "relay process"
         } else {
@@ -92,7 +107,87 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
         verdict(best("containers"), 1.0),
         verdict(best("volatile"), 4.0),
         far.join(", ")
-    )]
+    )];
+    found.extend(
+        frames_of(f)
+            .into_iter()
+            .skip(1)
+            .filter_map(|frame| larger_frame(f, frame, first)),
+    );
+    found
+}
+
+/// The frame sizes measured, in the order of the rows (the first is the findings' own).
+fn frames_of(f: &FramesSection) -> Vec<Frame> {
+    let mut v: Vec<Frame> = Vec::new();
+    for r in &f.rows {
+        if !v.contains(&r.frame) {
+            v.push(r.frame);
+        }
+    }
+    v
+}
+
+/// How many of a variant's files the kernel gave 2 MiB pages, and why not the rest.
+fn granted(x: &Row) -> String {
+    match (x.huge_share, &x.huge_refused) {
+        (Some(s), _) if s >= 1.0 => "the kernel gave every file them".into(),
+        (Some(s), Some(why)) => format!(
+            "the kernel gave {:.0} % of the files them, the rest 4 KiB pages ({why})",
+            100.0 * s
+        ),
+        (Some(s), None) => format!("the kernel gave {:.0} % of the files them", 100.0 * s),
+        (None, _) => "not measured".into(),
+    }
+}
+
+/// What frames of another size say, through `relays` relays: read/write, the best sealed
+/// container in 4 KiB pages, sealed ones in 2 MiB pages, and volatile ones.
+fn larger_frame(f: &FramesSection, frame: Frame, relays: usize) -> Option<String> {
+    let rows: Vec<&Row> = f
+        .rows
+        .iter()
+        .filter(|x| x.frame == frame && x.relays == relays)
+        .collect();
+    let get = |v: &str| rows.iter().copied().find(|x| x.variant == v);
+    let best = |keep: &dyn Fn(&str) -> bool| {
+        rows.iter()
+            .copied()
+            .filter(|x| keep(&x.variant) && x.over_read_write.is_finite())
+            .max_by(|a, b| a.over_read_write.total_cmp(&b.over_read_write))
+    };
+    let rw = get("read_write")?;
+    let base = best(&|v| v.starts_with("containers") && !v.starts_with("containers_huge"))?;
+    let huge = best(&|v| v.starts_with("containers_huge"))?;
+    let volatile = best(&|v| v.starts_with("volatile"))?;
+    let mib = frame.bytes() as f64 / (1 << 20) as f64;
+    let integrity = if huge.fps >= 0.9 * volatile.fps {
+        "come within 10 % of volatile ones' frames/s here: keeping the receiver's view final costs almost nothing".to_string()
+    } else {
+        format!(
+            "reach {:.0} % of volatile ones' frames/s here: what keeping the receiver's view final costs",
+            100.0 * huge.fps / volatile.fps
+        )
+    };
+    Some(format!(
+        "Frames of {} ({mib:.1} MiB, {} a run, {relays} relay{}): read/write runs at {:.0} frames/s ({:.0} µs of CPU a frame); sealed containers in 4 KiB pages at best {:.0} ({}, {:.2}×, {:.0} µs); sealed in 2 MiB pages {:.0} ({}, {:.2}×, {:.0} µs; {}); volatile {:.0} ({:.2}×). Sealed containers in 2 MiB pages {integrity}.",
+        frame.name(),
+        rw.frames,
+        if relays == 1 { "" } else { "s" },
+        rw.fps,
+        rw.cpu_us_per_frame,
+        base.fps,
+        base.variant.replace('_', " "),
+        base.over_read_write,
+        base.cpu_us_per_frame,
+        huge.fps,
+        huge.variant.replace('_', " "),
+        huge.over_read_write,
+        huge.cpu_us_per_frame,
+        granted(huge),
+        volatile.fps,
+        volatile.over_read_write,
+    ))
 }
 
 /// The frame experiment's sections.
@@ -100,12 +195,85 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
     let Some(f) = r.section::<super::Containers>() else {
         return Vec::new();
     };
+    let frames = frames_of(f);
+    let main = frames.first().copied().unwrap_or(Frame::PAPER);
+    let mut blocks = vec![
+        h(2, "Paper 003 — container shipping: the frame experiment"),
+        p(method(f)),
+    ];
+    for (k, frame) in frames.iter().enumerate() {
+        let (stem, caption) = if k == 0 {
+            (
+                "frames".to_string(),
+                "The paper: containers almost 400 % more than read/write.",
+            )
+        } else {
+            (
+                format!("frames-{}x{}x{}", frame.width, frame.height, frame.depth),
+                "Larger frames than the paper's: what 2 MiB pages change.",
+            )
+        };
+        blocks.push(figure(
+            &stem,
+            format!(
+                "Frames per second at the display against the number of relay processes, per variant, {} frames (bars: lowest and highest round). {caption}",
+                frame.name()
+            ),
+            Chart {
+                title: format!("{} frames through a pipeline of processes", frame.name()),
+                x_label: "relay processes".into(),
+                y_label: "frames per second".into(),
+                x_scale: Scale::Linear,
+                y_scale: Scale::Log,
+                series: series_of(f, *frame),
+            },
+        ));
+    }
+    blocks.push(table_of(
+        "Frames per second at the display (the paper: containers almost 400 % more than read/write, six 30 fps animations against one)",
+        &[
+            "frame",
+            "relays",
+            "variant",
+            "frames/s",
+            "lowest–highest",
+            "30 fps animations",
+            "over read/write",
+            "CPU µs a frame",
+        ],
+        &f.rows,
+        |r| {
+            vec![
+                r.frame.name(),
+                r.relays.to_string(),
+                r.variant.replace('_', " "),
+                format!("{:.0}", r.fps),
+                format!("{:.0}–{:.0}", r.fps_spread[0], r.fps_spread[1]),
+                format!("{:.1}", r.animations),
+                format!("{:.2}×", r.over_read_write),
+                format!(
+                    "{:.1} ({:.1}–{:.1})",
+                    r.cpu_us_per_frame, r.cpu_spread[0], r.cpu_spread[1]
+                ),
+            ]
+        },
+    ));
+    blocks.push(p(cost_sentence(f, main)));
+    blocks
+}
+
+/// A line per variant of `frame`'s rows: frames per second against relays.
+fn series_of(f: &FramesSection, frame: Frame) -> Vec<Series> {
     let mut series = Vec::new();
     for (k, v) in crate::lab::sequoia::containers::measure::VARIANTS
         .iter()
         .enumerate()
     {
-        let rows: Vec<_> = f.rows.iter().filter(|x| x.variant == *v).collect();
+        let rows: Vec<_> = f
+            .rows
+            .iter()
+            .filter(|x| x.variant == *v && x.frame == frame)
+            .collect();
         series.push(Series {
             name: v.replace('_', " "),
             points: rows.iter().map(|x| (x.relays as f64, x.fps)).collect(),
@@ -118,71 +286,42 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
             color: Some(k),
         });
     }
-    vec![
-        h(2, "Paper 003 — container shipping: the frame experiment"),
-        p(format!(
-            "A sender process makes 640×480 one-byte frames and sends them over Unix sockets through a pipeline of relay processes to a display process owning the frame buffer ({} frames a run, {} rounds, the variants alternating; pipelines of {} relays). By read/write, each hop copies the frame into and out of the kernel and the display copies it into its frame buffer. By sealed containers (zcio-sequoia), each frame is a fresh memory file filled by the sender, sealed, and moved by descriptor; every relay maps it and checks its number, or forwards it unmapped; the display reads its number without mapping it and shows it, freeing the one before. Pooled, the sender's files are made ahead by a thread of its own ({} ready, their pages allocated in bulk), and each frame is drawn in place in one, or drawn in the sender's buffer and written into one (a copy at the source, none at any hop); the relays map it, or, written in, also forward it unmapped. By volatile containers, {} memory files go round: the display gives the frame before back to the sender when it shows a new one, and every process keeps its mapping of each file while another owns it (region caching, without hiding: trusted domains, as fbufs' volatile buffers), so a frame costs no new memory file, mapping, page fault or protection change. Every frame's number is checked at the display and at every relay that maps it, and the last frame whole. CPU is the time every process of the pipeline spent (user and system) over the frames.",
-            f.rows.first().map_or(0, |r| r.frames),
-            f.rounds,
-            f.rows
-                .iter()
-                .map(|r| r.relays.to_string())
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect::<Vec<_>>()
-                .join(", "),
-            crate::lab::sequoia::containers::measure::POOL_DEPTH,
-            f.in_flight
-        )),
-        figure(
-            "frames",
-            "Frames per second at the display against the number of relay processes, per variant (bars: lowest and highest round). The paper: containers almost 400 % more than read/write.".into(),
-            Chart {
-                title: "640×480 frames through a pipeline of processes".into(),
-                x_label: "relay processes".into(),
-                y_label: "frames per second".into(),
-                x_scale: Scale::Linear,
-                y_scale: Scale::Log,
-                series,
-            },
-        ),
-        table_of(
-            "Frames per second at the display (the paper: containers almost 400 % more than read/write, six 30 fps animations against one)",
-            &[
-                "relays",
-                "variant",
-                "frames/s",
-                "lowest–highest",
-                "30 fps animations",
-                "over read/write",
-                "CPU µs a frame",
-            ],
-            &f.rows,
-                |r| {
-                    vec![
-                        r.relays.to_string(),
-                        r.variant.replace('_', " "),
-                        format!("{:.0}", r.fps),
-                        format!("{:.0}–{:.0}", r.fps_spread[0], r.fps_spread[1]),
-                        format!("{:.1}", r.animations),
-                        format!("{:.2}×", r.over_read_write),
-                        format!(
-                            "{:.1} ({:.1}–{:.1})",
-                            r.cpu_us_per_frame, r.cpu_spread[0], r.cpu_spread[1]
-                        ),
-                    ]
-                },
-        ),
-        p(cost_sentence(f)),
-    ]
+    series
 }
 
-/// What a frame costs, per variant and process, on the shortest pipeline, and why.
-fn cost_sentence(f: &super::measure::FramesSection) -> String {
+/// The method paragraph.
+fn method(f: &FramesSection) -> String {
+    format!(
+        "A sender process makes frames ({}: width × height × bytes a pixel) and sends them over Unix sockets through a pipeline of relay processes to a display process owning the frame buffer ({} frames a run of the first size, larger ones as many bytes; {} rounds, the variants alternating; pipelines of {} relays). By read/write, each hop copies the frame into and out of the kernel and the display copies it into its frame buffer. By sealed containers (zcio-sequoia), each frame is a fresh memory file filled by the sender, sealed, and moved by descriptor; every relay maps it and checks its number, or forwards it unmapped; the display reads its number without mapping it and shows it, freeing the one before. Pooled, the sender's files are made ahead by a thread of its own ({} ready, their pages allocated in bulk), and each frame is drawn in place in one, or drawn in the sender's buffer and written into one (a copy at the source, none at any hop); the relays map it, or, written in, also forward it unmapped. In 2 MiB pages, the pool writes a byte into each 2 MiB of a fresh file and asks the kernel to collapse the file into huge pages (`MADV_COLLAPSE`, which fills the rest with zeros), or gives it 4 KiB pages where the kernel refuses; the sender maps the file aligned to them and draws the frame in place, and the relays map it or not. By volatile containers, {} memory files go round: the display gives the frame before back to the sender when it shows a new one, and every process keeps its mapping of each file while another owns it (region caching, without hiding: trusted domains, as fbufs' volatile buffers), so a frame costs no new memory file, mapping, page fault or protection change. Every frame's number is checked at the display and at every relay that maps it, and the last frame whole. CPU is the time every process of the pipeline spent (user and system) over the frames.",
+        frames_of(f)
+            .iter()
+            .map(|x| x.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        f.rows.first().map_or(0, |r| r.frames),
+        f.rounds,
+        f.rows
+            .iter()
+            .map(|r| r.relays.to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(", "),
+        crate::lab::sequoia::containers::measure::POOL_DEPTH,
+        f.in_flight
+    )
+}
+
+/// What a frame of `main` costs, per variant and process, on the shortest pipeline, and why.
+fn cost_sentence(f: &FramesSection, main: Frame) -> String {
     let Some(first) = f.rows.first().map(|x| x.relays) else {
         return String::new();
     };
-    let row = |v: &str| f.rows.iter().find(|x| x.variant == v && x.relays == first);
+    let row = |v: &str| {
+        f.rows
+            .iter()
+            .find(|x| x.variant == v && x.relays == first && x.frame == main)
+    };
     let (Some(rw), Some(c), Some(vm), Some(vu)) = (
         row("read_write"),
         row("containers"),
@@ -211,11 +350,22 @@ fn cost_sentence(f: &super::measure::FramesSection) -> String {
         }
         _ => String::new(),
     };
+    let huge = row("containers_huge").map_or(String::new(), |x| {
+        format!(
+            " In 2 MiB pages, the pool's thread spends {:.0} µs a frame making a file: a whole 2 MiB page zeroed for {:.0} KiB of frame, where 4 KiB pages cost the kernel's bookkeeping per page; the sender {:.0} (one fault per 2 MiB), the display {:.0} freeing it.",
+            x.cpu_parts_us.pool,
+            main.bytes() as f64 / 1024.0,
+            x.cpu_parts_us.sender,
+            x.cpu_parts_us.display
+        )
+    });
     format!(
-        "On the paper's DECstation a frame copy took milliseconds; here the whole read/write pipeline ({first} relay{}) spends {:.0} µs of CPU a frame, while a sealed container spends {:.0}: a new memory file a frame, its 75 pages allocated and faulted in one by one at the sender ({:.0} µs), unmapped and sealed, mapped by the relays ({:.0}), and freed by the display ({:.0}). Sealing is what makes the receiver's view final against a sender that keeps a descriptor; a sealed file cannot be written again, so it cannot be reused.{pooled} Volatile containers give integrity up (any process that held one can still write it, so their bytes are reached word by word) and in exchange are reused as fbufs are cached: what is left per frame is the sender's drawing, at memcpy's speed, and a descriptor passed per hop ({:.0} µs with the relays mapping them, {:.0} without; the sender's part {:.0}).",
+        "On the paper's DECstation a frame copy took milliseconds; here the whole read/write pipeline ({first} relay{}, {} frames) spends {:.0} µs of CPU a frame, while a sealed container spends {:.0}: a new memory file a frame, its {} pages allocated and faulted in one by one at the sender ({:.0} µs), unmapped and sealed, mapped by the relays ({:.0}), and freed by the display ({:.0}). Sealing is what makes the receiver's view final against a sender that keeps a descriptor; a sealed file cannot be written again, so it cannot be reused.{pooled}{huge} Volatile containers give integrity up (any process that held one can still write it, so their bytes are reached word by word) and in exchange are reused as fbufs are cached: what is left per frame is the sender's drawing, at memcpy's speed, and a descriptor passed per hop ({:.0} µs with the relays mapping them, {:.0} without; the sender's part {:.0}).",
         if first == 1 { "" } else { "s" },
+        main.name(),
         rw.cpu_us_per_frame,
         c.cpu_us_per_frame,
+        main.bytes().div_ceil(4096),
         c.cpu_parts_us.sender,
         c.cpu_parts_us.relays,
         c.cpu_parts_us.display,
