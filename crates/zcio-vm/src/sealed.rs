@@ -99,29 +99,37 @@ impl ExclusiveFile {
     /// Unmap it and seal it: from now on nobody can change its bytes.
     ///
     /// The kernel refuses the write seal (`EBUSY`) while any of the file's pages holds a
-    /// reference it cannot account for, and waits only about 150 ms for them to go. This file
-    /// was never mapped anywhere else, so such a reference is transient (a page on its way
-    /// through reclaim, migration or a per-CPU batch): the seal is tried again, with growing
-    /// pauses, for about two seconds before the refusal is given up on.
+    /// reference it cannot account for, and waits only about 150 ms for them to go. For a
+    /// fresh file such a reference is transient (a page on its way through reclaim, migration,
+    /// or a per-CPU batch of the CPU that allocated it): the seal is tried again, with growing
+    /// pauses, for about a second before the refusal is given up on.
     pub fn seal(self) -> Result<SealedFile> {
         let ExclusiveFile { map, fd, len } = self;
         drop(map);
-        let mut pause = std::time::Duration::from_millis(1);
-        for _ in 0..10 {
-            match rustix::fs::fcntl_add_seals(&fd, final_seals()) {
-                Ok(()) => return Ok(SealedFile { fd, len }),
-                Err(rustix::io::Errno::BUSY) => {
-                    std::thread::sleep(pause);
-                    pause *= 2;
-                }
-                Err(e) => return Err(VmError::sys("fcntl(F_ADD_SEALS)", e.into())),
-            }
-        }
-        Err(VmError::sys(
-            "fcntl(F_ADD_SEALS): the kernel kept pages of a fresh container in use (EBUSY) through 10 tries",
-            rustix::io::Errno::BUSY.into(),
-        ))
+        seal_fresh(&fd)?;
+        Ok(SealedFile { fd, len })
     }
+}
+
+/// Seal a fresh file whose descriptor never left this process, and which nobody maps for
+/// writing any more, for good, trying again while the kernel holds its pages for a moment
+/// (see [`ExclusiveFile::seal`]).
+fn seal_fresh(fd: &OwnedFd) -> Result<()> {
+    let mut pause = std::time::Duration::from_millis(1);
+    for _ in 0..10 {
+        match rustix::fs::fcntl_add_seals(fd, final_seals()) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::BUSY) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            Err(e) => return Err(VmError::sys("fcntl(F_ADD_SEALS)", e.into())),
+        }
+    }
+    Err(VmError::sys(
+        "fcntl(F_ADD_SEALS): the kernel kept pages of a fresh container in use (EBUSY) through 10 tries",
+        rustix::io::Errno::BUSY.into(),
+    ))
 }
 
 /// A fresh memory file made ahead of its use: its pages allocated in bulk, zeroed, never
@@ -213,8 +221,9 @@ impl BlankFile {
     }
 
     /// Write `bytes` at its start (the rest stays zero) and seal it: a copy of `bytes` as
-    /// they are now, which nobody can change any more. No mapping of the file ever existed,
-    /// so the seal cannot be refused.
+    /// they are now, which nobody can change any more. No writable mapping of the file ever
+    /// existed, so the seal is refused only while the kernel still holds its pages for a
+    /// moment (tried again as [`ExclusiveFile::seal`] does).
     pub fn fill(self, bytes: &[u8]) -> Result<SealedFile> {
         if bytes.len() > self.len {
             return Err(VmError::TooLarge {
@@ -237,8 +246,7 @@ impl BlankFile {
                 Err(e) => return Err(VmError::sys("pwrite(memfd)", e.into())),
             }
         }
-        rustix::fs::fcntl_add_seals(&self.fd, final_seals())
-            .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS)", e.into()))?;
+        seal_fresh(&self.fd)?;
         Ok(SealedFile {
             fd: self.fd,
             len: self.len,

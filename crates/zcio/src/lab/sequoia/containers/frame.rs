@@ -92,7 +92,14 @@ mod tests {
         // 3000 of the paper's frames are 921.6 MB: 111 whole HD frames.
         assert_eq!(Frame::HD.frames_for(3000), 111);
         assert_eq!(Frame::HD.frames_for(2), 20);
-        for bad in ["640x480", "1x1x1", "8193x8193x1", "axbxc", "2x2x2x2", "3x1x4"] {
+        for bad in [
+            "640x480",
+            "1x1x1",
+            "8193x8193x1",
+            "axbxc",
+            "2x2x2x2",
+            "3x1x4",
+        ] {
             let err = bad.parse::<Frame>().unwrap_err();
             assert!(err.contains(bad), "{bad}: {err}");
         }
