@@ -7,7 +7,6 @@
 //! The runtime reads `ZCIO_VM_DISABLE` once, when it starts: each test runs its scenario in a
 //! child process (this test binary, run again for that one test with the variable set).
 
-use std::process::Command;
 use std::time::Duration;
 use zcio_genie::Semantics;
 use zcio_vm::VmRuntime;
@@ -36,19 +35,13 @@ fn without_userfaultfd(
         println!("{DONE}");
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("ZCIO_VM_DISABLE", "uffd")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let out = zcio_testkit::child::rerun(test, &[("ZCIO_VM_DISABLE", "uffd")]);
     assert!(
-        out.status.success() && stdout.contains(DONE),
-        "the scenario without userfaultfd failed ({}):\n{stdout}\n{stderr}",
-        out.status
+        out.finished(DONE),
+        "the scenario without userfaultfd failed ({}):\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
     );
 }
 

@@ -6,7 +6,6 @@
 
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::process::Command;
 use zcio_sequoia::container::Domain;
 use zcio_sequoia::pool::Pool;
 use zcio_vm::huge::{Granule, scan, whole_pmds};
@@ -116,20 +115,13 @@ fn a_huge_pool_where_huge_pages_are_off_gives_4k_files_says_why_and_loses_nothin
         return;
     }
     // `ZCIO_VM_DISABLE` is read once per process: the scenario runs in a child.
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env("ZCIO_VM_DISABLE", "huge")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let out = zcio_testkit::child::rerun(test, &[(CHILD, "1"), ("ZCIO_VM_DISABLE", "huge")]);
     assert!(
-        out.status.success() && stdout.contains("child done"),
-        "the child without huge pages failed ({}):\n{stdout}\n{stderr}",
-        out.status
+        out.finished("child done"),
+        "the child without huge pages failed ({}):\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
     );
 }
 

@@ -131,18 +131,8 @@ impl Mapping {
         }
         let map_start = p as usize;
         let start = align_up(map_start, align).expect("mapped address is in range");
-        // Trim the alignment slack so that the mapping is exactly [start, start+len).
-        let head = start - map_start;
-        let tail = map_len - head - len;
-        // SAFETY: head and tail are inside the mapping we just created and nothing references them.
-        unsafe {
-            if head > 0 {
-                libc::munmap(map_start as *mut libc::c_void, head);
-            }
-            if tail > 0 {
-                libc::munmap((start + len) as *mut libc::c_void, tail);
-            }
-        }
+        // SAFETY: the mapping was just created and nothing references it.
+        unsafe { trim_room(map_start, map_len, start, len) };
         let m = Mapping {
             ptr: NonNull::new(start as *mut u8).expect("mmap never returns null"),
             len,
@@ -315,22 +305,15 @@ impl Mapping {
                 0,
             )
         };
-        let failed = (q == libc::MAP_FAILED).then(std::io::Error::last_os_error);
-        let (head, tail) = (start - room_start, room_start + room - (start + len));
-        // SAFETY: the head and tail of the room (and, if the file's mapping failed, its
-        // middle too) are this function's placeholder, referenced by nothing.
-        unsafe {
-            if let Some(source) = failed {
-                libc::munmap(p, room);
-                return Err(VmError::sys("mmap(shared, aligned to 2 MiB)", source));
-            }
-            if head > 0 {
-                libc::munmap(p, head);
-            }
-            if tail > 0 {
-                libc::munmap((start + len) as *mut libc::c_void, tail);
-            }
+        if q == libc::MAP_FAILED {
+            let source = std::io::Error::last_os_error();
+            // SAFETY: the room is this function's placeholder, referenced by nothing.
+            unsafe { libc::munmap(p, room) };
+            return Err(VmError::sys("mmap(shared, aligned to 2 MiB)", source));
         }
+        // SAFETY: the room's head and tail are this function's placeholder, referenced by
+        // nothing; the file is mapped over its middle.
+        unsafe { trim_room(room_start, room, start, len) };
         Ok(Mapping {
             ptr: NonNull::new(start as *mut u8).expect("aligned inside a mapping, never null"),
             len,
@@ -538,6 +521,25 @@ impl Drop for Mapping {
         // SAFETY: we own [map_start, map_start+map_len); nothing borrows it once we are dropped.
         unsafe {
             libc::munmap(self.map_start as *mut libc::c_void, self.map_len);
+        }
+    }
+}
+
+/// Unmap the room `[room_start, room_start + room_len)` around `[start, start + len)`, which
+/// lies inside it: the alignment slack of a mapping made larger so that it could be aligned.
+///
+/// # Safety
+///
+/// The room's head and tail must be the caller's own mapping, referenced by nothing.
+unsafe fn trim_room(room_start: usize, room_len: usize, start: usize, len: usize) {
+    let (head, tail) = (start - room_start, room_start + room_len - (start + len));
+    // SAFETY: the caller owns the head and tail, and nothing references them.
+    unsafe {
+        if head > 0 {
+            libc::munmap(room_start as *mut libc::c_void, head);
+        }
+        if tail > 0 {
+            libc::munmap((start + len) as *mut libc::c_void, tail);
         }
     }
 }

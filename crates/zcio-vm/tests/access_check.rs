@@ -4,7 +4,6 @@
 //! lookup (`PROCMAP_QUERY`) where the kernel answers it, and again, in a child process, with
 //! the page-populating check it replaces (`ZCIO_VM_DISABLE=procmap`).
 
-use std::process::Command;
 use zcio_vm::protect::{WritableCheck, check_writable, writable_check};
 use zcio_vm::{MapOptions, Mapping, VmError, page_size};
 
@@ -149,22 +148,16 @@ fn buffers_the_process_may_not_write_are_refused_by_name_with_either_check() {
             &format!("the kernel does not answer PROCMAP_QUERY (the check is {other})"),
         ),
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "buffers_the_process_may_not_write_are_refused_by_name_with_either_check",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ZCIO_VM_DISABLE", "procmap")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out = zcio_testkit::child::rerun(
+        "buffers_the_process_may_not_write_are_refused_by_name_with_either_check",
+        &[("ZCIO_VM_DISABLE", "procmap")],
+    );
     assert!(
-        out.status.success() && stdout.contains(DONE),
-        "the populating check: {}\n{stdout}\n{}",
+        out.finished(DONE),
+        "the populating check: {}\n{}\n{}",
         out.status,
-        String::from_utf8_lossy(&out.stderr)
+        out.stdout,
+        out.stderr
     );
 }
 

@@ -555,11 +555,7 @@ fn send(
                 draw(n, &mut frame);
                 (&sock).write_all(&frame)?;
             }
-            (
-                "containers_pooled" | "containers_huge" | "containers_huge_unmapped",
-                _,
-                Some(pool),
-            ) => {
+            (v, _, Some(pool)) if v == "containers_pooled" || is_huge(v) => {
                 let id = d.alloc_pooled(pool, size)?;
                 draw(n, d.map(id)?);
                 d.write(sock.as_fd(), id)?;
