@@ -14,6 +14,11 @@
 //! so one 2 MiB page costs a fraction of the 4 KiB pages of even a 300 KiB file, at the price
 //! of the memory the 2 MiB page holds beyond the data. Where the kernel gives no huge page,
 //! the files come in 4 KiB pages, and the pool counts which ([`Pool::granules`]).
+//!
+//! The files of [`Pool::new`] get 4 KiB pages under the machine's shared memory policy
+//! `never`, and large folios (pieces of up to 2 MiB that fit in the file, a few for a frame)
+//! under `within_size` or `always` ([`zcio_vm::shmem`]): the pages' cost, which dominates a
+//! sealed container's, then drops several times, with no memory held beyond the file.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -67,8 +72,9 @@ pub struct Pool {
 zcio_vm::debug_summary!(Pool, |s| len: s.len);
 
 impl Pool {
-    /// A pool of files of `len` bytes (rounded up to pages) in 4 KiB pages, keeping `depth`
-    /// (at least one) ready.
+    /// A pool of files of `len` bytes (rounded up to pages), keeping `depth` (at least one)
+    /// ready: in 4 KiB pages, or in large folios where the machine's shared memory policy gives
+    /// memory files them.
     pub fn new(len: usize, depth: usize) -> Result<Pool, VmError> {
         Pool::start(len, depth, BlankFile::new)
     }

@@ -18,7 +18,8 @@
 //! and, for VMMR (paper 002), page stores and the range messages are reassembled in by moving
 //! pages ([`remap`]), with the costs a reassembler chooses by ([`remap::Calibration`]), and a
 //! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]); and,
-//! for paper 003's containers, memory files sealed against change ([`sealed`]) and word stores at
+//! for paper 003's containers, memory files sealed against change ([`sealed`]) and the kernel's policy for their pages
+//! ([`shmem`]) and word stores at
 //! `memcpy`'s speed into volatile ones ([`words`]); and, for paper
 //! 001's fbufs, the region of address space every process reserves for shared paths
 //! ([`reserve`]) and a path's chunks, memory files of their own stitched into its range, each
@@ -47,6 +48,7 @@ pub mod resources;
 pub mod runtime;
 pub mod sealed;
 pub mod shared;
+pub mod shmem;
 pub mod skip;
 pub mod sockzc;
 pub mod staging;

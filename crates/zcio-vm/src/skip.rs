@@ -33,11 +33,14 @@ pub enum Capability {
     /// Memory-backed loop devices: ext4 on a loop device over an image in a tmpfs, attached,
     /// made and mounted (root, loop support, `losetup`, `mkfs.ext4`, `mount`).
     LoopDevices,
+    /// Setting the kernel's shared memory huge page policy (root) on a kernel that gives
+    /// memory files large folios under it ([`crate::shmem`]).
+    ShmemPolicy,
 }
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 10] = [
+    pub const ALL: [Capability; 11] = [
         Capability::UffdWp,
         Capability::UffdMove,
         Capability::HugePages,
@@ -48,6 +51,7 @@ impl Capability {
         Capability::Fio,
         Capability::ProcmapQuery,
         Capability::LoopDevices,
+        Capability::ShmemPolicy,
     ];
 
     /// The probe's name for it.
@@ -63,6 +67,7 @@ impl Capability {
             Capability::Fio => "fio",
             Capability::ProcmapQuery => "procmap-query",
             Capability::LoopDevices => "loop-devices",
+            Capability::ShmemPolicy => "shmem-policy",
         }
     }
 

@@ -1,0 +1,319 @@
+//! The kernel's huge page policy for shared memory (`shmem_enabled`), which decides the pages
+//! of every memory file, sealed containers' included.
+//!
+//! Under `never` (most distributions' default) a memory file is held in 4 KiB pages, and a
+//! fresh page costs the page cache's bookkeeping of one entry: a sealed container, which can
+//! never be written again and so never reused, pays it for every page of every frame. Under
+//! `within_size` or `always`, Linux 6.14 and later give a file allocated or written in one call
+//! large folios (pieces of 8 KiB to 2 MiB that fit in the file), one entry each: a 300 KiB file
+//! then costs four entries instead of 75. The policy holds for the whole machine, so zcio never
+//! changes it on its own. A benchmark asked to measure under another policy sets it through
+//! [`PolicyOverride`], which puts the policy it found back when dropped; where its process
+//! died holding it, the next override puts that policy back first.
+
+use crate::error::{Result, VmError};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsFd;
+
+/// The policy's file.
+pub const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+/// Where a [`PolicyOverride`] records the policy it found (and the process that holds it), and
+/// which it holds locked while it lives.
+pub const OVERRIDE_RECORD: &str = "/run/zcio-shmem-policy";
+
+/// The per-size statistics of large folios (`hugepages-<size>kB/stats`), Linux 6.10 and later.
+const SIZES_DIR: &str = "/sys/kernel/mm/transparent_hugepage";
+
+/// A value of `shmem_enabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShmemPolicy {
+    /// Large folios wherever they fit.
+    Always,
+    /// Large folios that lie within the file's size.
+    WithinSize,
+    /// Large folios only where a mapping asks for them (`MADV_HUGEPAGE`).
+    Advise,
+    /// 4 KiB pages only (`MADV_COLLAPSE` may still make 2 MiB ones).
+    Never,
+    /// 4 KiB pages only, `MADV_COLLAPSE` refused too (an emergency setting).
+    Deny,
+    /// 2 MiB pages for everything (a testing setting).
+    Force,
+}
+
+impl ShmemPolicy {
+    /// Every policy.
+    pub const ALL: [ShmemPolicy; 6] = [
+        ShmemPolicy::Always,
+        ShmemPolicy::WithinSize,
+        ShmemPolicy::Advise,
+        ShmemPolicy::Never,
+        ShmemPolicy::Deny,
+        ShmemPolicy::Force,
+    ];
+
+    /// Its name in `shmem_enabled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShmemPolicy::Always => "always",
+            ShmemPolicy::WithinSize => "within_size",
+            ShmemPolicy::Advise => "advise",
+            ShmemPolicy::Never => "never",
+            ShmemPolicy::Deny => "deny",
+            ShmemPolicy::Force => "force",
+        }
+    }
+
+    /// Whether memory files allocated or written in one call get large folios under it
+    /// (on kernels that give memory files large folios at all: see [`large_folios_possible`]).
+    pub fn gives_large_folios(self) -> bool {
+        matches!(
+            self,
+            ShmemPolicy::Always | ShmemPolicy::WithinSize | ShmemPolicy::Force
+        )
+    }
+
+    /// The policy in force, from `shmem_enabled` (the bracketed word).
+    pub fn current() -> Result<ShmemPolicy> {
+        let text = std::fs::read_to_string(SHMEM_ENABLED).map_err(|e| VmError::Unsupported {
+            feature: "the kernel's shared memory huge page policy",
+            reason: format!("{SHMEM_ENABLED}: {e}"),
+        })?;
+        Self::selected(&text).ok_or_else(|| VmError::Unsupported {
+            feature: "the kernel's shared memory huge page policy",
+            reason: format!(
+                "{SHMEM_ENABLED} says {:?}: no policy zcio knows",
+                text.trim()
+            ),
+        })
+    }
+
+    /// The bracketed policy of a `shmem_enabled` text.
+    fn selected(text: &str) -> Option<ShmemPolicy> {
+        let word = text.split_whitespace().find(|w| w.starts_with('['))?;
+        word.trim_matches(|c| c == '[' || c == ']').parse().ok()
+    }
+}
+
+impl std::fmt::Display for ShmemPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ShmemPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<ShmemPolicy, String> {
+        ShmemPolicy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = ShmemPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "{s:?} is not a shared memory huge page policy (one of {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Large folios the kernel has given shared memory since it started, summed over their sizes
+/// below 2 MiB (`hugepages-<size>kB/stats/shmem_alloc`): a counter of the whole machine, which
+/// grows while memory files get large folios. `None` where the kernel keeps no such statistics.
+pub fn large_folio_allocs() -> Option<u64> {
+    let mut total = None;
+    for entry in std::fs::read_dir(SIZES_DIR).ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(kib) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("hugepages-"))
+            .and_then(|n| n.strip_suffix("kB"))
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        if kib * 1024 >= crate::page::HUGE_PAGE_SIZE {
+            continue;
+        }
+        let path = entry.path().join("stats/shmem_alloc");
+        if let Some(n) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            *total.get_or_insert(0) += n;
+        }
+    }
+    total
+}
+
+/// Whether this kernel can give memory files large folios below 2 MiB at all, and if not why:
+/// Linux 6.14 and later do, under a policy that [`ShmemPolicy::gives_large_folios`].
+pub fn large_folios_possible() -> std::result::Result<(), String> {
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    if (major, minor) < (6, 14) {
+        return Err(format!(
+            "Linux {release} gives memory files 4 KiB or 2 MiB pages only (large folios of other sizes came in 6.14)"
+        ));
+    }
+    if large_folio_allocs().is_none() {
+        return Err(format!(
+            "{SIZES_DIR} keeps no per-size statistics: the kernel has no large folios below 2 MiB"
+        ));
+    }
+    Ok(())
+}
+
+/// The machine's shared memory policy set to another for as long as this lives; dropped, the
+/// policy found is put back. One process at a time holds it (a lock on [`OVERRIDE_RECORD`]),
+/// and the record names the policy found, so that if the holder dies the next override puts
+/// that policy back before anything else.
+#[derive(Debug)]
+pub struct PolicyOverride {
+    record: std::fs::File,
+    found: ShmemPolicy,
+    set: ShmemPolicy,
+    recovered: Option<ShmemPolicy>,
+}
+
+/// Write `policy` into `shmem_enabled`.
+fn write_policy(policy: ShmemPolicy) -> Result<()> {
+    std::fs::write(SHMEM_ENABLED, policy.name()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => VmError::Unsupported {
+            feature: "setting the kernel's shared memory huge page policy",
+            reason: format!("writing {SHMEM_ENABLED} needs root: {e}"),
+        },
+        _ => VmError::Unsupported {
+            feature: "setting the kernel's shared memory huge page policy",
+            reason: format!("writing {policy:?} into {SHMEM_ENABLED}: {e}"),
+        },
+    })
+}
+
+impl PolicyOverride {
+    /// Set the policy to `policy`. Refused, with the reason, where this process may not write
+    /// the policy (it needs root) or another process holds an override now.
+    pub fn set(policy: ShmemPolicy) -> Result<PolicyOverride> {
+        let refused = |reason: String| VmError::Unsupported {
+            feature: "setting the kernel's shared memory huge page policy",
+            reason,
+        };
+        let mut record = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(OVERRIDE_RECORD)
+            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
+        let mut text = String::new();
+        record
+            .read_to_string(&mut text)
+            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
+        match rustix::fs::flock(
+            record.as_fd(),
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(refused(format!(
+                    "another process holds an override of it now ({OVERRIDE_RECORD}: {:?})",
+                    text.trim()
+                )));
+            }
+            Err(e) => return Err(refused(format!("flock({OVERRIDE_RECORD}): {e}"))),
+        }
+        // The lock is this process's: what the record still names, a holder that died left.
+        text.clear();
+        record
+            .rewind()
+            .and_then(|()| record.read_to_string(&mut text))
+            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
+        let recovered = text
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.parse::<ShmemPolicy>().ok());
+        if let Some(left) = recovered {
+            write_policy(left)?;
+        }
+        let found = ShmemPolicy::current()?;
+        let mut over = PolicyOverride {
+            record,
+            found,
+            set: found,
+            recovered,
+        };
+        over.note(&format!("{found} {}\n", std::process::id()))
+            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
+        write_policy(policy)?;
+        over.set = policy;
+        Ok(over)
+    }
+
+    /// Replace the record's text.
+    fn note(&mut self, text: &str) -> std::io::Result<()> {
+        self.record.set_len(0)?;
+        self.record.rewind()?;
+        self.record.write_all(text.as_bytes())?;
+        self.record.flush()
+    }
+
+    /// The policy found, which is put back.
+    pub fn found(&self) -> ShmemPolicy {
+        self.found
+    }
+
+    /// The policy set.
+    pub fn policy(&self) -> ShmemPolicy {
+        self.set
+    }
+
+    /// The policy a process that died holding an override had found, which this one put back
+    /// before it looked, if there was one.
+    pub fn recovered(&self) -> Option<ShmemPolicy> {
+        self.recovered
+    }
+}
+
+impl Drop for PolicyOverride {
+    fn drop(&mut self) {
+        // The record is cleared only once the policy found is back: where writing it fails,
+        // the next override tries again.
+        if self.set == self.found || write_policy(self.found).is_ok() {
+            let _ = self.note("");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bracketed_word_is_the_policy_and_an_unknown_one_is_named() {
+        let text = "always within_size advise [never] deny force\n";
+        assert_eq!(ShmemPolicy::selected(text), Some(ShmemPolicy::Never));
+        assert_eq!(
+            ShmemPolicy::selected("[within_size] never"),
+            Some(ShmemPolicy::WithinSize)
+        );
+        assert_eq!(ShmemPolicy::selected("always never"), None);
+        assert_eq!(ShmemPolicy::selected("[sometimes] never"), None);
+        for p in ShmemPolicy::ALL {
+            assert_eq!(p.name().parse::<ShmemPolicy>(), Ok(p));
+        }
+        let e = "sometimes".parse::<ShmemPolicy>().unwrap_err();
+        assert!(
+            e.contains("\"sometimes\"") && e.contains("within_size"),
+            "{e}"
+        );
+    }
+}
