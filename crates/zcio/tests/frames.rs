@@ -79,3 +79,102 @@ fn bench_containers_refuses_a_frame_size_by_name() {
         assert!(err.contains(bad), "{bad}: {err}");
     }
 }
+
+/// Why the shared memory policy cannot be set for a run here, if it cannot (as the probe
+/// judges it).
+fn policy_unavailable() -> Option<String> {
+    let probe = zcio_genie::probe::probe(std::path::Path::new("/tmp"));
+    let f = probe
+        .features
+        .into_iter()
+        .find(|f| f.id == "shmem-policy")?;
+    (!f.available).then_some(f.detail)
+}
+
+#[test]
+fn bench_containers_measures_the_pooled_variants_again_under_a_policy_it_sets_and_puts_back() {
+    let found = zcio_vm::shmem::ShmemPolicy::current().ok();
+    let v = bench_json(
+        "containers",
+        &[
+            "--frames",
+            "20",
+            "--rounds",
+            "1",
+            "--relays",
+            "1",
+            "--frame",
+            "640x480x1",
+            "--shmem-policy",
+            "within_size",
+        ],
+    );
+    assert_eq!(
+        zcio_vm::shmem::ShmemPolicy::current().ok(),
+        found,
+        "the policy found is back"
+    );
+    assert_eq!(v["shmem_policy"].as_str(), found.map(|p| p.name()));
+    if let Some(why) = policy_unavailable() {
+        let refused = v["shmem_policy_refused"].as_str();
+        assert!(refused.is_some_and(|r| !r.is_empty()), "{v}");
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::ShmemPolicy, &why);
+        return;
+    }
+    assert!(v["shmem_policy_refused"].is_null(), "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    let set: Vec<_> = rows
+        .iter()
+        .filter(|r| r["shmem_override"] == true)
+        .collect();
+    let names: Vec<_> = set.iter().map(|r| r["variant"].as_str().unwrap()).collect();
+    if found == Some(zcio_vm::shmem::ShmemPolicy::WithinSize) {
+        assert!(set.is_empty(), "the machine's own policy is not run twice");
+        return;
+    }
+    assert_eq!(
+        names,
+        [
+            "containers_pooled",
+            "containers_pooled_copy",
+            "containers_pooled_copy_unmapped"
+        ]
+    );
+    for r in &set {
+        assert_eq!(r["shmem_policy"], "within_size", "{r}");
+        let own = rows
+            .iter()
+            .find(|o| o["variant"] == r["variant"] && o["shmem_override"] == false)
+            .unwrap();
+        // 300 KiB fits 256 + 32 + 8 + 4 KiB: three large folios a file, counted over the
+        // whole machine while the run went on.
+        let folios = r["large_folios_per_frame"].as_f64().unwrap();
+        assert!(folios >= 3.0, "{r}");
+        let fps = r["fps"].as_f64().unwrap();
+        assert!(fps.is_finite() && fps > 0.0, "{r}");
+        if found.is_some_and(|p| !p.gives_large_folios()) {
+            let before = own["large_folios_per_frame"].as_f64().unwrap();
+            assert!(before < 1.0, "under {found:?}: {own}");
+        }
+    }
+}
+
+#[test]
+fn bench_containers_refuses_an_unknown_policy_by_name() {
+    let out = common::zcio()
+        .args([
+            "bench",
+            "containers",
+            "--shmem-policy",
+            "sometimes",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sometimes") && err.contains("within_size"),
+        "{err}"
+    );
+}

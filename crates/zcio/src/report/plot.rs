@@ -75,9 +75,10 @@ pub const WIDTH: u32 = 760;
 /// Canvas height of every chart, in pixels.
 pub const HEIGHT: u32 = 460;
 
-/// Series colours, by series position (wrapping around): matplotlib's "tab10", then black and a
-/// dark navy. Neighbours differ in hue, so that the 8 semantics of a chart stay apart.
-const PALETTE: [RGBColor; 12] = [
+/// Series colours, by series position (wrapping around): matplotlib's "tab10", then black, a
+/// dark navy and a dark gold. Neighbours differ in hue, so that the 8 semantics of a chart stay
+/// apart.
+const PALETTE: [RGBColor; 13] = [
     RGBColor(0x1f, 0x77, 0xb4), // blue
     RGBColor(0xff, 0x7f, 0x0e), // orange
     RGBColor(0x2c, 0xa0, 0x2c), // green
@@ -90,6 +91,7 @@ const PALETTE: [RGBColor; 12] = [
     RGBColor(0x17, 0xbe, 0xcf), // cyan
     RGBColor(0x00, 0x00, 0x00), // black
     RGBColor(0x39, 0x3b, 0x79), // navy
+    RGBColor(0xb8, 0x86, 0x0b), // dark gold
 ];
 
 /// The colour of the series at `index` in a chart, as `(r, g, b)`.

@@ -1,8 +1,11 @@
 //! The frames of paper 003's frame experiment: their geometry, as given on the command line
-//! and kept in `results.json`.
+//! and kept in `results.json`, and their contents, drawn by the sender and checked at every
+//! stage.
 
+use crate::transfer::Res;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A frame's geometry: `width` × `height` pixels of `depth` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -78,6 +81,96 @@ impl std::str::FromStr for Frame {
 /// The paper's frame (what rows written before frames had sizes were measured with).
 pub(super) fn paper_frame() -> Frame {
     Frame::PAPER
+}
+
+/// The pattern of frame `n` after its number: byte `8 + i` is `i + n` (mod 256). It repeats
+/// every 256 bytes, so it is kept as one period of bytes and one of words.
+struct Pattern {
+    bytes: [u8; 256],
+    words: [u64; 32],
+}
+
+impl Pattern {
+    fn of(n: u64) -> Pattern {
+        let salt = n as u8;
+        let bytes: [u8; 256] = std::array::from_fn(|i| (i as u8).wrapping_add(salt));
+        // Word w (from 1) holds bytes 8w..8w+8 of the frame, pattern bytes 8(w-1)..: its
+        // phase is w mod 32.
+        let words = std::array::from_fn(|t| {
+            let b: [u8; 8] =
+                std::array::from_fn(|j| ((8 * t + j) as u8).wrapping_sub(8).wrapping_add(salt));
+            u64::from_le_bytes(b)
+        });
+        Pattern { bytes, words }
+    }
+}
+
+/// Draw frame `n` into bytes: its number in the first 8, then the pattern.
+pub(super) fn draw(n: u64, frame: &mut [u8]) {
+    frame[..8].copy_from_slice(&n.to_le_bytes());
+    let p = Pattern::of(n);
+    let body = &mut frame[8..];
+    let first = body.len().min(256);
+    body[..first].copy_from_slice(&p.bytes[..first]);
+    // Doubling copies of whole periods: memcpy's speed.
+    let mut done = first;
+    while done < body.len() {
+        let k = done.min(body.len() - done);
+        body.copy_within(..k, done);
+        done += k;
+    }
+}
+
+/// Draw frame `n` into a volatile container's words, as `draw` does into bytes: one period
+/// of 32 words from word 0 (whose phase is 0), doubled by copies at `memcpy`'s speed, then
+/// the number over word 0.
+pub(super) fn draw_words(n: u64, words: &[AtomicU64], frame: usize) {
+    let p = Pattern::of(n);
+    let words = &words[..frame / 8];
+    zcio_vm::words::store(words, &p.words);
+    let mut done = p.words.len();
+    while done < words.len() {
+        let k = done.min(words.len() - done);
+        zcio_vm::words::copy_within(words, 0..k, done);
+        done += k;
+    }
+    words[0].store(n, Ordering::Relaxed);
+}
+
+fn check_number(n: u64, got: u64) -> Res<()> {
+    if got != n {
+        return Err(format!("frame {n} arrived as frame {got}").into());
+    }
+    Ok(())
+}
+
+pub(super) fn check(n: u64, frame: &[u8], whole: bool) -> Res<()> {
+    check_number(
+        n,
+        u64::from_le_bytes(frame[..8].try_into().expect("8 bytes")),
+    )?;
+    if whole {
+        let p = Pattern::of(n);
+        for (k, c) in frame[8..].chunks(256).enumerate() {
+            if let Some(i) = c.iter().zip(&p.bytes).position(|(a, b)| a != b) {
+                return Err(format!("frame {n}: byte {} differs", 8 + 256 * k + i).into());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn check_words(n: u64, words: &[AtomicU64], whole: Option<usize>) -> Res<()> {
+    check_number(n, words[0].load(Ordering::Relaxed))?;
+    if let Some(frame) = whole {
+        let p = Pattern::of(n);
+        for (w, word) in words[1..frame / 8].iter().enumerate() {
+            if word.load(Ordering::Relaxed) != p.words[(w + 1) % 32] {
+                return Err(format!("frame {n}: word {} differs", w + 1).into());
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

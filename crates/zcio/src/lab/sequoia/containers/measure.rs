@@ -12,7 +12,9 @@
 //! display copies it into its frame buffer). Frames per second at the display, and how many
 //! 30 fps animations that sustains. Every frame's number is checked at every relay that maps
 //! it and at the display (which reads a sealed frame's number without mapping it), and the
-//! last frame's bytes whole.
+//! last frame's bytes whole. Asked to (`--shmem-policy`), the pooled sealed variants in 4 KiB
+//! pages run again under another shared memory policy, which zcio sets for each of their runs
+//! and puts back after it (`zcio_vm::shmem`), alternating with the rest.
 
 use crate::report::fit;
 use crate::transfer::{Res, zcio_command};
@@ -22,13 +24,13 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zcio_sequoia::container::{Cid, ContainerError, Domain};
 use zcio_sequoia::pool::{Granules, Pool};
+use zcio_vm::shmem::{PolicyOverride, ShmemPolicy, large_folio_allocs};
 
 pub use super::frame::Frame;
-use super::frame::paper_frame;
+use super::frame::{check, check_words, draw, draw_words, paper_frame};
 
 /// Volatile containers going round between the sender and the display.
 pub const IN_FLIGHT: usize = 8;
@@ -50,6 +52,12 @@ pub struct FramesArgs {
     /// of a larger frame sends fewer frames, as many bytes as `--frames` of the paper's.
     #[arg(long = "frame", value_delimiter = ',')]
     pub frame_sizes: Option<Vec<Frame>>,
+    /// Also measure the pooled sealed variants in 4 KiB pages with the kernel's shared memory
+    /// huge page policy (`shmem_enabled`) set to POLICY for their runs, e.g. `within_size`,
+    /// under which their files get large folios. It holds for the whole machine: zcio sets it
+    /// only when asked (it needs root) and puts the policy it found back after each run.
+    #[arg(long, value_name = "POLICY")]
+    pub shmem_policy: Option<ShmemPolicy>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -87,8 +95,9 @@ impl FramesArgs {
 
     /// Runs `measure` makes (for progress bars).
     pub fn runs(&self) -> usize {
+        let policy = self.shmem_policy.map_or(0, |_| POLICY_VARIANTS.len());
         self.rounds.unwrap_or(5).max(1)
-            * VARIANTS.len()
+            * (VARIANTS.len() + policy)
             * self.pipelines().len()
             * self.frames().len()
     }
@@ -137,6 +146,29 @@ pub struct Row {
     /// Why the kernel gave some of those files 4 KiB pages, if it did (its last refusal).
     #[serde(default)]
     pub huge_refused: Option<String>,
+    /// The kernel's shared memory huge page policy during the runs (`shmem_enabled`), where
+    /// it could be read.
+    #[serde(default)]
+    pub shmem_policy: Option<String>,
+    /// Whether zcio set that policy for these runs (the machine's own is the section's).
+    #[serde(default)]
+    pub shmem_override: bool,
+    /// Large folios the kernel gave shared memory during the runs, a frame: its counters of
+    /// the whole machine (`hugepages-<size>kB/stats/shmem_alloc`, below 2 MiB), median over
+    /// rounds; none where it keeps none.
+    #[serde(default)]
+    pub large_folios_per_frame: Option<f64>,
+}
+
+impl Row {
+    /// The variant's name, and the policy zcio set for its runs if it set one.
+    pub fn label(&self) -> String {
+        let name = self.variant.replace('_', " ");
+        match (&self.shmem_policy, self.shmem_override) {
+            (Some(p), true) => format!("{name} (shmem {p})"),
+            _ => name,
+        }
+    }
 }
 
 /// A frame's CPU time by process (user and system), in µs.
@@ -167,6 +199,13 @@ pub struct FramesSection {
     pub in_flight: usize,
     /// Per pipeline, then variant.
     pub rows: Vec<Row>,
+    /// The machine's shared memory huge page policy, as found (`shmem_enabled`).
+    #[serde(default)]
+    pub shmem_policy: Option<String>,
+    /// Why the policy asked for could not be set for the pooled variants' runs, if it could
+    /// not.
+    #[serde(default)]
+    pub shmem_policy_refused: Option<String>,
 }
 
 /// The variants, in the order of the rows.
@@ -182,6 +221,21 @@ pub const VARIANTS: [&str; 10] = [
     "volatile",
     "volatile_unmapped",
 ];
+
+/// The variants also measured under another shared memory policy, when one is asked for: the
+/// pooled ones in 4 KiB pages, whose files the policy changes.
+pub const POLICY_VARIANTS: [&str; 3] = [
+    "containers_pooled",
+    "containers_pooled_copy",
+    "containers_pooled_copy_unmapped",
+];
+
+/// A variant, under the machine's own shared memory policy or one zcio sets for its runs.
+#[derive(Clone, Copy)]
+struct Contender {
+    variant: &'static str,
+    policy: Option<ShmemPolicy>,
+}
 
 /// Fresh files a sender's pool keeps ready (the pooled variants).
 pub const POOL_DEPTH: usize = 8;
@@ -201,96 +255,8 @@ struct Run {
     fps: f64,
     cpu: CpuParts,
     granules: Granules,
-}
-
-/// The pattern of frame `n` after its number: byte `8 + i` is `i + n` (mod 256). It repeats
-/// every 256 bytes, so it is kept as one period of bytes and one of words.
-struct Pattern {
-    bytes: [u8; 256],
-    words: [u64; 32],
-}
-
-impl Pattern {
-    fn of(n: u64) -> Pattern {
-        let salt = n as u8;
-        let bytes: [u8; 256] = std::array::from_fn(|i| (i as u8).wrapping_add(salt));
-        // Word w (from 1) holds bytes 8w..8w+8 of the frame, pattern bytes 8(w-1)..: its
-        // phase is w mod 32.
-        let words = std::array::from_fn(|t| {
-            let b: [u8; 8] =
-                std::array::from_fn(|j| ((8 * t + j) as u8).wrapping_sub(8).wrapping_add(salt));
-            u64::from_le_bytes(b)
-        });
-        Pattern { bytes, words }
-    }
-}
-
-/// Draw frame `n` into bytes: its number in the first 8, then the pattern.
-fn draw(n: u64, frame: &mut [u8]) {
-    frame[..8].copy_from_slice(&n.to_le_bytes());
-    let p = Pattern::of(n);
-    let body = &mut frame[8..];
-    let first = body.len().min(256);
-    body[..first].copy_from_slice(&p.bytes[..first]);
-    // Doubling copies of whole periods: memcpy's speed.
-    let mut done = first;
-    while done < body.len() {
-        let k = done.min(body.len() - done);
-        body.copy_within(..k, done);
-        done += k;
-    }
-}
-
-/// Draw frame `n` into a volatile container's words, as `draw` does into bytes: one period
-/// of 32 words from word 0 (whose phase is 0), doubled by copies at `memcpy`'s speed, then
-/// the number over word 0.
-fn draw_words(n: u64, words: &[AtomicU64], frame: usize) {
-    let p = Pattern::of(n);
-    let words = &words[..frame / 8];
-    zcio_vm::words::store(words, &p.words);
-    let mut done = p.words.len();
-    while done < words.len() {
-        let k = done.min(words.len() - done);
-        zcio_vm::words::copy_within(words, 0..k, done);
-        done += k;
-    }
-    words[0].store(n, Ordering::Relaxed);
-}
-
-fn check_number(n: u64, got: u64) -> Res<()> {
-    if got != n {
-        return Err(format!("frame {n} arrived as frame {got}").into());
-    }
-    Ok(())
-}
-
-fn check(n: u64, frame: &[u8], whole: bool) -> Res<()> {
-    check_number(
-        n,
-        u64::from_le_bytes(frame[..8].try_into().expect("8 bytes")),
-    )?;
-    if whole {
-        let p = Pattern::of(n);
-        for (k, c) in frame[8..].chunks(256).enumerate() {
-            if let Some(i) = c.iter().zip(&p.bytes).position(|(a, b)| a != b) {
-                return Err(format!("frame {n}: byte {} differs", 8 + 256 * k + i).into());
-            }
-        }
-    }
-    Ok(())
-}
-
-fn check_words(n: u64, words: &[AtomicU64], whole: Option<usize>) -> Res<()> {
-    check_number(n, words[0].load(Ordering::Relaxed))?;
-    if let Some(frame) = whole {
-        let p = Pattern::of(n);
-        for (w, word) in words[1..frame / 8].iter().enumerate() {
-            if word.load(Ordering::Relaxed) != p.words[(w + 1) % 32] {
-                return Err(format!("frame {n}: word {} differs", w + 1).into());
-            }
-        }
-    }
-    Ok(())
+    /// Large folios the kernel gave shared memory during the run, a frame.
+    large_folios: Option<f64>,
 }
 
 fn cpu_ns(clock: rustix::time::ClockId) -> u64 {
@@ -518,6 +484,7 @@ fn run_once(variant: &str, frame: usize, frames: u64, relays: usize) -> Res<Run>
             display: per_frame(display_cpu),
         },
         granules,
+        large_folios: None,
     })
 }
 
@@ -596,6 +563,30 @@ fn send(
 pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSection> {
     let paper_frames = a.frames.unwrap_or(3000).max(2);
     let rounds = a.rounds.unwrap_or(5).max(1);
+    let found = ShmemPolicy::current().ok();
+    let mut contenders: Vec<Contender> = VARIANTS
+        .iter()
+        .map(|&variant| Contender {
+            variant,
+            policy: None,
+        })
+        .collect();
+    // The policy asked for is tried once first: where it cannot be set, the pooled variants
+    // run under the machine's own only, and the section says why.
+    let refused = match a.shmem_policy {
+        Some(p) if Some(p) != found => match PolicyOverride::set(p) {
+            Ok(over) => {
+                drop(over);
+                contenders.extend(POLICY_VARIANTS.iter().map(|&variant| Contender {
+                    variant,
+                    policy: Some(p),
+                }));
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        },
+        _ => None,
+    };
     let mut rows = Vec::new();
     for frame in a.frames() {
         let frames = if frame == Frame::PAPER {
@@ -604,33 +595,66 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
             frame.frames_for(paper_frames)
         };
         for relays in a.pipelines() {
-            rows.extend(pipeline(frame, frames, relays, rounds, progress)?);
+            let runs = Runs {
+                frame,
+                frames,
+                relays,
+                rounds,
+                found,
+            };
+            rows.extend(pipeline(&runs, &contenders, progress)?);
         }
     }
     Ok(FramesSection {
         rounds,
         in_flight: IN_FLIGHT,
         rows,
+        shmem_policy: found.map(|p| p.name().to_string()),
+        shmem_policy_refused: refused,
     })
 }
 
-/// Every variant through `relays` relays, `rounds` times alternating, `frames` frames of
-/// `frame` a run: a row each.
-fn pipeline(
+/// The runs of one pipeline: `rounds` of `frames` frames of `frame` through `relays` relays,
+/// under the machine's shared memory policy `found` unless a contender sets another.
+struct Runs {
     frame: Frame,
     frames: u64,
     relays: usize,
     rounds: usize,
+    found: Option<ShmemPolicy>,
+}
+
+/// One run of contender `c`: under the policy it sets, if it sets one, and with the kernel's
+/// large folios counted.
+fn run_under(c: Contender, at: &Runs) -> Res<Run> {
+    let over = c.policy.map(PolicyOverride::set).transpose()?;
+    let before = large_folio_allocs();
+    let mut run = run_once(c.variant, at.frame.bytes(), at.frames, at.relays)?;
+    run.large_folios = before
+        .zip(large_folio_allocs())
+        .map(|(b, a)| a.saturating_sub(b) as f64 / at.frames as f64);
+    drop(over);
+    Ok(run)
+}
+
+/// Every contender through `at.relays` relays, `at.rounds` times alternating: a row each.
+fn pipeline(
+    at: &Runs,
+    contenders: &[Contender],
     progress: &mut dyn FnMut(String),
 ) -> Res<Vec<Row>> {
-    let mut fps: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
-    let mut parts: Vec<Vec<CpuParts>> = vec![Vec::new(); VARIANTS.len()];
-    let mut pages: Vec<Granules> = vec![Granules::default(); VARIANTS.len()];
-    for r in 0..rounds {
-        for k in 0..VARIANTS.len() {
-            let v = (k + r) % VARIANTS.len();
-            let run = run_once(VARIANTS[v], frame.bytes(), frames, relays)?;
+    let n = contenders.len();
+    let (frame, relays) = (at.frame, at.relays);
+    let mut fps: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut parts: Vec<Vec<CpuParts>> = vec![Vec::new(); n];
+    let mut pages: Vec<Granules> = vec![Granules::default(); n];
+    let mut folios: Vec<Vec<f64>> = vec![Vec::new(); n];
+    for r in 0..at.rounds {
+        for k in 0..n {
+            let v = (k + r) % n;
+            let run = run_under(contenders[v], at)?;
+            folios[v].extend(run.large_folios);
             fps[v].push(run.fps);
             cpu[v].push(run.cpu.total());
             parts[v].push(run.cpu);
@@ -641,7 +665,7 @@ fn pipeline(
             }
             progress(format!(
                 "frames {} ({}, {relays} relays)",
-                VARIANTS[v],
+                contenders[v].variant,
                 frame.name()
             ));
         }
@@ -650,14 +674,14 @@ fn pipeline(
         .iter()
         .map(|v| fit::median(v).unwrap_or(f64::NAN))
         .collect();
-    Ok(VARIANTS
+    Ok(contenders
         .iter()
         .enumerate()
-        .map(|(v, name)| Row {
+        .map(|(v, c)| Row {
             frame,
-            variant: name.to_string(),
+            variant: c.variant.to_string(),
             relays,
-            frames,
+            frames: at.frames,
             fps: med[v],
             fps_spread: fit::spread(&fps[v]),
             animations: med[v] / 30.0,
@@ -665,9 +689,12 @@ fn pipeline(
             cpu_us_per_frame: fit::median(&cpu[v]).unwrap_or(f64::NAN),
             cpu_spread: fit::spread(&cpu[v]),
             cpu_parts_us: median_parts(&parts[v]),
-            huge_share: is_huge(name)
+            huge_share: is_huge(c.variant)
                 .then(|| pages[v].huge as f64 / (pages[v].huge + pages[v].base).max(1) as f64),
             huge_refused: pages[v].refused.clone(),
+            shmem_policy: c.policy.or(at.found).map(|p| p.name().to_string()),
+            shmem_override: c.policy.is_some(),
+            large_folios_per_frame: fit::median(&folios[v]),
         })
         .collect())
 }
@@ -697,10 +724,10 @@ pub fn run(a: FramesArgs) -> Res<()> {
     );
     for r in &s.rows {
         println!(
-            "{} {} relays  {:<31} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame (sender {:.1}, pool {:.1}, relays {:.1}, display {:.1})",
+            "{} {} relays  {:<50} {:>9.0} fps ({:.0}–{:.0}) {:>6.1} animations at 30 fps {:>6.2}× read/write {:>7.1} µs CPU a frame (sender {:.1}, pool {:.1}, relays {:.1}, display {:.1})",
             r.frame.name(),
             r.relays,
-            r.variant,
+            r.label(),
             r.fps,
             r.fps_spread[0],
             r.fps_spread[1],

@@ -29,14 +29,21 @@ impl Experiment for Containers {
                 rounds: Some(1),
                 relays: Some(vec![1, 2]),
                 frame_sizes: None,
+                shmem_policy: None,
                 json: false,
             },
-            Preset::Quick => crate::lab::sequoia::containers::measure::FramesArgs::default(),
+            // The pooled variants are also measured with large folios for memory files, where
+            // zcio may set the policy (root) for their runs.
+            Preset::Quick => crate::lab::sequoia::containers::measure::FramesArgs {
+                shmem_policy: Some(zcio_vm::shmem::ShmemPolicy::WithinSize),
+                ..Default::default()
+            },
             Preset::Full => crate::lab::sequoia::containers::measure::FramesArgs {
                 frames: Some(3000),
                 rounds: Some(7),
                 relays: Some(vec![1, 2, 3]),
                 frame_sizes: None,
+                shmem_policy: Some(zcio_vm::shmem::ShmemPolicy::WithinSize),
                 json: false,
             },
         }

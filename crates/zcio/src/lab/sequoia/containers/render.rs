@@ -19,7 +19,7 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
     let get = |v: &str| {
         f.rows
             .iter()
-            .find(|x| x.variant == v && x.relays == first && x.frame == main)
+            .find(|x| x.variant == v && x.relays == first && x.frame == main && !x.shmem_override)
     };
     let (Some(rw), Some(c), Some(u), Some(vm), Some(vu)) = (
         get("read_write"),
@@ -35,7 +35,7 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
         .rows
         .iter()
         .filter(|x| x.relays == longest && x.frame == main && x.variant != "read_write")
-        .map(|x| format!("{} {:.2}×", x.variant.replace('_', " "), x.over_read_write))
+        .map(|x| format!("{} {:.2}×", x.label(), x.over_read_write))
         .collect();
     let pooled = match (get("containers_pooled"), get("containers_pooled_copy")) {
         (Some(p), Some(w)) => format!(
@@ -62,27 +62,28 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
             x.cpu_us_per_frame
         )
     });
-    let best = |prefix: &str| {
+    let best = |prefix: &str, set: bool| {
         f.rows
             .iter()
             .filter(|x| x.relays == first && x.frame == main && x.variant.starts_with(prefix))
-            .filter(|x| x.over_read_write.is_finite())
+            .filter(|x| x.over_read_write.is_finite() && x.shmem_override == set)
             .max_by(|a, b| a.over_read_write.total_cmp(&b.over_read_write))
     };
     let verdict = |row: Option<&Row>, target: f64| match row {
         Some(x) if x.over_read_write >= target => {
-            format!(
-                "met ({}, {:.2}×)",
-                x.variant.replace('_', " "),
-                x.over_read_write
-            )
+            format!("met ({}, {:.2}×)", x.label(), x.over_read_write)
         }
-        Some(x) => format!(
-            "not met (at best {}, {:.2}×)",
-            x.variant.replace('_', " "),
-            x.over_read_write
-        ),
+        Some(x) => format!("not met (at best {}, {:.2}×)", x.label(), x.over_read_write),
         None => "not measured".into(),
+    };
+    let sealed = match best("containers", true) {
+        Some(x) => format!(
+            "{} under the machine's own shared memory policy ({}), {} under the one zcio set",
+            verdict(best("containers", false), 1.0),
+            f.shmem_policy.as_deref().unwrap_or("unknown"),
+            verdict(Some(x), 1.0),
+        ),
+        None => verdict(best("containers", false), 1.0),
     };
     let mut found = vec![format!(
         "Container shipping (paper 003, Figure 4): {} frames from a sender through {first} {} to a display run at {:.0} frames/s by read/write ({:.0} µs of CPU a frame). Sealed containers, a fresh memory file a frame, run at {:.0} ({:.0} with the relay not mapping them): {:.2}×, at {:.0} µs of CPU a frame.{pooled}{huge} Volatile containers, going back to the sender to be filled again as a compositor releases its clients' buffers, run at {:.0} with the relay mapping them and {:.0} without: {:.2}× and {:.2}×, at {:.0} and {:.0} µs a frame. The paper: almost 400 % more, six 30 fps animations against one. zcio's targets, over read/write's frames/s: sealed containers at least 1×, {}; volatile at least 4×, {}. Through {longest} relays: {}.",
@@ -104,10 +105,11 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
         vu.over_read_write,
         vm.cpu_us_per_frame,
         vu.cpu_us_per_frame,
-        verdict(best("containers"), 1.0),
-        verdict(best("volatile"), 4.0),
+        sealed,
+        verdict(best("volatile", false), 4.0),
         far.join(", ")
     )];
+    found.extend(under_policy(f, main, first));
     found.extend(
         frames_of(f)
             .into_iter()
@@ -115,6 +117,62 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
             .filter_map(|frame| larger_frame(f, frame, first)),
     );
     found
+}
+
+/// What the pooled variants did under the shared memory policy zcio set for their runs, beside
+/// the machine's own; or why they were not measured under it.
+fn under_policy(f: &FramesSection, frame: Frame, relays: usize) -> Option<String> {
+    let machine = f.shmem_policy.as_deref().unwrap_or("unknown");
+    if let Some(why) = &f.shmem_policy_refused {
+        return Some(format!(
+            "The pooled sealed containers were measured under the machine's own shared memory policy ({machine}) only: {why}."
+        ));
+    }
+    let rows: Vec<&Row> = f
+        .rows
+        .iter()
+        .filter(|x| x.frame == frame && x.relays == relays)
+        .collect();
+    let set: Vec<&Row> = rows.iter().copied().filter(|x| x.shmem_override).collect();
+    let policy = set.first()?.shmem_policy.as_deref().unwrap_or("another");
+    let own = |v: &str| {
+        rows.iter()
+            .copied()
+            .find(|x| x.variant == v && !x.shmem_override)
+    };
+    let folios = |x: &Row| {
+        x.large_folios_per_frame
+            .map_or("not counted".to_string(), |n| format!("{n:.1}"))
+    };
+    let each: Vec<String> = set
+        .iter()
+        .filter_map(|x| {
+            let o = own(&x.variant)?;
+            Some(format!(
+                "{} {:.0} frames/s, {:.2}× read/write ({:.2}× under {machine}), {:.0} µs of CPU a frame ({:.0}), the pool's thread {:.0} µs ({:.0}), the display {:.0} ({:.0})",
+                x.variant.replace('_', " "),
+                x.fps,
+                x.over_read_write,
+                o.over_read_write,
+                x.cpu_us_per_frame,
+                o.cpu_us_per_frame,
+                x.cpu_parts_us.pool,
+                o.cpu_parts_us.pool,
+                x.cpu_parts_us.display,
+                o.cpu_parts_us.display,
+            ))
+        })
+        .collect();
+    let (first, o) = (set[0], own(&set[0].variant)?);
+    Some(format!(
+        "Under the shared memory policy {policy} (which zcio set for these runs alone, putting {machine} back after each), a memory file allocated or written in one call is held in large folios: the kernel counted {} a frame during the {} runs against {} under {machine}. Through {relays} relay{}, {} frames: {}.",
+        folios(first),
+        first.variant.replace('_', " "),
+        folios(o),
+        if relays == 1 { "" } else { "s" },
+        frame.name(),
+        each.join("; ")
+    ))
 }
 
 /// The frame sizes measured, in the order of the rows (the first is the findings' own).
@@ -147,7 +205,7 @@ fn larger_frame(f: &FramesSection, frame: Frame, relays: usize) -> Option<String
     let rows: Vec<&Row> = f
         .rows
         .iter()
-        .filter(|x| x.frame == frame && x.relays == relays)
+        .filter(|x| x.frame == frame && x.relays == relays && !x.shmem_override)
         .collect();
     let get = |v: &str| rows.iter().copied().find(|x| x.variant == v);
     let best = |keep: &dyn Fn(&str) -> bool| {
@@ -199,7 +257,7 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
     let main = frames.first().copied().unwrap_or(Frame::PAPER);
     let mut blocks = vec![
         h(2, "Paper 003 — container shipping: the frame experiment"),
-        p(method(f)),
+        p(method(f) + &policy_method(f)),
     ];
     for (k, frame) in frames.iter().enumerate() {
         let (stem, caption) = if k == 0 {
@@ -246,7 +304,7 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
             vec![
                 r.frame.name(),
                 r.relays.to_string(),
-                r.variant.replace('_', " "),
+                r.label(),
                 format!("{:.0}", r.fps),
                 format!("{:.0}–{:.0}", r.fps_spread[0], r.fps_spread[1]),
                 format!("{:.1}", r.animations),
@@ -262,20 +320,32 @@ pub fn frames_blocks(r: &Results) -> Vec<Block> {
     blocks
 }
 
-/// A line per variant of `frame`'s rows: frames per second against relays.
+/// A line per variant of `frame`'s rows, and per pooled variant measured under a shared memory
+/// policy zcio set: frames per second against relays.
 fn series_of(f: &FramesSection, frame: Frame) -> Vec<Series> {
+    use crate::lab::sequoia::containers::measure::{POLICY_VARIANTS, VARIANTS};
     let mut series = Vec::new();
-    for (k, v) in crate::lab::sequoia::containers::measure::VARIANTS
+    let lines = VARIANTS
         .iter()
-        .enumerate()
-    {
+        .map(|v| (*v, false))
+        .chain(POLICY_VARIANTS.iter().map(|v| (*v, true)));
+    for (k, (v, set)) in lines.enumerate() {
         let rows: Vec<_> = f
             .rows
             .iter()
-            .filter(|x| x.variant == *v && x.frame == frame)
+            .filter(|x| x.variant == v && x.frame == frame && x.shmem_override == set)
             .collect();
+        let Some(first) = rows.first() else {
+            continue;
+        };
         series.push(Series {
-            name: v.replace('_', " "),
+            name: match (set, &first.shmem_policy) {
+                (true, Some(p)) => format!(
+                    "{}, {p}",
+                    v.trim_start_matches("containers_").replace('_', " ")
+                ),
+                _ => v.replace('_', " "),
+            },
             points: rows.iter().map(|x| (x.relays as f64, x.fps)).collect(),
             style: Style::Line,
             band: Some(
@@ -287,6 +357,22 @@ fn series_of(f: &FramesSection, frame: Frame) -> Vec<Series> {
         });
     }
     series
+}
+
+/// The method paragraph's sentence on the runs under a shared memory policy zcio set, if any.
+fn policy_method(f: &FramesSection) -> String {
+    let Some(policy) = f
+        .rows
+        .iter()
+        .find(|x| x.shmem_override)
+        .and_then(|x| x.shmem_policy.as_deref())
+    else {
+        return String::new();
+    };
+    format!(
+        " The pooled variants in 4 KiB pages also run with the kernel's shared memory huge page policy (`shmem_enabled`, which decides the pages of every memory file on the machine) set to {policy} for each of their runs and {} put back after it; the large folios the kernel gives shared memory meanwhile are counted from its statistics (`hugepages-<size>kB/stats/shmem_alloc`), which count the whole machine's.",
+        f.shmem_policy.as_deref().unwrap_or("the policy found")
+    )
 }
 
 /// The method paragraph.
@@ -320,7 +406,7 @@ fn cost_sentence(f: &FramesSection, main: Frame) -> String {
     let row = |v: &str| {
         f.rows
             .iter()
-            .find(|x| x.variant == v && x.relays == first && x.frame == main)
+            .find(|x| x.variant == v && x.relays == first && x.frame == main && !x.shmem_override)
     };
     let (Some(rw), Some(c), Some(vm), Some(vu)) = (
         row("read_write"),
