@@ -1,8 +1,8 @@
 //! Sealed containers under another shared memory policy, set for a while
 //! (`zcio_vm::shmem::PolicyOverride`): under `within_size` a pool's files get large folios
 //! (the kernel's counters of them grow by several a file) and still arrive byte for byte; one
-//! override at a time; the policy found comes back when the override ends, and one left set by
-//! a process that died holding the override comes back at the next override.
+//! override at a time; the policy found comes back when the override ends, when a termination
+//! signal ends its process, and, where its process died otherwise, at the next override.
 //!
 //! The policy holds for the whole machine, so this binary holds one test, which runs alone.
 
@@ -62,10 +62,15 @@ fn frames_through_a_socket(n: usize) {
 
 #[test]
 fn an_override_gives_pool_files_large_folios_and_the_policy_comes_back_even_after_a_death() {
-    if std::env::var_os(CHILD).is_some() {
-        // The holder that dies: it sets the policy and exits without dropping the override.
+    if let Some(how) = std::env::var_os(CHILD) {
+        // The holder that dies: it sets the policy and exits without dropping the override, or
+        // waits for the signal that ends it.
         let over = PolicyOverride::set(ShmemPolicy::WithinSize).unwrap();
         println!("child holds: {} (found {})", over.policy(), over.found());
+        if how == "signal" {
+            std::io::Write::flush(&mut std::io::stdout()).unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
         std::process::exit(0);
     }
     if let Some(why) = unavailable() {
@@ -73,6 +78,7 @@ fn an_override_gives_pool_files_large_folios_and_the_policy_comes_back_even_afte
         return;
     }
     let found = ShmemPolicy::current().unwrap();
+    let _machine = PutBack(found);
     // Under `never` the same frames go by 4 KiB pages: the control.
     let never = PolicyOverride::set(ShmemPolicy::Never).unwrap();
     let before = large_folio_allocs().expect("the per-size counters");
@@ -109,8 +115,9 @@ fn an_override_gives_pool_files_large_folios_and_the_policy_comes_back_even_afte
         "the policy comes back"
     );
 
-    // A holder that dies leaves the policy set; the next override puts the one it found back.
-    let out = zcio_testkit::child::rerun(TEST, &[(CHILD, "1")]);
+    // A holder that dies leaves the policy set; the next override puts the one it found back,
+    // and so does `restore_left`.
+    let out = zcio_testkit::child::rerun(TEST, &[(CHILD, "exit")]);
     assert!(out.finished("child holds"), "{}{}", out.stdout, out.stderr);
     assert_eq!(ShmemPolicy::current().unwrap(), ShmemPolicy::WithinSize);
     let next = PolicyOverride::set(ShmemPolicy::Never).unwrap();
@@ -122,4 +129,62 @@ fn an_override_gives_pool_files_large_folios_and_the_policy_comes_back_even_afte
     assert_eq!(next.found(), found);
     drop(next);
     assert_eq!(ShmemPolicy::current().unwrap(), found);
+    let out = zcio_testkit::child::rerun(TEST, &[(CHILD, "exit")]);
+    assert!(out.finished("child holds"), "{}{}", out.stdout, out.stderr);
+    assert_eq!(ShmemPolicy::current().unwrap(), ShmemPolicy::WithinSize);
+    assert_eq!(zcio_vm::shmem::restore_left(), Some(found));
+    assert_eq!(ShmemPolicy::current().unwrap(), found);
+    assert_eq!(
+        zcio_vm::shmem::restore_left(),
+        None,
+        "nothing left to put back"
+    );
+
+    // A holder ended by SIGTERM puts the policy back itself, and ends as the signal would.
+    ended_by_a_signal(found);
+}
+
+/// The machine's policy as the test found it, put back however the test ends (a failed check
+/// may leave a dead child's override behind).
+struct PutBack(ShmemPolicy);
+
+impl Drop for PutBack {
+    fn drop(&mut self) {
+        let _ = zcio_vm::shmem::restore_left();
+        if ShmemPolicy::current().ok() != Some(self.0) {
+            let _ = std::fs::write(zcio_vm::shmem::SHMEM_ENABLED, self.0.name());
+        }
+    }
+}
+
+/// A child holding an override, ended by `SIGTERM`: the policy it found is back, its record
+/// cleared, and it died of the signal.
+fn ended_by_a_signal(found: ShmemPolicy) {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "signal")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let holding = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("child holds")));
+    assert!(holding.is_some(), "the child said it holds the override");
+    assert_eq!(ShmemPolicy::current().unwrap(), ShmemPolicy::WithinSize);
+    let term = rustix::process::Signal::TERM;
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), term).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(term.as_raw()), "{status:?}");
+    assert_eq!(
+        ShmemPolicy::current().unwrap(),
+        found,
+        "the handler put it back"
+    );
+    let record = std::fs::read_to_string(zcio_vm::shmem::OVERRIDE_RECORD).unwrap();
+    assert!(
+        record.trim().is_empty(),
+        "the record is cleared: {record:?}"
+    );
+    assert_eq!(zcio_vm::shmem::restore_left(), None);
 }

@@ -8,13 +8,16 @@
 //! large folios (pieces of 8 KiB to 2 MiB that fit in the file), one entry each: a 300 KiB file
 //! then costs four entries instead of 75. The policy holds for the whole machine, so zcio never
 //! changes it on its own. A benchmark asked to measure under another policy sets it through
-//! [`PolicyOverride`], which puts the policy it found back when dropped; where its process
-//! died holding it, the next override puts that policy back first.
+//! [`PolicyOverride`], which puts the policy it found back when dropped, or when an interrupt,
+//! hang-up or termination signal ends the process meanwhile (where the program left that
+//! signal's default action in place); where its process died otherwise (`SIGKILL`), the next
+//! override, or [`restore_left`], puts that policy back first.
 
 use crate::error::{Result, VmError};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The policy's file.
 pub const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
@@ -203,6 +206,12 @@ impl PolicyOverride {
     /// Set the policy to `policy`. Refused, with the reason, where this process may not write
     /// the policy (it needs root) or another process holds an override now.
     pub fn set(policy: ShmemPolicy) -> Result<PolicyOverride> {
+        PolicyOverride::take(Some(policy))
+    }
+
+    /// Hold the override: first put back what a holder that died left, then set `policy`, if
+    /// given.
+    fn take(policy: Option<ShmemPolicy>) -> Result<PolicyOverride> {
         let refused = |reason: String| VmError::Unsupported {
             feature: "setting the kernel's shared memory huge page policy",
             reason,
@@ -245,6 +254,7 @@ impl PolicyOverride {
             write_policy(left)?;
         }
         let found = ShmemPolicy::current()?;
+        on_signal::put_back(found);
         let mut over = PolicyOverride {
             record,
             found,
@@ -253,8 +263,10 @@ impl PolicyOverride {
         };
         over.note(&format!("{found} {}\n", std::process::id()))
             .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
-        write_policy(policy)?;
-        over.set = policy;
+        if let Some(policy) = policy {
+            write_policy(policy)?;
+            over.set = policy;
+        }
         Ok(over)
     }
 
@@ -289,6 +301,114 @@ impl Drop for PolicyOverride {
         // the next override tries again.
         if self.set == self.found || write_policy(self.found).is_ok() {
             let _ = self.note("");
+        }
+        on_signal::nothing_to_put_back();
+    }
+}
+
+/// Put back the policy a process that died holding a [`PolicyOverride`] had found, if one did
+/// and none holds one now; returns it. A process that may not set the policy finds nothing to
+/// do.
+pub fn restore_left() -> Option<ShmemPolicy> {
+    PolicyOverride::take(None).ok()?.recovered()
+}
+
+/// The policy put back by a signal that ends the process while an override lives: the ABI edge
+/// of [`PolicyOverride`].
+mod on_signal {
+    use super::{AtomicUsize, OVERRIDE_RECORD, Ordering, SHMEM_ENABLED, ShmemPolicy};
+    use std::ffi::CString;
+    use std::sync::OnceLock;
+
+    /// Nothing to put back.
+    const NOTHING: usize = usize::MAX;
+
+    /// The policy to put back (its index in [`ShmemPolicy::ALL`]), or [`NOTHING`].
+    static PUT_BACK: AtomicUsize = AtomicUsize::new(NOTHING);
+
+    /// `shmem_enabled` and the override record, as C strings for the handler (made before it
+    /// is installed).
+    static PATHS: OnceLock<(CString, CString)> = OnceLock::new();
+
+    /// The signals that end a process by default and can be caught.
+    const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+    /// From now on, a catchable ending signal puts `policy` back first.
+    pub(super) fn put_back(policy: ShmemPolicy) {
+        let k = ShmemPolicy::ALL
+            .iter()
+            .position(|&p| p == policy)
+            .unwrap_or(NOTHING);
+        PUT_BACK.store(k, Ordering::SeqCst);
+        install();
+    }
+
+    /// The override ended: a signal has nothing to put back.
+    pub(super) fn nothing_to_put_back() {
+        PUT_BACK.store(NOTHING, Ordering::SeqCst);
+    }
+
+    /// Install the handler, once a process, for each of [`SIGNALS`] whose action is still the
+    /// default (a program's own handler is left alone: the record then serves).
+    fn install() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            PATHS.get_or_init(|| {
+                let c = |s: &str| CString::new(s).expect("a path without NUL");
+                (c(SHMEM_ENABLED), c(OVERRIDE_RECORD))
+            });
+            for sig in SIGNALS {
+                // SAFETY: `sigaction` with a null new action only reads the current one into
+                // `old`, a zeroed `struct sigaction` this frame owns; then, where it is the
+                // default, the new action is a handler that makes only async-signal-safe calls
+                // (open, write, close, signal, raise) and reads a static atomic.
+                unsafe {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+                        || old.sa_sigaction != libc::SIG_DFL
+                    {
+                        continue;
+                    }
+                    let mut sa: libc::sigaction = std::mem::zeroed();
+                    sa.sa_sigaction = handler as *const () as usize;
+                    libc::sigemptyset(&mut sa.sa_mask);
+                    libc::sigaction(sig, &sa, std::ptr::null_mut());
+                }
+            }
+        });
+    }
+
+    /// Put the policy back and clear the record, then end the process as the signal would
+    /// have.
+    extern "C" fn handler(sig: libc::c_int) {
+        let k = PUT_BACK.swap(NOTHING, Ordering::SeqCst);
+        if let (Some(p), Some((policy_file, record_file))) = (ShmemPolicy::ALL.get(k), PATHS.get())
+        {
+            let name = p.name().as_bytes();
+            // SAFETY: open, write and close are async-signal-safe; the paths are C strings
+            // made before the handler was installed and never dropped, and `name` a static
+            // string of `name.len()` bytes.
+            unsafe {
+                let fd = libc::open(policy_file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd >= 0 {
+                    if libc::write(fd, name.as_ptr().cast(), name.len()) == name.len() as isize {
+                        let rec = libc::open(
+                            record_file.as_ptr(),
+                            libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC,
+                        );
+                        if rec >= 0 {
+                            libc::close(rec);
+                        }
+                    }
+                    libc::close(fd);
+                }
+            }
+        }
+        // SAFETY: signal and raise are async-signal-safe: the default action is restored and
+        // the signal raised again, which ends the process as it would have without zcio.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
         }
     }
 }

@@ -563,6 +563,10 @@ fn send(
 pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSection> {
     let paper_frames = a.frames.unwrap_or(3000).max(2);
     let rounds = a.rounds.unwrap_or(5).max(1);
+    if a.shmem_policy.is_some() {
+        // What a run killed while it held the policy left behind goes back first.
+        zcio_vm::shmem::restore_left();
+    }
     let found = ShmemPolicy::current().ok();
     let mut contenders: Vec<Contender> = VARIANTS
         .iter()
