@@ -18,7 +18,7 @@ pub struct Machine {
     pub caches: Vec<String>,
     /// Kernel release and version (`uname -rv`).
     pub kernel: String,
-    /// Transparent huge pages: `enabled` and `defrag` settings.
+    /// Transparent huge pages: the `enabled`, `defrag` and `shmem_enabled` settings.
     pub thp: String,
     /// Page size (bytes).
     pub page_size: usize,
@@ -76,9 +76,10 @@ impl Machine {
             u.version().to_string_lossy()
         );
         let thp = format!(
-            "enabled: {}; defrag: {}",
+            "enabled: {}; defrag: {}; shmem_enabled: {}",
             read("/sys/kernel/mm/transparent_hugepage/enabled"),
-            read("/sys/kernel/mm/transparent_hugepage/defrag")
+            read("/sys/kernel/mm/transparent_hugepage/defrag"),
+            read(zcio_vm::shmem::SHMEM_ENABLED)
         );
         let features =
             serde_json::to_value(zcio_genie::probe::probe(dir)).unwrap_or(serde_json::Value::Null);
