@@ -124,33 +124,34 @@ impl std::str::FromStr for ShmemPolicy {
     }
 }
 
+/// Large folios the kernel has given shared memory since it started, by size in KiB
+/// (`hugepages-<size>kB/stats/shmem_alloc`, Linux 6.10 and later; empty before).
+fn allocs_by_size() -> Vec<(usize, u64)> {
+    let Ok(dir) = std::fs::read_dir(SIZES_DIR) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            let kib = entry
+                .file_name()
+                .to_str()?
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse::<usize>()
+                .ok()?;
+            let n = std::fs::read_to_string(entry.path().join("stats/shmem_alloc")).ok()?;
+            Some((kib, n.trim().parse::<u64>().ok()?))
+        })
+        .collect()
+}
+
 /// Large folios the kernel has given shared memory since it started, summed over their sizes
-/// below 2 MiB (`hugepages-<size>kB/stats/shmem_alloc`): a counter of the whole machine, which
-/// grows while memory files get large folios. `None` where the kernel keeps no such statistics.
+/// (`hugepages-<size>kB/stats/shmem_alloc`, 2 MiB included): a counter of the whole machine,
+/// which grows while memory files get large folios. `None` where the kernel keeps no such
+/// statistics.
 pub fn large_folio_allocs() -> Option<u64> {
-    let mut total = None;
-    for entry in std::fs::read_dir(SIZES_DIR).ok()?.flatten() {
-        let name = entry.file_name();
-        let Some(kib) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("hugepages-"))
-            .and_then(|n| n.strip_suffix("kB"))
-            .and_then(|n| n.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        if kib * 1024 >= crate::page::HUGE_PAGE_SIZE {
-            continue;
-        }
-        let path = entry.path().join("stats/shmem_alloc");
-        if let Some(n) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-        {
-            *total.get_or_insert(0) += n;
-        }
-    }
-    total
+    let sizes = allocs_by_size();
+    (!sizes.is_empty()).then(|| sizes.iter().map(|&(_, n)| n).sum())
 }
 
 /// Whether this kernel can give memory files large folios below 2 MiB at all, and if not why:
@@ -168,7 +169,10 @@ pub fn large_folios_possible() -> std::result::Result<(), String> {
             "Linux {release} gives memory files 4 KiB or 2 MiB pages only (large folios of other sizes came in 6.14)"
         ));
     }
-    if large_folio_allocs().is_none() {
+    if !allocs_by_size()
+        .iter()
+        .any(|&(kib, _)| kib * 1024 < crate::page::HUGE_PAGE_SIZE)
+    {
         return Err(format!(
             "{SIZES_DIR} keeps no per-size statistics: the kernel has no large folios below 2 MiB"
         ));

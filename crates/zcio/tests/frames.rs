@@ -6,9 +6,15 @@
 mod common;
 
 use common::{bench_json, strings};
+use std::sync::Mutex;
+
+/// The benches of this file, one at a time: the kernel's counters of large folios, which one
+/// of them reads, count the whole machine's.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 #[test]
 fn bench_containers_json_has_every_variant() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let v = bench_json(
         "containers",
         &[
@@ -93,6 +99,7 @@ fn policy_unavailable() -> Option<String> {
 
 #[test]
 fn bench_containers_measures_the_pooled_variants_again_under_a_policy_it_sets_and_puts_back() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let found = zcio_vm::shmem::ShmemPolicy::current().ok();
     let v = bench_json(
         "containers",

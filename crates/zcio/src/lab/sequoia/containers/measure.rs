@@ -154,7 +154,7 @@ pub struct Row {
     #[serde(default)]
     pub shmem_override: bool,
     /// Large folios the kernel gave shared memory during the runs, a frame: its counters of
-    /// the whole machine (`hugepages-<size>kB/stats/shmem_alloc`, below 2 MiB), median over
+    /// the whole machine (`hugepages-<size>kB/stats/shmem_alloc`, 2 MiB included), median over
     /// rounds; none where it keeps none.
     #[serde(default)]
     pub large_folios_per_frame: Option<f64>,

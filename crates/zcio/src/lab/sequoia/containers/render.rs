@@ -109,21 +109,20 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
         verdict(best("volatile", false), 4.0),
         far.join(", ")
     )];
-    found.extend(under_policy(f, main, first));
-    found.extend(
-        frames_of(f)
-            .into_iter()
-            .skip(1)
-            .filter_map(|frame| larger_frame(f, frame, first)),
-    );
+    found.extend(under_policy(f, main, first, true));
+    for frame in frames_of(f).into_iter().skip(1) {
+        found.extend(larger_frame(f, frame, first));
+        found.extend(under_policy(f, frame, first, false));
+    }
     found
 }
 
-/// What the pooled variants did under the shared memory policy zcio set for their runs, beside
-/// the machine's own; or why they were not measured under it.
-fn under_policy(f: &FramesSection, frame: Frame, relays: usize) -> Option<String> {
+/// What the pooled variants did with frames of `frame` under the shared memory policy zcio set
+/// for their runs, beside the machine's own; or, if `why_not`, why they were not measured under
+/// it.
+fn under_policy(f: &FramesSection, frame: Frame, relays: usize, why_not: bool) -> Option<String> {
     let machine = f.shmem_policy.as_deref().unwrap_or("unknown");
-    if let Some(why) = &f.shmem_policy_refused {
+    if let Some(why) = f.shmem_policy_refused.as_ref().filter(|_| why_not) {
         return Some(format!(
             "The pooled sealed containers were measured under the machine's own shared memory policy ({machine}) only: {why}."
         ));
@@ -370,7 +369,7 @@ fn policy_method(f: &FramesSection) -> String {
         return String::new();
     };
     format!(
-        " The pooled variants in 4 KiB pages also run with the kernel's shared memory huge page policy (`shmem_enabled`, which decides the pages of every memory file on the machine) set to {policy} for each of their runs and {} put back after it; the large folios the kernel gives shared memory meanwhile are counted from its statistics (`hugepages-<size>kB/stats/shmem_alloc`), which count the whole machine's.",
+        " The pooled variants in 4 KiB pages also run with the kernel's shared memory huge page policy (`shmem_enabled`, which decides the pages of every memory file on the machine) set to {policy} for each of their runs, the policy found ({}) put back after each; the large folios the kernel gives shared memory meanwhile are counted from its statistics (`hugepages-<size>kB/stats/shmem_alloc`), which count the whole machine's.",
         f.shmem_policy.as_deref().unwrap_or("the policy found")
     )
 }
