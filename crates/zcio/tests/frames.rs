@@ -185,3 +185,42 @@ fn bench_containers_refuses_an_unknown_policy_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn bench_containers_runs_without_the_policy_and_says_why_while_another_process_holds_it() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = policy_unavailable() {
+        zcio_vm::skip::skip(zcio_vm::skip::Capability::ShmemPolicy, &why);
+        return;
+    }
+    let found = zcio_vm::shmem::ShmemPolicy::current().unwrap();
+    // This process holds an override (of the policy found: nothing changes meanwhile).
+    let held = zcio_vm::shmem::PolicyOverride::set(found).unwrap();
+    let want = if found == zcio_vm::shmem::ShmemPolicy::Always {
+        "within_size"
+    } else {
+        "always"
+    };
+    let v = bench_json(
+        "containers",
+        &[
+            "--frames",
+            "20",
+            "--rounds",
+            "1",
+            "--relays",
+            "1",
+            "--frame",
+            "640x480x1",
+            "--shmem-policy",
+            want,
+        ],
+    );
+    drop(held);
+    let why = v["shmem_policy_refused"].as_str().unwrap_or_default();
+    assert!(why.contains("another process holds"), "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 10, "the machine's own policy only");
+    assert!(rows.iter().all(|r| r["shmem_override"] == false));
+    assert_eq!(zcio_vm::shmem::ShmemPolicy::current().unwrap(), found);
+}

@@ -459,3 +459,84 @@ fn cost_sentence(f: &FramesSection, main: Frame) -> String {
         vm.cpu_parts_us.sender,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::sequoia::containers::measure::CpuParts;
+
+    fn row(variant: &str, fps: f64, policy: &str, set: bool, folios: f64) -> Row {
+        Row {
+            frame: Frame::PAPER,
+            variant: variant.into(),
+            relays: 1,
+            frames: 3000,
+            fps,
+            fps_spread: [fps, fps],
+            animations: fps / 30.0,
+            over_read_write: fps / 1000.0,
+            cpu_us_per_frame: 1e6 / fps,
+            cpu_spread: [1e6 / fps; 2],
+            cpu_parts_us: CpuParts {
+                sender: 10.0,
+                pool: if set { 12.0 } else { 80.0 },
+                relays: 5.0,
+                display: if set { 10.0 } else { 45.0 },
+            },
+            huge_share: None,
+            huge_refused: None,
+            shmem_policy: Some(policy.into()),
+            shmem_override: set,
+            large_folios_per_frame: Some(folios),
+        }
+    }
+
+    fn section(refused: Option<&str>) -> FramesSection {
+        let mut rows = vec![
+            row("read_write", 1000.0, "never", false, 0.0),
+            row("containers_pooled_copy", 900.0, "never", false, 0.0),
+        ];
+        if refused.is_none() {
+            rows.push(row(
+                "containers_pooled_copy",
+                4000.0,
+                "within_size",
+                true,
+                3.0,
+            ));
+        }
+        FramesSection {
+            rounds: 1,
+            in_flight: 8,
+            rows,
+            shmem_policy: Some("never".into()),
+            shmem_policy_refused: refused.map(String::from),
+        }
+    }
+
+    #[test]
+    fn the_runs_under_the_policy_zcio_set_are_told_beside_the_machines_own_or_why_they_are_missing()
+    {
+        let said = under_policy(&section(None), Frame::PAPER, 1, true).unwrap();
+        for want in [
+            "policy within_size",
+            "putting never back",
+            "3.0 a frame",
+            "0.0 under never",
+            "4.00× read/write (0.90× under never)",
+            "the pool's thread 12 µs (80)",
+        ] {
+            assert!(said.contains(want), "{want:?} in {said}");
+        }
+        assert_eq!(under_policy(&section(None), Frame::HD, 1, true), None);
+        let refused = section(Some("writing it needs root"));
+        let said = under_policy(&refused, Frame::PAPER, 1, true).unwrap();
+        assert!(
+            said.contains("never) only: writing it needs root"),
+            "{said}"
+        );
+        assert_eq!(under_policy(&refused, Frame::PAPER, 1, false), None);
+        assert!(policy_method(&refused).is_empty());
+        assert!(policy_method(&section(None)).contains("set to within_size"));
+    }
+}
