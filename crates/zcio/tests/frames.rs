@@ -97,11 +97,9 @@ fn policy_unavailable() -> Option<String> {
     (!f.available).then_some(f.detail)
 }
 
-#[test]
-fn bench_containers_measures_the_pooled_variants_again_under_a_policy_it_sets_and_puts_back() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let found = zcio_vm::shmem::ShmemPolicy::current().ok();
-    let v = bench_json(
+/// A tiny `zcio bench containers`, one relay, the paper's frames, asked for `policy`.
+fn with_policy(policy: &str) -> serde_json::Value {
+    bench_json(
         "containers",
         &[
             "--frames",
@@ -113,9 +111,16 @@ fn bench_containers_measures_the_pooled_variants_again_under_a_policy_it_sets_an
             "--frame",
             "640x480x1",
             "--shmem-policy",
-            "within_size",
+            policy,
         ],
-    );
+    )
+}
+
+#[test]
+fn bench_containers_measures_the_pooled_variants_again_under_a_policy_it_sets_and_puts_back() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let found = zcio_vm::shmem::ShmemPolicy::current().ok();
+    let v = with_policy("within_size");
     assert_eq!(
         zcio_vm::shmem::ShmemPolicy::current().ok(),
         found,
@@ -201,21 +206,7 @@ fn bench_containers_runs_without_the_policy_and_says_why_while_another_process_h
     } else {
         "always"
     };
-    let v = bench_json(
-        "containers",
-        &[
-            "--frames",
-            "20",
-            "--rounds",
-            "1",
-            "--relays",
-            "1",
-            "--frame",
-            "640x480x1",
-            "--shmem-policy",
-            want,
-        ],
-    );
+    let v = with_policy(want);
     drop(held);
     let why = v["shmem_policy_refused"].as_str().unwrap_or_default();
     assert!(why.contains("another process holds"), "{v}");
