@@ -60,9 +60,12 @@ pub struct ExclusiveFile {
 }
 
 impl ExclusiveFile {
-    /// A zeroed file of `len` bytes (rounded up to pages), mapped.
+    /// A zeroed file of `len` bytes (rounded up to pages), its pages allocated in one call
+    /// (`fallocate`, which costs less than faulting them in one by one, and gets large folios
+    /// where the shared memory policy gives them: [`crate::shmem`]), mapped.
     pub fn new(name: &str, len: usize) -> Result<ExclusiveFile> {
         let (fd, pages) = fresh_memfd(name, len)?;
+        allocate(&fd, pages)?;
         let map = Mapping::shared_fd(fd.as_fd(), 0, pages, None)?;
         Ok(ExclusiveFile {
             map,

@@ -147,6 +147,8 @@ fn bench_containers_measures_the_pooled_variants_again_under_a_policy_it_sets_an
     assert_eq!(
         names,
         [
+            "containers",
+            "containers_unmapped",
             "containers_pooled",
             "containers_pooled_copy",
             "containers_pooled_copy_unmapped"

@@ -12,7 +12,7 @@
 //! display copies it into its frame buffer). Frames per second at the display, and how many
 //! 30 fps animations that sustains. Every frame's number is checked at every relay that maps
 //! it and at the display (which reads a sealed frame's number without mapping it), and the
-//! last frame's bytes whole. Asked to (`--shmem-policy`), the pooled sealed variants in 4 KiB
+//! last frame's bytes whole. Asked to (`--shmem-policy`), the sealed variants in 4 KiB
 //! pages run again under another shared memory policy, which zcio sets for each of their runs
 //! and puts back after it (`zcio_vm::shmem`), alternating with the rest.
 
@@ -52,7 +52,7 @@ pub struct FramesArgs {
     /// of a larger frame sends fewer frames, as many bytes as `--frames` of the paper's.
     #[arg(long = "frame", value_delimiter = ',')]
     pub frame_sizes: Option<Vec<Frame>>,
-    /// Also measure the pooled sealed variants in 4 KiB pages with the kernel's shared memory
+    /// Also measure the sealed variants in 4 KiB pages with the kernel's shared memory
     /// huge page policy (`shmem_enabled`) set to POLICY for their runs, e.g. `within_size`,
     /// under which their files get large folios. It holds for the whole machine: zcio sets it
     /// only when asked (it needs root) and puts the policy it found back after each run.
@@ -202,7 +202,7 @@ pub struct FramesSection {
     /// The machine's shared memory huge page policy, as found (`shmem_enabled`).
     #[serde(default)]
     pub shmem_policy: Option<String>,
-    /// Why the policy asked for could not be set for the pooled variants' runs, if it could
+    /// Why the policy asked for could not be set for the sealed variants' runs, if it could
     /// not.
     #[serde(default)]
     pub shmem_policy_refused: Option<String>,
@@ -223,8 +223,10 @@ pub const VARIANTS: [&str; 10] = [
 ];
 
 /// The variants also measured under another shared memory policy, when one is asked for: the
-/// pooled ones in 4 KiB pages, whose files the policy changes.
-pub const POLICY_VARIANTS: [&str; 3] = [
+/// sealed ones in 4 KiB pages, whose files the policy changes.
+pub const POLICY_VARIANTS: [&str; 5] = [
+    "containers",
+    "containers_unmapped",
     "containers_pooled",
     "containers_pooled_copy",
     "containers_pooled_copy_unmapped",
@@ -575,7 +577,7 @@ pub fn measure(a: &FramesArgs, progress: &mut dyn FnMut(String)) -> Res<FramesSe
             policy: None,
         })
         .collect();
-    // The policy asked for is tried once first: where it cannot be set, the pooled variants
+    // The policy asked for is tried once first: where it cannot be set, the sealed variants
     // run under the machine's own only, and the section says why.
     let refused = match a.shmem_policy {
         Some(p) if Some(p) != found => match PolicyOverride::set(p) {

@@ -32,7 +32,7 @@ impl Experiment for Containers {
                 shmem_policy: None,
                 json: false,
             },
-            // The pooled variants are also measured with large folios for memory files, where
+            // The sealed variants in 4 KiB pages are also measured with large folios for memory files, where
             // zcio may set the policy (root) for their runs.
             Preset::Quick => crate::lab::sequoia::containers::measure::FramesArgs {
                 shmem_policy: Some(zcio_vm::shmem::ShmemPolicy::WithinSize),

@@ -117,14 +117,14 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
     found
 }
 
-/// What the pooled variants did with frames of `frame` under the shared memory policy zcio set
+/// What the sealed variants in 4 KiB pages did with frames of `frame` under the shared memory policy zcio set
 /// for their runs, beside the machine's own; or, if `why_not`, why they were not measured under
 /// it.
 fn under_policy(f: &FramesSection, frame: Frame, relays: usize, why_not: bool) -> Option<String> {
     let machine = f.shmem_policy.as_deref().unwrap_or("unknown");
     if let Some(why) = f.shmem_policy_refused.as_ref().filter(|_| why_not) {
         return Some(format!(
-            "The pooled sealed containers were measured under the machine's own shared memory policy ({machine}) only: {why}."
+            "The sealed containers in 4 KiB pages were measured under the machine's own shared memory policy ({machine}) only: {why}."
         ));
     }
     let rows: Vec<&Row> = f
@@ -369,7 +369,7 @@ fn policy_method(f: &FramesSection) -> String {
         return String::new();
     };
     format!(
-        " The pooled variants in 4 KiB pages also run with the kernel's shared memory huge page policy (`shmem_enabled`, which decides the pages of every memory file on the machine) set to {policy} for each of their runs, the policy found ({}) put back after each; the large folios the kernel gives shared memory meanwhile are counted from its statistics (`hugepages-<size>kB/stats/shmem_alloc`), which count the whole machine's.",
+        " The sealed variants in 4 KiB pages also run with the kernel's shared memory huge page policy (`shmem_enabled`, which decides the pages of every memory file on the machine) set to {policy} for each of their runs, the policy found ({}) put back after each; the large folios the kernel gives shared memory meanwhile are counted from its statistics (`hugepages-<size>kB/stats/shmem_alloc`), which count the whole machine's.",
         f.shmem_policy.as_deref().unwrap_or("the policy found")
     )
 }
@@ -445,7 +445,7 @@ fn cost_sentence(f: &FramesSection, main: Frame) -> String {
         )
     });
     format!(
-        "On the paper's DECstation a frame copy took milliseconds; here the whole read/write pipeline ({first} relay{}, {} frames) spends {:.0} µs of CPU a frame, while a sealed container spends {:.0}: a new memory file a frame, its {} pages allocated and faulted in one by one at the sender ({:.0} µs), unmapped and sealed, mapped by the relays ({:.0}), and freed by the display ({:.0}). Sealing is what makes the receiver's view final against a sender that keeps a descriptor; a sealed file cannot be written again, so it cannot be reused.{pooled}{huge} Volatile containers give integrity up (any process that held one can still write it, so their bytes are reached word by word) and in exchange are reused as fbufs are cached: what is left per frame is the sender's drawing, at memcpy's speed, and a descriptor passed per hop ({:.0} µs with the relays mapping them, {:.0} without; the sender's part {:.0}).",
+        "On the paper's DECstation a frame copy took milliseconds; here the whole read/write pipeline ({first} relay{}, {} frames) spends {:.0} µs of CPU a frame, while a sealed container spends {:.0}: a new memory file a frame, its {} pages allocated in one call and faulted in one by one at the sender ({:.0} µs), unmapped and sealed, mapped by the relays ({:.0}), and freed by the display ({:.0}). Sealing is what makes the receiver's view final against a sender that keeps a descriptor; a sealed file cannot be written again, so it cannot be reused.{pooled}{huge} Volatile containers give integrity up (any process that held one can still write it, so their bytes are reached word by word) and in exchange are reused as fbufs are cached: what is left per frame is the sender's drawing, at memcpy's speed, and a descriptor passed per hop ({:.0} µs with the relays mapping them, {:.0} without; the sender's part {:.0}).",
         if first == 1 { "" } else { "s" },
         main.name(),
         rw.cpu_us_per_frame,
