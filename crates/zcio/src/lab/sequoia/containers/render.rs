@@ -147,16 +147,20 @@ fn under_policy(f: &FramesSection, frame: Frame, relays: usize, why_not: bool) -
         .iter()
         .filter_map(|x| {
             let o = own(&x.variant)?;
+            // Where the files are made on the frame's path, the sender makes them.
+            let (maker, made, made_own) = if x.cpu_parts_us.pool > 0.0 {
+                ("pool's thread", x.cpu_parts_us.pool, o.cpu_parts_us.pool)
+            } else {
+                ("sender", x.cpu_parts_us.sender, o.cpu_parts_us.sender)
+            };
             Some(format!(
-                "{} {:.0} frames/s, {:.2}× read/write ({:.2}× under {machine}), {:.0} µs of CPU a frame ({:.0}), the pool's thread {:.0} µs ({:.0}), the display {:.0} ({:.0})",
+                "{} {:.0} frames/s, {:.2}× read/write ({:.2}× under {machine}), {:.0} µs of CPU a frame ({:.0}), the {maker} {made:.0} µs ({made_own:.0}), the display {:.0} ({:.0})",
                 x.variant.replace('_', " "),
                 x.fps,
                 x.over_read_write,
                 o.over_read_write,
                 x.cpu_us_per_frame,
                 o.cpu_us_per_frame,
-                x.cpu_parts_us.pool,
-                o.cpu_parts_us.pool,
                 x.cpu_parts_us.display,
                 o.cpu_parts_us.display,
             ))
