@@ -357,6 +357,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
             .as_ref()
             .is_some_and(|f| f.hits(pair, variant, paced)),
     };
+    let cpus = allowed_cpus();
     let pinned = pin(0);
     // Whether a thread can lower its priority here (the task's thread does the same).
     let task_background = std::thread::spawn(background).join().unwrap_or(false);
@@ -429,7 +430,7 @@ pub fn measure(a: &SpliceArgs, progress: &mut dyn FnMut(String)) -> Res<SpliceSe
             verdicts,
         })
     })();
-    unpin();
+    restore_cpus(cpus);
     result
 }
 
@@ -591,6 +592,29 @@ pub fn run(a: SpliceArgs) -> Res<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_pinned_for_the_runs_gets_every_cpu_it_had_back_and_so_do_its_new_threads() {
+        std::thread::spawn(|| {
+            let before = allowed_cpus().expect("the thread's CPUs");
+            let had = before.count();
+            if !pin(0) {
+                assert_eq!(had, 1, "pinning is refused only on one CPU");
+                return;
+            }
+            assert_eq!(allowed_cpus().unwrap().count(), 1);
+            restore_cpus(Some(before));
+            assert_eq!(allowed_cpus().unwrap().count(), had);
+            let started = std::thread::spawn(|| allowed_cpus().unwrap().count());
+            assert_eq!(
+                started.join().unwrap(),
+                had,
+                "a thread started after the runs"
+            );
+        })
+        .join()
+        .unwrap();
+    }
 
     fn point(fraction: f64, kept: f64, left: f64) -> Paced {
         Paced {

@@ -49,14 +49,19 @@ pub(super) fn thread_cpu_ns() -> f64 {
     t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
 }
 
-/// Let the calling thread run anywhere again.
-pub(super) fn unpin() {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut set = rustix::thread::CpuSet::new();
-    for c in 0..n.min(rustix::thread::CpuSet::MAX_CPU) {
-        set.set(c);
+/// The CPUs the calling thread may run on now, to give back to it with [`restore_cpus`] after
+/// [`pin`]. (Counting them afterwards would not do: once pinned, the thread sees one CPU, and
+/// threads it starts, the rest of a report's included, inherit its set.)
+pub(super) fn allowed_cpus() -> Option<rustix::thread::CpuSet> {
+    rustix::thread::sched_getaffinity(None).ok()
+}
+
+/// Let the calling thread run on `cpus` again (what [`allowed_cpus`] said before it was
+/// pinned).
+pub(super) fn restore_cpus(cpus: Option<rustix::thread::CpuSet>) {
+    if let Some(set) = cpus {
+        let _ = rustix::thread::sched_setaffinity(None, &set);
     }
-    let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
 pub(super) fn pattern(len: usize) -> Vec<u8> {
