@@ -204,45 +204,26 @@ fn userfaultfd_features() -> Vec<Feature> {
     f
 }
 
-/// Transparent huge pages, with the system's mode.
 /// Whether zcio may set the kernel's shared memory huge page policy for a run, and whether
 /// memory files get large folios under it here.
 fn shmem_policy_feature() -> Feature {
-    use zcio_vm::shmem::{OVERRIDE_RECORD, SHMEM_ENABLED, ShmemPolicy};
     let name = "shared memory huge page policy";
-    let found = match ShmemPolicy::current() {
-        Ok(p) => p,
-        Err(e) => return feature("shmem-policy", name, false, e.to_string()),
-    };
-    if let Err(why) = zcio_vm::shmem::large_folios_possible() {
-        return feature("shmem-policy", name, false, format!("{found} here; {why}"));
-    }
-    let record_dir = Path::new(OVERRIDE_RECORD)
-        .parent()
-        .unwrap_or(Path::new("/"));
-    for path in [Path::new(SHMEM_ENABLED), record_dir] {
-        if let Err(e) = rustix::fs::access(path, rustix::fs::Access::WRITE_OK) {
-            return feature(
-                "shmem-policy",
-                name,
-                false,
-                format!(
-                    "{found} here, and zcio may not set another for a run: {}: {e}",
-                    path.display()
-                ),
-            );
-        }
-    }
-    feature(
-        "shmem-policy",
-        name,
-        true,
-        format!(
-            "{found} here; zcio may set another for a run, and memory files get large folios under within_size or always"
+    match zcio_vm::shmem::unavailable_reason() {
+        Some(why) => feature("shmem-policy", name, false, why),
+        None => feature(
+            "shmem-policy",
+            name,
+            true,
+            format!(
+                "{} here; zcio may set another for a run, and memory files get large folios under within_size or always",
+                zcio_vm::shmem::ShmemPolicy::current()
+                    .map_or_else(|e| e.to_string(), |p| p.to_string())
+            ),
         ),
-    )
+    }
 }
 
+/// Transparent huge pages, with the system's mode.
 fn huge_pages_feature() -> Feature {
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();

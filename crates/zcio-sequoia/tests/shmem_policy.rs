@@ -26,21 +26,6 @@ fn pattern(len: usize, salt: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Why the policy cannot be set for a test here, if it cannot.
-fn unavailable() -> Option<String> {
-    let found = match ShmemPolicy::current() {
-        Ok(p) => p,
-        Err(e) => return Some(e.to_string()),
-    };
-    if let Err(why) = zcio_vm::shmem::large_folios_possible() {
-        return Some(why);
-    }
-    if !rustix::process::geteuid().is_root() {
-        return Some(format!("{found} here, and setting it needs root"));
-    }
-    None
-}
-
 /// `n` frames from a pool of the paper's frame, filled from bytes, through a socket; each
 /// compared byte for byte at the receiver.
 fn frames_through_a_socket(n: usize) {
@@ -73,7 +58,8 @@ fn an_override_gives_pool_files_large_folios_and_the_policy_comes_back_even_afte
         }
         std::process::exit(0);
     }
-    if let Some(why) = unavailable() {
+    // The probe's own judgement (`zcio probe`, `shmem-policy`).
+    if let Some(why) = zcio_vm::shmem::unavailable_reason() {
         skip(Capability::ShmemPolicy, &why);
         return;
     }

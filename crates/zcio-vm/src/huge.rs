@@ -251,8 +251,13 @@ pub fn is_pmd_mapped(pmd: usize) -> bool {
 /// `always`, `madvise` or `never`; `None` where the file is missing (no THP in this kernel).
 pub fn thp_policy() -> Option<String> {
     let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
-    let sel = s.split_whitespace().find(|w| w.starts_with('['))?;
-    Some(sel.trim_matches(|c| c == '[' || c == ']').to_string())
+    bracketed(&s).map(String::from)
+}
+
+/// The selected word of a sysfs choice (`always [madvise] never`): the bracketed one.
+pub(crate) fn bracketed(text: &str) -> Option<&str> {
+    let sel = text.split_whitespace().find(|w| w.starts_with('['))?;
+    Some(sel.trim_matches(|c| c == '[' || c == ']'))
 }
 
 /// Whether `huge` is in `$ZCIO_VM_DISABLE` (read once): zcio then neither asks for huge

@@ -96,8 +96,7 @@ impl ShmemPolicy {
 
     /// The bracketed policy of a `shmem_enabled` text.
     fn selected(text: &str) -> Option<ShmemPolicy> {
-        let word = text.split_whitespace().find(|w| w.starts_with('['))?;
-        word.trim_matches(|c| c == '[' || c == ']').parse().ok()
+        crate::huge::bracketed(text)?.parse().ok()
     }
 }
 
@@ -180,6 +179,31 @@ pub fn large_folios_possible() -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Why zcio cannot set the policy for a run here and have memory files get large folios under
+/// it, if it cannot (the policy found is part of the answer): the policy unreadable, a kernel
+/// without large folios below 2 MiB, or `shmem_enabled` or the directory of
+/// [`OVERRIDE_RECORD`] not writable by this process.
+pub fn unavailable_reason() -> Option<String> {
+    let found = match ShmemPolicy::current() {
+        Ok(p) => p,
+        Err(e) => return Some(e.to_string()),
+    };
+    if let Err(why) = large_folios_possible() {
+        return Some(format!("{found} here; {why}"));
+    }
+    let record = std::path::Path::new(OVERRIDE_RECORD);
+    let record_dir = record.parent().unwrap_or(std::path::Path::new("/"));
+    for path in [std::path::Path::new(SHMEM_ENABLED), record_dir] {
+        if let Err(e) = rustix::fs::access(path, rustix::fs::Access::WRITE_OK) {
+            return Some(format!(
+                "{found} here, and zcio may not set another for a run: {}: {e}",
+                path.display()
+            ));
+        }
+    }
+    None
+}
+
 /// The machine's shared memory policy set to another for as long as this lives; dropped, the
 /// policy found is put back. One process at a time holds it (a lock on [`OVERRIDE_RECORD`]),
 /// and the record names the policy found, so that if the holder dies the next override puts
@@ -192,17 +216,23 @@ pub struct PolicyOverride {
     recovered: Option<ShmemPolicy>,
 }
 
+/// Setting the policy refused, and why.
+fn refused(reason: String) -> VmError {
+    VmError::Unsupported {
+        feature: "setting the kernel's shared memory huge page policy",
+        reason,
+    }
+}
+
 /// Write `policy` into `shmem_enabled`.
 fn write_policy(policy: ShmemPolicy) -> Result<()> {
-    std::fs::write(SHMEM_ENABLED, policy.name()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => VmError::Unsupported {
-            feature: "setting the kernel's shared memory huge page policy",
-            reason: format!("writing {SHMEM_ENABLED} needs root: {e}"),
-        },
-        _ => VmError::Unsupported {
-            feature: "setting the kernel's shared memory huge page policy",
-            reason: format!("writing {policy:?} into {SHMEM_ENABLED}: {e}"),
-        },
+    std::fs::write(SHMEM_ENABLED, policy.name()).map_err(|e| {
+        refused(match e.kind() {
+            std::io::ErrorKind::PermissionDenied => {
+                format!("writing {SHMEM_ENABLED} needs root: {e}")
+            }
+            _ => format!("writing {policy:?} into {SHMEM_ENABLED}: {e}"),
+        })
     })
 }
 
@@ -216,25 +246,21 @@ impl PolicyOverride {
     /// Hold the override: first put back what a holder that died left, then set `policy`, if
     /// given.
     fn take(policy: Option<ShmemPolicy>) -> Result<PolicyOverride> {
-        let refused = |reason: String| VmError::Unsupported {
-            feature: "setting the kernel's shared memory huge page policy",
-            reason,
-        };
+        let on_record = |e: std::io::Error| refused(format!("{OVERRIDE_RECORD}: {e}"));
         let mut record = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(OVERRIDE_RECORD)
-            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
-        let mut text = String::new();
-        record
-            .read_to_string(&mut text)
-            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
-        match rustix::fs::flock(
+            .map_err(on_record)?;
+        let locked = rustix::fs::flock(
             record.as_fd(),
             rustix::fs::FlockOperation::NonBlockingLockExclusive,
-        ) {
+        );
+        let mut text = String::new();
+        record.read_to_string(&mut text).map_err(on_record)?;
+        match locked {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 return Err(refused(format!(
@@ -245,11 +271,6 @@ impl PolicyOverride {
             Err(e) => return Err(refused(format!("flock({OVERRIDE_RECORD}): {e}"))),
         }
         // The lock is this process's: what the record still names, a holder that died left.
-        text.clear();
-        record
-            .rewind()
-            .and_then(|()| record.read_to_string(&mut text))
-            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
         let recovered = text
             .split_whitespace()
             .next()
@@ -266,7 +287,7 @@ impl PolicyOverride {
             recovered,
         };
         over.note(&format!("{found} {}\n", std::process::id()))
-            .map_err(|e| refused(format!("{OVERRIDE_RECORD}: {e}")))?;
+            .map_err(on_record)?;
         if let Some(policy) = policy {
             write_policy(policy)?;
             over.set = policy;

@@ -86,17 +86,6 @@ fn bench_containers_refuses_a_frame_size_by_name() {
     }
 }
 
-/// Why the shared memory policy cannot be set for a run here, if it cannot (as the probe
-/// judges it).
-fn policy_unavailable() -> Option<String> {
-    let probe = zcio_genie::probe::probe(std::path::Path::new("/tmp"));
-    let f = probe
-        .features
-        .into_iter()
-        .find(|f| f.id == "shmem-policy")?;
-    (!f.available).then_some(f.detail)
-}
-
 /// A tiny `zcio bench containers`, one relay, the paper's frames, asked for `policy`.
 fn with_policy(policy: &str) -> serde_json::Value {
     bench_json(
@@ -127,7 +116,8 @@ fn bench_containers_measures_the_pooled_variants_again_under_a_policy_it_sets_an
         "the policy found is back"
     );
     assert_eq!(v["shmem_policy"].as_str(), found.map(|p| p.name()));
-    if let Some(why) = policy_unavailable() {
+    // The probe's own judgement (`zcio probe`, `shmem-policy`).
+    if let Some(why) = zcio_vm::shmem::unavailable_reason() {
         let refused = v["shmem_policy_refused"].as_str();
         assert!(refused.is_some_and(|r| !r.is_empty()), "{v}");
         zcio_vm::skip::skip(zcio_vm::skip::Capability::ShmemPolicy, &why);
@@ -196,7 +186,8 @@ fn bench_containers_refuses_an_unknown_policy_by_name() {
 #[test]
 fn bench_containers_runs_without_the_policy_and_says_why_while_another_process_holds_it() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(why) = policy_unavailable() {
+    // The probe's own judgement (`zcio probe`, `shmem-policy`).
+    if let Some(why) = zcio_vm::shmem::unavailable_reason() {
         zcio_vm::skip::skip(zcio_vm::skip::Capability::ShmemPolicy, &why);
         return;
     }

@@ -117,9 +117,9 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
     found
 }
 
-/// What the sealed variants in 4 KiB pages did with frames of `frame` under the shared memory policy zcio set
-/// for their runs, beside the machine's own; or, if `why_not`, why they were not measured under
-/// it.
+/// What the sealed variants in 4 KiB pages did with frames of `frame` under the shared memory
+/// policy zcio set for their runs, beside the machine's own; or, if `why_not`, why they were
+/// not measured under it.
 fn under_policy(f: &FramesSection, frame: Frame, relays: usize, why_not: bool) -> Option<String> {
     let machine = f.shmem_policy.as_deref().unwrap_or("unknown");
     if let Some(why) = f.shmem_policy_refused.as_ref().filter(|_| why_not) {
