@@ -11,7 +11,8 @@
 //! `O_DIRECT` requests in flight. With SQLite's memory-mapped reads on (`pragma mmap_size`),
 //! `xFetch` hands SQLite the page where the device put it, in the layer's buffer, pinned until
 //! `xUnfetch` (the direct transfer into the application's buffer); otherwise, and for pages
-//! outside the window, `xRead` copies the page into SQLite's.
+//! outside the window, `xRead` copies the page into SQLite's. A page fetched from the window
+//! has the bytes after it prefetched into the CPU's cache ([`UioVfs::set_prefetch`]).
 
 use crate::pool::BufferPool;
 use crate::readahead::{ReadAhead, ReadStats};
@@ -19,6 +20,7 @@ use rusqlite::ffi;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use zcio_uio::Uio;
 
@@ -33,6 +35,8 @@ struct VfsCtx {
     methods: Mutex<HashMap<usize, Box<ffi::sqlite3_io_methods>>>,
     stats: Arc<Mutex<ReadStats>>,
     pool: Option<Arc<BufferPool>>,
+    /// Bytes prefetched after each page fetched, for files opened from now on.
+    prefetch: AtomicUsize,
 }
 
 /// A VFS registered with SQLite under a name, reading main databases through a layer.
@@ -121,6 +125,7 @@ impl UioVfs {
             methods: Mutex::new(HashMap::new()),
             stats: stats.clone(),
             pool: pool.clone(),
+            prefetch: AtomicUsize::new(crate::readahead::PREFETCH),
         }));
         let vfs = Box::into_raw(Box::new(ffi::sqlite3_vfs {
             szOsFile: (state_at + std::mem::size_of::<*mut FileState>()) as c_int,
@@ -157,6 +162,19 @@ impl UioVfs {
     /// The buffer pool its reads go through, if any.
     pub fn pool(&self) -> Option<&BufferPool> {
         self.pool.as_deref()
+    }
+
+    /// Prefetch the `bytes` after each page SQLite reads in place into the CPU's cache, in
+    /// files opened from now on (0: none; [`crate::readahead::PREFETCH`] at first).
+    pub fn set_prefetch(&self, bytes: usize) {
+        // SAFETY: the context lives until `drop`; its `prefetch` is an atomic.
+        unsafe { (*self.ctx).prefetch.store(bytes, Ordering::Relaxed) };
+    }
+
+    /// Bytes prefetched after each page read in place, in files opened from now on.
+    pub fn prefetch(&self) -> usize {
+        // SAFETY: as in `set_prefetch`.
+        unsafe { (*self.ctx).prefetch.load(Ordering::Relaxed) }
     }
 
     /// What the reads through this VFS did so far.
@@ -223,6 +241,7 @@ unsafe extern "C" fn x_open(
         ctx.chunk,
         ctx.depth,
     )
+    .map(|ra| ra.with_prefetch(ctx.prefetch.load(Ordering::Relaxed)))
     .and_then(|ra| match &ctx.pool {
         Some(p) => ra.with_pool(p.clone(), Path::new(path)),
         None => Ok(ra),

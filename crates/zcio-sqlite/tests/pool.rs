@@ -1,7 +1,8 @@
 //! The engine's buffer pool on the layer: a second scan is served from the layer's buffers
 //! without a request, with the same rows; a pool smaller than the data evicts and stays exact;
 //! a pool holding every buffer gives them back to new reads; a changed file is read again; a
-//! page read in place keeps its buffer after the pool lets go of it.
+//! page read in place keeps its buffer after the pool lets go of it; a page read in place has
+//! the bytes after it in the window prefetched, and only those.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -229,4 +230,73 @@ fn a_page_read_in_place_keeps_its_buffer_after_the_pool_lets_go() {
     ra.unfetch(off, in_window);
     drop(ra);
     assert_eq!(uio.buffers_free(), 8, "every buffer back");
+}
+
+#[test]
+fn a_page_read_in_place_has_the_next_pages_of_the_window_prefetched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let len = 4 * CHUNK;
+    std::fs::write(&path, vec![3u8; len]).unwrap();
+    let Some(uio) = layer(8) else {
+        return;
+    };
+    let h = readahead::handler(&uio);
+    let pool = Arc::new(BufferPool::new(8));
+    let open = |ahead: usize| {
+        ReadAhead::open(uio.clone(), h, &path, CHUNK, 2)
+            .unwrap()
+            .with_pool(pool.clone(), &path)
+            .unwrap()
+            .with_prefetch(ahead)
+    };
+    let mut ra = open(0);
+    let mut all = vec![0u8; len];
+    ra.read(&mut all, 0).unwrap();
+    assert_eq!(ra.stats().bytes_prefetched, 0, "a copy prefetches nothing");
+    drop(ra);
+    // Every page from the second chunk to the end, in place, as a scan fetches them: each asks
+    // for the 8 KiB after it, across chunk boundaries, but not past the end of the file.
+    let pages = (len - CHUNK) / 4096;
+    for (ahead, want) in [
+        (8192, (pages - 2) * 8192 + 4096),
+        (4096, (pages - 1) * 4096),
+        (0, 0),
+    ] {
+        let mut ra = open(ahead);
+        let mut held = Vec::new();
+        for p in 0..pages {
+            let off = (CHUNK + p * 4096) as u64;
+            held.push((off, ra.fetch(off, 4096).unwrap().expect("in place")));
+            if held.len() > 2 {
+                let (o, a) = held.remove(0);
+                ra.unfetch(o, a);
+            }
+        }
+        let st = ra.stats();
+        assert_eq!(st.requests, 0, "all from the pool: {st:?}");
+        assert_eq!(st.bytes_fetched, (pages * 4096) as u64, "{st:?}");
+        assert_eq!(st.bytes_prefetched, want as u64, "{ahead} ahead: {st:?}");
+        for (o, a) in held {
+            ra.unfetch(o, a);
+        }
+    }
+    // Through the engine: the same rows either way; prefetched only when asked.
+    let (_dir, paths, want) = make_tables(2);
+    let Some(uio) = layer(64) else {
+        return;
+    };
+    let (_pool, vfs) = pooled("zcio-pool-prefetch", uio, 32);
+    assert_eq!(vfs.prefetch(), readahead::PREFETCH);
+    assert_eq!(scan_all(&vfs, &paths, true), want, "prefetching");
+    let on = vfs.stats();
+    assert!(
+        on.bytes_prefetched > on.bytes_fetched / 2,
+        "most pages had the next ones prefetched: {on:?}"
+    );
+    vfs.set_prefetch(0);
+    assert_eq!(scan_all(&vfs, &paths, true), want, "not prefetching");
+    let off = vfs.stats().since(&on);
+    assert!(off.bytes_fetched > 0, "{off:?}");
+    assert_eq!(off.bytes_prefetched, 0, "{off:?}");
 }

@@ -15,6 +15,8 @@
 //! | region check | [`runtime::VmRuntime::watch`], [`runtime::VmRuntime::watch_gone`] |
 //! | the memory network's shared memory | [`arena::SharedArena`], [`arena::SharedRing`] |
 //!
+//! and, for reading in place what a device put in memory, a prefetch into the CPU's cache that
+//! gives back what a copy brought with it ([`prefetch`]);
 //! and, for VMMR (paper 002), page stores and the range messages are reassembled in by moving
 //! pages ([`remap`]), with the costs a reassembler chooses by ([`remap::Calibration`]), and a
 //! receive path into pooled page buffers: an io_uring provided-buffer ring ([`bufring`]); and,
@@ -40,6 +42,7 @@ pub mod fallback;
 pub mod huge;
 pub mod mapping;
 pub mod page;
+pub mod prefetch;
 mod procself;
 pub mod protect;
 pub mod remap;
