@@ -95,6 +95,7 @@ fn bench_uio_json_has_every_variant_and_n() {
         "uio_per_request",
         "uio_syscall_per_request",
         "uio_pool",
+        "uio_pool_no_prefetch",
         "kernel_mmap",
     ];
     let rows = v["rows"].as_array().unwrap();
@@ -188,13 +189,14 @@ fn check_row(v: &serde_json::Value, r: &serde_json::Value, var: &str, cache: &st
     // The layer's variants made requests; SQLite's own VFS none through it, and the pooled
     // layer none with the tables warm in its pool, where it found them.
     let req = r["requests"].as_u64().unwrap();
-    let warm_pool = var == "uio_pool" && cache == "warm";
+    let pool = var.starts_with("uio_pool");
+    let warm_pool = pool && cache == "warm";
     assert_eq!(req > 0, var.starts_with("uio") && !warm_pool, "{r}");
     let pooled = r["bytes_pooled"].as_u64().unwrap();
     if warm_pool {
         let table = v["table_bytes"].as_u64().unwrap();
         assert!(pooled >= n * table, "every table from the pool: {r}");
-    } else if var != "uio_pool" {
+    } else if !pool {
         assert_eq!(pooled, 0, "{r}");
     }
     // The in-place variants read pages where the transfers put them.
@@ -204,6 +206,17 @@ fn check_row(v: &serde_json::Value, r: &serde_json::Value, var: &str, cache: &st
         var.starts_with("uio") && var != "uio_copy",
         "{r}"
     );
+    // They have the pages after each prefetched into the CPU's cache, but for the variant
+    // without it. Where the window holds the next pages (every pooled one warm), most pages did.
+    let prefetched = r["bytes_prefetched"].as_u64().unwrap();
+    assert_eq!(
+        prefetched > 0,
+        fetched > 0 && var != "uio_pool_no_prefetch",
+        "{r}"
+    );
+    if warm_pool && var == "uio_pool" {
+        assert!(prefetched > fetched, "two pages ahead of most pages: {r}");
+    }
 }
 
 #[test]

@@ -180,7 +180,11 @@ pub(super) fn series(
     let max_n = base.paths.len();
     let paths = disks.paths();
     let layer_direct_refused = probe_layer(&paths[0])?.0;
-    let pooled = if base.variants.contains(&"uio_pool") {
+    let pooled = if base
+        .variants
+        .iter()
+        .any(|v| super::measure::pooled_variant(v))
+    {
         Some(pooled_vfs(
             "zcio-bench-pool-loop",
             max_n,

@@ -15,6 +15,8 @@
 //!   across queries, as a database that bypasses the kernel keeps its own pool, so that warm
 //!   means warm in the pool (filled by one untimed scan of every table first) against warm in
 //!   the page cache; cold empties the pool with the page cache;
+//! - `uio_pool_no_prefetch`: `uio_pool` without the prefetch into the CPU's cache of the pages
+//!   after each one read in place (which every in-place variant has): what the prefetch gives;
 //! - `kernel_mmap`: SQLite's own VFS with its memory-mapped I/O (`pragma mmap_size`): pages
 //!   read in place from the page cache, with no copy and no system call per page (not the
 //!   paper's; what copy-free reading of cached data costs on Linux).
@@ -120,7 +122,7 @@ impl UioArgs {
 }
 
 /// The variants, in the order of the rows.
-pub const VARIANTS: [&str; 8] = [
+pub const VARIANTS: [&str; 9] = [
     "kernel",
     "uio",
     "uio_copy",
@@ -128,15 +130,23 @@ pub const VARIANTS: [&str; 8] = [
     "uio_per_request",
     "uio_syscall_per_request",
     "uio_pool",
+    "uio_pool_no_prefetch",
     "kernel_mmap",
 ];
+
+/// Whether `variant` reads through the engine's buffer pool (the one pooled layer of a series).
+pub(super) fn pooled_variant(variant: &str) -> bool {
+    variant.starts_with("uio_pool")
+}
 
 /// Most bytes the `uio_pool` variant's pool holds (its buffers are registered, so pinned).
 pub const POOL_BUDGET: u64 = 1536 << 20;
 
 pub(super) fn layer_config(variant: &str, queries: usize) -> Option<Config> {
     let (initiation, translation) = match variant {
-        "uio" | "uio_copy" | "uio_pool" => (Initiation::Polled, Translation::Registered),
+        "uio" | "uio_copy" | "uio_pool" | "uio_pool_no_prefetch" => {
+            (Initiation::Polled, Translation::Registered)
+        }
         "uio_syscall" => (Initiation::Syscall, Translation::Registered),
         "uio_per_request" => (Initiation::Polled, Translation::PerRequest),
         "uio_syscall_per_request" => (Initiation::Syscall, Translation::PerRequest),
@@ -191,6 +201,9 @@ pub struct Row {
     /// Bytes found in the engine's buffer pool, without a request (`uio_pool` only).
     #[serde(default)]
     pub bytes_pooled: u64,
+    /// Bytes the CPU was asked to bring into its cache ahead of the engine's reads in place.
+    #[serde(default)]
+    pub bytes_prefetched: u64,
 }
 
 /// The kernel variant's CPU time split (Figure 6), estimated from primitives measured in the
@@ -349,8 +362,8 @@ pub(super) fn pooled_vfs(name: &str, max_n: usize, tables: u64) -> Res<UioVfs> {
     Ok(UioVfs::register_pooled(name, uio, CHUNK, DEPTH, pool)?)
 }
 
-/// Run `n` queries at once by `variant`, each checked against `want`; `uio_pool` through
-/// `pooled`, the others through a layer of their own.
+/// Run `n` queries at once by `variant`, each checked against `want`; `uio_pool` and
+/// `uio_pool_no_prefetch` through `pooled`, the others through a layer of their own.
 fn run_queries(
     variant: &str,
     paths: &[PathBuf],
@@ -360,7 +373,7 @@ fn run_queries(
     pooled: Option<&UioVfs>,
 ) -> Res<Run> {
     let own = match layer_config(variant, n) {
-        Some(c) if variant != "uio_pool" => {
+        Some(c) if !pooled_variant(variant) => {
             let uio = Arc::new(Uio::new(c)?);
             Some(UioVfs::register(
                 &format!("zcio-bench-{serial}"),
@@ -371,8 +384,14 @@ fn run_queries(
         }
         _ => None,
     };
-    let layer = if variant == "uio_pool" {
-        Some(pooled.ok_or("uio_pool: no pooled layer")?)
+    let layer = if pooled_variant(variant) {
+        let p = pooled.ok_or("uio_pool: no pooled layer")?;
+        p.set_prefetch(if variant == "uio_pool_no_prefetch" {
+            0
+        } else {
+            zcio_sqlite::readahead::PREFETCH
+        });
+        Some(p)
     } else {
         own.as_ref()
     };
@@ -490,7 +509,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         pooled: None,
         placement: ONE_DEVICE,
     };
-    let pooled = if variants.contains(&"uio_pool") {
+    let pooled = if variants.iter().any(|v| pooled_variant(v)) {
         Some(pooled_vfs(
             "zcio-bench-pool",
             max_n,
@@ -645,6 +664,7 @@ impl Setup<'_> {
                     bytes_copied: last[v].bytes_copied,
                     bytes_fetched: last[v].bytes_fetched,
                     bytes_pooled: last[v].bytes_pooled,
+                    bytes_prefetched: last[v].bytes_prefetched,
                 });
                 if *name == "kernel" {
                     let bytes = (n as u64 * self.table_bytes) as f64;

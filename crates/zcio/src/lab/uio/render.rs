@@ -93,7 +93,7 @@ pub fn findings(r: &Results) -> Vec<String> {
             }
         ));
         if let Some(pool) = get("uio_pool") {
-            out.push(pool_finding(pool, n, cache));
+            out.push(pool_finding(pool, get("uio_pool_no_prefetch"), n, cache));
         }
     }
     out.extend(super::per_device::finding(u));
@@ -167,12 +167,14 @@ pub(super) fn target_row(u: &UioSection, n: usize) -> Option<&Row> {
     row(u, "uio_pool", "warm", n).or_else(|| row(u, "uio", "warm", n))
 }
 
-fn pool_finding(pool: &Row, n: usize, cache: &str) -> String {
+fn pool_finding(pool: &Row, bare: Option<&Row>, n: usize, cache: &str) -> String {
     let mib = pool.bytes_pooled as f64 / (1u64 << 20) as f64;
     if cache == "warm" {
         format!(
-            "With the engine's own buffer pool on the layer (the tables' chunks kept in the layer's registered buffers across queries, as a database that bypasses the kernel keeps its pool; warm here means warm in that pool), N = {n} scans run at {:.2}× the kernel's buffered reads from the page cache, with {} requests to the device and {mib:.0} MiB found in the pool in the last run.",
-            pool.over_kernel, pool.requests
+            "With the engine's own buffer pool on the layer (the tables' chunks kept in the layer's registered buffers across queries, as a database that bypasses the kernel keeps its pool; warm here means warm in that pool), N = {n} scans run at {:.2}× the kernel's buffered reads from the page cache, with {} requests to the device and {mib:.0} MiB found in the pool in the last run.{}",
+            pool.over_kernel,
+            pool.requests,
+            bare.map_or(String::new(), |b| prefetch_finding(pool, b, n)),
         )
     } else {
         format!(
@@ -180,6 +182,35 @@ fn pool_finding(pool: &Row, n: usize, cache: &str) -> String {
             pool.over_kernel, pool.requests
         )
     }
+}
+
+/// What prefetching the pages after each one read in place did at `n`, warm in the pool:
+/// `pool` with it, `bare` without.
+fn prefetch_finding(pool: &Row, bare: &Row, n: usize) -> String {
+    let mib = pool.bytes_prefetched as f64 / (1u64 << 20) as f64;
+    let gain = bare.seconds / pool.seconds;
+    format!(
+        " Each page SQLite read in place had the bytes after it prefetched into the CPU's cache ({mib:.0} MiB in the last run); without that the same N = {n} scans take {:.3} s (spread {:.3}–{:.3}) against {:.3} s ({:.3}–{:.3}), {:.2}× the kernel's reads, with {:.3} s of user CPU against {:.3} s: {}.",
+        bare.seconds,
+        bare.seconds_spread[0],
+        bare.seconds_spread[1],
+        pool.seconds,
+        pool.seconds_spread[0],
+        pool.seconds_spread[1],
+        bare.over_kernel,
+        bare.cpu_user_s,
+        pool.cpu_user_s,
+        if gain >= 1.05 {
+            format!("the prefetch makes the scans {gain:.2}× as fast")
+        } else if gain <= 0.95 {
+            format!(
+                "the prefetch costs time here: without it the scans are {:.2}× as fast",
+                1.0 / gain
+            )
+        } else {
+            "the prefetch makes no difference beyond 5 % here".to_string()
+        }
+    )
 }
 
 /// Figures 5, 7 and 8 (`qps` false: time for N over time for one) or queries per second, per
@@ -261,7 +292,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
             "Paper 004 — user-level I/O: concurrent scans by a real engine",
         ),
         p(format!(
-            "N threads each run the paper's query (`select t.*, t.unique1 from tenk1 t where t.tenthous = 1000`, {} rows returned) with SQLite on its own Wisconsin tenk1 table of {} rows ({:.1} MiB, one database file each), all N at once; the time is until the last finishes, the median of {} rounds with the variants alternating. `kernel`: SQLite's own VFS, a buffered pread per 4 KiB page. `uio`: SQLite's main-database reads through zcio-uio (zcio-sqlite's VFS): read-ahead of {} KiB O_DIRECT requests, {} in flight per table, into buffers registered with the ring, initiated through the submission ring read by a polling kernel thread, completions delivered to the issuing thread's handler; SQLite reads each page in place in the buffer the transfer filled (its memory-mapped interface, xFetch, served from the layer's buffers), pages off the read-ahead's path copied. `uio copy`: every page copied into SQLite's buffer (xRead) instead. `uio syscall`: one io_uring_enter per request instead of the polling thread; `uio per request`: buffers the kernel translates and pins per request instead of registered ones. `uio pool`: `uio` with the engine's own buffer pool on the layer: the tables' chunks kept in the layer's registered buffers across queries, as a database that bypasses the kernel keeps its own pool (filled by one untimed scan of every table before the warm runs, emptied before every cold run). `kernel mmap` (not the paper's): SQLite's memory-mapped reads, pages read in place from the page cache.{} Warm: the tables in the page cache; cold: dropped from it before every run (POSIX_FADV_DONTNEED; a cache below the kernel, such as a hypervisor's, may still hold them). O_DIRECT reads bypass the page cache either way{}. Every query's rows were checked against the kernel VFS's. CPU is the process's (every thread, the polling kernel thread included).",
+            "N threads each run the paper's query (`select t.*, t.unique1 from tenk1 t where t.tenthous = 1000`, {} rows returned) with SQLite on its own Wisconsin tenk1 table of {} rows ({:.1} MiB, one database file each), all N at once; the time is until the last finishes, the median of {} rounds with the variants alternating. `kernel`: SQLite's own VFS, a buffered pread per 4 KiB page. `uio`: SQLite's main-database reads through zcio-uio (zcio-sqlite's VFS): read-ahead of {} KiB O_DIRECT requests, {} in flight per table, into buffers registered with the ring, initiated through the submission ring read by a polling kernel thread, completions delivered to the issuing thread's handler; SQLite reads each page in place in the buffer the transfer filled (its memory-mapped interface, xFetch, served from the layer's buffers), pages off the read-ahead's path copied. `uio copy`: every page copied into SQLite's buffer (xRead) instead. `uio syscall`: one io_uring_enter per request instead of the polling thread; `uio per request`: buffers the kernel translates and pins per request instead of registered ones. `uio pool`: `uio` with the engine's own buffer pool on the layer: the tables' chunks kept in the layer's registered buffers across queries, as a database that bypasses the kernel keeps its own pool (filled by one untimed scan of every table before the warm runs, emptied before every cold run). Every variant that reads pages in place asks the CPU, at each page, to bring the next 8 KiB the read-ahead holds into its cache (a copy streams what it reads through the cache; a page read in place would be waited for a cache line at a time); `uio pool no prefetch` is `uio pool` without that. `kernel mmap` (not the paper's): SQLite's memory-mapped reads, pages read in place from the page cache.{} Warm: the tables in the page cache; cold: dropped from it before every run (POSIX_FADV_DONTNEED; a cache below the kernel, such as a hypervisor's, may still hold them). O_DIRECT reads bypass the page cache either way{}. Every query's rows were checked against the kernel VFS's. CPU is the process's (every thread, the polling kernel thread included).",
             u.result_rows,
             u.rows_per_table,
             u.table_bytes as f64 / (1u64 << 20) as f64,
