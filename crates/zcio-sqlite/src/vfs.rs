@@ -36,7 +36,7 @@ struct VfsCtx {
     stats: Arc<Mutex<ReadStats>>,
     pool: Option<Arc<BufferPool>>,
     /// Bytes prefetched after each page fetched, for files opened from now on.
-    prefetch: AtomicUsize,
+    prefetch: Arc<AtomicUsize>,
 }
 
 /// A VFS registered with SQLite under a name, reading main databases through a layer.
@@ -47,6 +47,7 @@ pub struct UioVfs {
     ctx: *mut VfsCtx,
     stats: Arc<Mutex<ReadStats>>,
     pool: Option<Arc<BufferPool>>,
+    prefetch: Arc<AtomicUsize>,
 }
 
 // SAFETY: the registered structures are only read by SQLite (which is thread-safe in its
@@ -115,6 +116,7 @@ impl UioVfs {
         let base = unsafe { std::ptr::read(unix) };
         let state_at = *STATE_AT.get_or_init(|| (base.szOsFile as usize).next_multiple_of(8));
         let stats = Arc::new(Mutex::new(ReadStats::default()));
+        let prefetch = Arc::new(AtomicUsize::new(crate::readahead::PREFETCH));
         let handler = crate::readahead::handler(&uio);
         let ctx = Box::into_raw(Box::new(VfsCtx {
             unix,
@@ -125,7 +127,7 @@ impl UioVfs {
             methods: Mutex::new(HashMap::new()),
             stats: stats.clone(),
             pool: pool.clone(),
-            prefetch: AtomicUsize::new(crate::readahead::PREFETCH),
+            prefetch: prefetch.clone(),
         }));
         let vfs = Box::into_raw(Box::new(ffi::sqlite3_vfs {
             szOsFile: (state_at + std::mem::size_of::<*mut FileState>()) as c_int,
@@ -151,6 +153,7 @@ impl UioVfs {
             ctx,
             stats,
             pool,
+            prefetch,
         })
     }
 
@@ -167,14 +170,12 @@ impl UioVfs {
     /// Prefetch the `bytes` after each page SQLite reads in place into the CPU's cache, in
     /// files opened from now on (0: none; [`crate::readahead::PREFETCH`] at first).
     pub fn set_prefetch(&self, bytes: usize) {
-        // SAFETY: the context lives until `drop`; its `prefetch` is an atomic.
-        unsafe { (*self.ctx).prefetch.store(bytes, Ordering::Relaxed) };
+        self.prefetch.store(bytes, Ordering::Relaxed);
     }
 
     /// Bytes prefetched after each page read in place, in files opened from now on.
     pub fn prefetch(&self) -> usize {
-        // SAFETY: as in `set_prefetch`.
-        unsafe { (*self.ctx).prefetch.load(Ordering::Relaxed) }
+        self.prefetch.load(Ordering::Relaxed)
     }
 
     /// What the reads through this VFS did so far.

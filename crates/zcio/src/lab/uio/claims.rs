@@ -201,14 +201,7 @@ mod tests {
             row("uio_pool", 0.022),
             row("uio_pool_no_prefetch", bare),
         ];
-        let u: UioSection = serde_json::from_value(serde_json::json!({
-            "rows_per_table": 60000, "table_bytes": 1, "rounds": 3, "chunk": 131072,
-            "depth": 4, "direct": true, "direct_refused": null, "table_devices": 1,
-            "table_fs": "ext4", "result_rows": 6, "rows": rows, "breakdown": [],
-            "primitives": {"copy_ns_per_kib": 1.0, "pread_ns": 1.0}, "raw": [],
-            "fio_skipped": null,
-        }))
-        .unwrap();
+        let u = crate::lab::uio::section_of(rows);
         let dir = tempfile::tempdir().unwrap();
         let mut r = Results::new(
             Preset::Smoke,
@@ -229,6 +222,11 @@ mod tests {
         c.why.clone()
     }
 
+    /// The section's findings with the pool without the prefetch at `bare` s.
+    fn findings(bare: f64) -> String {
+        crate::lab::uio::render::findings(&results(bare)).join("\n")
+    }
+
     #[test]
     fn the_prefetch_is_credited_only_where_the_scans_without_it_were_slower() {
         let r = results(0.034);
@@ -236,7 +234,7 @@ mod tests {
             warm_why(&r),
             "pages read in place from the pool, the next ones prefetched into the CPU's cache (2.03× without): no copy, no request"
         );
-        let f = crate::lab::uio::render::findings(&r).join("\n");
+        let f = findings(0.034);
         assert!(
             f.contains("without that the same N = 16 scans take 0.034 s (spread 0.034–0.035) against 0.022 s (0.022–0.023), 2.03× the kernel's reads")
                 && f.contains("the prefetch makes the scans 1.55× as fast"),
@@ -247,12 +245,12 @@ mod tests {
             warm_why(&r),
             "pages read in place from the pool: no copy, no request"
         );
-        let f = crate::lab::uio::render::findings(&r).join("\n");
+        let f = findings(0.0225);
         assert!(
             f.contains("the prefetch makes no difference beyond 5 % here"),
             "{f}"
         );
-        let f = crate::lab::uio::render::findings(&results(0.011)).join("\n");
+        let f = findings(0.011);
         assert!(
             f.contains("the prefetch costs time here: without it the scans are 2.00× as fast"),
             "{f}"

@@ -16,6 +16,20 @@ use crate::transfer::Res;
 /// Figures 5-9 of paper 004.
 pub struct Uio;
 
+/// A section of `rows` (as `results.json` holds them), its other fields fixed: what the
+/// section's unit tests render and judge.
+#[cfg(test)]
+pub(crate) fn section_of(rows: Vec<serde_json::Value>) -> measure::UioSection {
+    serde_json::from_value(serde_json::json!({
+        "rows_per_table": 60000, "table_bytes": 1, "rounds": 1, "chunk": 131072,
+        "depth": 4, "direct": true, "direct_refused": null, "table_devices": 1,
+        "table_fs": "ext4", "result_rows": 6, "rows": rows, "breakdown": [],
+        "primitives": {"copy_ns_per_kib": 1.0, "pread_ns": 1.0}, "raw": [],
+        "fio_skipped": null,
+    }))
+    .expect("a section")
+}
+
 impl Experiment for Uio {
     const ID: &'static str = "uio";
     const PAPER: &'static str = "004";

@@ -246,14 +246,7 @@ mod tests {
             add(LOOP_MEMORY, "kernel", kernel);
             add(LOOP_MEMORY, "uio", layer);
         }
-        let mut u: UioSection = serde_json::from_value(serde_json::json!({
-            "rows_per_table": 60000, "table_bytes": 1, "rounds": 1, "chunk": 131072,
-            "depth": 4, "direct": true, "direct_refused": null, "table_devices": 1,
-            "table_fs": "ext4", "result_rows": 6, "rows": rows, "breakdown": [],
-            "primitives": {"copy_ns_per_kib": 1.0, "pread_ns": 1.0}, "raw": [],
-            "fio_skipped": null,
-        }))
-        .unwrap();
+        let mut u = crate::lab::uio::section_of(rows);
         for r in &mut u.rows {
             r.over_kernel = r.queries_per_s / kernel_rate(&kernel, &r.placement, r.queries);
         }

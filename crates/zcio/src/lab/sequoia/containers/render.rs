@@ -16,11 +16,7 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
     let Some((first, main)) = f.rows.first().map(|x| (x.relays, x.frame)) else {
         return Vec::new();
     };
-    let get = |v: &str| {
-        f.rows
-            .iter()
-            .find(|x| x.variant == v && x.relays == first && x.frame == main && !x.shmem_override)
-    };
+    let get = |v: &str| own_row(f, v, main, first);
     let (Some(rw), Some(c), Some(u), Some(vm), Some(vu)) = (
         get("read_write"),
         get("containers"),
@@ -117,6 +113,19 @@ pub fn frames_findings(r: &Results) -> Vec<String> {
     found
 }
 
+/// The row of `variant` with frames of `frame` through `relays` relays, under the machine's
+/// own shared memory policy.
+fn own_row<'a>(
+    f: &'a FramesSection,
+    variant: &str,
+    frame: Frame,
+    relays: usize,
+) -> Option<&'a Row> {
+    f.rows.iter().find(|x| {
+        x.variant == variant && x.frame == frame && x.relays == relays && !x.shmem_override
+    })
+}
+
 /// What the sealed variants in 4 KiB pages did with frames of `frame` under the shared memory
 /// policy zcio set for their runs, beside the machine's own; or, if `why_not`, why they were
 /// not measured under it.
@@ -127,18 +136,13 @@ fn under_policy(f: &FramesSection, frame: Frame, relays: usize, why_not: bool) -
             "The sealed containers in 4 KiB pages were measured under the machine's own shared memory policy ({machine}) only: {why}."
         ));
     }
-    let rows: Vec<&Row> = f
+    let set: Vec<&Row> = f
         .rows
         .iter()
-        .filter(|x| x.frame == frame && x.relays == relays)
+        .filter(|x| x.frame == frame && x.relays == relays && x.shmem_override)
         .collect();
-    let set: Vec<&Row> = rows.iter().copied().filter(|x| x.shmem_override).collect();
     let policy = set.first()?.shmem_policy.as_deref().unwrap_or("another");
-    let own = |v: &str| {
-        rows.iter()
-            .copied()
-            .find(|x| x.variant == v && !x.shmem_override)
-    };
+    let own = |v: &str| own_row(f, v, frame, relays);
     let folios = |x: &Row| {
         x.large_folios_per_frame
             .map_or("not counted".to_string(), |n| format!("{n:.1}"))
@@ -406,11 +410,7 @@ fn cost_sentence(f: &FramesSection, main: Frame) -> String {
     let Some(first) = f.rows.first().map(|x| x.relays) else {
         return String::new();
     };
-    let row = |v: &str| {
-        f.rows
-            .iter()
-            .find(|x| x.variant == v && x.relays == first && x.frame == main && !x.shmem_override)
-    };
+    let row = |v: &str| own_row(f, v, main, first);
     let (Some(rw), Some(c), Some(vm), Some(vu)) = (
         row("read_write"),
         row("containers"),
