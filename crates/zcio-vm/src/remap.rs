@@ -307,7 +307,7 @@ impl RemapSpace {
             // space's), borrowed mutably for this call, so no reference into them is alive; the
             // caller hands the destination over empty (the contract of move_in/move_out), and
             // the source is left empty, which is what these calls promise.
-            let copied = unsafe { rt.move_range(to, from)? };
+            let copied = unsafe { rt.move_range(crate::runtime::MoveStep::Remap, to, from)? };
             if copied > 0 {
                 // The pages the kernel would not move were copied and are still at the source:
                 // drop them, so that the source is left empty as promised (a later move into

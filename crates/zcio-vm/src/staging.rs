@@ -7,11 +7,16 @@
 //! only the partial pages at either end are copied. Since the buffer is not touched until the
 //! input has completed, a failed or truncated input leaves it as it was: this is what lets
 //! emulated copy keep copy semantics' input integrity.
+//!
+//! Once the input is in the staging, a delivery always delivers it: a page the kernel will not
+//! move (pinned, shared since a fork, or in mappings it finds incompatible) gets the bytes by
+//! copy, and a swap that cannot start at all becomes a copy of the staging. Nothing is left
+//! moved out of the buffer, and the staging stays usable for the next input.
 
 use crate::error::{Result, VmError};
 use crate::mapping::{MapOptions, Mapping};
 use crate::page::{HUGE_PAGE_SIZE, RawRange, page_size};
-use crate::runtime::VmRuntime;
+use crate::runtime::{MoveStep, VmRuntime};
 
 /// What a delivery did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -153,16 +158,22 @@ impl Staging {
             });
         }
         let whole = len / h * h;
-        let copied = if whole > 0 {
-            let d = dst.range().sub(0, whole)?;
-            dst.discard(d)?;
-            let s = self.stg.range().sub(0, whole)?;
-            // SAFETY: `d` is the caller's mapping, borrowed mutably and emptied just above; `s`
-            // is our staging, whose pages (the input just read) are left to the region.
-            unsafe { VmRuntime::get().move_range(d, s)? }
-        } else {
-            0
+        let d = dst.range().sub(0, whole)?;
+        let s = self.stg.range().sub(0, whole)?;
+        // Emptied first; where that or the move cannot even start, the granules are copied:
+        // the input is in the staging and goes nowhere else.
+        let moved = match whole {
+            0 => Ok(0),
+            // SAFETY: `d` is the caller's mapping, borrowed mutably and emptied first; `s` is
+            // our staging, whose pages (the input just read) are left to the region.
+            _ => dst
+                .discard(d)
+                .and_then(|()| unsafe { VmRuntime::get().move_range(MoveStep::RegionIn, d, s) }),
         };
+        let copied = moved.unwrap_or_else(|_| {
+            dst.as_mut_slice()[..whole].copy_from_slice(&self.stg.as_slice()[..whole]);
+            whole
+        });
         dst.as_mut_slice()[whole..len].copy_from_slice(&self.stg.as_slice()[whole..len]);
         Ok(Delivery {
             swapped: whole - copied,
@@ -189,7 +200,7 @@ impl Staging {
         // SAFETY: `d` is our staging, empty there (no huge page, and after `deliver_pages` no
         // page at all; a populated page makes the move fail, not overwrite); `s` is the
         // caller's mapping, borrowed mutably, left empty.
-        match unsafe { VmRuntime::get().move_range(d, s) } {
+        match unsafe { VmRuntime::get().move_range(MoveStep::TakeBack, d, s) } {
             Ok(copied) => whole - copied,
             Err(_) => 0,
         }
@@ -226,13 +237,24 @@ impl Staging {
         let (stg, scr) = self.runs_at(s_off, pmds.len);
         // Scratch must be empty there: it is where the last delivery of this window moved its
         // staging pages out; otherwise empty it.
-        if self.scr_empty.is_none_or(|e| !e.contains(&scr)) {
-            self.scr.discard(scr)?;
-        }
+        let ready = match self.scr_empty.is_some_and(|e| e.contains(&scr)) {
+            true => Ok(()),
+            false => self.scr.discard(scr),
+        };
         self.scr_empty = None;
         // SAFETY: `pmds` is whole pages of `app`, borrowed mutably for this call and registered
         // above; staging and scratch are our registered mappings and the scratch run is empty.
-        let copied = unsafe { rt.swap(pmds, stg, scr)? };
+        let swapped = ready.and_then(|()| unsafe { rt.swap(pmds, stg, scr) });
+        let Ok(copied) = swapped else {
+            // The swap could not start (it moves nothing then): the PMDs' bytes are copied
+            // from the staging, which keeps its pages.
+            let (a, b) = (head, len - tail);
+            app[a..b].copy_from_slice(&self.stg.as_slice()[off + a..off + b]);
+            return Ok(Delivery {
+                swapped: 0,
+                copied: len,
+            });
+        };
         std::mem::swap(&mut self.stg, &mut self.scr);
         // The staging run just emptied is the next scratch's; pages copied instead of moved
         // (under a pending output) left it populated.
@@ -299,7 +321,14 @@ impl Staging {
             addr: self.scr.addr(),
             len: (off + len).div_ceil(ps) * ps,
         };
-        self.scr.discard(span)?; // scratch must be empty (a no-op in the steady state)
+        if self.scr.discard(span).is_err() {
+            // Scratch must be empty for a swap (a no-op in the steady state): copy instead.
+            app.copy_from_slice(&self.stg.as_slice()[off..off + len]);
+            return Ok(Delivery {
+                swapped: 0,
+                copied: len,
+            });
+        }
         // Partial pages first: reverse copyout where enough of the page is data, else copy.
         let mut reversed = 0;
         // Bytes the CPU copied for reverse copyout (the application's bytes completing a page).
@@ -310,6 +339,7 @@ impl Staging {
             }
             let page = (appr.addr + start) & !(ps - 1);
             let within = appr.addr + start - page;
+            // A reverse copyout that fails changes nothing: the data is copied out then.
             let done = if n >= reverse_copyout_bytes {
                 // SAFETY: the page holds `n` bytes of `app`, borrowed mutably here, at `within`;
                 // staging and scratch pages are ours, the scratch page emptied above.
@@ -319,8 +349,9 @@ impl Staging {
                         within..within + n,
                         self.stg.addr() + (page - base),
                         self.scr.addr() + (page - base),
-                    )?
+                    )
                 }
+                .unwrap_or(None)
             } else {
                 None
             };
@@ -337,7 +368,16 @@ impl Staging {
         let (stg, scr) = self.runs_at(s_off, full.len);
         // SAFETY: `full` is the full pages of `app`, borrowed mutably for this call and registered
         // above; staging and scratch are our registered mappings and the scratch run is empty.
-        let copied = unsafe { rt.swap(full, stg, scr)? };
+        let Ok(copied) = (unsafe { rt.swap(full, stg, scr) }) else {
+            // The swap could not start (it moves nothing then): the full pages' bytes are
+            // copied from the staging, which keeps its pages; the partial pages are done.
+            let (a, b) = (head, len - tail);
+            app[a..b].copy_from_slice(&self.stg.as_slice()[off + a..off + b]);
+            return Ok(Delivery {
+                swapped: reversed,
+                copied: len - reversed + completion,
+            });
+        };
         // The old application pages are in scratch: they become the next staging (page recycling).
         std::mem::swap(&mut self.stg, &mut self.scr);
         self.scr_empty = None;

@@ -15,10 +15,9 @@ impl VmRuntime {
     /// address from the old one, so such a range must not be reused.
     pub fn watch(&self, r: RawRange) -> Option<WatchId> {
         self.uffd.as_ref().filter(|_| self.is_live())?;
-        // Let the handler finish the events it has read: the unmap of an earlier mapping at
-        // this very address returns once its event is read, not handled, and handled after
-        // this watch it would be taken for the unmapping of this range.
-        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        // The unmap of an earlier mapping at this very address, handled after this watch,
+        // would be taken for the unmapping of this range.
+        self.settle();
         let mut st = self.lock();
         if st.watches.len() == MAX_WATCHES {
             return None;
@@ -34,8 +33,7 @@ impl VmRuntime {
 
     /// Whether (part of) a watched range was unmapped since [`VmRuntime::watch`].
     pub fn watch_gone(&self, w: WatchId) -> bool {
-        // An unmap whose event the handler has read is handled before this lock is ours.
-        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        self.settle();
         let st = self.lock();
         st.watches
             .iter()
@@ -46,6 +44,15 @@ impl VmRuntime {
     /// Stop watching.
     pub fn unwatch(&self, w: WatchId) {
         self.lock().watches.retain(|x| x.id != w.0);
+    }
+
+    /// Wait until the handler has handled the events it has read. `munmap` returns once its
+    /// unmap event is read, not handled: until then the books still hold what was at the
+    /// address (a registration, a watch), and a new mapping placed there since would be taken
+    /// for the old one. Every lookup by address that follows an application's unmap calls this
+    /// first. Not with the state lock held (the handler takes it while holding the batch).
+    pub(super) fn settle(&self) {
+        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     pub(super) fn handler_loop(&'static self, fd: i32) {

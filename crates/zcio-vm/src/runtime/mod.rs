@@ -38,6 +38,7 @@ mod swap;
 mod tcow;
 
 pub use handler::WatchId;
+pub use moves::MoveStep;
 pub use output::OutputRef;
 
 use crate::error::{Result, VmError};
@@ -130,12 +131,16 @@ pub struct VmStats {
     /// Missing-page faults served with zero pages.
     pub missing_faults: u64,
     /// Pages moved by swaps, region moves and reverse copyout (not TCOW's moves, which
-    /// `tcow_copies` and `tcow_huge_copies` count, nor the moves that undo a failed swap).
+    /// `tcow_copies` and `tcow_huge_copies` count).
     pub pages_moved: u64,
     /// `UFFDIO_MOVE` calls issued for the moves `pages_moved` counts, retries included.
     pub move_calls: u64,
     /// Pages that could not be moved and were copied instead.
     pub move_fallback_copies: u64,
+    /// Moves the kernel refused for a reason other than a pinned or shared page or a changing
+    /// address space (mappings it finds incompatible for a move): the pages were copied.
+    #[serde(default)]
+    pub refused_moves: u64,
     /// Ranges registered with the userfaultfd.
     pub registrations: u64,
     /// Unmap events observed on registered ranges.
@@ -161,6 +166,7 @@ struct Counters {
     pages_moved: AtomicU64,
     move_calls: AtomicU64,
     move_fallback_copies: AtomicU64,
+    refused_moves: AtomicU64,
     registrations: AtomicU64,
     unmaps: AtomicU64,
     released_registrations: AtomicU64,
@@ -487,6 +493,7 @@ impl VmRuntime {
             pages_moved: c.pages_moved.load(Ordering::Relaxed),
             move_calls: c.move_calls.load(Ordering::Relaxed),
             move_fallback_copies: c.move_fallback_copies.load(Ordering::Relaxed),
+            refused_moves: c.refused_moves.load(Ordering::Relaxed),
             registrations: c.registrations.load(Ordering::Relaxed),
             unmaps: c.unmaps.load(Ordering::Relaxed),
             released_registrations: c.released_registrations.load(Ordering::Relaxed),

@@ -5,8 +5,8 @@
 use super::{EAGAIN_RETRIES, VmRuntime};
 use crate::error::VmError;
 use crate::page::page_size;
-use crate::uffd::Userfaultfd;
-use std::sync::atomic::Ordering;
+use crate::uffd::{MoveError, Userfaultfd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The `EAGAIN` retries an operation has left: [`EAGAIN_RETRIES`] in all, shared by every call
 /// the operation makes (one budget for both phases of a swap, a fresh one per single move).
@@ -29,10 +29,68 @@ impl Budget {
     }
 }
 
+/// Which step of an input a run of moves is: where [`VmRuntime::inject_move_failure`] makes
+/// the kernel's refusal happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MoveStep {
+    /// A swap's first phase: the application's pages out to scratch.
+    SwapOut,
+    /// A swap's second phase: the staging pages into the application's buffer.
+    SwapIn,
+    /// Reverse copyout: the application's page out to scratch.
+    ReverseOut,
+    /// Reverse copyout: the completed staging page into the application's buffer.
+    ReverseIn,
+    /// A move input at 2 MiB: the staging's pages into the new region.
+    RegionIn,
+    /// A move region's pages back into the huge staging.
+    TakeBack,
+    /// Pages moved into place by remapping (VMMR's reassembly).
+    Remap,
+}
+
+impl MoveStep {
+    /// Every step.
+    pub const ALL: [MoveStep; 7] = [
+        MoveStep::SwapOut,
+        MoveStep::SwapIn,
+        MoveStep::ReverseOut,
+        MoveStep::ReverseIn,
+        MoveStep::RegionIn,
+        MoveStep::TakeBack,
+        MoveStep::Remap,
+    ];
+}
+
+/// Fault injection for tests, one slot a step: 0 when unarmed, else 1 + the pages the next run
+/// at that step moves before the kernel "refuses" the next one with `EINVAL`.
+static INJECT_MOVE: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+
+/// Take the injection armed for `step`, if any: the pages to move before the refusal.
+fn injected(step: MoveStep) -> Option<usize> {
+    let slot = &INJECT_MOVE[MoveStep::ALL.iter().position(|s| *s == step)?];
+    slot.swap(0, Ordering::Relaxed).checked_sub(1)
+}
+
+impl VmRuntime {
+    /// Fault injection for tests: the next run of moves at `step` moves `after_pages` pages (or
+    /// all it has, if fewer), then meets `EINVAL` on the next one, as when the kernel finds the
+    /// two mappings incompatible (`validate_move_areas`); `None` disarms the step. Process-wide
+    /// and one-shot; arming a step again replaces what was armed. Returns whether an earlier
+    /// injection at the step was still unused.
+    #[doc(hidden)]
+    pub fn inject_move_failure(&self, step: MoveStep, after_pages: Option<usize>) -> bool {
+        let i = MoveStep::ALL.iter().position(|s| *s == step).unwrap_or(0);
+        let armed = after_pages.map_or(0, |n| n.saturating_add(1));
+        INJECT_MOVE[i].swap(armed, Ordering::Relaxed) != 0
+    }
+}
+
 /// A run of pages to move with [`VmRuntime::move_run`]: `len` bytes from `src` to `dst`, with
-/// the `UFFDIO_MOVE` modes.
+/// the `UFFDIO_MOVE` modes, and the step of an input it is.
 #[derive(Clone, Copy)]
 pub(super) struct Run {
+    pub(super) step: MoveStep,
     pub(super) dst: usize,
     pub(super) src: usize,
     pub(super) len: usize,
@@ -46,8 +104,15 @@ impl Run {
     /// `len` bytes from `src` to `dst`, where a page missing from the source is no error
     /// (`UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES`), waking the threads that faulted on `dst` unless
     /// `dontwake`.
-    pub(super) fn allowing_holes(dst: usize, src: usize, len: usize, dontwake: bool) -> Run {
+    pub(super) fn allowing_holes(
+        step: MoveStep,
+        dst: usize,
+        src: usize,
+        len: usize,
+        dontwake: bool,
+    ) -> Run {
         Run {
+            step,
             dst,
             src,
             len,
@@ -103,8 +168,9 @@ impl VmRuntime {
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, ps) };
     }
 
-    /// Move the pages of `run` with as many `UFFDIO_MOVE` calls as it takes, counting each call
-    /// in `move_calls` and each page moved in `pages_moved`. Where the kernel says `EAGAIN` (the
+    /// Move the pages of `run` with as many `UFFDIO_MOVE` calls as it takes (one a VMA the run
+    /// lies over, at least), counting each call in `move_calls` and each page moved in
+    /// `pages_moved`. Where the kernel says `EAGAIN` (the
     /// address space is changing: an event awaits the handler thread), yield and call again
     /// while `budget` lasts. A page the kernel refuses otherwise (`EBUSY`: pinned, or shared
     /// with a forked child; `EAGAIN` with the budget spent; any other errno) goes to
@@ -124,18 +190,41 @@ impl VmRuntime {
     ) -> std::result::Result<(), E> {
         let ps = page_size();
         let mut off = 0;
+        let mut inject = injected(run.step);
+        // The most one call asks for: the rest of the run, less where the run crossed from one
+        // mapping (VMA) into the next. `UFFDIO_MOVE` moves within one VMA at either end and
+        // refuses a range that leaves it with `EINVAL`, having moved nothing; a buffer can lie
+        // over several (two mappings side by side, or one split by a registration or advice).
+        let mut limit = usize::MAX;
         while off < run.len {
             self.counters.move_calls.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: the caller's contract covers the run.
-            let r = unsafe {
-                u.move_pages(
-                    run.dst + off,
-                    run.src + off,
-                    run.len - off,
-                    run.allow_src_holes,
-                    run.dontwake,
-                )
+            let len = match inject {
+                Some(k) => (k * ps).min(run.len - off),
+                None => (run.len - off).min(limit),
             };
+            let mut r = match len {
+                0 => Err(MoveError {
+                    moved: 0,
+                    errno: libc::EINVAL,
+                }),
+                // SAFETY: the caller's contract covers the run.
+                len => unsafe {
+                    u.move_pages(
+                        run.dst + off,
+                        run.src + off,
+                        len,
+                        run.allow_src_holes,
+                        run.dontwake,
+                    )
+                },
+            };
+            if inject.take().is_some() && off + len < run.len {
+                let moved = r.as_ref().map_or_else(|e| e.moved, |n| *n);
+                r = Err(MoveError {
+                    moved,
+                    errno: libc::EINVAL,
+                });
+            }
             let moved = match r {
                 Ok(n) => n,
                 Err(ref e) => e.moved,
@@ -144,7 +233,17 @@ impl VmRuntime {
                 .pages_moved
                 .fetch_add((moved / ps) as u64, Ordering::Relaxed);
             off += moved;
-            let Err(e) = r else { continue };
+            let Err(e) = r else {
+                limit = usize::MAX;
+                continue;
+            };
+            if e.errno == libc::EINVAL && moved == 0 && len > ps {
+                // Perhaps the range leaves a VMA: ask for half (whole pages) until a call
+                // moves something, then for the rest again. A page that is refused alone is
+                // refused for another reason.
+                limit = (len / 2).div_ceil(ps) * ps;
+                continue;
+            }
             if e.errno == libc::EAGAIN && budget.spend() {
                 std::thread::yield_now();
                 continue;

@@ -26,10 +26,10 @@ impl VmRuntime {
     fn reference_unprotected(&'static self, buf: RawRange) -> Result<OutputRef> {
         self.check_live()?;
         let full = buf.full_pages();
-        // Let the handler finish the events it has read: an unmap that returned before this
-        // call (perhaps of an old mapping at this very address) must be on the books before
-        // this output starts, or it would be taken for an unmap during this output.
-        drop(self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        // An unmap that returned before this call (perhaps of an old mapping at this very
+        // address) must be on the books before this output starts, or it would be taken for an
+        // unmap during this output.
+        self.settle();
         let mut st = self.lock();
         if st.outputs.len() == MAX_OUTPUTS {
             return Err(VmError::TooLarge {

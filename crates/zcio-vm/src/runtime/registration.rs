@@ -10,7 +10,9 @@ use std::sync::atomic::Ordering;
 
 impl VmRuntime {
     /// Make sure the full pages of `r` are registered for missing and write-protect faults.
-    /// Called with the state lock held; issues only ioctls, touches no user memory.
+    /// Called with the state lock held, after [`VmRuntime::settle`] (a registration of a
+    /// buffer since unmapped must not be taken for one of the buffer now at its address);
+    /// issues only ioctls, touches no user memory.
     pub(super) fn ensure_registered_locked(&self, st: &mut State, r: RawRange) -> Result<()> {
         let u = self.uffd.as_ref().expect("only with userfaultfd");
         st.clock += 1;
@@ -96,6 +98,9 @@ impl VmRuntime {
         if full.is_empty() || self.uffd.is_none() {
             return Ok(full);
         }
+        // A buffer freed and allocated again at the same address is a new mapping, which the
+        // kernel has not registered: the old one's record must be gone before the lookup.
+        self.settle();
         let mut st = self.lock();
         self.ensure_registered_locked(&mut st, full)?;
         Ok(full)

@@ -1,7 +1,7 @@
 //! Reverse copyout (paper 000, §5.2): a partially filled input page completed with the
 //! application's bytes and swapped in.
 
-use super::moves::{Budget, Run, Step, retry_eagain};
+use super::moves::{Budget, MoveStep, Run, Step, retry_eagain};
 use super::{EAGAIN_RETRIES, VmRuntime};
 use crate::error::{Result, VmError};
 use crate::page::{RawRange, page_size};
@@ -53,6 +53,7 @@ impl VmRuntime {
         // byte changes nothing.
         let _ = unsafe { std::ptr::read_volatile(app_page as *const u8) };
         // 1. Protect the page and mark it in transition.
+        self.settle();
         {
             let mut busy = 0;
             let mut st = self.lock();
@@ -92,8 +93,9 @@ impl VmRuntime {
         // 3. Swap: the application page out to scratch (a page pinned or shared with a child
         // stays), the staging page in.
         // One page each, a fresh EAGAIN budget each; a refused page ends the move.
-        let move_page = |dst: usize, src: usize, dontwake: bool| {
+        let move_page = |step: MoveStep, dst: usize, src: usize, dontwake: bool| {
             let run = Run {
+                step,
                 dst,
                 src,
                 len: ps,
@@ -104,10 +106,10 @@ impl VmRuntime {
             // (scratch, or the app page once moved out).
             unsafe { self.move_run(u, run, &mut Budget::new(), |_, _| Step::Stop(())) }
         };
-        let out = move_page(scratch_page, app_page, true).is_ok();
+        let out = move_page(MoveStep::ReverseOut, scratch_page, app_page, true).is_ok();
         // The completion copy of step 2.
         let mut copied = ps - (data.end - data.start);
-        if out && move_page(app_page, staging_page, false).is_err() {
+        if out && move_page(MoveStep::ReverseIn, app_page, staging_page, false).is_err() {
             copied += ps;
             // SAFETY: as above; fills the empty page with a copy and wakes waiters.
             unsafe { self.fill_page(u, app_page, staging_page) };

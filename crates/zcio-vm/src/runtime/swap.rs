@@ -1,23 +1,23 @@
 //! Page swapping: application pages exchanged with staging pages through an empty scratch
 //! range, and plain moves of a range into an empty one.
 
-use super::moves::{Budget, Run, Step};
+use super::moves::{Budget, MoveStep, Run, Step};
 use super::{MAX_TRANSIENT, VmRuntime};
 use crate::error::{Result, VmError};
 use crate::page::{RawRange, complement_into, page_size};
-use crate::uffd::Userfaultfd;
 use std::sync::atomic::Ordering;
 
 impl VmRuntime {
     /// Move the pages of `src` into the empty, registered range `dst` (equal page-aligned
-    /// lengths). Pages that cannot be moved are copied; returns the bytes copied that way.
+    /// lengths), as `step` of an operation. Pages that cannot be moved, for whatever reason the
+    /// kernel gives, are copied; returns the bytes copied that way.
     ///
     /// # Safety
     ///
     /// `dst` must be memory the caller owns for writing (a zcio mapping or an application buffer
     /// borrowed mutably for this call) and must currently be empty (its pages moved away);
     /// `src` must be memory the caller owns, which is left empty.
-    pub unsafe fn move_range(&self, dst: RawRange, src: RawRange) -> Result<usize> {
+    pub unsafe fn move_range(&self, step: MoveStep, dst: RawRange, src: RawRange) -> Result<usize> {
         self.check_live()?;
         if dst.len != src.len {
             return Err(VmError::LengthMismatch {
@@ -36,27 +36,23 @@ impl VmRuntime {
             return Ok(src.len);
         };
         let mut copied = 0;
-        let run = Run::allowing_holes(dst.addr, src.addr, src.len, false);
-        let on_refused = |off: usize, errno: i32| match errno {
-            // The page is pinned or shared (fork), or the address space kept changing:
-            // copy this one page, leave the source as it is (the caller treats the source
-            // as free memory).
-            libc::EBUSY | libc::EAGAIN => {
-                // SAFETY: one page of the caller's ranges, content-preserving copy.
-                unsafe { self.fill_page(u, dst.addr + off, src.addr + off) };
-                self.counters
-                    .move_fallback_copies
-                    .fetch_add(1, Ordering::Relaxed);
-                copied += page_size();
-                Step::Skip
-            }
-            errno => Step::Stop(VmError::sys(
-                "UFFDIO_MOVE",
-                std::io::Error::from_raw_os_error(errno),
-            )),
+        let run = Run::allowing_holes(step, dst.addr, src.addr, src.len, false);
+        // A page the kernel will not move (pinned or shared since a fork, the address space
+        // that kept changing, or mappings it finds incompatible) is copied, the source left
+        // as it is (the caller treats the source as free memory): both ranges are the
+        // caller's, so a copy is always a correct move, and a refusal midway leaves no page
+        // behind.
+        let on_refused = |off: usize, _errno: i32| {
+            // SAFETY: one page of the caller's ranges, content-preserving copy.
+            unsafe { self.fill_page(u, dst.addr + off, src.addr + off) };
+            self.counters
+                .move_fallback_copies
+                .fetch_add(1, Ordering::Relaxed);
+            copied += page_size();
+            Step::<std::convert::Infallible>::Skip
         };
         // SAFETY: the caller's contract covers exactly these ranges.
-        unsafe { self.move_run(u, run, &mut Budget::new(), on_refused)? };
+        let Ok(()) = unsafe { self.move_run(u, run, &mut Budget::new(), on_refused) };
         Ok(copied)
     }
 
@@ -166,6 +162,9 @@ impl VmRuntime {
     /// One run of [`VmRuntime::swap`]: app pages out to scratch, staging pages in. A page that
     /// cannot be moved out (pinned, or shared with a forked child) stays where it is and gets the
     /// staging bytes by copy; writing it breaks the sharing, so a child never sees the input.
+    /// Where the kernel refuses a page for another reason (the mappings are not compatible for
+    /// a move: `EINVAL`), it and every page after it stay and get the staging bytes by copy:
+    /// the run still delivers every byte, and no page is left moved out.
     ///
     /// # Safety
     /// As for [`VmRuntime::swap`].
@@ -180,9 +179,11 @@ impl VmRuntime {
         let mut copied = 0;
         // One EAGAIN budget for both phases.
         let mut budget = Budget::new();
-        // Phase 1: application pages out. `stay_from` marks pages that could not be moved.
+        // Phase 1: application pages out. `stay_from` marks pages that could not be moved;
+        // `refused_at`, where the kernel refused the rest.
         let mut stay_from = Vec::new();
-        let out = Run::allowing_holes(scratch.addr, app.addr, app.len, true);
+        let mut refused_at = app.len;
+        let out = Run::allowing_holes(MoveStep::SwapOut, scratch.addr, app.addr, app.len, true);
         let on_refused = |off: usize, errno: i32| match errno {
             // Pinned, shared with a forked child, or the address space kept changing:
             // the page stays and gets the staging bytes by copy in phase 2.
@@ -190,24 +191,24 @@ impl VmRuntime {
                 stay_from.push(off);
                 Step::Skip
             }
-            errno => {
-                // Put back what moved out: the application keeps its bytes.
-                // SAFETY: the pages of [0, off) that moved are in scratch, their
-                // places in app empty; both ranges are the caller's.
-                unsafe { self.unswap_out(u, app, scratch, off, &stay_from) };
-                Step::Stop(VmError::sys(
-                    "UFFDIO_MOVE(app out)",
-                    std::io::Error::from_raw_os_error(errno),
-                ))
+            _ => {
+                refused_at = off;
+                self.counters.refused_moves.fetch_add(1, Ordering::Relaxed);
+                Step::Stop(())
             }
         };
         // SAFETY: the caller owns app for writing and scratch (empty) for writing.
-        unsafe { self.move_run(u, out, &mut budget, on_refused)? };
-        // Phase 2: staging pages in, run by run between the pages that stayed.
+        let _ = unsafe { self.move_run(u, out, &mut budget, on_refused) };
+        // Phase 2: staging pages in, run by run between the pages that stayed; from
+        // `refused_at` on, every page stayed.
         let mut start = 0;
-        for end in stay_from.iter().copied().chain(std::iter::once(app.len)) {
-            let run =
-                Run::allowing_holes(app.addr + start, staging.addr + start, end - start, false);
+        let stayed = stay_from
+            .iter()
+            .copied()
+            .chain((refused_at..app.len).step_by(ps));
+        for end in stayed.chain(std::iter::once(app.len)) {
+            let (dst, src) = (app.addr + start, staging.addr + start);
+            let run = Run::allowing_holes(MoveStep::SwapIn, dst, src, end - start, false);
             let on_refused = |off: usize, _errno: i32| {
                 // The app page got populated meanwhile (a concurrent touch) or the staging
                 // page is pinned: copy this page.
@@ -225,7 +226,8 @@ impl VmRuntime {
             // SAFETY: the app pages of [start, end) are empty after phase 1; staging is the caller's.
             let Ok(()) = unsafe { self.move_run(u, run, &mut budget, on_refused) };
             if end < app.len {
-                // SAFETY: the page that stayed is the caller's; copying into it breaks COW sharing.
+                // SAFETY: the page that stayed is the caller's; copying into it breaks COW
+                // sharing (and fills it with UFFDIO_COPY where it is a hole).
                 unsafe { self.fill_page(u, app.addr + end, staging.addr + end) };
                 self.counters
                     .move_fallback_copies
@@ -235,44 +237,5 @@ impl VmRuntime {
             start = end + ps;
         }
         Ok(copied)
-    }
-
-    /// Undo phase 1 of [`VmRuntime::swap_run`] up to `upto`: the application pages that moved
-    /// out to scratch (all of `[0, upto)` but the pages at `stayed`) move back, or are copied
-    /// back where the move fails.
-    ///
-    /// # Safety
-    /// As for [`VmRuntime::swap`]; the pages of `app` that moved are empty, their scratch
-    /// counterparts hold them.
-    unsafe fn unswap_out(
-        &self,
-        u: &Userfaultfd,
-        app: RawRange,
-        scratch: RawRange,
-        upto: usize,
-        stayed: &[usize],
-    ) {
-        let ps = page_size();
-        // Not through [`VmRuntime::move_run`], and kept so: this undo of a failed swap is not
-        // counted in `move_calls` or `pages_moved`, and it does not wait out `EAGAIN`: a page
-        // that does not move back at once is copied back.
-        let mut off = 0;
-        while off < upto {
-            if stayed.contains(&off) {
-                off += ps;
-                continue;
-            }
-            // SAFETY: the caller's contract: this app page is empty, its scratch page holds it.
-            let back =
-                unsafe { u.move_pages(app.addr + off, scratch.addr + off, ps, false, false) };
-            if back.is_err() {
-                // SAFETY: as above; a copy where the page cannot move.
-                unsafe { self.fill_page(u, app.addr + off, scratch.addr + off) };
-                self.counters
-                    .move_fallback_copies
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            off += ps;
-        }
     }
 }
