@@ -53,6 +53,30 @@ pub enum GenieError {
     /// The VM layer failed.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// An earlier call on this endpoint failed partway through a message (the peer died, the
+    /// module failed), so that the endpoint can no longer tell where the next message starts:
+    /// it refuses every later call in that direction rather than hand out the wrong bytes.
+    /// Make a new endpoint.
+    #[error(
+        "this endpoint refuses {direction}: an earlier {direction} failed partway through a message ({cause})"
+    )]
+    Broken {
+        /// `input` or `output`.
+        direction: &'static str,
+        /// The error of the call that failed.
+        cause: String,
+    },
+    /// A message was lost on the way (a datagram module on a real network, or a receiver
+    /// later than its window allowed); the endpoint goes on with the next message.
+    #[error("message {seq} ({len} bytes) was lost on the way: {detail}")]
+    MessageLost {
+        /// The message's sequence number (from 0 on the endpoint's wire).
+        seq: u64,
+        /// Its length, as announced.
+        len: usize,
+        /// What was seen of it.
+        detail: String,
+    },
 }
 
 impl GenieError {
@@ -67,6 +91,18 @@ impl GenieError {
         GenieError::InvalidArgument {
             arg,
             rule: rule.into(),
+        }
+    }
+
+    /// Refuse a call in `direction` where an earlier one failed partway through a message
+    /// (`broken` holds its error).
+    pub(crate) fn refuse_broken(broken: &Option<String>, direction: &'static str) -> Result<()> {
+        match broken {
+            Some(cause) => Err(GenieError::Broken {
+                direction,
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
         }
     }
 

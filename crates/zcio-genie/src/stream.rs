@@ -118,6 +118,10 @@ pub struct StreamEnd {
     profile: &'static Profile,
     fallback: Fallback,
     next_ticket: u64,
+    /// Why inputs are refused: an input failed partway through a message.
+    broken_in: Option<String>,
+    /// Why outputs are refused: an output failed partway through a message.
+    broken_out: Option<String>,
 }
 
 zcio_vm::debug_summary!(StreamEnd, |s| kind: s.kind, direct: s.direct.is_some());
@@ -248,6 +252,8 @@ impl StreamEnd {
             profile: Profile::current(),
             fallback: Fallback::Allow,
             next_ticket: 1,
+            broken_in: None,
+            broken_out: None,
         }
     }
 
@@ -373,8 +379,21 @@ impl StreamEnd {
         ok.then(|| fd.as_fd())
     }
 
-    /// Write all of `buf`; returns (kernel copied bytes, how it was written).
+    /// Write all of `buf`; returns (kernel copied bytes, how it was written). A stream whose
+    /// write failed partway (the receiver would find part of a message) refuses later outputs;
+    /// a file's write offset does not move on a failure, so the next output writes there again.
     fn put(&mut self, buf: &[u8]) -> Result<(Option<u64>, Write)> {
+        GenieError::refuse_broken(&self.broken_out, "output")?;
+        let r = self.put_inner(buf);
+        if let Err(e) = &r
+            && self.kind != ModuleKind::File
+        {
+            self.broken_out = Some(e.to_string());
+        }
+        r
+    }
+
+    fn put_inner(&mut self, buf: &[u8]) -> Result<(Option<u64>, Write)> {
         let len = buf.len();
         match self.kind {
             ModuleKind::File => {
@@ -509,15 +528,31 @@ impl StreamEnd {
         buffering: InputBuffering,
     ) -> Result<Accounting> {
         Self::check_len(buf.len())?;
+        GenieError::refuse_broken(&self.broken_in, "input")?;
         crate::passing::check_writable(buf)?;
         self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
         let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
         let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
             self.inputs
                 .input_app(sem, buf, buffering, &mut src, self.profile)
-        })?;
-        self.read_pos = src.pos;
-        Ok(acc)
+        });
+        let (pos, touched) = (src.pos, src.touched);
+        self.end_input(pos, touched, acc)
+    }
+
+    /// The end of an input that read through `src`: the file offset moves on a success only
+    /// (a failed input of a file consumes nothing: the next one reads the same bytes); a
+    /// stream that failed after its read began has lost its place in the message and
+    /// refuses every later input.
+    fn end_input<T>(&mut self, pos: u64, touched: bool, r: Result<T>) -> Result<T> {
+        match &r {
+            Ok(_) => self.read_pos = pos,
+            Err(e) if touched && self.kind != ModuleKind::File => {
+                self.broken_in = Some(e.to_string());
+            }
+            Err(_) => {}
+        }
+        r
     }
 
     /// Input `len` bytes into a system-allocated region (move family).
@@ -529,6 +564,7 @@ impl StreamEnd {
                 format!("{sem} fills application buffers: use recv"),
             ));
         }
+        GenieError::refuse_broken(&self.broken_in, "input")?;
         // Regions are page-aligned: only the length and the file offset decide.
         self.refuse_copying_path(sem, 0, len, self.read_pos)?;
         let mut region = if sem == Semantics::Move {
@@ -537,9 +573,9 @@ impl StreamEnd {
             self.regions.take(len, sem)?
         };
         let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
-        src.read_exact(region.as_mut_slice())?;
-        let kernel = src.kernel_copies(len);
-        self.read_pos = src.pos;
+        let r = src.read_exact(region.as_mut_slice());
+        let (pos, touched, kernel) = (src.pos, src.touched, src.kernel_copies(len));
+        self.end_input(pos, touched, r)?;
         mark(&mut region, RegionState::MovedIn);
         Ok((
             region,
@@ -560,6 +596,8 @@ struct EndSource<'a> {
     direct: Option<(BorrowedFd<'a>, DirectAlign)>,
     pos: u64,
     direct_bytes: usize,
+    /// Whether a read from the module began (a stream may then be partway through a message).
+    touched: bool,
 }
 
 impl<'a> EndSource<'a> {
@@ -577,6 +615,7 @@ impl<'a> EndSource<'a> {
             direct: direct.as_ref().map(|(f, a)| (f.as_fd(), *a)),
             pos,
             direct_bytes: 0,
+            touched: false,
         }
     }
 }
@@ -584,6 +623,7 @@ impl<'a> EndSource<'a> {
 impl Source for EndSource<'_> {
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
         let len = buf.len();
+        self.touched = true;
         match self.end_kind {
             ModuleKind::File => {
                 let fd = match self.direct {

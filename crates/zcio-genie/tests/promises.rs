@@ -100,6 +100,13 @@ fn truncated_input_leaves_the_buffer_untouched() {
                 m.as_slice().iter().all(|&b| b == 0xAB),
                 "{sem} {input}: buffer was touched"
             );
+            // The wire stopped partway through the message: every later input is refused,
+            // naming the failure, rather than reading what follows as a message.
+            let e = rx.recv(sem, m.as_mut_slice(), input).unwrap_err();
+            assert!(
+                matches!(&e, GenieError::Broken { direction: "input", cause } if cause.contains("peer disappeared")),
+                "{sem} {input}: {e}"
+            );
         }
     }
 }
@@ -127,6 +134,13 @@ fn short_file_leaves_the_buffer_untouched() {
             "{e}"
         );
         assert!(m.as_slice().iter().all(|&b| b == 0xAB));
+        // A failed input of a file consumes nothing: once the rest is written, the same input
+        // reads the whole message from where the failed one began.
+        f.send(Semantics::Copy, &[8u8; 8092]).unwrap();
+        f.recv(sem, m.as_mut_slice(), InputBuffering::EarlyDemux)
+            .unwrap();
+        assert!(m.as_slice()[..100].iter().all(|&b| b == 7), "{sem}");
+        assert!(m.as_slice()[100..].iter().all(|&b| b == 8), "{sem}");
     }
 }
 

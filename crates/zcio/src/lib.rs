@@ -1,6 +1,7 @@
 //! The `zcio` command's library: transfers between processes, benchmarks side by side, and the
 //! reproduction report (`zcio report`) with its experiments, fitted models, plots and documents.
 
+pub mod drill;
 pub mod error;
 pub mod lab;
 pub mod memnet;

@@ -125,7 +125,24 @@ impl MemnetEndpoint {
         buf: &mut [u8],
         buffering: InputBuffering,
     ) -> Result<(usize, Accounting)> {
-        crate::breakdown::in_phase(Phase::Input, || self.recv_inner(sem, buf, buffering))
+        GenieError::refuse_broken(&self.broken_in, "input")?;
+        let mut taken = false;
+        let r = crate::breakdown::in_phase(Phase::Input, || {
+            self.recv_inner(sem, buf, buffering, &mut taken)
+        });
+        self.end_input(taken, r)
+    }
+
+    /// The end of an input: one that failed with a message taken off the wire and not wholly
+    /// read (or discarded) leaves the wire partway through it, and the endpoint refuses every
+    /// later input rather than read the rest as the next message.
+    fn end_input<T>(&mut self, taken: bool, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && taken
+        {
+            self.broken_in = Some(e.to_string());
+        }
+        r
     }
 
     fn recv_inner(
@@ -133,6 +150,7 @@ impl MemnetEndpoint {
         sem: Semantics,
         buf: &mut [u8],
         buffering: InputBuffering,
+        taken: &mut bool,
     ) -> Result<(usize, Accounting)> {
         Self::check_len(buf.len())?;
         if sem.allocation() == crate::semantics::Allocation::System {
@@ -145,8 +163,10 @@ impl MemnetEndpoint {
         crate::passing::check_writable(buf)?;
         self.refuse_copying_input(sem, buf, buffering)?;
         let len = self.next_message()?;
+        *taken = true;
         if len > buf.len() {
             self.discard(len)?;
+            *taken = false; // discarded whole: the wire is at the next message
             return Err(GenieError::arg(
                 "buf",
                 format!(
@@ -171,13 +191,19 @@ impl MemnetEndpoint {
         sem: Semantics,
         buffering: InputBuffering,
     ) -> Result<(Region, Accounting)> {
-        crate::breakdown::in_phase(Phase::Input, || self.recv_region_inner(sem, buffering))
+        GenieError::refuse_broken(&self.broken_in, "input")?;
+        let mut taken = false;
+        let r = crate::breakdown::in_phase(Phase::Input, || {
+            self.recv_region_inner(sem, buffering, &mut taken)
+        });
+        self.end_input(taken, r)
     }
 
     fn recv_region_inner(
         &mut self,
         sem: Semantics,
         _buffering: InputBuffering,
+        taken: &mut bool,
     ) -> Result<(Region, Accounting)> {
         if sem.allocation() != crate::semantics::Allocation::System {
             return Err(GenieError::arg(
@@ -186,6 +212,7 @@ impl MemnetEndpoint {
             ));
         }
         let len = self.next_message()?;
+        *taken = true;
         let mut region = if sem == Semantics::Move {
             time(Op::RegionCreate, || Region::alloc(len))?
         } else {

@@ -205,6 +205,10 @@ pub struct MemnetEndpoint {
     profile: &'static Profile,
     spin: std::time::Duration,
     fallback: Fallback,
+    /// Why inputs are refused: an input failed after it took a message off the wire.
+    broken_in: Option<String>,
+    /// Why outputs are refused: an output failed after it announced its message.
+    broken_out: Option<String>,
 }
 
 zcio_vm::debug_summary!(MemnetEndpoint, |s| arena: s.arena, pending: s.pending.len());
@@ -407,6 +411,8 @@ impl MemnetEndpoint {
             profile: Profile::current(),
             spin: SPIN,
             fallback: Fallback::Allow,
+            broken_in: None,
+            broken_out: None,
         })
     }
 

@@ -32,6 +32,7 @@ impl MemnetEndpoint {
     /// Returns when the data is queued; the ticket completes when the receiver has it.
     pub fn send(&mut self, sem: Semantics, buf: &[u8]) -> Result<(Ticket, Accounting)> {
         Self::check_len(buf.len())?;
+        GenieError::refuse_broken(&self.broken_out, "output")?;
         self.reap()?;
         if sem.allocation() == crate::semantics::Allocation::System {
             return Err(GenieError::arg(
@@ -52,7 +53,9 @@ impl MemnetEndpoint {
         let mut pool = std::mem::take(&mut self.pool);
         let out = output_app(sem, buf, self.out_wire(), &mut pool, self.profile);
         self.pool = pool;
-        let (held, acc) = out?;
+        // Announced but not (wholly) queued: the receiver is left waiting for data that will
+        // not come, so nothing more may follow on this wire.
+        let (held, acc) = out.inspect_err(|e| self.broken_out = Some(e.to_string()))?;
         let wait = held.wait;
         self.pending.push(PendingOut { ticket, held });
         if wait {
@@ -89,6 +92,7 @@ impl MemnetEndpoint {
                 format!("{sem} passes application buffers: use send"),
             ));
         }
+        GenieError::refuse_broken(&self.broken_out, "output")?;
         self.reap()?;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
@@ -98,7 +102,8 @@ impl MemnetEndpoint {
         time(Op::Reference, || {
             wire.vmsplice_message(&[region.as_slice()])
         })
-        .map_err(|e| GenieError::from_wire(e, "output"))?;
+        .map_err(|e| GenieError::from_wire(e, "output"))
+        .inspect_err(|e| self.broken_out = Some(e.to_string()))?;
         let path = match sem {
             Semantics::Move => {
                 time(Op::RegionDeallocate, || drop(region));
