@@ -80,6 +80,10 @@ impl VmRuntime {
             if u.read_events(&mut events).is_err() {
                 continue;
             }
+            let pause = HANDLER_PAUSE_MS.load(Ordering::Relaxed);
+            if pause > 0 && !events.is_empty() {
+                std::thread::sleep(std::time::Duration::from_millis(pause));
+            }
             let retry = deferred.len();
             for i in 0..retry {
                 let (page, held) = deferred[i];
@@ -223,6 +227,20 @@ impl VmRuntime {
             }
         }
         st.unmap_gen = g;
+    }
+}
+
+/// Fault injection for tests: the handler waits this long (ms) between reading a batch of
+/// events and handling it ([`VmRuntime::inject_handler_pause`]).
+static HANDLER_PAUSE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl VmRuntime {
+    /// Fault injection for tests: from now on the handler thread waits `pause` between reading
+    /// a batch of events and handling it (zero: not at all), which widens the moment in which
+    /// an unmap has returned but is not yet on the books.
+    #[doc(hidden)]
+    pub fn inject_handler_pause(&self, pause: std::time::Duration) {
+        HANDLER_PAUSE_MS.store(pause.as_millis() as u64, Ordering::Relaxed);
     }
 }
 
