@@ -21,6 +21,7 @@
 
 pub mod breakdown;
 pub mod buffer;
+pub mod datagram;
 pub mod error;
 pub mod memnet;
 mod passing;

@@ -8,6 +8,7 @@
 //! the memory network. `MSG_ZEROCOPY` is not used: on loopback the kernel copies anyway (it
 //! reports `SO_EE_CODE_ZEROCOPY_COPIED`), which the path string says.
 
+use crate::datagram::{Datagrams, UdpWindow};
 use crate::error::{GenieError, Result};
 use crate::passing::{BouncePool, InputBuffers, Source};
 use crate::path::{DataPath, Write};
@@ -74,8 +75,6 @@ impl std::str::FromStr for ModuleKind {
     }
 }
 
-const UDP_CHUNK: usize = 60 * 1024;
-
 /// `O_DIRECT` alignment of a file, from `statx(STATX_DIOALIGN)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectAlign {
@@ -122,6 +121,8 @@ pub struct StreamEnd {
     broken_in: Option<String>,
     /// Why outputs are refused: an output failed partway through a message.
     broken_out: Option<String>,
+    /// The UDP module's framing and credit window.
+    udp: Option<Datagrams>,
 }
 
 zcio_vm::debug_summary!(StreamEnd, |s| kind: s.kind, direct: s.direct.is_some());
@@ -134,8 +135,8 @@ fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> GenieError {
 pub fn pair(kind: ModuleKind) -> Result<(StreamEnd, StreamEnd)> {
     let (a, b) = pair_fds(kind)?;
     Ok((
-        StreamEnd::new(kind, a, None, None),
-        StreamEnd::new(kind, b, None, None),
+        StreamEnd::new(kind, a, None, None).ready()?,
+        StreamEnd::new(kind, b, None, None).ready()?,
     ))
 }
 
@@ -162,11 +163,8 @@ pub fn pair_fds(kind: ModuleKind) -> Result<(OwnedFd, OwnedFd)> {
                 .map_err(io_err("connect(udp)"))?;
             b.connect(a.local_addr().map_err(io_err("getsockname"))?)
                 .map_err(io_err("connect(udp)"))?;
-            let (a, b): (OwnedFd, OwnedFd) = (a.into(), b.into());
-            // Room for whole messages: loopback UDP drops what does not fit.
-            let _ = rustix::net::sockopt::set_socket_recv_buffer_size_force(&b, 32 << 20)
-                .or_else(|_| rustix::net::sockopt::set_socket_recv_buffer_size(&b, 32 << 20));
-            (a, b)
+            // Each end sizes its receive buffer when it is made (crate::datagram).
+            (a.into(), b.into())
         }
         ModuleKind::Pipe => {
             let p = zcio_vm::wire::Pipe::new(zcio_vm::wire::pipe_max_size())?;
@@ -254,7 +252,16 @@ impl StreamEnd {
             next_ticket: 1,
             broken_in: None,
             broken_out: None,
+            udp: None,
         }
+    }
+
+    /// This end, with the UDP module's window set up where it is a UDP end.
+    fn ready(mut self) -> Result<StreamEnd> {
+        if self.kind == ModuleKind::Udp {
+            self.udp = Some(Datagrams::new(self.fd.as_fd())?);
+        }
+        Ok(self)
     }
 
     /// Wrap an existing descriptor (a socket or pipe end the caller set up). The descriptor
@@ -262,7 +269,7 @@ impl StreamEnd {
     /// a TCP (stream) or UDP (datagram) IP socket for `tcp` and `udp`, a regular file for `file`.
     pub fn from_fd(kind: ModuleKind, fd: OwnedFd) -> Result<StreamEnd> {
         check_kind(kind, &fd)?;
-        Ok(StreamEnd::new(kind, fd, None, None))
+        StreamEnd::new(kind, fd, None, None).ready()
     }
 
     /// Open (create, truncate) a file for output and input. Outputs append from offset 0;
@@ -290,6 +297,17 @@ impl StreamEnd {
     /// The module.
     pub fn kind(&self) -> ModuleKind {
         self.kind
+    }
+
+    /// The receive window of a UDP end: its socket buffer, the datagrams its peer may send
+    /// ahead, and why the buffer is smaller than zcio asked, if it is.
+    pub fn udp_window(&self) -> Option<&UdpWindow> {
+        self.udp.as_ref().map(Datagrams::window)
+    }
+
+    /// Messages a UDP end found lost on the way ([`GenieError::MessageLost`]); 0 elsewhere.
+    pub fn lost_messages(&self) -> u64 {
+        self.udp.as_ref().map_or(0, Datagrams::lost)
     }
 
     /// Why `O_DIRECT` is not in use, for a file module without it.
@@ -385,8 +403,9 @@ impl StreamEnd {
     fn put(&mut self, buf: &[u8]) -> Result<(Option<u64>, Write)> {
         GenieError::refuse_broken(&self.broken_out, "output")?;
         let r = self.put_inner(buf);
+        // A datagram module's messages are framed: the receiver finds a message cut short.
         if let Err(e) = &r
-            && self.kind != ModuleKind::File
+            && !matches!(self.kind, ModuleKind::File | ModuleKind::Udp)
         {
             self.broken_out = Some(e.to_string());
         }
@@ -422,19 +441,8 @@ impl StreamEnd {
                 Ok((Some(kernel), path))
             }
             ModuleKind::Udp => {
-                for c in buf.chunks(UDP_CHUNK) {
-                    loop {
-                        match rustix::net::send(&self.fd, c, rustix::net::SendFlags::empty()) {
-                            Ok(_) => break,
-                            Err(rustix::io::Errno::INTR) => {}
-                            Err(rustix::io::Errno::NOBUFS) => std::thread::yield_now(),
-                            Err(rustix::io::Errno::CONNREFUSED) => {
-                                return Err(GenieError::PeerGone { during: "output" });
-                            }
-                            Err(e) => return Err(GenieError::io("send(udp)", e)),
-                        }
-                    }
-                }
+                let udp = self.udp.as_mut().expect("a UDP end has its datagrams");
+                udp.send_message(self.fd.as_fd(), buf)?;
                 Ok((Some(len as u64), Write::SendUdp))
             }
             _ => {
@@ -531,7 +539,13 @@ impl StreamEnd {
         GenieError::refuse_broken(&self.broken_in, "input")?;
         crate::passing::check_writable(buf)?;
         self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
-        let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
+        let mut src = EndSource::new(
+            self.kind,
+            &self.fd,
+            &self.direct,
+            self.udp.as_mut(),
+            self.read_pos,
+        );
         let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
             self.inputs
                 .input_app(sem, buf, buffering, &mut src, self.profile)
@@ -543,11 +557,11 @@ impl StreamEnd {
     /// The end of an input that read through `src`: the file offset moves on a success only
     /// (a failed input of a file consumes nothing: the next one reads the same bytes); a
     /// stream that failed after its read began has lost its place in the message and
-    /// refuses every later input.
+    /// refuses every later input; a datagram module's messages are framed, so it goes on.
     fn end_input<T>(&mut self, pos: u64, touched: bool, r: Result<T>) -> Result<T> {
         match &r {
             Ok(_) => self.read_pos = pos,
-            Err(e) if touched && self.kind != ModuleKind::File => {
+            Err(e) if touched && !matches!(self.kind, ModuleKind::File | ModuleKind::Udp) => {
                 self.broken_in = Some(e.to_string());
             }
             Err(_) => {}
@@ -572,7 +586,13 @@ impl StreamEnd {
         } else {
             self.regions.take(len, sem)?
         };
-        let mut src = EndSource::new(self.kind, &self.fd, &self.direct, self.read_pos);
+        let mut src = EndSource::new(
+            self.kind,
+            &self.fd,
+            &self.direct,
+            self.udp.as_mut(),
+            self.read_pos,
+        );
         let r = src.read_exact(region.as_mut_slice());
         let (pos, touched, kernel) = (src.pos, src.touched, src.kernel_copies(len));
         self.end_input(pos, touched, r)?;
@@ -598,15 +618,17 @@ struct EndSource<'a> {
     direct_bytes: usize,
     /// Whether a read from the module began (a stream may then be partway through a message).
     touched: bool,
+    udp: Option<&'a mut Datagrams>,
 }
 
 impl<'a> EndSource<'a> {
-    /// The input side of the module `fd` (with its `O_DIRECT` descriptor, if any), reading
-    /// from `pos` on.
+    /// The input side of the module `fd` (with its `O_DIRECT` descriptor, if any, or its
+    /// datagrams' state), reading from `pos` on.
     fn new(
         kind: ModuleKind,
         fd: &'a OwnedFd,
         direct: &'a Option<(OwnedFd, DirectAlign)>,
+        udp: Option<&'a mut Datagrams>,
         pos: u64,
     ) -> EndSource<'a> {
         EndSource {
@@ -616,6 +638,7 @@ impl<'a> EndSource<'a> {
             pos,
             direct_bytes: 0,
             touched: false,
+            udp,
         }
     }
 }
@@ -655,29 +678,8 @@ impl Source for EndSource<'_> {
                 Ok(())
             }
             ModuleKind::Udp => {
-                let mut off = 0;
-                while off < len {
-                    let want = (len - off).min(UDP_CHUNK);
-                    match rustix::net::recv(
-                        self.fd,
-                        &mut buf[off..off + want],
-                        rustix::net::RecvFlags::empty(),
-                    ) {
-                        Ok((n, _)) if n == want => off += n,
-                        Ok((n, _)) => {
-                            return Err(GenieError::Truncated {
-                                expected: len,
-                                got: off + n,
-                            });
-                        }
-                        Err(rustix::io::Errno::INTR) => {}
-                        Err(rustix::io::Errno::CONNREFUSED) => {
-                            return Err(GenieError::PeerGone { during: "input" });
-                        }
-                        Err(e) => return Err(GenieError::io("recv(udp)", e)),
-                    }
-                }
-                Ok(())
+                let udp = self.udp.as_mut().expect("a UDP end has its datagrams");
+                udp.recv_message(self.fd, buf)
             }
             _ => zcio_vm::wire::read_exact(self.fd, buf)
                 .map_err(|e| GenieError::from_wire(e, "input")),

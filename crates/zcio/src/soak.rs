@@ -1,6 +1,9 @@
-//! `zcio soak`: transfers of random semantics, modules, lengths, offsets, input schemes and
-//! overwrites, each to a receiving process of its own (or a file), every byte checked, for as
-//! long as asked; then a tally, and the resources this process held before and after.
+//! `zcio soak`: first the drill ([`crate::drill`]) on every module, the semantics in turn in
+//! this process with fresh receive buffers (the datagram module with a receiver that sleeps
+//! before some of its receives); then transfers of random semantics, modules, lengths, offsets,
+//! input schemes and overwrites, each to a receiving process of its own (or a file), every byte
+//! checked, for as long as asked; then a tally, and the resources this process held before and
+//! after.
 //!
 //! A case fails when its transfer returns an error, or when the receiver's data differs from
 //! the sender's as of the call under a semantics whose integrity is strong, or under any
@@ -40,9 +43,44 @@ pub struct SoakArgs {
     /// Only these modules (comma-separated; default: memnet, unix, tcp, pipe, file).
     #[arg(long, value_delimiter = ',')]
     pub modules: Vec<ModuleKind>,
+    /// Messages of the drill for each module, semantics and input buffering (0: no drill).
+    #[arg(long, default_value_t = 8)]
+    pub drill_messages: usize,
     /// Print the tally as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How late the drill's datagram receiver is, before one receive in eight.
+const DRILL_UDP_LATE: Duration = Duration::from_millis(5);
+
+/// The modules the drill takes: every module that fills application buffers.
+const DRILL_MODULES: [ModuleKind; 6] = [
+    ModuleKind::File,
+    ModuleKind::Memnet,
+    ModuleKind::Pipe,
+    ModuleKind::Unix,
+    ModuleKind::Tcp,
+    ModuleKind::Udp,
+];
+
+/// What the drill found on one module.
+#[derive(Debug, Serialize)]
+pub struct DrillRow {
+    /// The module.
+    pub module: ModuleKind,
+    /// Whether its receiver slept before some receives, and how long (ms).
+    pub late_ms: Option<u64>,
+    /// Messages checked, bytes checked, bytes delivered by moving pages.
+    pub messages: usize,
+    /// See `messages`.
+    pub bytes: u64,
+    /// See `messages`.
+    pub swapped_bytes: u64,
+    /// Moves the kernel refused (mappings it found incompatible), the pages copied instead.
+    pub refused_moves: u64,
+    /// Its failures (each also in the soak's `failures`).
+    pub failures: usize,
 }
 
 /// Cases run before the baseline of resources is taken: the VM runtime, its handler thread,
@@ -103,6 +141,8 @@ pub struct Tally {
     pub weak_differences: usize,
     /// Cases per semantics and module (`semantics/module`).
     pub per_kind: BTreeMap<String, usize>,
+    /// The drill, a row a module.
+    pub drill: Vec<DrillRow>,
     /// Failed cases.
     pub failures: Vec<Failure>,
     /// Resources at the start, after the warm cases, and at the end.
@@ -275,6 +315,9 @@ pub fn run(args: SoakArgs) -> Res<()> {
         resources_start: Resources::now(),
         ..Default::default()
     };
+    if args.drill_messages > 0 {
+        drill(&args, seed, &dir, &mut t);
+    }
     let t0 = Instant::now();
     while t0.elapsed() < budget || t.cases < WARM_CASES {
         let mut a = case(&mut rng, &sems, &modules, args.max_bytes, huge_ok);
@@ -317,6 +360,46 @@ pub fn run(args: SoakArgs) -> Res<()> {
     }
 }
 
+/// The drill on every module, into the tally.
+fn drill(args: &SoakArgs, seed: u64, dir: &std::path::Path, t: &mut Tally) {
+    let modules = DRILL_MODULES
+        .into_iter()
+        .filter(|m| args.modules.is_empty() || args.modules.contains(m));
+    for (i, module) in modules.enumerate() {
+        let late = (module == ModuleKind::Udp).then_some(DRILL_UDP_LATE);
+        let d = crate::drill::Drill {
+            module,
+            messages: args.drill_messages,
+            max_bytes: args.max_bytes,
+            seed: seed.wrapping_add(i as u64),
+            slow: late,
+        };
+        let r = crate::drill::run(&d, dir, &mut |m| eprint!("\rzcio soak: drill: {m:60}"));
+        eprintln!();
+        for f in &r.failures {
+            t.failures.push(Failure {
+                case: format!(
+                    "drill of {module} (seed {}): {} {} run {} message {} ({} bytes at page offset {})",
+                    d.seed, f.semantics, f.buffering, f.run, f.message, f.len, f.offset
+                ),
+                what: f.what.clone(),
+            });
+        }
+        t.messages += r.messages;
+        t.bytes += r.bytes;
+        t.swapped_bytes += r.swapped_bytes;
+        t.drill.push(DrillRow {
+            module,
+            late_ms: late.map(|d| d.as_millis() as u64),
+            messages: r.messages,
+            bytes: r.bytes,
+            swapped_bytes: r.swapped_bytes,
+            refused_moves: r.refused_moves,
+            failures: r.failures.len(),
+        });
+    }
+}
+
 /// Why the soak fails, if it does: failed cases, resources grown.
 fn failure(t: &Tally) -> Option<String> {
     if t.failures.is_empty() && t.grown.is_empty() {
@@ -355,6 +438,20 @@ fn print_tally(t: &Tally) {
         t.weak_differences,
         t.failures.len()
     );
+    for d in &t.drill {
+        println!(
+            "drill of {}{}: {} messages, {} bytes checked, {} bytes by moving pages ({} moves refused, copied); {} failures",
+            d.module,
+            d.late_ms.map_or(String::new(), |ms| format!(
+                " (receiver {ms} ms late before 1 receive in 8)"
+            )),
+            d.messages,
+            d.bytes,
+            d.swapped_bytes,
+            d.refused_moves,
+            d.failures
+        );
+    }
     let r = |x: &Resources| {
         format!(
             "{} descriptors ({} memory files), {} mappings, {} /dev/shm objects, {} threads",

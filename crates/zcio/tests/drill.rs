@@ -70,3 +70,8 @@ fn unix_reads_back_after_mixed_semantics() {
 fn tcp_reads_back_after_mixed_semantics() {
     drill(ModuleKind::Tcp, None);
 }
+
+#[test]
+fn udp_reads_back_after_mixed_semantics_behind_a_late_receiver() {
+    drill(ModuleKind::Udp, Some(Duration::from_millis(5)));
+}
