@@ -539,19 +539,25 @@ impl StreamEnd {
         GenieError::refuse_broken(&self.broken_in, "input")?;
         crate::passing::check_writable(buf)?;
         self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
-        let mut src = EndSource::new(
+        let profile = self.profile;
+        let (mut src, inputs) = self.source();
+        let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
+            inputs.input_app(sem, buf, buffering, &mut src, profile)
+        });
+        let (pos, touched) = (src.pos, src.touched);
+        self.end_input(pos, touched, acc)
+    }
+
+    /// The module's input side from the current read offset, and the input buffers.
+    fn source(&mut self) -> (EndSource<'_>, &mut InputBuffers) {
+        let src = EndSource::new(
             self.kind,
             &self.fd,
             &self.direct,
             self.udp.as_mut(),
             self.read_pos,
         );
-        let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
-            self.inputs
-                .input_app(sem, buf, buffering, &mut src, self.profile)
-        });
-        let (pos, touched) = (src.pos, src.touched);
-        self.end_input(pos, touched, acc)
+        (src, &mut self.inputs)
     }
 
     /// The end of an input that read through `src`: the file offset moves on a success only
@@ -586,13 +592,7 @@ impl StreamEnd {
         } else {
             self.regions.take(len, sem)?
         };
-        let mut src = EndSource::new(
-            self.kind,
-            &self.fd,
-            &self.direct,
-            self.udp.as_mut(),
-            self.read_pos,
-        );
+        let (mut src, _) = self.source();
         let r = src.read_exact(region.as_mut_slice());
         let (pos, touched, kernel) = (src.pos, src.touched, src.kernel_copies(len));
         self.end_input(pos, touched, r)?;

@@ -44,6 +44,10 @@ fn drill(module: ModuleKind, slow: Option<Duration>) {
         t.messages,
         zcio::drill::SEMANTICS.len() * zcio_genie::InputBuffering::ALL.len() * d.messages
     );
+    // The paths under test moved pages (where this machine moves them at all).
+    if zcio_vm::VmRuntime::get().capabilities().swap {
+        assert!(t.swapped_bytes > 0, "{module}: no page was moved: {t:?}");
+    }
 }
 
 #[test]
