@@ -72,7 +72,8 @@ pub enum GenieError {
     MessageLost {
         /// The message's sequence number (from 0 on the endpoint's wire).
         seq: u64,
-        /// Its length, as announced.
+        /// Its length: as its datagrams announced it, or as the input asked where none of
+        /// them arrived.
         len: usize,
         /// What was seen of it.
         detail: String,
