@@ -170,13 +170,13 @@ impl VmRuntime {
 
     /// Move the pages of `run` with as many `UFFDIO_MOVE` calls as it takes (one a VMA the run
     /// lies over, at least), counting each call in `move_calls` and each page moved in
-    /// `pages_moved`. Where the kernel says `EAGAIN` (the
-    /// address space is changing: an event awaits the handler thread), yield and call again
-    /// while `budget` lasts. A page the kernel refuses otherwise (`EBUSY`: pinned, or shared
-    /// with a forked child; `EAGAIN` with the budget spent; any other errno) goes to
-    /// `on_refused` with its offset in the run and the errno, and the caller decides: skip it
-    /// and go on, or stop the run with an error of its own. Not for the handler thread, nor
-    /// with the state lock held (see [`retry_eagain`]).
+    /// `pages_moved`. Where the kernel says `EAGAIN` (the address space is changing: an event
+    /// awaits the handler thread), yield and call again while `budget` lasts. A page the kernel
+    /// refuses otherwise (`EBUSY`: pinned, or shared with a forked child; `EAGAIN` with the
+    /// budget spent; any other errno, alone) goes to `on_refused` with its offset in the run and
+    /// the errno, and the caller decides: skip it and go on, or stop the run with an error of
+    /// its own. Not for the handler thread, nor with the state lock held (see
+    /// [`retry_eagain`]).
     ///
     /// # Safety
     /// The caller owns both ranges of `run` for writing, `dst` empty where pages are to land
