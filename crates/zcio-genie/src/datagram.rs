@@ -397,21 +397,25 @@ impl Datagrams {
                     len,
                 ));
             }
-            if msg_len != len {
-                self.expected += 1; // its datagrams are dropped as they come
+            if msg_len != len && got == 0 {
+                // Nothing of it taken: it stays queued for an input of its length.
                 return Err(if msg_len > len {
-                    GenieError::arg(
-                        "buf",
-                        format!(
-                            "message {seq} of {msg_len} bytes does not fit a buffer of {len} bytes"
-                        ),
-                    )
+                    GenieError::TooSmall {
+                        needed: msg_len,
+                        got: len,
+                    }
                 } else {
                     GenieError::Truncated {
                         expected: len,
                         got: msg_len,
                     }
                 });
+            }
+            if msg_len != len {
+                self.expected += 1; // its datagrams are dropped as they come
+                return Err(GenieError::Protocol(format!(
+                    "message {seq} announced {msg_len} bytes after {got} bytes of it announced {len}"
+                )));
             }
             if off != got {
                 return Err(self.lose(format!("the datagram at byte {got} never came"), len));

@@ -53,6 +53,17 @@ pub enum GenieError {
     /// The VM layer failed.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// The buffer is smaller than the next message. The message stays queued: a call with a
+    /// buffer of `needed` bytes (or one that allocates, `recv_alloc`) receives it.
+    #[error(
+        "the next message is {needed} bytes, and the buffer only {got}: the message stays queued"
+    )]
+    TooSmall {
+        /// The message's length.
+        needed: usize,
+        /// The buffer's length.
+        got: usize,
+    },
     /// An earlier call on this endpoint failed partway through a message (the peer died, the
     /// module failed), so that the endpoint can no longer tell where the next message starts:
     /// it refuses every later call in that direction rather than hand out the wrong bytes.

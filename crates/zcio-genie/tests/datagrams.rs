@@ -173,3 +173,47 @@ fn a_udp_end_carries_one_direction() {
         "{e}"
     );
 }
+
+#[test]
+fn a_buffer_of_the_wrong_length_leaves_the_message_queued() {
+    let (mut tx, mut rx) = stream::pair(ModuleKind::Udp).unwrap();
+    let m = message(100_000, 9);
+    tx.send(Semantics::Copy, &m).unwrap();
+    let mut small = vec![0u8; 10];
+    let e = rx
+        .recv(Semantics::Copy, &mut small, InputBuffering::EarlyDemux)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GenieError::TooSmall {
+                needed: 100_000,
+                got: 10
+            }
+        ),
+        "{e}"
+    );
+    let mut large = vec![0u8; 200_000];
+    let e = rx
+        .recv(Semantics::Copy, &mut large, InputBuffering::EarlyDemux)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GenieError::Truncated {
+                expected: 200_000,
+                got: 100_000
+            }
+        ),
+        "{e}"
+    );
+    let mut got = vec![0u8; 100_000];
+    rx.recv(
+        Semantics::EmulatedCopy,
+        &mut got,
+        InputBuffering::EarlyDemux,
+    )
+    .unwrap();
+    assert!(got == m);
+    assert_eq!(rx.lost_messages(), 0);
+}

@@ -41,13 +41,29 @@ fn bad_input_is_a_clear_error_and_leaks_nothing() {
             .recv(Semantics::Copy, &mut small[..0], InputBuffering::EarlyDemux)
             .unwrap_err();
         assert!(matches!(e, GenieError::InvalidArgument { arg: "buf", .. }));
-        // A message longer than the buffer: refused, discarded, the link stays in step.
+        // A message longer than the buffer: refused, naming its length, and kept queued for
+        // a buffer that fits it.
         let big = vec![9u8; 100];
         let (t, _) = tx.send(Semantics::Copy, &big).unwrap();
         let e = rx
             .recv(Semantics::Copy, &mut small, InputBuffering::EarlyDemux)
             .unwrap_err();
-        assert!(e.to_string().contains("does not fit"), "{e}");
+        assert!(
+            matches!(
+                e,
+                GenieError::TooSmall {
+                    needed: 100,
+                    got: 10
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(rx.peek_len().unwrap(), 100);
+        assert_eq!(rx.peek_len().unwrap(), 100, "peeking takes nothing");
+        let (got, _) = rx
+            .recv_alloc(Semantics::Copy, InputBuffering::EarlyDemux)
+            .unwrap();
+        assert_eq!(&got[..], &big[..]);
         tx.wait(t).unwrap();
         let (t, _) = tx.send(Semantics::Copy, &[4u8; 10]).unwrap();
         rx.recv(Semantics::Copy, &mut small, InputBuffering::EarlyDemux)

@@ -18,25 +18,61 @@ use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 use zcio_vm::wire::{STRIPES, Striped};
 
 impl MemnetEndpoint {
-    /// Wait for the next message and return its length (validated).
+    /// Take the next message (one held back by [`MemnetEndpoint::peek_len`] or a too-small
+    /// buffer first, else the next to arrive) and return its length; its data is read next.
     fn next_message(&mut self) -> Result<usize> {
+        let d = match self.held.take() {
+            Some(d) => d,
+            None => self.next_descriptor()?,
+        };
+        self.cur_ticket = d.ticket;
+        self.cur_offset = d.offset;
+        Ok(d.len)
+    }
+
+    /// The length of the next message, waiting for it to arrive. The message stays queued for
+    /// the next receive, which may then bring a buffer of the right length.
+    pub fn peek_len(&mut self) -> Result<usize> {
+        GenieError::refuse_broken(&self.broken_in, "input")?;
+        let d = match self.held {
+            Some(d) => d,
+            None => self.next_descriptor()?,
+        };
+        self.held = Some(d);
+        Ok(d.len)
+    }
+
+    /// Receive the next message into a buffer of its own length, made for it (in transparent
+    /// huge pages from 2 MiB, so that the 2 MiB paths run), under `sem`.
+    pub fn recv_alloc(
+        &mut self,
+        sem: Semantics,
+        buffering: InputBuffering,
+    ) -> Result<(crate::AppBuffer, Accounting)> {
+        let len = self.peek_len()?;
+        let huge =
+            len >= zcio_vm::page::HUGE_PAGE_SIZE && zcio_vm::huge::unavailable_reason().is_none();
+        let mut buf = match huge {
+            true => crate::AppBuffer::huge(len)?,
+            false => crate::AppBuffer::new(len)?,
+        };
+        let (_, acc) = self.recv(sem, &mut buf, buffering)?;
+        Ok((buf, acc))
+    }
+
+    /// Wait for the next descriptor, take it off the ring and validate it.
+    fn next_descriptor(&mut self) -> Result<Descriptor> {
         loop {
             match self.desc_rx.pop(&self.arena) {
                 Ok(Some(w)) => {
-                    let Descriptor {
-                        ticket,
-                        len,
-                        offset,
-                    } = decode_descriptor(&w)?;
-                    self.cur_ticket = ticket;
-                    self.cur_offset = offset;
+                    let d = decode_descriptor(&w)?;
                     // The data follows its descriptor closely: spin for it rather than sleep in
                     // the read.
                     let fd = self.in_rx[0].as_fd(); // every message starts in the first pipe
                     spin_until(self.spin, || {
                         zcio_vm::wire::queued(fd).map_or(true, |q| q > 0)
                     });
-                    return Ok(len);
+                    return Ok(d);
                 }
                 Ok(None) => {}
                 Err(e) => return Err(GenieError::Protocol(e.to_string())),
@@ -101,24 +137,10 @@ impl MemnetEndpoint {
         .post()
     }
 
-    /// Drain and discard `len` bytes of a message that could not be delivered, keeping the
-    /// stream in step.
-    fn discard(&mut self, len: usize) -> Result<()> {
-        let mut left = len;
-        let mut junk = vec![0u8; 64 * 1024];
-        let mut rx = wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).reader();
-        while left > 0 {
-            let n = left.min(junk.len());
-            rx.read_exact(&mut junk[..n])
-                .map_err(|e| GenieError::from_wire(e, "input"))?;
-            left -= n;
-        }
-        self.complete()
-    }
-
     /// Input the next message into the application buffer `buf` under `sem` (copy, emulated
     /// copy, share, emulated share) with the given input buffering. Returns the message length
-    /// (at most `buf.len()`; a longer message is discarded with an error).
+    /// (at most `buf.len()`); a longer message stays queued, and the error
+    /// ([`GenieError::TooSmall`]) names its length.
     pub fn recv(
         &mut self,
         sem: Semantics,
@@ -163,18 +185,19 @@ impl MemnetEndpoint {
         crate::passing::check_writable(buf)?;
         self.refuse_copying_input(sem, buf, buffering)?;
         let len = self.next_message()?;
-        *taken = true;
         if len > buf.len() {
-            self.discard(len)?;
-            *taken = false; // discarded whole: the wire is at the next message
-            return Err(GenieError::arg(
-                "buf",
-                format!(
-                    "message of {len} bytes does not fit a buffer of {} bytes",
-                    buf.len()
-                ),
-            ));
+            // Nothing of it read: it is the next message still.
+            self.held = Some(Descriptor {
+                ticket: self.cur_ticket,
+                len,
+                offset: self.cur_offset,
+            });
+            return Err(GenieError::TooSmall {
+                needed: len,
+                got: buf.len(),
+            });
         }
+        *taken = true;
         let acc = self.with_completing_source(len, |inputs, src, profile| {
             let acc = inputs.input_app(sem, &mut buf[..len], buffering, src, profile)?;
             src.finish()?;

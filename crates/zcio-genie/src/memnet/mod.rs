@@ -207,6 +207,9 @@ pub struct MemnetEndpoint {
     fallback: Fallback,
     /// Why inputs are refused: an input failed after it took a message off the wire.
     broken_in: Option<String>,
+    /// The next message, its descriptor taken off the ring but nothing of its data read
+    /// ([`MemnetEndpoint::peek_len`], or a buffer too small for it).
+    held: Option<Descriptor>,
     /// Why outputs are refused: an output failed after it announced its message.
     broken_out: Option<String>,
 }
@@ -413,6 +416,7 @@ impl MemnetEndpoint {
             fallback: Fallback::Allow,
             broken_in: None,
             broken_out: None,
+            held: None,
         })
     }
 
