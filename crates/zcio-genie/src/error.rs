@@ -53,6 +53,22 @@ pub enum GenieError {
     /// The VM layer failed.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// A wait ran out of the time the endpoint allows its waits ([`crate::memnet::Waits`]);
+    /// nothing was taken, and the endpoint goes on.
+    #[error("timed out after {after:?} {during}")]
+    TimedOut {
+        /// What was waited for.
+        during: &'static str,
+        /// The time allowed.
+        after: std::time::Duration,
+    },
+    /// A signal reached the thread during a wait the endpoint lets signals end
+    /// ([`crate::memnet::Waits`]); nothing was taken, and the endpoint goes on.
+    #[error("interrupted by a signal {during}")]
+    Interrupted {
+        /// What was waited for.
+        during: &'static str,
+    },
     /// The buffer is smaller than the next message. The message stays queued: a call with a
     /// buffer of `needed` bytes (or one that allocates, `recv_alloc`) receives it.
     #[error(

@@ -2,7 +2,7 @@
 //! completions posted.
 
 use super::{
-    DONE_MAGIC, Descriptor, MemnetEndpoint, SPIN, decode_descriptor, poll, spin_until, wire_in,
+    DONE_MAGIC, Descriptor, MemnetEndpoint, SPIN, Wait, decode_descriptor, spin_until, wire_in,
 };
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
@@ -20,10 +20,10 @@ use zcio_vm::wire::{STRIPES, Striped};
 impl MemnetEndpoint {
     /// Take the next message (one held back by [`MemnetEndpoint::peek_len`] or a too-small
     /// buffer first, else the next to arrive) and return its length; its data is read next.
-    fn next_message(&mut self) -> Result<usize> {
+    fn next_message(&mut self, w: Wait) -> Result<usize> {
         let d = match self.held.take() {
             Some(d) => d,
-            None => self.next_descriptor()?,
+            None => self.next_descriptor(w)?,
         };
         self.cur_ticket = d.ticket;
         self.cur_offset = d.offset;
@@ -36,7 +36,7 @@ impl MemnetEndpoint {
         GenieError::refuse_broken(&self.broken_in, "input")?;
         let d = match self.held {
             Some(d) => d,
-            None => self.next_descriptor()?,
+            None => self.next_descriptor(self.waits.start())?,
         };
         self.held = Some(d);
         Ok(d.len)
@@ -61,7 +61,7 @@ impl MemnetEndpoint {
     }
 
     /// Wait for the next descriptor, take it off the ring and validate it.
-    fn next_descriptor(&mut self) -> Result<Descriptor> {
+    fn next_descriptor(&mut self, w: Wait) -> Result<Descriptor> {
         loop {
             match self.desc_rx.pop(&self.arena) {
                 Ok(Some(w)) => {
@@ -83,7 +83,7 @@ impl MemnetEndpoint {
             }
             // Descriptors are published before data: wait for data (or the sender's end).
             let mut fds = [PollFd::new(&self.in_rx[0], PollFlags::IN)];
-            poll(&mut fds, None)?;
+            w.poll(&mut fds, None, "waiting for a message")?;
             let re = fds[0].revents();
             if re.contains(PollFlags::HUP) && !re.contains(PollFlags::IN) {
                 return Err(GenieError::PeerGone {
@@ -184,7 +184,7 @@ impl MemnetEndpoint {
         // Before the message is taken: a buffer that cannot be written loses nothing.
         crate::passing::check_writable(buf)?;
         self.refuse_copying_input(sem, buf, buffering)?;
-        let len = self.next_message()?;
+        let len = self.next_message(self.waits.start())?;
         if len > buf.len() {
             // Nothing of it read: it is the next message still.
             self.held = Some(Descriptor {
@@ -234,7 +234,7 @@ impl MemnetEndpoint {
                 format!("{sem} fills application buffers: use recv"),
             ));
         }
-        let len = self.next_message()?;
+        let len = self.next_message(self.waits.start())?;
         *taken = true;
         let mut region = if sem == Semantics::Move {
             time(Op::RegionCreate, || Region::alloc(len))?
@@ -338,7 +338,8 @@ impl<'a> Completion<'a> {
                 Ok(false) if t0.elapsed() < SPIN => std::thread::yield_now(),
                 Ok(false) => {
                     let mut fds = [PollFd::new(&self.wire, PollFlags::empty())];
-                    poll(&mut fds, Some(Duration::from_millis(1)))?;
+                    let pause = Some(Duration::from_millis(1));
+                    Wait::FOREVER.poll(&mut fds, pause, "posting a completion")?;
                     if fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) {
                         return Err(GenieError::PeerGone {
                             during: "input (the sender's completion ring full)",

@@ -1,6 +1,6 @@
 //! Output on the memory network: descriptors published, pages referenced, completions reaped.
 
-use super::{DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, decode_completion, poll, spin_until};
+use super::{DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, Wait, decode_completion, spin_until};
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
 use crate::passing::{Held, output_app};
@@ -13,6 +13,7 @@ use zcio_vm::arena::SLOT_WORDS;
 
 impl MemnetEndpoint {
     fn publish(&mut self, ticket: u64, len: usize, offset: usize, sem: Semantics) -> Result<()> {
+        let wait = self.waits.start();
         let mut w = [0u64; SLOT_WORDS];
         w[0] = DESC_MAGIC;
         w[1] = ticket;
@@ -22,7 +23,7 @@ impl MemnetEndpoint {
         loop {
             match self.desc_tx.push(&self.arena, &w) {
                 Ok(true) => return Ok(()),
-                Ok(false) => self.wait_event("output (descriptor ring full)")?,
+                Ok(false) => self.wait_event("for room to announce an output", wait)?,
                 Err(e) => return Err(GenieError::Protocol(e.to_string())),
             }
         }
@@ -190,6 +191,7 @@ impl MemnetEndpoint {
 
     /// Wait until `t` has completed.
     pub fn wait(&mut self, t: Ticket) -> Result<()> {
+        let wait = self.waits.start();
         loop {
             self.reap()?;
             if !self.pending.iter().any(|p| p.ticket == t.0) {
@@ -199,30 +201,31 @@ impl MemnetEndpoint {
             if spin_until(self.spin, || comp.has_next(arena).unwrap_or(true)) {
                 continue;
             }
-            self.wait_event("waiting for output completion")?;
+            self.wait_event("waiting for output completion", wait)?;
         }
     }
 
     /// Wait until every pending output has completed.
     pub fn flush(&mut self) -> Result<()> {
+        let wait = self.waits.start();
         while !self.pending.is_empty() {
             self.reap()?;
             if self.pending.is_empty() {
                 break;
             }
-            self.wait_event("waiting for output completion")?;
+            self.wait_event("waiting for output completion", wait)?;
         }
         Ok(())
     }
 
     /// Sleep until the peer rings our doorbell; fail if it is gone (our output pipe lost its reader).
-    fn wait_event(&self, during: &'static str) -> Result<()> {
+    fn wait_event(&self, during: &'static str, wait: Wait) -> Result<()> {
         let mut fds = [
             PollFd::new(&self.my_bell, PollFlags::IN),
             PollFd::new(&self.out_tx[0], PollFlags::empty()),
             PollFd::new(&self.out_tx[1], PollFlags::empty()),
         ];
-        poll(&mut fds, Some(Duration::from_millis(100)))?;
+        wait.poll(&mut fds, Some(Duration::from_millis(100)), during)?;
         // A peer that completed our outputs and then left is not gone for them: completions
         // already in the ring are reaped first.
         if fds[1..]
