@@ -146,3 +146,46 @@ fn a_signal_ends_a_wait_only_where_the_endpoint_asks() {
     assert!(buf.iter().all(|&b| b == 9));
     tx.wait(t).unwrap();
 }
+
+/// Whether `fd` is readable within `ms` milliseconds.
+fn readable(fd: &impl std::os::fd::AsFd, ms: u64) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let t = Timespec::try_from(Duration::from_millis(ms)).unwrap();
+    poll(&mut fds, Some(&t)).unwrap() > 0
+}
+
+#[test]
+fn an_endpoint_is_readable_when_a_message_or_a_completion_is_ready() {
+    let (mut tx, mut rx) = forced_pair();
+    assert!(!readable(&rx, 0), "nothing sent yet");
+    assert!(!readable(&tx, 0), "nothing to complete yet");
+    let mut data = vec![0u8; 64 * 1024];
+    fill(&mut data, 7);
+    let (t, _) = tx.send(Semantics::EmulatedCopy, &data).unwrap();
+    assert!(readable(&rx, 1000), "a message waits");
+    let mut buf = vec![0u8; data.len()];
+    rx.recv(
+        Semantics::EmulatedCopy,
+        &mut buf,
+        InputBuffering::EarlyDemux,
+    )
+    .unwrap();
+    assert!(buf == data);
+    assert!(!readable(&rx, 0), "the message was taken");
+    assert!(readable(&tx, 1000), "a completion waits");
+    assert_eq!(tx.reap().unwrap(), 1);
+    assert!(!readable(&tx, 0), "the completion was reaped");
+    tx.wait(t).unwrap();
+    // A sender gone wakes the receiver, whose next receive says so.
+    drop(tx);
+    assert!(readable(&rx, 1000), "the sender's end is news");
+    let e = rx
+        .recv(
+            Semantics::EmulatedCopy,
+            &mut buf,
+            InputBuffering::EarlyDemux,
+        )
+        .unwrap_err();
+    assert!(matches!(e, GenieError::PeerGone { .. }), "{e}");
+}

@@ -209,6 +209,9 @@ pub struct MemnetEndpoint {
     broken_in: Option<String>,
     /// How waits end besides success ([`Waits`]).
     waits: Waits,
+    /// An epoll instance over the wire in and the doorbell: this endpoint's readiness
+    /// ([`AsFd`]).
+    ready: OwnedFd,
     /// The next message, its descriptor taken off the ring but nothing of its data read
     /// ([`MemnetEndpoint::peek_len`], or a buffer too small for it).
     held: Option<Descriptor>,
@@ -382,6 +385,28 @@ impl Wait {
     }
 }
 
+/// An epoll instance readable while `wire` (the wire in) or `bell` (the doorbell) is.
+fn readiness(wire: &OwnedFd, bell: &OwnedFd) -> Result<OwnedFd> {
+    use rustix::event::epoll;
+    let e = |err| GenieError::io("epoll", err);
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(e)?;
+    for (i, fd) in [wire, bell].into_iter().enumerate() {
+        let data = epoll::EventData::new_u64(i as u64);
+        epoll::add(&ep, fd, data, epoll::EventFlags::IN).map_err(e)?;
+    }
+    Ok(ep)
+}
+
+/// Readable when the next message's data is on the wire (or its sender is gone, which the
+/// next receive reports), or when a completion was posted since the last
+/// [`MemnetEndpoint::reap`]: for `poll`, `epoll` or an async runtime's reactor. A wake-up
+/// may find nothing to do (a completion an output call reaped on its way).
+impl AsFd for MemnetEndpoint {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ready.as_fd()
+    }
+}
+
 /// Two connected endpoints in this process (both directions work; for tests and threads).
 pub fn pair() -> Result<(MemnetEndpoint, MemnetEndpoint)> {
     let (a, b, arena) = link_parts()?;
@@ -464,7 +489,9 @@ impl MemnetEndpoint {
         let ring = |i: usize| SharedRing::new(&arena, ring_offset(i), RING_SLOTS);
         let in_capacity = chunk_of(&parts.in_rx)?;
         let out_chunk = chunk_of(&parts.out_tx)?;
+        let ready = readiness(&parts.in_rx[0], &parts.my_bell)?;
         Ok(MemnetEndpoint {
+            ready,
             desc_tx: ring(s)?,
             desc_rx: ring(1 - s)?,
             comp_tx: ring(2 + s)?,

@@ -34,7 +34,7 @@ impl MemnetEndpoint {
     pub fn send(&mut self, sem: Semantics, buf: &[u8]) -> Result<(Ticket, Accounting)> {
         Self::check_len(buf.len())?;
         GenieError::refuse_broken(&self.broken_out, "output")?;
-        self.reap()?;
+        self.reap_completions()?;
         if sem.allocation() == crate::semantics::Allocation::System {
             return Err(GenieError::arg(
                 "semantics",
@@ -94,7 +94,7 @@ impl MemnetEndpoint {
             ));
         }
         GenieError::refuse_broken(&self.broken_out, "output")?;
-        self.reap()?;
+        self.reap_completions()?;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         self.publish(ticket, region.len(), 0, sem)?;
@@ -141,7 +141,7 @@ impl MemnetEndpoint {
     /// region cache: in steady state no mapping, no page fault, no zeroing).
     pub fn alloc_region(&mut self, len: usize, sem: Semantics) -> Result<Region> {
         Self::check_len(len)?;
-        self.reap()?;
+        self.reap_completions()?;
         let mut r = self.regions.take(len, sem)?;
         mark(&mut r, RegionState::MovedIn);
         Ok(r)
@@ -166,7 +166,18 @@ impl MemnetEndpoint {
     }
 
     /// Process the completions that arrived (non-blocking).
+    ///
+    /// The endpoint's descriptor ([`AsFd`](std::os::fd::AsFd)) is readable while completions
+    /// may be waiting; this call lets it settle until the next one is posted.
     pub fn reap(&mut self) -> Result<usize> {
+        // The doorbell first, then the ring: a completion posted after this read rings again.
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&self.my_bell, &mut b);
+        self.reap_completions()
+    }
+
+    /// [`MemnetEndpoint::reap`] without the doorbell (the output calls' own reaping).
+    fn reap_completions(&mut self) -> Result<usize> {
         let mut n = 0;
         loop {
             let w = match self.comp_rx.pop(&self.arena) {
@@ -193,7 +204,7 @@ impl MemnetEndpoint {
     pub fn wait(&mut self, t: Ticket) -> Result<()> {
         let wait = self.waits.start();
         loop {
-            self.reap()?;
+            self.reap_completions()?;
             if !self.pending.iter().any(|p| p.ticket == t.0) {
                 return Ok(());
             }
@@ -209,7 +220,7 @@ impl MemnetEndpoint {
     pub fn flush(&mut self) -> Result<()> {
         let wait = self.waits.start();
         while !self.pending.is_empty() {
-            self.reap()?;
+            self.reap_completions()?;
             if self.pending.is_empty() {
                 break;
             }
