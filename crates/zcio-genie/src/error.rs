@@ -5,6 +5,7 @@ use zcio_vm::VmError;
 
 /// What went wrong in a data transfer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum GenieError {
     /// An argument broke a rule of the call.
     #[error("invalid argument `{arg}`: {rule}")]
@@ -154,5 +155,137 @@ impl GenieError {
     }
 }
 
+/// What kind of failure a [`GenieError`] is, for matching without its details
+/// ([`GenieError::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An argument broke a rule of the call.
+    InvalidArgument,
+    /// The module cannot carry the semantics without copying, and the caller refused that.
+    Unsupported,
+    /// The peer is gone.
+    PeerGone,
+    /// A wait ran out of its time.
+    TimedOut,
+    /// A signal ended a wait.
+    Interrupted,
+    /// The buffer is smaller than the next message, which stays queued.
+    TooSmall {
+        /// The message's length.
+        needed: usize,
+    },
+    /// Fewer bytes arrived than the input asked for.
+    Truncated,
+    /// A message was lost on the way.
+    MessageLost,
+    /// The endpoint refuses calls in this direction after an earlier failure.
+    Refused,
+    /// The peer broke the protocol.
+    Protocol,
+    /// A system call failed, with its errno where there is one.
+    Io {
+        /// The errno.
+        errno: Option<i32>,
+    },
+    /// Something else the VM layer refused (a length, an alignment, a limit).
+    Vm,
+}
+
+impl GenieError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            GenieError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            GenieError::Unsupported { .. } => ErrorKind::Unsupported,
+            GenieError::PeerGone { .. } => ErrorKind::PeerGone,
+            GenieError::TimedOut { .. } => ErrorKind::TimedOut,
+            GenieError::Interrupted { .. } => ErrorKind::Interrupted,
+            GenieError::TooSmall { needed, .. } => ErrorKind::TooSmall { needed: *needed },
+            GenieError::Truncated { .. } => ErrorKind::Truncated,
+            GenieError::MessageLost { .. } => ErrorKind::MessageLost,
+            GenieError::Broken { .. } => ErrorKind::Refused,
+            GenieError::Protocol(_) => ErrorKind::Protocol,
+            GenieError::Io { source, .. } => ErrorKind::Io {
+                errno: source.raw_os_error(),
+            },
+            GenieError::Vm(e) => match e.errno() {
+                Some(errno) => ErrorKind::Io { errno: Some(errno) },
+                None => ErrorKind::Vm,
+            },
+        }
+    }
+}
+
 /// Result of the Genie layer.
 pub type Result<T, E = GenieError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_its_kind() {
+        let io = std::io::Error::from_raw_os_error(libc::EBADF);
+        let cases = [
+            (GenieError::arg("buf", "x"), ErrorKind::InvalidArgument),
+            (
+                GenieError::Unsupported {
+                    semantics: crate::Semantics::Share,
+                    module: "pipe",
+                    reason: "x".into(),
+                },
+                ErrorKind::Unsupported,
+            ),
+            (GenieError::PeerGone { during: "x" }, ErrorKind::PeerGone),
+            (
+                GenieError::TimedOut {
+                    during: "x",
+                    after: std::time::Duration::from_millis(1),
+                },
+                ErrorKind::TimedOut,
+            ),
+            (
+                GenieError::Interrupted { during: "x" },
+                ErrorKind::Interrupted,
+            ),
+            (
+                GenieError::TooSmall { needed: 9, got: 3 },
+                ErrorKind::TooSmall { needed: 9 },
+            ),
+            (
+                GenieError::Truncated {
+                    expected: 2,
+                    got: 1,
+                },
+                ErrorKind::Truncated,
+            ),
+            (
+                GenieError::MessageLost {
+                    seq: 1,
+                    len: 2,
+                    detail: "x".into(),
+                },
+                ErrorKind::MessageLost,
+            ),
+            (
+                GenieError::Broken {
+                    direction: "input",
+                    cause: "x".into(),
+                },
+                ErrorKind::Refused,
+            ),
+            (GenieError::Protocol("x".into()), ErrorKind::Protocol),
+            (
+                GenieError::io("read", io),
+                ErrorKind::Io {
+                    errno: Some(libc::EBADF),
+                },
+            ),
+            (GenieError::Vm(VmError::Empty { what: "x" }), ErrorKind::Vm),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind, "{e}");
+        }
+    }
+}

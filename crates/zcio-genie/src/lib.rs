@@ -34,7 +34,7 @@ pub mod stream;
 pub mod zerocopy;
 
 pub use buffer::{AppBuffer, granule_of};
-pub use error::{GenieError, Result};
+pub use error::{ErrorKind, GenieError, Result};
 pub use path::DataPath;
 pub use region::{Region, RegionCache, RegionState};
 pub use semantics::{Accounting, Fallback, InputBuffering, Integrity, Semantics};
