@@ -70,6 +70,12 @@ pub enum GenieError {
         /// What was waited for.
         during: &'static str,
     },
+    /// The caller may not do this (a process of another user connecting to a channel).
+    #[error("not permitted: {reason}")]
+    NotPermitted {
+        /// Who asked for what, and who may.
+        reason: String,
+    },
     /// The buffer is smaller than the next message. The message stays queued: a call with a
     /// buffer of `needed` bytes (or one that allocates, `recv_alloc`) receives it.
     #[error(
@@ -181,6 +187,8 @@ pub enum ErrorKind {
     MessageLost,
     /// The endpoint refuses calls in this direction after an earlier failure.
     Refused,
+    /// The caller may not do this.
+    NotPermitted,
     /// The peer broke the protocol.
     Protocol,
     /// A system call failed, with its errno where there is one.
@@ -205,6 +213,7 @@ impl GenieError {
             GenieError::Truncated { .. } => ErrorKind::Truncated,
             GenieError::MessageLost { .. } => ErrorKind::MessageLost,
             GenieError::Broken { .. } => ErrorKind::Refused,
+            GenieError::NotPermitted { .. } => ErrorKind::NotPermitted,
             GenieError::Protocol(_) => ErrorKind::Protocol,
             GenieError::Io { source, .. } => ErrorKind::Io {
                 errno: source.raw_os_error(),
@@ -276,6 +285,10 @@ mod tests {
                 ErrorKind::Refused,
             ),
             (GenieError::Protocol("x".into()), ErrorKind::Protocol),
+            (
+                GenieError::NotPermitted { reason: "x".into() },
+                ErrorKind::NotPermitted,
+            ),
             (
                 GenieError::io("read", io),
                 ErrorKind::Io {

@@ -30,6 +30,7 @@ use std::time::Duration;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 use zcio_vm::wire::{Pace, Pipe, STRIPES, Striped};
 
+pub mod channel;
 mod input;
 mod output;
 

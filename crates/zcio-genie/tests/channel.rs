@@ -1,0 +1,160 @@
+//! Memory-network links between processes that find each other by name
+//! (`zcio_genie::memnet::channel`): a process started on its own (this test binary run again,
+//! not a fork) connects by name and passes 256 MiB under emulated copy, overwriting its buffer
+//! right after each send; the listener receives the bytes of the moment of the call. And the
+//! ways a setup fails: nobody listening, a name taken, another user.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+use zcio_genie::memnet::Waits;
+use zcio_genie::memnet::channel::{Listener, connect};
+use zcio_genie::{AppBuffer, ErrorKind, GenieError, InputBuffering, Semantics};
+
+const TEST: &str = "two_processes_find_each_other_by_name_and_pass_256_mib";
+const SENDER_ENV: &str = "ZCIO_CHANNEL_TEST_SENDER";
+const LEN: usize = 256 << 20;
+
+/// Byte `k` of message `i`.
+fn byte(i: usize, k: usize) -> u8 {
+    (k as u8)
+        .wrapping_mul(29)
+        .wrapping_add(i as u8)
+        .wrapping_add((k >> 12) as u8)
+}
+
+fn unique(what: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("test-{what}-{}-{t}", std::process::id())
+}
+
+/// The sender, in the child: connect by name, send two messages, overwrite each right after.
+fn sender(name: &str) {
+    let mut tx = connect(name, Duration::from_secs(30)).unwrap();
+    let mut buf = AppBuffer::huge(LEN).unwrap();
+    for i in 0..2 {
+        for (k, b) in buf.iter_mut().enumerate() {
+            *b = byte(i, k);
+        }
+        let (t, acc) = tx.send(Semantics::EmulatedCopy, &buf).unwrap();
+        buf.fill(0xEE); // the receiver must not see this
+        tx.wait(t).unwrap();
+        println!("sent {i}: {}", acc.path);
+    }
+    println!("sender done");
+}
+
+#[test]
+fn two_processes_find_each_other_by_name_and_pass_256_mib() {
+    if let Ok(name) = std::env::var(SENDER_ENV) {
+        sender(&name);
+        return;
+    }
+    let name = unique("256");
+    let listener = Listener::bind(&name).unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(SENDER_ENV, &name)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rx = listener.accept(Some(Duration::from_secs(60))).unwrap();
+    rx.set_waits(Waits {
+        timeout: Some(Duration::from_secs(120)),
+        interruptible: false,
+    });
+    for i in 0..2 {
+        let (got, acc) = rx
+            .recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)
+            .unwrap();
+        assert_eq!(got.len(), LEN);
+        if let Some(k) = got.iter().enumerate().position(|(k, &b)| b != byte(i, k)) {
+            panic!(
+                "message {i}: byte {k} is {:#x}, not {:#x} (path {})",
+                got[k],
+                byte(i, k),
+                acc.path
+            );
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("sender done"),
+        "the sender: {stdout}"
+    );
+}
+
+#[test]
+fn a_name_nobody_listens_on_fails_within_its_timeout() {
+    let t0 = Instant::now();
+    let e = connect(&unique("nobody"), Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::TimedOut), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let listener = Listener::bind(&unique("quiet")).unwrap();
+    let e = listener
+        .accept(Some(Duration::from_millis(50)))
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::TimedOut), "{e}");
+}
+
+#[test]
+fn a_name_is_held_by_one_listener_and_checked() {
+    let name = unique("taken");
+    let _first = Listener::bind(&name).unwrap();
+    let e = Listener::bind(&name).unwrap_err();
+    assert!(
+        matches!(e, GenieError::InvalidArgument { arg: "name", .. })
+            && e.to_string().contains("taken"),
+        "{e}"
+    );
+    for bad in ["", "a\0b"] {
+        let e = Listener::bind(bad).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::InvalidArgument), "{e}");
+    }
+}
+
+#[test]
+fn a_process_of_another_user_is_refused_unless_allowed() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("not root: no other user to connect as here; the refusal is not exercised");
+        return;
+    }
+    let name = unique("user");
+    let mut listener = Listener::bind(&name).unwrap();
+    // A thread of this process becomes user 65534 (the raw call changes the calling thread
+    // alone) and connects: the kernel records that user as the peer's.
+    let as_nobody = |name: String| {
+        std::thread::spawn(move || {
+            // SAFETY: setresuid on this thread only (the raw system call, not glibc's
+            // process-wide wrapper); the thread does nothing else as that user but connect.
+            let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+            assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
+            connect(&name, Duration::from_secs(10)).map(|_| ())
+        })
+    };
+    let client = as_nobody(name.clone());
+    let e = listener.accept(Some(Duration::from_secs(10))).unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::NotPermitted) && e.to_string().contains("user 65534"),
+        "{e}"
+    );
+    assert!(
+        client.join().unwrap().is_err(),
+        "the refused client got a link"
+    );
+    // Allowed, the client passes the check. (Its link cannot be set up in this one address
+    // space, where the listener's arena already holds every address it offers; the test of
+    // two processes above sets one up.)
+    listener.allow_any_user(true);
+    let client = as_nobody(name);
+    let end = listener.accept(Some(Duration::from_secs(10)));
+    let _ = client.join().unwrap();
+    assert!(
+        !matches!(&end, Err(e) if e.kind() == ErrorKind::NotPermitted),
+        "refused although any user may connect: {end:?}"
+    );
+}
