@@ -20,6 +20,8 @@
 //! allowed in all, the window).
 
 use crate::error::{GenieError, Result};
+use crate::waits::Wait;
+use rustix::event::{PollFd, PollFlags};
 use rustix::io::{Errno, IoSlice, IoSliceMut};
 use rustix::net::{RecvAncillaryBuffer, RecvFlags, SendAncillaryBuffer, SendFlags};
 use serde::Serialize;
@@ -341,8 +343,14 @@ impl Datagrams {
         Ok(())
     }
 
-    /// Receive the next message into `buf`, which must be its length.
-    pub fn recv_message(&mut self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<()> {
+    /// Receive the next message into `buf`, which must be its length; the wait for its first
+    /// datagram ends as `wait` allows.
+    pub(crate) fn recv_message(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        buf: &mut [u8],
+        wait: Wait,
+    ) -> Result<()> {
         self.take_role(Role::Receiver)?;
         let len = buf.len();
         let mut got = 0;
@@ -353,13 +361,13 @@ impl Datagrams {
                 Some(n) => n,
                 None => {
                     // Nothing queued: grant what was consumed before waiting, so that a
-                    // sender out of credit is not waiting for this receiver meanwhile.
+                    // sender out of credit is not waiting for this receiver meanwhile. Once
+                    // part of the message is in, the read runs to its end.
                     self.grant_due(fd, true)?;
-                    let wait = RecvFlags::PEEK;
-                    match self.take_rx(fd, &mut [IoSliceMut::new(&mut h)], wait)? {
-                        Some(n) => n,
-                        None => continue,
-                    }
+                    let w = if got == 0 { wait } else { Wait::FOREVER };
+                    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+                    w.poll(&mut fds, None, "waiting for a message")?;
+                    continue;
                 }
             };
             let Some(hd) = Header::decode(&h, n) else {

@@ -31,6 +31,7 @@ pub mod profile;
 pub mod region;
 pub mod semantics;
 pub mod stream;
+pub mod waits;
 pub mod zerocopy;
 
 pub use buffer::{AppBuffer, granule_of};
@@ -38,4 +39,5 @@ pub use error::{ErrorKind, GenieError, Result};
 pub use path::DataPath;
 pub use region::{Region, RegionCache, RegionState};
 pub use semantics::{Accounting, Fallback, InputBuffering, Integrity, Semantics};
+pub use waits::Waits;
 pub use zcio_vm::huge::Granule;

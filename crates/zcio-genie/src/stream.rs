@@ -15,6 +15,8 @@ use crate::path::{DataPath, Write};
 use crate::profile::Profile;
 use crate::region::{Region, RegionCache, RegionState, mark};
 use crate::semantics::{Accounting, Allocation, Fallback, InputBuffering, Semantics};
+use crate::waits::{Wait, Waits};
+use rustix::event::{PollFd, PollFlags};
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -123,6 +125,8 @@ pub struct StreamEnd {
     broken_out: Option<String>,
     /// The UDP module's framing and credit window.
     udp: Option<Datagrams>,
+    /// How the wait for a message's first bytes ends besides their arrival.
+    waits: Waits,
 }
 
 zcio_vm::debug_summary!(StreamEnd, |s| kind: s.kind, direct: s.direct.is_some());
@@ -253,6 +257,7 @@ impl StreamEnd {
             broken_in: None,
             broken_out: None,
             udp: None,
+            waits: Waits::default(),
         }
     }
 
@@ -323,6 +328,29 @@ impl StreamEnd {
                 a.offset.max(zcio_vm::page_size()),
             ),
             None => (zcio_vm::page_size(), 1),
+        }
+    }
+
+    /// Let the wait for a message's first bytes end after a time or at a signal ([`Waits`]);
+    /// such an end takes nothing. (A file's input does not wait.)
+    pub fn set_waits(&mut self, w: Waits) {
+        self.waits = w;
+    }
+
+    /// Wait, as [`StreamEnd::set_waits`] allows, until the module has bytes to read (or its
+    /// peer's end to report). The UDP module waits in its own reading, past the datagrams of
+    /// its own protocol.
+    fn wait_first_bytes(&self, w: Wait) -> Result<()> {
+        if matches!(self.kind, ModuleKind::File | ModuleKind::Udp) || self.waits == Waits::default()
+        {
+            return Ok(());
+        }
+        loop {
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            w.poll(&mut fds, None, "waiting for a message")?;
+            if !fds[0].revents().is_empty() {
+                return Ok(());
+            }
         }
     }
 
@@ -540,7 +568,9 @@ impl StreamEnd {
         crate::passing::check_writable(buf)?;
         self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
         let profile = self.profile;
-        let (mut src, inputs) = self.source();
+        let wait = self.waits.start();
+        self.wait_first_bytes(wait)?;
+        let (mut src, inputs) = self.source(wait);
         let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
             inputs.input_app(sem, buf, buffering, &mut src, profile)
         });
@@ -549,14 +579,15 @@ impl StreamEnd {
     }
 
     /// The module's input side from the current read offset, and the input buffers.
-    fn source(&mut self) -> (EndSource<'_>, &mut InputBuffers) {
-        let src = EndSource::new(
+    fn source(&mut self, wait: Wait) -> (EndSource<'_>, &mut InputBuffers) {
+        let mut src = EndSource::new(
             self.kind,
             &self.fd,
             &self.direct,
             self.udp.as_mut(),
             self.read_pos,
         );
+        src.wait = wait;
         (src, &mut self.inputs)
     }
 
@@ -592,7 +623,9 @@ impl StreamEnd {
         } else {
             self.regions.take(len, sem)?
         };
-        let (mut src, _) = self.source();
+        let wait = self.waits.start();
+        self.wait_first_bytes(wait)?;
+        let (mut src, _) = self.source(wait);
         let r = src.read_exact(region.as_mut_slice());
         let (pos, touched, kernel) = (src.pos, src.touched, src.kernel_copies(len));
         self.end_input(pos, touched, r)?;
@@ -619,6 +652,8 @@ struct EndSource<'a> {
     /// Whether a read from the module began (a stream may then be partway through a message).
     touched: bool,
     udp: Option<&'a mut Datagrams>,
+    /// The call's wait for its first bytes (the UDP module's).
+    wait: Wait,
 }
 
 impl<'a> EndSource<'a> {
@@ -639,6 +674,7 @@ impl<'a> EndSource<'a> {
             direct_bytes: 0,
             touched: false,
             udp,
+            wait: Wait::FOREVER,
         }
     }
 }
@@ -679,7 +715,7 @@ impl Source for EndSource<'_> {
             }
             ModuleKind::Udp => {
                 let udp = self.udp.as_mut().expect("a UDP end has its datagrams");
-                udp.recv_message(self.fd, buf)
+                udp.recv_message(self.fd, buf, self.wait)
             }
             _ => zcio_vm::wire::read_exact(self.fd, buf)
                 .map_err(|e| GenieError::from_wire(e, "input")),

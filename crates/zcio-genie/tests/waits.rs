@@ -8,7 +8,8 @@ use common::{fill, forced_pair};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
-use zcio_genie::memnet::Waits;
+use zcio_genie::Waits;
+use zcio_genie::stream::{self, ModuleKind};
 use zcio_genie::{GenieError, InputBuffering, Semantics};
 
 const SHORT: Duration = Duration::from_millis(50);
@@ -188,4 +189,51 @@ fn an_endpoint_is_readable_when_a_message_or_a_completion_is_ready() {
         )
         .unwrap_err();
     assert!(matches!(e, GenieError::PeerGone { .. }), "{e}");
+}
+
+#[test]
+fn a_socket_or_pipe_wait_times_out_or_is_interrupted_and_the_next_receive_gets_the_message() {
+    for kind in [
+        ModuleKind::Pipe,
+        ModuleKind::Unix,
+        ModuleKind::Tcp,
+        ModuleKind::Udp,
+    ] {
+        let (mut tx, mut rx) = stream::pair(kind).unwrap();
+        rx.set_waits(Waits {
+            timeout: Some(SHORT),
+            interruptible: false,
+        });
+        let mut buf = vec![0u8; 100_000];
+        let e = rx
+            .recv(
+                Semantics::EmulatedCopy,
+                &mut buf,
+                InputBuffering::EarlyDemux,
+            )
+            .unwrap_err();
+        assert!(matches!(e, GenieError::TimedOut { .. }), "{kind}: {e}");
+        rx.set_waits(Waits {
+            timeout: None,
+            interruptible: true,
+        });
+        let (e, mut rx) = under_signals(move || {
+            let mut buf = vec![0u8; 100_000];
+            let e = rx
+                .recv(Semantics::Copy, &mut buf, InputBuffering::EarlyDemux)
+                .unwrap_err();
+            (e, rx)
+        });
+        assert!(matches!(e, GenieError::Interrupted { .. }), "{kind}: {e}");
+        let mut data = vec![0u8; 100_000];
+        fill(&mut data, 11);
+        tx.send(Semantics::Copy, &data).unwrap();
+        rx.recv(
+            Semantics::EmulatedCopy,
+            &mut buf,
+            InputBuffering::EarlyDemux,
+        )
+        .unwrap();
+        assert!(buf == data, "{kind}");
+    }
 }

@@ -87,7 +87,11 @@ fn receiver() -> Result<()> {
     link.set_profile(Profile::zero_copy());
 
     let (buf, acc) = link.recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)?;
-    println!("receiver: got {} bytes, path taken: {}", buf.len(), acc.path);
+    println!(
+        "receiver: got {} bytes, path taken: {}",
+        buf.len(),
+        acc.path
+    );
 
     let want = message();
     if buf.len() != LEN {
