@@ -2,7 +2,8 @@
 //! name, each [`connect`] to it gets a link of its own.
 //!
 //! A name is an abstract Unix socket, `zcio/<name>` (nothing in the file system to clean up; it
-//! goes when the listener does). The listener makes a link's parts, hands the client its side
+//! goes when the listener does; both processes must share a network namespace, where abstract
+//! names live). The listener makes a link's parts, hands the client its side
 //! over the socket, and waits for the client's word that it mapped the shared arena at the
 //! agreed address; where that address is taken in the client, the listener makes the parts
 //! again elsewhere (a few times). Only a process of the listener's own user may connect unless
