@@ -143,7 +143,7 @@ fn send(fd: BorrowedFd<'_>, parts: &[IoSlice<'_>]) -> Result<()> {
 }
 
 /// Take the next datagram off the queue into `parts`; returns its length (past what `parts`
-/// hold, where it was longer). `None` where nothing is queued and `wait` is false.
+/// hold, where it was longer). `None` where nothing is queued and `flags` say `DONTWAIT`.
 fn take(
     fd: BorrowedFd<'_>,
     parts: &mut [IoSliceMut<'_>],

@@ -137,6 +137,15 @@ pub fn probe(dir: &Path) -> Probe {
             ),
         },
     );
+    f.push(match setuid_unavailable() {
+        None => feature(
+            "setuid",
+            "another user's thread",
+            true,
+            "a thread can become user 65534 (the refusal of another user's channel client)",
+        ),
+        Some(why) => feature("setuid", "another user's thread", false, why),
+    });
     for (id, what) in [
         ("chromium", "the report's browser check"),
         ("fio", "the peer of the user-level I/O bench"),
@@ -202,6 +211,22 @@ fn userfaultfd_features() -> Vec<Feature> {
         }
     }
     f
+}
+
+/// The user a thread becomes to act as another user's process ([`setuid_unavailable`]).
+pub const OTHER_USER: u32 = 65534;
+
+/// Why a thread of this process cannot become user [`OTHER_USER`] (`setresuid` on that thread
+/// alone, which needs `CAP_SETUID`), or `None` where it can: tried on a thread that ends then.
+pub fn setuid_unavailable() -> Option<String> {
+    std::thread::spawn(|| {
+        let u = rustix::process::Uid::from_raw(OTHER_USER);
+        rustix::thread::set_thread_res_uid(u, u, u)
+            .err()
+            .map(|e| format!("setresuid({OTHER_USER}) on a thread: {e} (needs CAP_SETUID)"))
+    })
+    .join()
+    .unwrap_or_else(|_| Some("the thread that tried setresuid panicked".into()))
 }
 
 /// Whether zcio may set the kernel's shared memory huge page policy for a run, and whether

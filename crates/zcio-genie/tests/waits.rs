@@ -111,6 +111,20 @@ fn under_signals<T: Send + 'static>(wait: impl FnOnce() -> T + Send + 'static) -
     waiter.join().unwrap()
 }
 
+/// Receive into a buffer of `len` bytes with `recv` under signals ([`under_signals`]): the
+/// error the receive ended with, and the endpoint back.
+fn failed_recv_under_signals<R: Send + 'static>(
+    mut rx: R,
+    len: usize,
+    recv: fn(&mut R, &mut [u8]) -> Result<(), GenieError>,
+) -> (GenieError, R) {
+    under_signals(move || {
+        let mut buf = vec![0u8; len];
+        let e = recv(&mut rx, &mut buf).unwrap_err();
+        (e, rx)
+    })
+}
+
 #[test]
 fn a_signal_ends_a_wait_only_where_the_endpoint_asks() {
     let (mut tx, mut rx) = forced_pair();
@@ -118,12 +132,9 @@ fn a_signal_ends_a_wait_only_where_the_endpoint_asks() {
         timeout: None,
         interruptible: true,
     });
-    let (e, mut rx) = under_signals(move || {
-        let mut buf = vec![0u8; 4096];
-        let e = rx
-            .recv(Semantics::Copy, &mut buf, InputBuffering::EarlyDemux)
-            .unwrap_err();
-        (e, rx)
+    let (e, mut rx) = failed_recv_under_signals(rx, 4096, |rx, b| {
+        rx.recv(Semantics::Copy, b, InputBuffering::EarlyDemux)
+            .map(|_| ())
     });
     assert!(matches!(e, GenieError::Interrupted { .. }), "{e}");
     // Not asked: signals come and go, and the wait runs to its time.
@@ -131,12 +142,9 @@ fn a_signal_ends_a_wait_only_where_the_endpoint_asks() {
         timeout: Some(Duration::from_millis(300)),
         interruptible: false,
     });
-    let (e, mut rx) = under_signals(move || {
-        let mut buf = vec![0u8; 4096];
-        let e = rx
-            .recv(Semantics::Copy, &mut buf, InputBuffering::EarlyDemux)
-            .unwrap_err();
-        (e, rx)
+    let (e, mut rx) = failed_recv_under_signals(rx, 4096, |rx, b| {
+        rx.recv(Semantics::Copy, b, InputBuffering::EarlyDemux)
+            .map(|_| ())
     });
     assert!(matches!(e, GenieError::TimedOut { .. }), "{e}");
     // The endpoint goes on: the next message arrives whole.
@@ -217,12 +225,9 @@ fn a_socket_or_pipe_wait_times_out_or_is_interrupted_and_the_next_receive_gets_t
             timeout: None,
             interruptible: true,
         });
-        let (e, mut rx) = under_signals(move || {
-            let mut buf = vec![0u8; 100_000];
-            let e = rx
-                .recv(Semantics::Copy, &mut buf, InputBuffering::EarlyDemux)
-                .unwrap_err();
-            (e, rx)
+        let (e, mut rx) = failed_recv_under_signals(rx, 100_000, |rx, b| {
+            rx.recv(Semantics::Copy, b, InputBuffering::EarlyDemux)
+                .map(|_| ())
         });
         assert!(matches!(e, GenieError::Interrupted { .. }), "{kind}: {e}");
         let mut data = vec![0u8; 100_000];

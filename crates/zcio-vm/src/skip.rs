@@ -36,11 +36,13 @@ pub enum Capability {
     /// Setting the kernel's shared memory huge page policy (root) on a kernel that gives
     /// memory files large folios under it ([`crate::shmem`]).
     ShmemPolicy,
+    /// Switching a thread to another user (`CAP_SETUID`), to act as another user's process.
+    SetUid,
 }
 
 impl Capability {
     /// Every capability.
-    pub const ALL: [Capability; 11] = [
+    pub const ALL: [Capability; 12] = [
         Capability::UffdWp,
         Capability::UffdMove,
         Capability::HugePages,
@@ -52,6 +54,7 @@ impl Capability {
         Capability::ProcmapQuery,
         Capability::LoopDevices,
         Capability::ShmemPolicy,
+        Capability::SetUid,
     ];
 
     /// The probe's name for it.
@@ -68,6 +71,7 @@ impl Capability {
             Capability::ProcmapQuery => "procmap-query",
             Capability::LoopDevices => "loop-devices",
             Capability::ShmemPolicy => "shmem-policy",
+            Capability::SetUid => "setuid",
         }
     }
 

@@ -307,8 +307,15 @@ impl Staging {
         let swap_ok = rt.capabilities().swap
             && (full.pages() >= min_swap_pages.max(1) || head.max(tail) >= reverse_copyout_bytes)
             && app.as_ptr() as usize % ps == off;
-        let registered = swap_ok && rt.register_app(appr).is_ok_and(|r| r == full);
-        if !registered {
+        // Scratch must be empty for a swap (emptying it is a no-op in the steady state).
+        let span = RawRange {
+            addr: self.scr.addr(),
+            len: (off + len).div_ceil(ps) * ps,
+        };
+        let ready = swap_ok
+            && rt.register_app(appr).is_ok_and(|r| r == full)
+            && self.scr.discard(span).is_ok();
+        if !ready {
             app.copy_from_slice(&self.stg.as_slice()[off..off + len]);
             return Ok(Delivery {
                 swapped: 0,
@@ -317,18 +324,6 @@ impl Staging {
         }
         // Staging and scratch pages correspond to application pages at this distance.
         let base = appr.addr - off;
-        let span = RawRange {
-            addr: self.scr.addr(),
-            len: (off + len).div_ceil(ps) * ps,
-        };
-        if self.scr.discard(span).is_err() {
-            // Scratch must be empty for a swap (a no-op in the steady state): copy instead.
-            app.copy_from_slice(&self.stg.as_slice()[off..off + len]);
-            return Ok(Delivery {
-                swapped: 0,
-                copied: len,
-            });
-        }
         // Partial pages first: reverse copyout where enough of the page is data, else copy.
         let mut reversed = 0;
         // Bytes the CPU copied for reverse copyout (the application's bytes completing a page).

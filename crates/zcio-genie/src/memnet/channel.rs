@@ -28,6 +28,8 @@
 
 use super::{LinkParts, MemnetEndpoint, link_parts};
 use crate::error::{GenieError, Result};
+use crate::waits::Waits;
+use rustix::event::{PollFd, PollFlags};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
@@ -95,27 +97,18 @@ impl Listener {
     /// this side's endpoint. A client of another user is refused (its connection closed) and
     /// the error says so; the listener goes on.
     pub fn accept(&self, timeout: Option<Duration>) -> Result<MemnetEndpoint> {
-        if let Some(t) = timeout {
-            let mut fds = [rustix::event::PollFd::new(
-                &self.sock,
-                rustix::event::PollFlags::IN,
-            )];
-            let ts = rustix::time::Timespec::try_from(t)
-                .map_err(|_| GenieError::arg("timeout", format!("{t:?} is too long")))?;
-            match rustix::event::poll(&mut fds, Some(&ts)) {
-                Ok(0) => {
-                    return Err(GenieError::TimedOut {
-                        during: "waiting for a client",
-                        after: t,
-                    });
+        if timeout.is_some() {
+            let wait = Waits {
+                timeout,
+                interruptible: true,
+            }
+            .start();
+            loop {
+                let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+                wait.poll(&mut fds, None, "waiting for a client")?;
+                if !fds[0].revents().is_empty() {
+                    break;
                 }
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => {
-                    return Err(GenieError::Interrupted {
-                        during: "waiting for a client",
-                    });
-                }
-                Err(e) => return Err(GenieError::io("poll(channel)", e)),
             }
         }
         let (conn, _) = self

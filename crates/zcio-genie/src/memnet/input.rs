@@ -50,9 +50,8 @@ impl MemnetEndpoint {
         buffering: InputBuffering,
     ) -> Result<(crate::AppBuffer, Accounting)> {
         let len = self.peek_len()?;
-        let huge =
-            len >= zcio_vm::page::HUGE_PAGE_SIZE && zcio_vm::huge::unavailable_reason().is_none();
-        let mut buf = match huge {
+        // In huge pages where a system buffer of this length would be.
+        let mut buf = match crate::passing::system_buffer_options(len).huge {
             true => crate::AppBuffer::huge(len)?,
             false => crate::AppBuffer::new(len)?,
         };

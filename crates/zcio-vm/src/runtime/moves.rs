@@ -32,6 +32,7 @@ impl Budget {
 /// Which step of an input a run of moves is: where [`VmRuntime::inject_move_failure`] makes
 /// the kernel's refusal happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(usize)]
 pub enum MoveStep {
     /// A swap's first phase: the application's pages out to scratch.
     SwapOut,
@@ -64,11 +65,16 @@ impl MoveStep {
 
 /// Fault injection for tests, one slot a step: 0 when unarmed, else 1 + the pages the next run
 /// at that step moves before the kernel "refuses" the next one with `EINVAL`.
-static INJECT_MOVE: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+static INJECT_MOVE: [AtomicUsize; MoveStep::ALL.len()] =
+    [const { AtomicUsize::new(0) }; MoveStep::ALL.len()];
 
-/// Take the injection armed for `step`, if any: the pages to move before the refusal.
+/// Take the injection armed for `step`, if any: the pages to move before the refusal. (A load
+/// first: every run of moves asks, and an unarmed slot is not written.)
 fn injected(step: MoveStep) -> Option<usize> {
-    let slot = &INJECT_MOVE[MoveStep::ALL.iter().position(|s| *s == step)?];
+    let slot = &INJECT_MOVE[step as usize];
+    if slot.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
     slot.swap(0, Ordering::Relaxed).checked_sub(1)
 }
 
@@ -80,9 +86,8 @@ impl VmRuntime {
     /// injection at the step was still unused.
     #[doc(hidden)]
     pub fn inject_move_failure(&self, step: MoveStep, after_pages: Option<usize>) -> bool {
-        let i = MoveStep::ALL.iter().position(|s| *s == step).unwrap_or(0);
         let armed = after_pages.map_or(0, |n| n.saturating_add(1));
-        INJECT_MOVE[i].swap(armed, Ordering::Relaxed) != 0
+        INJECT_MOVE[step as usize].swap(armed, Ordering::Relaxed) != 0
     }
 }
 
