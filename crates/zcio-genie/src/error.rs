@@ -63,6 +63,20 @@ pub enum GenieError {
         /// The time allowed.
         after: std::time::Duration,
     },
+    /// The output's window has no room for the message now, and the endpoint was asked not
+    /// to wait for it ([`crate::memnet::WindowFull::WouldBlock`]); nothing was announced, and
+    /// the endpoint goes on: try again when an earlier output has completed.
+    #[error(
+        "the window has no room for {len} bytes now ({window} bytes, {pending} outputs pending)"
+    )]
+    WouldBlock {
+        /// The message's length.
+        len: usize,
+        /// The window.
+        window: usize,
+        /// Outputs not yet completed.
+        pending: usize,
+    },
     /// A signal reached the thread during a wait the endpoint lets signals end
     /// ([`crate::memnet::Waits`]); nothing was taken, and the endpoint goes on.
     #[error("interrupted by a signal {during}")]
@@ -187,6 +201,8 @@ pub enum ErrorKind {
     MessageLost,
     /// The endpoint refuses calls in this direction after an earlier failure.
     Refused,
+    /// The call would have waited, and the caller asked it not to.
+    WouldBlock,
     /// The caller may not do this.
     NotPermitted,
     /// The peer broke the protocol.
@@ -209,6 +225,7 @@ impl GenieError {
             GenieError::PeerGone { .. } => ErrorKind::PeerGone,
             GenieError::TimedOut { .. } => ErrorKind::TimedOut,
             GenieError::Interrupted { .. } => ErrorKind::Interrupted,
+            GenieError::WouldBlock { .. } => ErrorKind::WouldBlock,
             GenieError::TooSmall { needed, .. } => ErrorKind::TooSmall { needed: *needed },
             GenieError::Truncated { .. } => ErrorKind::Truncated,
             GenieError::MessageLost { .. } => ErrorKind::MessageLost,
@@ -257,6 +274,14 @@ mod tests {
             (
                 GenieError::Interrupted { during: "x" },
                 ErrorKind::Interrupted,
+            ),
+            (
+                GenieError::WouldBlock {
+                    len: 1,
+                    window: 2,
+                    pending: 3,
+                },
+                ErrorKind::WouldBlock,
             ),
             (
                 GenieError::TooSmall { needed: 9, got: 3 },

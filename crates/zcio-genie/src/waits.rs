@@ -59,6 +59,26 @@ impl Wait {
         interruptible: false,
     };
 
+    /// The time this call has left (`None`: no limit), or [`GenieError::TimedOut`] when it has
+    /// run out.
+    pub(crate) fn left(&self, during: &'static str) -> Result<Option<Duration>> {
+        match self.deadline {
+            Some((at, after)) => {
+                let now = std::time::Instant::now();
+                if now >= at {
+                    return Err(GenieError::TimedOut { during, after });
+                }
+                Ok(Some(at - now))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Whether a signal ends this call's waits.
+    pub(crate) fn interruptible(&self) -> bool {
+        self.interruptible
+    }
+
     /// Poll `fds` for at most `cap`, or until this call's time runs out (then
     /// [`GenieError::TimedOut`]) or a signal ends the wait where the call allows it.
     pub(crate) fn poll(
@@ -67,16 +87,7 @@ impl Wait {
         cap: Option<Duration>,
         during: &'static str,
     ) -> Result<()> {
-        let left = match self.deadline {
-            Some((at, after)) => {
-                let now = std::time::Instant::now();
-                if now >= at {
-                    return Err(GenieError::TimedOut { during, after });
-                }
-                Some(at - now)
-            }
-            None => None,
-        };
+        let left = self.left(during)?;
         let t = match (left, cap) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

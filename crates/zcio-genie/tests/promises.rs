@@ -509,13 +509,11 @@ fn the_sending_thread_overwrites_an_output_larger_than_the_stash() {
 }
 
 #[test]
-fn an_output_that_does_not_spin_sleeps_while_the_wire_is_full_and_delivers_every_byte() {
+fn an_output_longer_than_the_window_sleeps_while_the_receiver_drains_it_and_delivers_every_byte() {
     let (mut tx, mut rx) = forced_pair();
-    tx.set_spin(std::time::Duration::ZERO);
-    // Several times the wire's two pipes, ending mid-page. Page-aligned: a chunk that starts
-    // mid-page takes one pipe slot more than the pipe has, and its writer waits in the kernel
-    // (asleep, as the pipe is not being read) whatever the counters say.
-    let len = 6 * zcio_vm::wire::pipe_max_size() + 12345;
+    // The window and three pipes more, ending mid-page: the sender queues the window's worth
+    // at once and sleeps until the receiver drains pipes for the rest.
+    let len = tx.window() + 3 * zcio_vm::wire::pipe_max_size() + 12345;
     let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
     let mut got = vec![0u8; len];
     for (round, sem) in [

@@ -101,47 +101,82 @@ fn each_part(
     Ok(())
 }
 
-/// Pipes a [`Striped`] wire uses in turn.
-pub const STRIPES: usize = 2;
+/// Pipes a [`Striped`] wire has at the least: while the reader copies one pipe's chunk, the
+/// writer refills the other.
+pub const MIN_STRIPES: usize = 2;
 
-/// A wire of [`STRIPES`] pipes used in turn, `chunk` bytes each, every message starting on the
-/// first: while the reader copies one pipe's chunk, the writer, woken by the reader's first
-/// read of the other, refills that one. With one pipe the two take turns (the writer waits for
-/// the reader to empty the pipe, the reader for the writer to be woken and refill it), and a
-/// large message moves at about half the speed of the copy (measured here: 16 MiB in 2.8-3.2
-/// ms through one 1 MiB pipe, 1.5-1.7 ms through two).
+/// Pages of a pipe a chunk leaves free: a chunk off the page boundary, or made of pieces from
+/// different buffers (a copied head and tail around the pages referenced in place), spans a
+/// few pages more than its length in pages, and must still fit an empty pipe.
+const CHUNK_SLACK_PAGES: usize = 4;
+
+/// The chunk of a [`Striped`] wire whose pipes hold `capacity` bytes: `capacity` less a few
+/// pages, at least a page.
+pub fn chunk_for(capacity: usize) -> usize {
+    let ps = crate::page_size();
+    (capacity / ps).saturating_sub(CHUNK_SLACK_PAGES).max(1) * ps
+}
+
+/// A wire of pipes used as a ring, one chunk to a pipe: a message's chunks go to consecutive
+/// pipes, the next message's first chunk to the pipe after its last, and a chunk is queued
+/// only in a pipe its reader has drained. A chunk is a little shorter than a pipe, so that it
+/// fits an empty pipe at any page offset ([`Striped::new`]). So a writer whose next pipes are
+/// drained queues a whole message without waiting, however busy the reader, up to the
+/// pipes' total (the *window*, [`Striped::window`]), and the page references the kernel holds
+/// for the pipes keep the data of the moment of the call (I/O-deferred deallocation).
 ///
-/// Both ends must agree on the pipes' order and on `chunk`, and read each message's bytes in
-/// order from its start ([`Striped::reader`]).
+/// With two pipes, while the reader copies one pipe's chunk the writer refills the other;
+/// with one, the two take turns and a large message moves at about half the speed of the copy
+/// (measured here: 16 MiB in 2.8-3.2 ms through one 1 MiB pipe, 1.5-1.7 ms through two).
+///
+/// Both ends must agree on the pipes' order, on the chunk, and on each message's first chunk
+/// ([`Striped::at_chunk`], advanced by [`Striped::chunks`] per message), and read each
+/// message's bytes in order from its start ([`Striped::reader`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Striped<'a> {
-    pipes: [BorrowedFd<'a>; STRIPES],
+    pipes: &'a [OwnedFd],
     chunk: usize,
+    /// The ring index of the message's first chunk (its pipe: `first % pipes.len()`).
+    first: u64,
     pace: Option<Pace<'a>>,
-    /// Whether the writer sleeps until a chunk fits ([`Pace`]) instead of entering the pipe.
-    sleep: bool,
+}
+
+/// Where a writer waiting for a pipe to drain stands ([`Striped::wait_drained`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// The pipe is empty: a chunk fits it whole.
+    Drained,
+    /// Not yet (the wait ended after its time).
+    Waiting,
+    /// A signal ended the wait.
+    Interrupted,
 }
 
 impl<'a> Striped<'a> {
-    /// The wire of these pipes, `chunk` bytes to a pipe at a time (at least a page).
-    pub fn new(pipes: [BorrowedFd<'a>; STRIPES], chunk: usize) -> Striped<'a> {
+    /// The wire of `pipes` (at least one), each of `capacity` bytes (the smallest pipe's):
+    /// its chunk is `capacity` less a few pages (at least a page).
+    pub fn new(pipes: &'a [OwnedFd], capacity: usize) -> Striped<'a> {
+        assert!(!pipes.is_empty(), "a wire has a pipe");
         Striped {
             pipes,
-            chunk: chunk.max(crate::page_size()),
+            chunk: chunk_for(capacity),
+            first: 0,
             pace: None,
-            sleep: false,
         }
     }
 
     /// This wire with its two ends' shared progress `pace`: the reader reports every chunk it
-    /// reads, and the writer, when `sleep` is set, sleeps until its next chunk fits the pipe
-    /// instead of spinning in the kernel ([`Pace`]).
-    pub fn paced(self, pace: Pace<'a>, sleep: bool) -> Striped<'a> {
+    /// reads and wakes a writer waiting for a pipe to drain ([`Pace`]).
+    pub fn paced(self, pace: Pace<'a>) -> Striped<'a> {
         Striped {
             pace: Some(pace),
-            sleep,
             ..self
         }
+    }
+
+    /// This wire for a message whose first chunk has ring index `first`.
+    pub fn at_chunk(self, first: u64) -> Striped<'a> {
+        Striped { first, ..self }
     }
 
     /// Bytes of a message each pipe takes in turn.
@@ -149,15 +184,108 @@ impl<'a> Striped<'a> {
         self.chunk
     }
 
+    /// The wire's pipes.
+    pub fn pipes(&self) -> usize {
+        self.pipes.len()
+    }
+
+    /// The longest message a writer queues without waiting when the pipes are drained.
+    pub fn window(&self) -> usize {
+        self.pipes.len() * self.chunk
+    }
+
+    /// The chunks, and so the ring positions, a message of `len` bytes takes.
+    pub fn chunks(&self, len: usize) -> u64 {
+        len.div_ceil(self.chunk) as u64
+    }
+
+    /// The pipe of this message's chunk `i` (from its first, round the ring).
+    pub fn pipe_at(&self, i: u64) -> BorrowedFd<'a> {
+        self.pipes[self.pipe(self.first + i)].as_fd()
+    }
+
+    /// The pipe of ring position `i`.
+    fn pipe(&self, i: u64) -> usize {
+        (i % self.pipes.len() as u64) as usize
+    }
+
     /// The pipe a message's byte at `pos` travels in, and how many bytes from `pos` on travel
     /// in the same chunk.
     fn at(&self, pos: usize) -> (usize, BorrowedFd<'a>, usize) {
-        let k = (pos / self.chunk) % STRIPES;
-        (k, self.pipes[k], self.chunk - pos % self.chunk)
+        let k = self.pipe(self.first + (pos / self.chunk) as u64);
+        (k, self.pipes[k].as_fd(), self.chunk - pos % self.chunk)
+    }
+
+    /// Whether the pipes of a message of `len` bytes from this wire's first chunk are all
+    /// drained now, so that it is queued without waiting (never for a message longer than
+    /// the window).
+    pub fn has_room(&self, len: usize) -> Result<bool> {
+        let n = self.chunks(len);
+        if n > self.pipes.len() as u64 {
+            return Ok(false);
+        }
+        for i in 0..n {
+            if queued(self.pipes[self.pipe(self.first + i)].as_fd())? != 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The ring position of the first chunk of this message, of `len` bytes, that is not
+    /// drained yet (`None`: all are).
+    pub fn first_undrained(&self, len: usize) -> Result<Option<usize>> {
+        for i in 0..self.chunks(len).min(self.pipes.len() as u64) {
+            let k = self.pipe(self.first + i);
+            if queued(self.pipes[k].as_fd())? != 0 {
+                return Ok(Some(k));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The writer: wait up to `max` for pipe `k` to drain, asleep until its reader reports a
+    /// read ([`Pace`]; without one, on the pipe). Fails with `EPIPE` when the reader is gone.
+    pub fn wait_drained(&self, k: usize, max: std::time::Duration) -> Result<Room> {
+        let fd = self.pipes[k].as_fd();
+        if queued(fd)? == 0 {
+            return Ok(Room::Drained);
+        }
+        let mut p = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::OUT,
+        )];
+        let _ = rustix::event::poll(&mut p, Some(&rustix::time::Timespec::default()));
+        if p[0]
+            .revents()
+            .intersects(rustix::event::PollFlags::ERR | rustix::event::PollFlags::HUP)
+        {
+            return Err(VmError::sys("vmsplice", rustix::io::Errno::PIPE.into()));
+        }
+        let ts = rustix::time::Timespec {
+            tv_sec: max.as_secs() as _,
+            tv_nsec: max.subsec_nanos() as _,
+        };
+        let slept = match self.pace {
+            Some(pace) => pace.sleep(&ts, || queued(fd).map_or(true, |q| q == 0)),
+            None => match rustix::event::poll(&mut p, Some(&ts)) {
+                Err(rustix::io::Errno::INTR) => Err(rustix::io::Errno::INTR),
+                _ => Ok(()),
+            },
+        };
+        if slept == Err(rustix::io::Errno::INTR) {
+            return Ok(Room::Interrupted);
+        }
+        Ok(if queued(fd)? == 0 {
+            Room::Drained
+        } else {
+            Room::Waiting
+        })
     }
 
     /// Queue a whole message, the concatenation of `bufs`, by page reference ([`vmsplice_all`]
-    /// chunk by chunk). Returns the bytes queued.
+    /// chunk by chunk), each chunk once its pipe has drained (waiting as long as the reader
+    /// lives). Returns the bytes queued.
     pub fn vmsplice_message(&self, bufs: &[&[u8]]) -> Result<usize> {
         let mut pos = 0;
         for buf in bufs {
@@ -165,10 +293,11 @@ impl<'a> Striped<'a> {
             while off < buf.len() {
                 let (k, fd, room) = self.at(pos);
                 let n = room.min(buf.len() - off);
+                if room == self.chunk {
+                    // A chunk's first bytes: its pipe must be empty.
+                    while self.wait_drained(k, PACE_STALL)? != Room::Drained {}
+                }
                 if let Some(p) = self.pace {
-                    if self.sleep {
-                        p.wait_room(k, n, self.chunk);
-                    }
                     p.queued(k, n);
                 }
                 vmsplice_all(fd, &[&buf[off..off + n]])?;
@@ -189,19 +318,12 @@ impl<'a> Striped<'a> {
 }
 
 /// A [`Striped`] wire's progress, shared by its two ends: the bytes the writer has queued in
-/// each pipe and the bytes the reader has read from it.
+/// each pipe and the bytes the reader has read from it, and the futex on which a writer
+/// waiting for a pipe to drain sleeps, woken by the reader after each chunk it reads.
 ///
-/// It exists for the writer's waits. A writer faster than its reader (page references are
-/// queued far faster than the reader copies them out) finds the pipe full; entering it then
-/// means spinning on the pipe's lock for as long as the reader holds it to copy a whole chunk,
-/// a CPU burnt for nothing (for long messages, most of the sender's CPU time). With the
-/// counters, the writer sleeps on a futex until its chunk fits, and the reader wakes it after
-/// each chunk it reads while the writer waits.
-///
-/// The counters live in memory both processes write, so they are advice, never trusted: a
-/// counter that is wrong (or a reader that stops reading) only ends the writer's sleep, after
-/// [`PACE_STALL`] without the reader's progress, and the writer enters the pipe as it would
-/// without them, where the kernel makes it wait.
+/// The counters live in memory both processes write, so they are advice, never trusted: what
+/// a pipe holds is asked of the kernel (`FIONREAD`), and a reader that lies or stops reporting
+/// only lets the writer's sleep run to its end ([`PACE_STALL`]), after which it asks again.
 #[derive(Clone, Copy)]
 pub struct Pace<'a> {
     /// Bytes queued in each pipe, then bytes read from each pipe.
@@ -216,93 +338,86 @@ pub struct Pace<'a> {
 
 impl std::fmt::Debug for Pace<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (q, r) = self.progress();
         f.debug_struct("Pace")
-            .field("queued", &[self.written(0), self.written(1)])
-            .field("read", &[self.consumed(0), self.consumed(1)])
+            .field("queued", &q)
+            .field("read", &r)
             .field("sleeps", &self.sleeps())
             .finish()
     }
 }
 
-/// How long a pacing writer sleeps without any progress of its reader before it stops pacing
-/// that chunk and enters the pipe.
+/// How long a writer waiting for a pipe to drain sleeps at most before it asks the kernel
+/// again.
 pub const PACE_STALL: std::time::Duration = std::time::Duration::from_millis(2);
 
 impl<'a> Pace<'a> {
-    /// Bytes of shared memory one wire's [`Pace`] takes.
-    pub const FOOTPRINT: usize = 64;
+    /// Bytes of shared memory the [`Pace`] of a wire of `pipes` pipes takes (a multiple of 64).
+    pub fn footprint(pipes: usize) -> usize {
+        (2 * pipes * 8 + 16).div_ceil(64) * 64
+    }
 
-    /// The progress block at `offset` (8-aligned, [`Pace::FOOTPRINT`] bytes) of `arena`, zero
-    /// when the arena is new.
-    pub fn new(arena: &'a SharedArena, offset: usize) -> Pace<'a> {
+    /// The progress block of a wire of `pipes` pipes at `offset` (8-aligned,
+    /// [`Pace::footprint`] bytes) of `arena`, zero when the arena is new.
+    pub fn new(arena: &'a SharedArena, offset: usize, pipes: usize) -> Pace<'a> {
+        let words = 2 * pipes * 8;
         Pace {
-            words: arena.atomic_u64s(offset, 2 * STRIPES * 8),
-            seq: arena.atomic_u32(offset + 2 * STRIPES * 8),
-            waiting: arena.atomic_u32(offset + 2 * STRIPES * 8 + 4),
-            sleeps: arena.atomic_u64(offset + 2 * STRIPES * 8 + 8),
+            words: arena.atomic_u64s(offset, words),
+            seq: arena.atomic_u32(offset + words),
+            waiting: arena.atomic_u32(offset + words + 4),
+            sleeps: arena.atomic_u64(offset + words + 8),
         }
     }
 
-    /// How many times the writer has slept waiting for room, so far.
+    fn pipes(&self) -> usize {
+        self.words.len() / 2
+    }
+
+    /// How many times the writer has slept waiting for a pipe to drain, so far.
     pub fn sleeps(&self) -> u64 {
         self.sleeps.load(Ordering::Relaxed)
     }
 
     /// Per pipe, the bytes queued and the bytes read so far, as the counters say.
-    pub fn progress(&self) -> ([u64; STRIPES], [u64; STRIPES]) {
+    pub fn progress(&self) -> (Vec<u64>, Vec<u64>) {
+        let n = self.pipes();
         (
-            std::array::from_fn(|k| self.written(k)),
-            std::array::from_fn(|k| self.consumed(k)),
+            self.words[..n]
+                .iter()
+                .map(|w| w.load(Ordering::SeqCst))
+                .collect(),
+            self.words[n..]
+                .iter()
+                .map(|w| w.load(Ordering::SeqCst))
+                .collect(),
         )
     }
 
-    fn written(&self, k: usize) -> u64 {
-        self.words[k].load(Ordering::SeqCst)
-    }
-
-    fn consumed(&self, k: usize) -> u64 {
-        self.words[STRIPES + k].load(Ordering::SeqCst)
-    }
-
-    /// Whether `n` more bytes fit pipe `k` of `capacity` bytes, by the counters.
-    fn fits(&self, k: usize, n: usize, capacity: usize) -> bool {
-        let held = self.written(k).wrapping_sub(self.consumed(k));
-        held.saturating_add(n as u64) <= capacity as u64
-    }
-
-    /// The writer: sleep until `n` bytes fit pipe `k`, or until the reader has made no progress
-    /// for [`PACE_STALL`].
-    fn wait_room(&self, k: usize, n: usize, capacity: usize) {
-        let stall = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: PACE_STALL.as_nanos() as _,
-        };
-        loop {
-            let seq = self.seq.load(Ordering::SeqCst);
-            if self.fits(k, n, capacity) {
-                return;
-            }
-            self.waiting.store(1, Ordering::SeqCst);
-            // Checked again after announcing the sleep: a read that ended in between either
-            // shows here or sees the flag and wakes us (the futex returns at once when `seq`
-            // moved).
-            if self.fits(k, n, capacity) {
-                self.waiting.store(0, Ordering::SeqCst);
-                return;
-            }
-            self.sleeps.fetch_add(1, Ordering::Relaxed);
-            let r = rustix::thread::futex::wait(
-                self.seq,
-                rustix::thread::futex::Flags::empty(),
-                seq,
-                Some(&stall),
-            );
+    /// The writer: sleep up to `max` unless `ready` says so after the sleep is announced (a
+    /// read that ended in between either shows there or sees the flag and wakes us). `EINTR`
+    /// when a signal ended the sleep.
+    fn sleep(
+        &self,
+        max: &rustix::time::Timespec,
+        ready: impl Fn() -> bool,
+    ) -> std::result::Result<(), rustix::io::Errno> {
+        let seq = self.seq.load(Ordering::SeqCst);
+        self.waiting.store(1, Ordering::SeqCst);
+        if ready() {
             self.waiting.store(0, Ordering::SeqCst);
-            match r {
-                Ok(()) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
-                // No progress (or no futex): the kernel's own wait takes over.
-                Err(_) => return,
-            }
+            return Ok(());
+        }
+        self.sleeps.fetch_add(1, Ordering::Relaxed);
+        let r = rustix::thread::futex::wait(
+            self.seq,
+            rustix::thread::futex::Flags::empty(),
+            seq,
+            Some(max),
+        );
+        self.waiting.store(0, Ordering::SeqCst);
+        match r {
+            Err(rustix::io::Errno::INTR) => Err(rustix::io::Errno::INTR),
+            _ => Ok(()),
         }
     }
 
@@ -313,7 +428,7 @@ impl<'a> Pace<'a> {
 
     /// The reader read `n` bytes from pipe `k`: count them, and wake the writer if it sleeps.
     fn read(&self, k: usize, n: usize) {
-        self.words[STRIPES + k].fetch_add(n as u64, Ordering::SeqCst);
+        self.words[self.pipes() + k].fetch_add(n as u64, Ordering::SeqCst);
         self.seq.fetch_add(1, Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) != 0 {
             // A failed wake leaves the writer to its stall timeout: nothing is lost.
@@ -476,42 +591,17 @@ mod tests {
         assert_eq!(got, expect);
     }
 
-    #[test]
-    fn a_striped_wire_delivers_messages_in_order_across_its_pipes() {
+    /// `n` pipes of `pages` pages each: the write ends, the read ends, the capacity.
+    fn pipes(n: usize, pages: usize) -> (Vec<OwnedFd>, Vec<OwnedFd>, usize) {
         let ps = crate::page_size();
-        let a = Pipe::new(64 * ps).unwrap();
-        let b = Pipe::new(64 * ps).unwrap();
-        let tx = Striped::new([a.tx.as_fd(), b.tx.as_fd()], 16 * ps);
-        let rx = Striped::new([a.rx.as_fd(), b.rx.as_fd()], 16 * ps);
-        // Messages that end inside a chunk, on a chunk boundary, and span both pipes twice,
-        // in pieces that cross chunks; the reader runs beside the writer.
-        let lens = [100, 16 * ps, 16 * ps + 1, 70 * ps + 123, 1];
-        let msgs: Vec<Vec<u8>> = lens
-            .iter()
-            .enumerate()
-            .map(|(k, &n)| (0..n).map(|i| (i * 7 + k * 13) as u8).collect())
-            .collect();
-        std::thread::scope(|s| {
-            let msgs = &msgs;
-            s.spawn(move || {
-                for m in msgs {
-                    let cut = m.len() / 3;
-                    assert_eq!(
-                        tx.vmsplice_message(&[&m[..cut], &m[cut..]]).unwrap(),
-                        m.len()
-                    );
-                }
-            });
-            for m in msgs {
-                let mut r = rx.reader();
-                let mut got = vec![0u8; m.len()];
-                let half = got.len() / 2;
-                r.read_exact(&mut got[..half]).unwrap();
-                r.read_exact(&mut got[half..]).unwrap();
-                assert_eq!(r.position(), m.len());
-                assert!(&got == m, "message of {} bytes", m.len());
-            }
-        });
+        let (mut tx, mut rx, mut cap) = (Vec::new(), Vec::new(), usize::MAX);
+        for _ in 0..n {
+            let p = Pipe::new(pages * ps).unwrap();
+            cap = cap.min(p.capacity);
+            tx.push(p.tx);
+            rx.push(p.rx);
+        }
+        (tx, rx, cap)
     }
 
     /// A message of `len` bytes, different for each `k`.
@@ -519,21 +609,14 @@ mod tests {
         (0..len).map(|i| (i * 7 + k * 13) as u8).collect()
     }
 
-    /// Send `lens` through a two-pipe wire of `16 * ps` bytes per pipe, the writer paced by
-    /// `wpace` (sleeping if `sleep`) and the reader reporting to `rpace`; the reader pauses
-    /// before each message so that the writer finds the pipes full. Checks every byte.
-    fn paced_run(wpace: Option<Pace<'_>>, rpace: Option<Pace<'_>>, sleep: bool, lens: &[usize]) {
-        let ps = crate::page_size();
-        let a = Pipe::new(16 * ps).unwrap();
-        let b = Pipe::new(16 * ps).unwrap();
-        let chunk = a.capacity.min(b.capacity);
-        let mut tx = Striped::new([a.tx.as_fd(), b.tx.as_fd()], chunk);
-        let mut rx = Striped::new([a.rx.as_fd(), b.rx.as_fd()], chunk);
-        if let Some(p) = wpace {
-            tx = tx.paced(p, sleep);
-        }
-        if let Some(p) = rpace {
-            rx = rx.paced(p, false);
+    /// Send `lens` through a ring of `n` pipes of 16 pages, the reader pausing `pause` before
+    /// each message; each message starts at the ring position after the last one's. Checks
+    /// every byte; returns the writer's wire for the caller's checks.
+    fn ring_run(n: usize, lens: &[usize], pace: Option<Pace<'_>>, pause: std::time::Duration) {
+        let (tx, rx, cap) = pipes(n, 16);
+        let (mut wtx, mut wrx) = (Striped::new(&tx, cap), Striped::new(&rx, cap));
+        if let Some(p) = pace {
+            (wtx, wrx) = (wtx.paced(p), wrx.paced(p));
         }
         let msgs: Vec<Vec<u8>> = lens
             .iter()
@@ -543,28 +626,82 @@ mod tests {
         std::thread::scope(|s| {
             let msgs = &msgs;
             s.spawn(move || {
+                let mut first = 0;
                 for m in msgs {
-                    assert_eq!(tx.vmsplice_message(&[m]).unwrap(), m.len());
+                    let w = wtx.at_chunk(first);
+                    let cut = m.len() / 3;
+                    assert_eq!(
+                        w.vmsplice_message(&[&m[..cut], &m[cut..]]).unwrap(),
+                        m.len()
+                    );
+                    first += w.chunks(m.len());
                 }
             });
+            let mut first = 0;
             for m in msgs {
-                std::thread::sleep(std::time::Duration::from_millis(3));
-                let mut r = rx.reader();
+                std::thread::sleep(pause);
+                let w = wrx.at_chunk(first);
+                let mut r = w.reader();
                 let mut got = vec![0u8; m.len()];
-                r.read_exact(&mut got).unwrap();
+                let half = got.len() / 2;
+                r.read_exact(&mut got[..half]).unwrap();
+                r.read_exact(&mut got[half..]).unwrap();
+                assert_eq!(r.position(), m.len());
                 assert!(&got == m, "message of {} bytes", m.len());
+                first += w.chunks(m.len());
             }
         });
     }
 
     #[test]
-    fn a_paced_writer_sleeps_while_the_pipes_are_full_and_the_counters_match_the_bytes() {
+    fn a_ring_of_pipes_delivers_messages_in_order() {
+        let ps = crate::page_size();
+        // Chunks are 12 pages (16 less the slack): messages that end inside a chunk, on a
+        // chunk boundary, and go round the ring more than once, in pieces that cross chunks.
+        for n in [1, 2, 3] {
+            let lens = [100, 12 * ps, 12 * ps + 1, 70 * ps + 123, 1, 5];
+            ring_run(n, &lens, None, std::time::Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn a_message_within_the_window_is_queued_without_its_reader() {
+        let ps = crate::page_size();
+        let (tx, rx, cap) = pipes(4, 16);
+        let w = Striped::new(&tx, cap);
+        assert_eq!(w.window(), 4 * 12 * ps);
+        // At a page offset, as an application's heap buffer is: still one chunk to a pipe.
+        let m = message(w.window() + 7, 1);
+        let body = &m[7..];
+        assert!(w.has_room(body.len()).unwrap());
+        assert_eq!(w.vmsplice_message(&[body]).unwrap(), body.len());
+        // The next message's pipes are taken until the reader drains them.
+        let next = w.at_chunk(w.chunks(body.len()));
+        assert!(!next.has_room(1).unwrap());
+        assert_eq!(
+            next.wait_drained(0, std::time::Duration::from_millis(1))
+                .unwrap(),
+            Room::Waiting
+        );
+        let mut got = vec![0u8; body.len()];
+        Striped::new(&rx, cap)
+            .reader()
+            .read_exact(&mut got)
+            .unwrap();
+        assert!(got == body);
+        assert!(next.has_room(1).unwrap());
+        // A message longer than the window never has room.
+        assert!(!w.has_room(w.window() + 1).unwrap());
+    }
+
+    #[test]
+    fn a_writer_waiting_for_a_pipe_sleeps_and_the_counters_match_the_bytes() {
         let ps = crate::page_size();
         let arena = SharedArena::create("zcio-pace-test", 4 * ps).unwrap();
-        let pace = Pace::new(&arena, SharedArena::user_offset());
+        let pace = Pace::new(&arena, SharedArena::user_offset(), 2);
         // Messages that fill both pipes several times over, end mid-chunk, and are tiny.
         let lens = [100 * ps + 17, 40 * ps, 1, 33 * ps];
-        paced_run(Some(pace), Some(pace), true, &lens);
+        ring_run(2, &lens, Some(pace), std::time::Duration::from_millis(3));
         let (queued, read) = pace.progress();
         assert_eq!(queued, read, "every byte queued was read: {pace:?}");
         assert_eq!(
@@ -576,33 +713,45 @@ mod tests {
     }
 
     #[test]
-    fn a_writer_that_does_not_sleep_keeps_the_counters_but_never_sleeps() {
-        let ps = crate::page_size();
-        let arena = SharedArena::create("zcio-pace-test", 4 * ps).unwrap();
-        let pace = Pace::new(&arena, SharedArena::user_offset());
-        paced_run(Some(pace), Some(pace), false, &[70 * ps]);
-        let (queued, read) = pace.progress();
-        assert_eq!(queued, read);
-        assert_eq!(queued.iter().sum::<u64>(), 70 * ps as u64);
-        assert_eq!(pace.sleeps(), 0, "{pace:?}");
-    }
-
-    #[test]
     fn a_reader_that_never_reports_or_lies_only_ends_the_writers_sleep() {
         let ps = crate::page_size();
         let arena = SharedArena::create("zcio-pace-test", 4 * ps).unwrap();
         let off = SharedArena::user_offset();
-        // A reader that reports nothing: the writer stops pacing after each stall and the
-        // kernel makes it wait; every byte still arrives.
-        let pace = Pace::new(&arena, off);
-        paced_run(Some(pace), None, true, &[70 * ps, 3 * ps + 5]);
-        assert!(pace.sleeps() > 0, "{pace:?}");
-        // A peer that writes absurd counts: the same.
-        let words = arena.atomic_u64s(off, 2 * STRIPES * 8);
-        for w in words {
+        let pace = Pace::new(&arena, off, 2);
+        for w in arena.atomic_u64s(off, 2 * 2 * 8) {
             w.store(u64::MAX - 3, Ordering::SeqCst);
         }
-        paced_run(Some(pace), None, true, &[50 * ps]);
+        // The writer's side reports, the reader's not: every byte still arrives.
+        let (tx, rx, cap) = pipes(2, 16);
+        let wtx = Striped::new(&tx, cap).paced(pace);
+        let m = message(50 * ps, 3);
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(wtx.vmsplice_message(&[&m]).unwrap(), m.len()));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let mut got = vec![0u8; m.len()];
+            Striped::new(&rx, cap)
+                .reader()
+                .read_exact(&mut got)
+                .unwrap();
+            assert!(got == m);
+        });
+    }
+
+    #[test]
+    fn a_writer_whose_reader_is_gone_fails() {
+        let (tx, rx, cap) = pipes(2, 16);
+        let w = Striped::new(&tx, cap);
+        w.vmsplice_message(&[&message(100, 1)]).unwrap();
+        drop(rx);
+        let e = w
+            .at_chunk(2)
+            .vmsplice_message(&[&message(100, 2)])
+            .unwrap_err();
+        assert!(e.to_string().contains("vmsplice"), "{e}");
+        assert!(
+            w.wait_drained(0, std::time::Duration::from_millis(1))
+                .is_err()
+        );
     }
 
     #[test]

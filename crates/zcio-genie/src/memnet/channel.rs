@@ -26,7 +26,7 @@
 //! # Ok::<(), zcio_genie::GenieError>(())
 //! ```
 
-use super::{LinkParts, MemnetEndpoint, link_parts};
+use super::{LinkOptions, LinkParts, MemnetEndpoint, link_parts_with};
 use crate::error::{GenieError, Result};
 use crate::waits::Waits;
 use rustix::event::{PollFd, PollFlags};
@@ -64,6 +64,7 @@ pub struct Listener {
     sock: UnixListener,
     name: String,
     any_user: bool,
+    link: LinkOptions,
 }
 
 impl Listener {
@@ -80,6 +81,7 @@ impl Listener {
             sock,
             name: name.to_string(),
             any_user: false,
+            link: LinkOptions::default(),
         })
     }
 
@@ -91,6 +93,12 @@ impl Listener {
     /// Let processes of any user connect (by default only this process's user may).
     pub fn allow_any_user(&mut self, yes: bool) {
         self.any_user = yes;
+    }
+
+    /// How the links of the next clients are made (their window, [`LinkOptions`]): the
+    /// listener's choice holds for both ends.
+    pub fn set_link_options(&mut self, opts: LinkOptions) {
+        self.link = opts;
     }
 
     /// Wait for the next client (at most `timeout`, where given) and set its link up; returns
@@ -131,7 +139,7 @@ impl Listener {
         }
         setup_timeouts(&conn)?;
         for _ in 0..PLACEMENT_TRIES {
-            let (mine, theirs, arena) = link_parts()?;
+            let (mine, theirs, arena) = link_parts_with(self.link)?;
             theirs.send_over(&conn)?;
             let mut word = [0u8; 1];
             (&conn)

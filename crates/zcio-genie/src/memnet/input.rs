@@ -15,7 +15,7 @@ use rustix::event::{PollFd, PollFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
-use zcio_vm::wire::{STRIPES, Striped};
+use zcio_vm::wire::Striped;
 
 impl MemnetEndpoint {
     /// Take the next message (one held back by [`MemnetEndpoint::peek_len`] or a too-small
@@ -27,7 +27,20 @@ impl MemnetEndpoint {
         };
         self.cur_ticket = d.ticket;
         self.cur_offset = d.offset;
+        // Its chunks take the next ring positions.
+        self.cur_first = self.in_next;
+        self.in_next += self.in_wire().chunks(d.len);
         Ok(d.len)
+    }
+
+    /// The wire in, for the current message.
+    fn in_wire(&self) -> Striped<'_> {
+        wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).at_chunk(self.cur_first)
+    }
+
+    /// The pipe in which the next message to be taken starts.
+    fn next_pipe(&self) -> BorrowedFd<'_> {
+        self.in_rx[(self.in_next % self.in_rx.len() as u64) as usize].as_fd()
     }
 
     /// The length of the next message, waiting for it to arrive. The message stays queued for
@@ -67,7 +80,7 @@ impl MemnetEndpoint {
                     let d = decode_descriptor(&w)?;
                     // The data follows its descriptor closely: spin for it rather than sleep in
                     // the read.
-                    let fd = self.in_rx[0].as_fd(); // every message starts in the first pipe
+                    let fd = self.next_pipe();
                     spin_until(self.spin, || {
                         zcio_vm::wire::queued(fd).map_or(true, |q| q > 0)
                     });
@@ -81,7 +94,8 @@ impl MemnetEndpoint {
                 continue;
             }
             // Descriptors are published before data: wait for data (or the sender's end).
-            let mut fds = [PollFd::new(&self.in_rx[0], PollFlags::IN)];
+            let next = self.next_pipe();
+            let mut fds = [PollFd::new(&next, PollFlags::IN)];
             w.poll(&mut fds, None, "waiting for a message")?;
             let re = fds[0].revents();
             if re.contains(PollFlags::HUP) && !re.contains(PollFlags::IN) {
@@ -117,9 +131,7 @@ impl MemnetEndpoint {
             self.cur_ticket,
         );
         let mut src = PipeSource::new(
-            wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity),
-            &self.in_rx,
-            self.cur_offset,
+            wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).at_chunk(self.cur_first),
         )
         .completing(len, done);
         f(&mut self.inputs, &mut src, self.profile)
@@ -186,6 +198,7 @@ impl MemnetEndpoint {
         let len = self.next_message(self.waits.start())?;
         if len > buf.len() {
             // Nothing of it read: it is the next message still.
+            self.in_next = self.cur_first;
             self.held = Some(Descriptor {
                 ticket: self.cur_ticket,
                 len,
@@ -261,7 +274,7 @@ impl MemnetEndpoint {
             }
         }
         fill(&mut region)?;
-        wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity)
+        self.in_wire()
             .reader()
             .read_exact(region.as_mut_slice())
             .map_err(|e| GenieError::from_wire(e, "input"))?;
@@ -355,25 +368,19 @@ impl<'a> Completion<'a> {
 }
 
 struct PipeSource<'a> {
-    /// The wire's pipes; every message starts in the first.
-    pipes: [BorrowedFd<'a>; STRIPES],
+    /// The wire in, at the message's first chunk.
+    wire: Striped<'a>,
     rx: zcio_vm::wire::StripedReader<'a>,
-    /// Bytes one pipe holds, and the chunk of a message each pipe takes in turn.
-    capacity: usize,
-    /// Page offset of the message in the sender's memory.
-    offset: usize,
     /// The message's length and its completion, posted when the last byte is read.
     done: Option<(usize, Completion<'a>)>,
 }
 
 impl<'a> PipeSource<'a> {
-    /// The next message of `wire`, whose pipes are `pipes`, from its first byte.
-    fn new(wire: Striped<'a>, pipes: &'a [OwnedFd; STRIPES], offset: usize) -> PipeSource<'a> {
+    /// The next message of `wire` (at its first chunk), from its first byte.
+    fn new(wire: Striped<'a>) -> PipeSource<'a> {
         PipeSource {
-            pipes: std::array::from_fn(|i| pipes[i].as_fd()),
+            wire,
             rx: wire.reader(),
-            capacity: wire.chunk(),
-            offset,
             done: None,
         }
     }
@@ -391,6 +398,16 @@ impl<'a> PipeSource<'a> {
             None => Ok(()),
         }
     }
+
+    /// Bytes the pipes of a message of `len` bytes hold now (each holds one chunk at most,
+    /// so all of them are this message's).
+    fn held(&self, len: usize) -> Result<usize> {
+        let (mut q, n) = (0, self.wire.chunks(len).min(self.wire.pipes() as u64));
+        for i in 0..n {
+            q += zcio_vm::wire::queued(self.wire.pipe_at(i))?;
+        }
+        Ok(q)
+    }
 }
 
 impl Source for PipeSource<'_> {
@@ -406,22 +423,16 @@ impl Source for PipeSource<'_> {
 
     fn wait_whole(&mut self, len: usize) -> Result<bool> {
         // Only a message that the wire holds whole can be waited for (otherwise the sender
-        // blocks with part of it queued).
+        // waits with part of it queued).
         if len > self.capacity() {
             return Ok(false);
         }
-        let used = len.div_ceil(self.capacity).min(STRIPES);
         loop {
-            // One sender queues messages in order: once this message's pipes hold `len` bytes,
-            // all of it is here (bytes beyond it belong to messages queued after it).
-            let mut q = 0;
-            for p in &self.pipes[..used] {
-                q += zcio_vm::wire::queued(*p)?;
-            }
-            if q >= len {
+            if self.held(len)? >= len {
                 return Ok(true);
             }
-            let mut fds = [PollFd::new(&self.pipes[0], PollFlags::IN)];
+            let first = self.wire.pipe_at(0);
+            let mut fds = [PollFd::new(&first, PollFlags::IN)];
             let _ = rustix::event::poll(
                 &mut fds,
                 Some(&rustix::time::Timespec {
@@ -429,16 +440,10 @@ impl Source for PipeSource<'_> {
                     tv_nsec: 0,
                 }),
             );
-            if fds[0].revents().contains(PollFlags::HUP) {
-                let mut q = 0;
-                for p in &self.pipes[..used] {
-                    q += zcio_vm::wire::queued(*p)?;
-                }
-                if q < len {
-                    return Err(GenieError::PeerGone {
-                        during: "input (outboard: message incomplete)",
-                    });
-                }
+            if fds[0].revents().contains(PollFlags::HUP) && self.held(len)? < len {
+                return Err(GenieError::PeerGone {
+                    during: "input (outboard: message incomplete)",
+                });
             }
             std::thread::yield_now();
         }
@@ -448,15 +453,9 @@ impl Source for PipeSource<'_> {
         Some(len as u64)
     }
 
-    /// The longest message at this page offset that the wire holds whole. A pipe holds
-    /// `capacity / page` page slots, and a chunk off the page boundary spans one page more than
-    /// its length in pages: a message on the boundary fills every pipe, one off it only the
-    /// first (its first chunk already overflows its pipe).
+    /// The longest message the wire holds whole: its window (a chunk fits its pipe at any
+    /// page offset).
     fn capacity(&self) -> usize {
-        if self.offset == 0 {
-            STRIPES * self.capacity
-        } else {
-            self.capacity - self.offset
-        }
+        self.wire.window()
     }
 }

@@ -28,7 +28,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
-use zcio_vm::wire::{Pace, Pipe, STRIPES, Striped};
+use zcio_vm::wire::{MIN_STRIPES, Pace, Pipe, Striped};
 
 pub mod channel;
 mod input;
@@ -65,13 +65,39 @@ fn ring_offset(i: usize) -> usize {
     base + i * SharedRing::footprint(RING_SLOTS)
 }
 
-/// Where direction `d`'s wire progress lies (direction 0: side 0 to side 1).
-fn pace_offset(d: usize) -> usize {
-    ring_offset(4) + d * Pace::FOOTPRINT
+/// Where direction `d`'s wire progress lies (direction 0: side 0 to side 1) on a link of
+/// `pipes` pipes each way.
+fn pace_offset(d: usize, pipes: usize) -> usize {
+    ring_offset(4) + d * Pace::footprint(pipes)
 }
 
-fn arena_len() -> usize {
-    pace_offset(2)
+fn arena_len(pipes: usize) -> usize {
+    pace_offset(2, pipes)
+}
+
+/// The window of a new link, each way, unless its maker says otherwise ([`LinkOptions`]).
+pub const DEFAULT_WINDOW: usize = 16 << 20;
+
+/// Most pipes a link's wire has each way (a window of about 250 MiB at 1 MiB pipes).
+pub const MAX_PIPES: usize = 256;
+
+/// How a new link is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkOptions {
+    /// The bytes of outputs each end may have queued and not yet read by its peer
+    /// ([`MemnetEndpoint::window`]): an output that fits the room left returns without
+    /// waiting for the receiver. Made of pipes (rounded up to whole pipes); where this user's
+    /// pipe budget runs out (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB of pipes per user by
+    /// default, none for root) the link gets the pipes it can, two at the least.
+    pub window: usize,
+}
+
+impl Default for LinkOptions {
+    fn default() -> LinkOptions {
+        LinkOptions {
+            window: DEFAULT_WINDOW,
+        }
+    }
 }
 
 /// A descriptor as the receiver takes it from the ring, every word checked
@@ -130,6 +156,20 @@ pub fn decode_completion(w: &[u64; SLOT_WORDS]) -> Result<u64> {
     Ok(w[1])
 }
 
+/// What an output does when the window has no room for its message (the receiver has not yet
+/// read enough of the earlier ones): [`MemnetEndpoint::set_window_full`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WindowFull {
+    /// Wait for room, within the endpoint's [`Waits`] (a timeout or a signal ends the wait
+    /// with nothing announced).
+    #[default]
+    Wait,
+    /// Return [`GenieError::WouldBlock`] at once, nothing announced: the endpoint's
+    /// descriptor ([`AsFd`]) becomes readable when the receiver has read something. A message
+    /// longer than the whole window never fits: it is refused with an error naming the window.
+    WouldBlock,
+}
+
 /// A completion handle for an output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ticket(pub u64);
@@ -146,8 +186,8 @@ pub struct LinkParts {
     arena_fd: OwnedFd,
     arena_addr: usize,
     arena_len: usize,
-    out_tx: [OwnedFd; STRIPES],
-    in_rx: [OwnedFd; STRIPES],
+    out_tx: Vec<OwnedFd>,
+    in_rx: Vec<OwnedFd>,
     my_bell: OwnedFd,
     peer_bell: OwnedFd,
 }
@@ -181,12 +221,20 @@ pub struct MemnetEndpoint {
     arena: Arc<SharedArena>,
     /// This end's side of the link: its output is direction `side`, its input `1 - side`.
     side: usize,
-    /// The data wire out: pipes used in turn, a chunk each (`zcio_vm::wire::Striped`).
-    out_tx: [OwnedFd; STRIPES],
-    out_chunk: usize,
-    /// The data wire in, and its chunk (the smaller pipe's capacity, as the sender's).
-    in_rx: [OwnedFd; STRIPES],
+    /// The data wire out: pipes used as a ring, a chunk each (`zcio_vm::wire::Striped`).
+    out_tx: Vec<OwnedFd>,
+    /// The smallest of those pipes' capacities (both ends derive the chunk from it).
+    out_capacity: usize,
+    /// The ring position of the next output's first chunk.
+    out_next: u64,
+    /// The data wire in, and its pipes' capacity.
+    in_rx: Vec<OwnedFd>,
     in_capacity: usize,
+    /// The ring position of the next input's first chunk, and of the current one's.
+    in_next: u64,
+    cur_first: u64,
+    /// What an output finds when the window has no room for it ([`WindowFull`]).
+    window_full: WindowFull,
     my_bell: OwnedFd,
     peer_bell: OwnedFd,
     desc_tx: SharedRing,
@@ -222,33 +270,34 @@ pub struct MemnetEndpoint {
 
 zcio_vm::debug_summary!(MemnetEndpoint, |s| arena: s.arena, pending: s.pending.len());
 
-/// The data wire of these pipes: used in turn, `chunk` bytes each, with direction `dir`'s
-/// progress in `arena`; its writer sleeps while the pipe is full when `sleep` is set (see
-/// [`Pace`]).
+/// The data wire of these pipes (a ring, [`Striped`]), with direction `dir`'s progress in
+/// `arena`.
 fn striped<'a>(
     arena: &'a SharedArena,
     dir: usize,
-    pipes: &'a [OwnedFd; STRIPES],
-    chunk: usize,
-    sleep: bool,
+    pipes: &'a [OwnedFd],
+    capacity: usize,
 ) -> Striped<'a> {
-    Striped::new([pipes[0].as_fd(), pipes[1].as_fd()], chunk)
-        .paced(Pace::new(arena, pace_offset(dir)), sleep)
+    Striped::new(pipes, capacity).paced(Pace::new(
+        arena,
+        pace_offset(dir, pipes.len()),
+        pipes.len(),
+    ))
 }
 
-/// The input wire of side `side`'s endpoint (its reader reports progress; writers sleep).
+/// The input wire of side `side`'s endpoint.
 fn wire_in<'a>(
     arena: &'a SharedArena,
     side: usize,
-    pipes: &'a [OwnedFd; STRIPES],
-    chunk: usize,
+    pipes: &'a [OwnedFd],
+    capacity: usize,
 ) -> Striped<'a> {
-    striped(arena, 1 - side, pipes, chunk, false)
+    striped(arena, 1 - side, pipes, capacity)
 }
 
-/// The chunk a striped wire of these pipes uses: the smaller pipe's capacity (both ends ask
-/// the same pipes, so they agree).
-fn chunk_of(pipes: &[OwnedFd; STRIPES]) -> Result<usize> {
+/// The capacity both ends assume of these pipes: the smallest (both ends ask the same pipes,
+/// so they agree).
+fn capacity_of(pipes: &[OwnedFd]) -> Result<usize> {
     let mut c = usize::MAX;
     for p in pipes {
         c = c.min(
@@ -258,25 +307,58 @@ fn chunk_of(pipes: &[OwnedFd; STRIPES]) -> Result<usize> {
     Ok(c)
 }
 
-/// Create the parts of a new link: side 0 and side 1.
+/// The pipes of a link's two directions for a window of `window` bytes each way: made in
+/// turn, one way then the other, while each gets the capacity of the first (this user's pipe
+/// budget or descriptors may run out: the link then takes what it got, at least
+/// [`MIN_STRIPES`] each way).
+fn link_pipes(window: usize) -> Result<[Vec<Pipe>; 2]> {
+    let full = zcio_vm::wire::pipe_max_size();
+    let mut dirs: [Vec<Pipe>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..MIN_STRIPES {
+        for d in &mut dirs {
+            d.push(Pipe::new(full)?);
+        }
+    }
+    let cap = dirs
+        .iter()
+        .flatten()
+        .map(|p| p.capacity)
+        .min()
+        .unwrap_or(full);
+    // Chunks as `Striped` makes them of this capacity.
+    let chunk = zcio_vm::wire::chunk_for(cap);
+    let want = window.div_ceil(chunk).clamp(MIN_STRIPES, MAX_PIPES);
+    'more: while dirs[0].len() < want {
+        for d in &mut dirs {
+            match Pipe::new(full) {
+                Ok(p) if p.capacity >= cap => d.push(p),
+                _ => break 'more,
+            }
+        }
+    }
+    let n = dirs[0].len().min(dirs[1].len());
+    for d in &mut dirs {
+        d.truncate(n);
+    }
+    Ok(dirs)
+}
+
+/// Create the parts of a new link: side 0 and side 1 ([`LinkOptions::default`]).
 pub fn link_parts() -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
-    let arena = SharedArena::create("zcio-memnet", arena_len())?;
+    link_parts_with(LinkOptions::default())
+}
+
+/// Create the parts of a new link made as `opts` says: side 0 and side 1.
+pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
+    let [p0, p1] = link_pipes(opts.window)?; // 0 -> 1, 1 -> 0
+    let n = p0.len();
+    let arena = SharedArena::create("zcio-memnet", arena_len(n))?;
     let dup = |fd: BorrowedFd<'_>| {
         fd.try_clone_to_owned()
             .map_err(|e| GenieError::io("dup", e))
     };
-    // Each direction's wire is STRIPES pipes used in turn (see `Striped`).
-    let pipes = || -> Result<[Pipe; STRIPES]> {
-        Ok([
-            Pipe::new(zcio_vm::wire::pipe_max_size())?,
-            Pipe::new(zcio_vm::wire::pipe_max_size())?,
-        ])
-    };
-    let p0 = pipes()?; // 0 -> 1
-    let [a, b] = pipes()?; // 1 -> 0
-    let (p1_tx, p1_rx) = ([a.tx, b.tx], [a.rx, b.rx]);
-    let [a, b] = &p0;
-    let p0_rx = [dup(a.rx.as_fd())?, dup(b.rx.as_fd())?];
+    let (p0_tx, p0_rx): (Vec<_>, Vec<_>) = p0.into_iter().map(|p| (p.tx, p.rx)).unzip();
+    let (p1_tx, p1_rx): (Vec<_>, Vec<_>) = p1.into_iter().map(|p| (p.tx, p.rx)).unzip();
     let e0 = zcio_vm::arena::Doorbell::eventfd()?;
     let e1 = zcio_vm::arena::Doorbell::eventfd()?;
     let s0 = LinkParts {
@@ -284,7 +366,7 @@ pub fn link_parts() -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
         arena_fd: dup(arena.fd())?,
         arena_addr: arena.addr(),
         arena_len: arena.len(),
-        out_tx: p0.map(|p| p.tx),
+        out_tx: p0_tx,
         in_rx: p1_rx,
         my_bell: dup(e0.as_fd())?,
         peer_bell: dup(e1.as_fd())?,
@@ -302,12 +384,12 @@ pub fn link_parts() -> Result<(LinkParts, LinkParts, Arc<SharedArena>)> {
     Ok((s0, s1, Arc::new(arena)))
 }
 
-/// An epoll instance readable while `wire` (the wire in) or `bell` (the doorbell) is.
-fn readiness(wire: &OwnedFd, bell: &OwnedFd) -> Result<OwnedFd> {
+/// An epoll instance readable while a pipe of `wire` (the wire in) or `bell` (the doorbell) is.
+fn readiness(wire: &[OwnedFd], bell: &OwnedFd) -> Result<OwnedFd> {
     use rustix::event::epoll;
     let e = |err| GenieError::io("epoll", err);
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(e)?;
-    for (i, fd) in [wire, bell].into_iter().enumerate() {
+    for (i, fd) in wire.iter().chain([bell]).enumerate() {
         let data = epoll::EventData::new_u64(i as u64);
         epoll::add(&ep, fd, data, epoll::EventFlags::IN).map_err(e)?;
     }
@@ -326,7 +408,12 @@ impl AsFd for MemnetEndpoint {
 
 /// Two connected endpoints in this process (both directions work; for tests and threads).
 pub fn pair() -> Result<(MemnetEndpoint, MemnetEndpoint)> {
-    let (a, b, arena) = link_parts()?;
+    pair_with(LinkOptions::default())
+}
+
+/// [`pair`], the link made as `opts` says.
+pub fn pair_with(opts: LinkOptions) -> Result<(MemnetEndpoint, MemnetEndpoint)> {
+    let (a, b, arena) = link_parts_with(opts)?;
     Ok((
         MemnetEndpoint::join(a, Some(arena.clone()))?,
         MemnetEndpoint::join(b, Some(arena))?,
@@ -334,52 +421,88 @@ pub fn pair() -> Result<(MemnetEndpoint, MemnetEndpoint)> {
 }
 
 impl LinkParts {
-    /// Send these parts to another process over a Unix socket (`SCM_RIGHTS`).
+    /// Send these parts to another process over a Unix socket (`SCM_RIGHTS`): a header with
+    /// the arena and the doorbells, then the pipes, a few to a message.
     pub fn send_over(self, sock: &UnixStream) -> Result<()> {
-        let header: [u64; 3] = [
+        let header: [u64; 4] = [
             self.side as u64,
             self.arena_addr as u64,
             self.arena_len as u64,
+            self.out_tx.len() as u64,
         ];
         let bytes: Vec<u8> = header.iter().flat_map(|w| w.to_ne_bytes()).collect();
         let fds = [
             self.arena_fd.as_fd(),
-            self.out_tx[0].as_fd(),
-            self.out_tx[1].as_fd(),
-            self.in_rx[0].as_fd(),
-            self.in_rx[1].as_fd(),
             self.my_bell.as_fd(),
             self.peer_bell.as_fd(),
         ];
         zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
+        let pipes: Vec<BorrowedFd<'_>> = self
+            .out_tx
+            .iter()
+            .zip(&self.in_rx)
+            .flat_map(|(o, i)| [o.as_fd(), i.as_fd()])
+            .collect();
+        for batch in pipes.chunks(zcio_vm::wire::MAX_FDS) {
+            zcio_vm::wire::send_with_fds(sock.as_fd(), &[batch.len() as u8], batch)?;
+        }
         Ok(())
     }
 
     /// Receive parts sent with [`LinkParts::send_over`].
     pub fn recv_from(sock: &UnixStream) -> Result<LinkParts> {
-        let mut bytes = [0u8; 24];
+        let bad = |what: String| GenieError::Protocol(format!("link setup: {what}"));
+        let mut bytes = [0u8; 32];
         let (n, fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut bytes)?;
-        if n != 24 || fds.len() != 3 + 2 * STRIPES {
-            return Err(GenieError::Protocol(format!(
-                "link setup: got {n} bytes and {} descriptors, want 24 and {}",
-                fds.len(),
-                3 + 2 * STRIPES
+        if n != 32 || fds.len() != 3 {
+            return Err(bad(format!(
+                "got {n} bytes and {} descriptors, want 32 and 3",
+                fds.len()
             )));
         }
         let w = |i: usize| {
             u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
         };
+        let pipes = w(3);
+        if !(MIN_STRIPES..=MAX_PIPES).contains(&pipes) {
+            return Err(bad(format!(
+                "{pipes} pipes each way, want {MIN_STRIPES} to {MAX_PIPES}"
+            )));
+        }
+        let mut rest = Vec::with_capacity(2 * pipes);
+        while rest.len() < 2 * pipes {
+            let mut count = [0u8; 1];
+            let (n, fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut count)?;
+            if n != 1 || fds.len() != count[0] as usize || fds.is_empty() {
+                return Err(bad(format!(
+                    "a batch of pipes said {} and brought {}",
+                    count[0],
+                    fds.len()
+                )));
+            }
+            rest.extend(fds);
+        }
+        if rest.len() != 2 * pipes {
+            return Err(bad(format!("{} pipe ends, want {}", rest.len(), 2 * pipes)));
+        }
         let mut it = fds.into_iter();
         let mut next = || it.next().expect("counted above");
+        let (arena_fd, my_bell, peer_bell) = (next(), next(), next());
+        let (mut out_tx, mut in_rx) = (Vec::new(), Vec::new());
+        let mut ends = rest.into_iter();
+        while let (Some(o), Some(i)) = (ends.next(), ends.next()) {
+            out_tx.push(o);
+            in_rx.push(i);
+        }
         Ok(LinkParts {
             side: w(0),
             arena_addr: w(1),
             arena_len: w(2),
-            arena_fd: next(),
-            out_tx: [next(), next()],
-            in_rx: [next(), next()],
-            my_bell: next(),
-            peer_bell: next(),
+            arena_fd,
+            out_tx,
+            in_rx,
+            my_bell,
+            peer_bell,
         })
     }
 }
@@ -388,10 +511,18 @@ impl MemnetEndpoint {
     /// Join a link from its parts; `arena` is the already-mapped arena when both sides live in
     /// this process, `None` to map it (at the agreed address) here.
     pub fn join(parts: LinkParts, arena: Option<Arc<SharedArena>>) -> Result<MemnetEndpoint> {
-        if parts.side > 1 || parts.arena_len < arena_len() {
+        let n = parts.out_tx.len();
+        if parts.side > 1
+            || n != parts.in_rx.len()
+            || !(MIN_STRIPES..=MAX_PIPES).contains(&n)
+            || parts.arena_len < arena_len(n)
+        {
             return Err(GenieError::Protocol(format!(
-                "link setup: side {} arena length {}",
-                parts.side, parts.arena_len
+                "link setup: side {}, arena length {}, {} pipes out and {} in",
+                parts.side,
+                parts.arena_len,
+                n,
+                parts.in_rx.len()
             )));
         }
         let arena = match arena {
@@ -404,9 +535,9 @@ impl MemnetEndpoint {
         };
         let s = parts.side;
         let ring = |i: usize| SharedRing::new(&arena, ring_offset(i), RING_SLOTS);
-        let in_capacity = chunk_of(&parts.in_rx)?;
-        let out_chunk = chunk_of(&parts.out_tx)?;
-        let ready = readiness(&parts.in_rx[0], &parts.my_bell)?;
+        let in_capacity = capacity_of(&parts.in_rx)?;
+        let out_capacity = capacity_of(&parts.out_tx)?;
+        let ready = readiness(&parts.in_rx, &parts.my_bell)?;
         Ok(MemnetEndpoint {
             ready,
             desc_tx: ring(s)?,
@@ -416,9 +547,13 @@ impl MemnetEndpoint {
             arena,
             side: s,
             out_tx: parts.out_tx,
-            out_chunk,
+            out_capacity,
+            out_next: 0,
             in_rx: parts.in_rx,
             in_capacity,
+            in_next: 0,
+            cur_first: 0,
+            window_full: WindowFull::Wait,
             my_bell: parts.my_bell,
             peer_bell: parts.peer_bell,
             pending: Vec::new(),
@@ -486,23 +621,39 @@ impl MemnetEndpoint {
 
     /// How long a wait spins before it sleeps (default 50 µs): spinning cuts the latency of
     /// short messages by a wake-up, at the price of CPU time. Zero measures CPU time honestly
-    /// (an idle wait costs none), as the paper's I/O processing time does: an output waiting
-    /// for the reader to make room on the wire then sleeps too, where it would otherwise spin
-    /// in the kernel on the pipe the reader copies from ([`Pace`]).
+    /// (an idle wait costs none), as the paper's I/O processing time does. (An output waiting
+    /// for the receiver to drain a pipe always sleeps, [`Pace`].)
     pub fn set_spin(&mut self, spin: std::time::Duration) {
         self.spin = spin;
     }
 
-    /// How many times this end's output has slept until the receiver made room on the wire
-    /// (only while waits do not spin, [`MemnetEndpoint::set_spin`]; see [`Pace`]).
+    /// How many times this end's output has slept until the receiver drained a pipe of the
+    /// wire ([`Pace`]).
     pub fn output_wire_sleeps(&self) -> u64 {
-        Pace::new(&self.arena, pace_offset(self.side)).sleeps()
+        Pace::new(
+            &self.arena,
+            pace_offset(self.side, self.out_tx.len()),
+            self.out_tx.len(),
+        )
+        .sleeps()
     }
 
-    /// The output wire: its writer sleeps while the pipe is full when waits do not spin.
+    /// The output wire, for the next message.
     fn out_wire(&self) -> Striped<'_> {
-        let sleep = self.spin.is_zero();
-        striped(&self.arena, self.side, &self.out_tx, self.out_chunk, sleep)
+        striped(&self.arena, self.side, &self.out_tx, self.out_capacity).at_chunk(self.out_next)
+    }
+
+    /// The bytes of outputs this end may have queued and not yet read by the receiver: an
+    /// output of up to this length, sent when the receiver has read the earlier ones, returns
+    /// without waiting for it however long it takes to read ([`LinkOptions::window`]). Longer
+    /// outputs are fed to the wire as the receiver reads, and return when the rest fits.
+    pub fn window(&self) -> usize {
+        Striped::new(&self.out_tx, self.out_capacity).window()
+    }
+
+    /// Choose what an output finds when the window has no room for it ([`WindowFull`]).
+    pub fn set_window_full(&mut self, w: WindowFull) {
+        self.window_full = w;
     }
 
     /// Use another calibration profile for this endpoint's thresholds.

@@ -1,6 +1,8 @@
 //! Output on the memory network: descriptors published, pages referenced, completions reaped.
 
-use super::{DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, Wait, decode_completion, spin_until};
+use super::{
+    DESC_MAGIC, MemnetEndpoint, PendingOut, Ticket, Wait, WindowFull, decode_completion, spin_until,
+};
 use crate::breakdown::{Op, Phase, time};
 use crate::error::{GenieError, Result};
 use crate::passing::{Held, output_app};
@@ -10,10 +12,77 @@ use crate::semantics::{Accounting, Semantics};
 use rustix::event::{PollFd, PollFlags};
 use std::time::Duration;
 use zcio_vm::arena::SLOT_WORDS;
+use zcio_vm::wire::{PACE_STALL, Room};
 
 impl MemnetEndpoint {
-    fn publish(&mut self, ticket: u64, len: usize, offset: usize, sem: Semantics) -> Result<()> {
+    /// Before a message of `len` bytes is announced: wait until the window has room for it
+    /// (the pipes of its first chunks drained), within this call's `wait`, or say it has none
+    /// ([`WindowFull::WouldBlock`]). Nothing is announced either way.
+    fn make_room(&self, len: usize, wait: Wait) -> Result<()> {
+        const DURING: &str = "waiting for room in the window";
+        let wire = self.out_wire();
+        let gone = |e| GenieError::from_wire(e, "output (waiting for room)");
+        if self.window_full == WindowFull::WouldBlock {
+            if len > wire.window() {
+                return Err(GenieError::arg(
+                    "buf",
+                    format!(
+                        "length {len} exceeds the window, {} bytes: such a message is sent by \
+                         an endpoint that waits for room (WindowFull::Wait), or over a link made \
+                         with a larger window (LinkOptions::window)",
+                        wire.window()
+                    ),
+                ));
+            }
+            return match wire.has_room(len).map_err(gone)? {
+                true => Ok(()),
+                false => Err(GenieError::WouldBlock {
+                    len,
+                    window: wire.window(),
+                    pending: self.pending.len(),
+                }),
+            };
+        }
+        while let Some(k) = wire.first_undrained(len).map_err(gone)? {
+            let cap = wait.left(DURING)?.map_or(PACE_STALL, |l| l.min(PACE_STALL));
+            if wire.wait_drained(k, cap).map_err(gone)? == Room::Interrupted && wait.interruptible()
+            {
+                return Err(GenieError::Interrupted { during: DURING });
+            }
+        }
+        Ok(())
+    }
+
+    /// Announce a message of `len` bytes (at page offset `offset` in the sender's memory) once
+    /// the window has room for it, all within one call's waits.
+    fn announce(&mut self, ticket: u64, len: usize, offset: usize, sem: Semantics) -> Result<()> {
         let wait = self.waits.start();
+        self.make_room(len, wait)?;
+        self.publish(ticket, len, offset, sem, wait)
+    }
+
+    /// The wire of the message of `len` bytes just announced, whose chunks take the next ring
+    /// positions.
+    fn claim(&mut self, len: usize) -> zcio_vm::wire::Striped<'_> {
+        let first = self.claim_first(len);
+        self.out_wire().at_chunk(first)
+    }
+
+    /// [`MemnetEndpoint::claim`], the ring position only.
+    fn claim_first(&mut self, len: usize) -> u64 {
+        let first = self.out_next;
+        self.out_next += self.out_wire().chunks(len);
+        first
+    }
+
+    fn publish(
+        &mut self,
+        ticket: u64,
+        len: usize,
+        offset: usize,
+        sem: Semantics,
+        wait: Wait,
+    ) -> Result<()> {
         let mut w = [0u64; SLOT_WORDS];
         w[0] = DESC_MAGIC;
         w[1] = ticket;
@@ -30,7 +99,10 @@ impl MemnetEndpoint {
     }
 
     /// Output an application buffer under `sem` (copy, emulated copy, share, emulated share).
-    /// Returns when the data is queued; the ticket completes when the receiver has it.
+    /// Returns when the data is queued, by page reference, which takes no longer than the
+    /// page-table work while the message fits the room left in the window
+    /// ([`MemnetEndpoint::window`]): the receiver need not have read any of it. The ticket
+    /// completes when the receiver has it.
     pub fn send(&mut self, sem: Semantics, buf: &[u8]) -> Result<(Ticket, Accounting)> {
         Self::check_len(buf.len())?;
         GenieError::refuse_broken(&self.broken_out, "output")?;
@@ -44,7 +116,7 @@ impl MemnetEndpoint {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         // Descriptor first: the receiver finds it whenever data is readable.
-        self.publish(
+        self.announce(
             ticket,
             buf.len(),
             buf.as_ptr() as usize % zcio_vm::page_size(),
@@ -52,7 +124,14 @@ impl MemnetEndpoint {
         )?;
         // The pool is lent out for the call, as the wire borrows the rest of the endpoint.
         let mut pool = std::mem::take(&mut self.pool);
-        let out = output_app(sem, buf, self.out_wire(), &mut pool, self.profile);
+        let first = self.claim_first(buf.len());
+        let out = output_app(
+            sem,
+            buf,
+            self.out_wire().at_chunk(first),
+            &mut pool,
+            self.profile,
+        );
         self.pool = pool;
         // Announced but not (wholly) queued: the receiver is left waiting for data that will
         // not come, so nothing more may follow on this wire.
@@ -72,8 +151,8 @@ impl MemnetEndpoint {
         Self::check_len(claimed)?;
         let t = self.next_ticket;
         self.next_ticket += 1;
-        self.publish(t, claimed, 0, Semantics::Copy)?;
-        let wire = self.out_wire();
+        self.announce(t, claimed, 0, Semantics::Copy)?;
+        let wire = self.claim(claimed);
         wire.vmsplice_message(&[buf])
             .map_err(|e| GenieError::from_wire(e, "output"))?;
         Ok(())
@@ -97,9 +176,9 @@ impl MemnetEndpoint {
         self.reap_completions()?;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.publish(ticket, region.len(), 0, sem)?;
+        self.announce(ticket, region.len(), 0, sem)?;
         mark(&mut region, RegionState::MovingOut);
-        let wire = self.out_wire();
+        let wire = self.claim(region.len());
         time(Op::Reference, || {
             wire.vmsplice_message(&[region.as_slice()])
         })
@@ -234,14 +313,11 @@ impl MemnetEndpoint {
         let mut fds = [
             PollFd::new(&self.my_bell, PollFlags::IN),
             PollFd::new(&self.out_tx[0], PollFlags::empty()),
-            PollFd::new(&self.out_tx[1], PollFlags::empty()),
         ];
         wait.poll(&mut fds, Some(Duration::from_millis(100)), during)?;
         // A peer that completed our outputs and then left is not gone for them: completions
         // already in the ring are reaped first.
-        if fds[1..]
-            .iter()
-            .any(|f| f.revents().intersects(PollFlags::ERR | PollFlags::HUP))
+        if fds[1].revents().intersects(PollFlags::ERR | PollFlags::HUP)
             && !self.comp_rx.has_next(&self.arena).unwrap_or(false)
         {
             return Err(GenieError::PeerGone { during });

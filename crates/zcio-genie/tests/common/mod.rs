@@ -7,6 +7,7 @@ use zcio_genie::profile::Profile;
 
 /// A memory-network link whose ends take the VM paths from the first page up (the calibrated
 /// profile may say copying wins everywhere on this machine).
+#[allow(dead_code)] // not every test file uses it
 pub fn forced_pair() -> (MemnetEndpoint, MemnetEndpoint) {
     let (mut a, mut b) = memnet::pair().unwrap();
     a.set_profile(Profile::zero_copy());
