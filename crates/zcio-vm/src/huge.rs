@@ -260,25 +260,21 @@ pub(crate) fn bracketed(text: &str) -> Option<&str> {
     Some(sel.trim_matches(|c| c == '[' || c == ']'))
 }
 
-/// Whether `huge` is in `$ZCIO_VM_DISABLE` (read once): zcio then neither asks for huge
-/// pages ([`crate::MapOptions::huge`] refuses them instead) nor takes its 2 MiB paths, as where
-/// transparent huge pages are off.
-pub fn disabled_by_env() -> bool {
-    static OFF: OnceLock<bool> = OnceLock::new();
-    *OFF.get_or_init(|| {
-        std::env::var(crate::runtime::DISABLE_ENV)
-            .is_ok_and(|v| v.split(',').any(|x| x.trim() == "huge"))
-    })
+/// Whether huge pages are turned off in this process ([`crate::config`]): zcio then neither
+/// asks for them ([`crate::MapOptions::huge`] refuses them instead) nor takes its 2 MiB
+/// paths, as where transparent huge pages are off.
+pub fn disabled_by_config() -> bool {
+    crate::config::disabled().huge_pages
 }
 
 /// Why 2 MiB granules cannot be had here, if they cannot: THP disabled or missing, the kernel
-/// unable to report PMD mappings, or `huge` in `$ZCIO_VM_DISABLE` (for testing the 4 KiB paths
-/// on a machine that has huge pages).
+/// unable to report PMD mappings, or turned off ([`crate::config`], for testing the 4 KiB
+/// paths on a machine that has huge pages).
 pub fn unavailable_reason() -> Option<String> {
-    if disabled_by_env() {
+    if disabled_by_config() {
         return Some(format!(
             "huge pages disabled by {}",
-            crate::runtime::DISABLE_ENV
+            crate::config::said_by()
         ));
     }
     match thp_policy().as_deref() {

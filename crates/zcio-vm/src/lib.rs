@@ -36,6 +36,7 @@ compile_error!("zcio runs on Linux only: it is built on userfaultfd, memfd, vmsp
 
 pub mod arena;
 pub mod bufring;
+pub mod config;
 pub mod direct;
 pub mod error;
 pub mod fallback;

@@ -141,7 +141,7 @@ impl Mapping {
             map_len: len,
             reserved: false,
         };
-        if opts.huge && crate::huge::disabled_by_env() {
+        if opts.huge && crate::huge::disabled_by_config() {
             // As where THP is off: aligned, but in 4 KiB pages.
             m.advise(libc::MADV_NOHUGEPAGE, "madvise(MADV_NOHUGEPAGE)")?;
             if opts.populate {

@@ -115,8 +115,7 @@ impl std::fmt::Display for WritableCheck {
 pub fn writable_check() -> WritableCheck {
     static CHECK: std::sync::OnceLock<WritableCheck> = std::sync::OnceLock::new();
     *CHECK.get_or_init(|| {
-        let off = std::env::var(crate::runtime::DISABLE_ENV)
-            .is_ok_and(|v| v.split(',').any(|x| x.trim() == "procmap"));
+        let off = crate::config::disabled().procmap_query;
         if !off && maps::query(maps::probe_addr()).is_ok() {
             WritableCheck::ProcmapQuery
         } else if populate_write_supported() {

@@ -183,8 +183,11 @@ impl BlankFile {
                 })
         })?;
         let fd = crate::mapping::memfd(name, pages)?;
-        let refused = if crate::huge::disabled_by_env() {
-            Some(format!("huge in ${}", crate::runtime::DISABLE_ENV))
+        let refused = if crate::huge::disabled_by_config() {
+            Some(format!(
+                "huge pages disabled by {}",
+                crate::config::said_by()
+            ))
         } else {
             collapse(&fd, pages).err()
         };

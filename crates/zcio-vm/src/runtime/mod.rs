@@ -300,10 +300,7 @@ extern "C" fn count_fork_in_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Environment variable that disables mechanisms, for comparing paths and testing fallbacks:
-/// a comma-separated list of `uffd` (no userfaultfd at all), `move` (no `UFFDIO_MOVE`) and
-/// `huge` (no 2 MiB paths: as where transparent huge pages are off).
-pub const DISABLE_ENV: &str = "ZCIO_VM_DISABLE";
+pub use crate::config::DISABLE_ENV;
 
 impl VmRuntime {
     /// The runtime of this process, started on first use. Never fails: a missing kernel feature
@@ -372,13 +369,13 @@ impl VmRuntime {
     }
 
     fn start() -> VmRuntime {
-        let disabled = std::env::var(DISABLE_ENV).unwrap_or_default();
-        let no_uffd = disabled.split(',').any(|s| s.trim() == "uffd");
-        let no_move = disabled.split(',').any(|s| s.trim() == "move");
+        let cfg = crate::config::current();
+        let by = crate::config::said_by();
+        let (no_uffd, no_move) = (cfg.disabled.userfaultfd, cfg.disabled.page_moves);
         let mut reasons = Vec::new();
         let wanted = Features::WP | Features::MOVE | Features::EVENT_UNMAP | Features::EVENT_REMAP;
         let uffd = if no_uffd {
-            reasons.push(format!("userfaultfd disabled by {DISABLE_ENV}"));
+            reasons.push(format!("userfaultfd disabled by {by}"));
             None
         } else {
             match Userfaultfd::open(wanted) {
@@ -399,7 +396,7 @@ impl VmRuntime {
             && !no_move;
         if uffd.is_some() && !can_move {
             reasons.push(if no_move {
-                format!("UFFDIO_MOVE disabled by {DISABLE_ENV}")
+                format!("UFFDIO_MOVE disabled by {by}")
             } else {
                 "UFFDIO_MOVE unavailable (Linux < 6.8): swaps become copies, TCOW copies pages \
                  instead of moving them"
