@@ -41,6 +41,13 @@ impl AppBuffer {
         Self::make(len, true)
     }
 
+    /// A buffer for a message of `len` bytes, as zcio makes one to receive into: in huge
+    /// pages where a system buffer of this length would be (from 2 MiB, where huge pages are
+    /// to be had), so that the 2 MiB paths run.
+    pub fn for_message(len: usize) -> Result<AppBuffer> {
+        Self::make(len, crate::passing::system_buffer_options(len).huge)
+    }
+
     fn make(len: usize, huge: bool) -> Result<AppBuffer> {
         if len == 0 {
             return Err(GenieError::arg("len", "a buffer of 0 bytes".to_string()));

@@ -14,6 +14,10 @@
 //! | weak move | system regions | weak | region kept mapped and wired, cached |
 //! | emulated weak move | system regions | weak | region kept mapped, cached |
 //!
+//! Two programs find each other by a name and pass messages through a [`channel::Channel`]: on
+//! this host over the memory network, to another host over TCP (`tcp://host:port`), with the
+//! same calls.
+//!
 //! Modules: the memory network between two processes ([`memnet`]), files buffered and
 //! `O_DIRECT`, pipes and kernel sockets ([`stream`]). Thresholds come from a calibration
 //! [`profile::Profile`]. Kernel features are probed at start ([`probe`]).
@@ -21,6 +25,7 @@
 
 pub mod breakdown;
 pub mod buffer;
+pub mod channel;
 pub mod datagram;
 pub mod error;
 pub mod memnet;

@@ -269,6 +269,11 @@ impl StreamEnd {
         Ok(self)
     }
 
+    /// Refuse every later input, for `e`: a layer above lost its place in the stream.
+    pub(crate) fn break_input(&mut self, e: &GenieError) {
+        self.broken_in = Some(e.to_string());
+    }
+
     /// Wrap an existing descriptor (a socket or pipe end the caller set up). The descriptor
     /// must be of the module's kind: a pipe (FIFO) for `pipe`, a Unix stream socket for `unix`,
     /// a TCP (stream) or UDP (datagram) IP socket for `tcp` and `udp`, a regular file for `file`.
@@ -738,5 +743,13 @@ impl Source for EndSource<'_> {
             }
             _ => true,
         }
+    }
+}
+
+/// The module's descriptor: readable when input is there (or the peer has gone), for `poll`,
+/// `epoll` or an async runtime's reactor.
+impl std::os::fd::AsFd for StreamEnd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }

@@ -2,10 +2,13 @@
 //! (`zcio_genie::memnet::channel`): a process started on its own (this test binary run again,
 //! not a fork) connects by name and passes 256 MiB under emulated copy, overwriting its buffer
 //! right after each send; the listener receives the bytes of the moment of the call. And the
-//! ways a setup fails: nobody listening, a name taken, another user.
+//! ways a setup fails: nobody listening, a name taken, another user. The same program over
+//! TCP (`tcp://host:port`): every message whole, a too-small buffer, a peer that breaks the
+//! framing.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
+use zcio_genie::channel::Channel;
 use zcio_genie::memnet::Waits;
 use zcio_genie::memnet::channel::{Listener, connect};
 use zcio_genie::{AppBuffer, ErrorKind, GenieError, InputBuffering, Semantics};
@@ -32,7 +35,7 @@ fn unique(what: &str) -> String {
 
 /// The sender, in the child: connect by name, send two messages, overwrite each right after.
 fn sender(name: &str) {
-    let mut tx = connect(name, Duration::from_secs(30)).unwrap();
+    let mut tx = Channel::connect(name, Duration::from_secs(30)).unwrap();
     let mut buf = AppBuffer::huge(LEN).unwrap();
     for i in 0..2 {
         for (k, b) in buf.iter_mut().enumerate() {
@@ -53,7 +56,7 @@ fn two_processes_find_each_other_by_name_and_pass_256_mib() {
         return;
     }
     let name = unique("256");
-    let listener = Listener::bind(&name).unwrap();
+    let listener = Channel::listen(&name).unwrap();
     let child = Command::new(std::env::current_exe().unwrap())
         .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
         .env(SENDER_ENV, &name)
@@ -154,4 +157,85 @@ fn a_process_of_another_user_is_refused_unless_allowed() {
         !matches!(&end, Err(e) if e.kind() == ErrorKind::NotPermitted),
         "refused although any user may connect: {end:?}"
     );
+}
+
+/// The lengths the TCP test passes: one byte, off a page, a page and a bit, megabytes.
+const LENS: [usize; 5] = [1, 100, 4097, (1 << 20) + 3, 8 << 20];
+
+#[test]
+fn the_same_program_runs_over_tcp_every_message_whole() {
+    let listener = Channel::listen("tcp://127.0.0.1:0").unwrap();
+    let name = listener.name().unwrap();
+    assert!(name.starts_with("tcp://127.0.0.1:"), "{name}");
+    let receiver = std::thread::spawn(move || {
+        let mut rx = listener.accept(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(rx.transport(), "tcp");
+        for (i, &len) in LENS.iter().enumerate() {
+            assert_eq!(rx.peek_len().unwrap(), len);
+            if len > 1 {
+                // Too small: the message stays, and the error says how long it is.
+                let mut small = vec![0u8; len - 1];
+                let e = rx
+                    .recv(Semantics::Copy, &mut small, InputBuffering::EarlyDemux)
+                    .unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::TooSmall { needed: len }, "{e}");
+            }
+            let sem = [Semantics::Copy, Semantics::EmulatedCopy][i % 2];
+            let (got, _) = rx.recv_alloc(sem, InputBuffering::EarlyDemux).unwrap();
+            assert_eq!(got.len(), len);
+            if let Some(k) = got.iter().enumerate().position(|(k, &b)| b != byte(i, k)) {
+                panic!("message {i}: byte {k} differs");
+            }
+        }
+    });
+    let mut tx = Channel::connect(&name, Duration::from_secs(10)).unwrap();
+    let mut buf = AppBuffer::new(8 << 20).unwrap();
+    for (i, &len) in LENS.iter().enumerate() {
+        let m = &mut buf[..len];
+        for (k, b) in m.iter_mut().enumerate() {
+            *b = byte(i, k);
+        }
+        let sem = [Semantics::EmulatedCopy, Semantics::Copy][i % 2];
+        let (t, _) = tx.send(sem, m).unwrap();
+        m.fill(0xEE);
+        tx.wait(t).unwrap();
+    }
+    receiver.join().unwrap();
+}
+
+#[test]
+fn a_tcp_channel_nobody_listens_on_fails_within_its_timeout() {
+    // A port just given back: nobody listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t0 = Instant::now();
+    let e = Channel::connect(
+        &format!("tcp://127.0.0.1:{port}"),
+        Duration::from_millis(100),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let e = Channel::connect("udp://127.0.0.1:1", Duration::from_millis(10)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+}
+
+#[test]
+fn a_tcp_peer_that_breaks_the_framing_is_refused_from_then_on() {
+    use std::io::Write;
+    let listener = Channel::listen("tcp://127.0.0.1:0").unwrap();
+    let addr = listener.name().unwrap();
+    let mut raw = std::net::TcpStream::connect(addr.trim_start_matches("tcp://")).unwrap();
+    let mut rx = listener.accept(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(&[0xAB; 16]).unwrap();
+    raw.write_all(&[0u8; 64]).unwrap();
+    let e = rx.peek_len().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+    let e = rx
+        .recv_alloc(Semantics::Copy, InputBuffering::EarlyDemux)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Refused, "{e}");
 }

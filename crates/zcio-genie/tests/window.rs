@@ -50,41 +50,45 @@ fn buffer(len: usize, huge: bool) -> AppBuffer {
 
 #[test]
 fn an_output_within_the_window_returns_before_the_receiver_reads_and_keeps_its_bytes() {
-    bounded("outputs within the window", Duration::from_secs(120), || {
-        for (huge, sem) in [
-            (false, Semantics::EmulatedCopy),
-            (true, Semantics::EmulatedCopy),
-            (false, Semantics::Copy),
-        ] {
-            let (mut tx, mut rx) = forced_pair(64 * MIB);
-            assert!(tx.window() >= 64 * MIB, "window {}", tx.window());
-            let len = 64 * MIB;
-            let mut buf = buffer(len, huge);
-            fill(&mut buf, 1);
-            let (sent_tx, sent_rx) = mpsc::channel::<()>();
-            std::thread::scope(|s| {
-                let h = s.spawn(move || {
-                    // The receiver reads nothing until the sender's call has returned: a send
-                    // that waited for it would hang here (and the time limit fail the test).
-                    sent_rx.recv().unwrap();
-                    let (got, _) = rx.recv_alloc(sem, InputBuffering::EarlyDemux).unwrap();
-                    assert_eq!(got.len(), len);
-                    first_wrong(&got, 1)
+    bounded(
+        "outputs within the window",
+        Duration::from_secs(120),
+        || {
+            for (huge, sem) in [
+                (false, Semantics::EmulatedCopy),
+                (true, Semantics::EmulatedCopy),
+                (false, Semantics::Copy),
+            ] {
+                let (mut tx, mut rx) = forced_pair(64 * MIB);
+                assert!(tx.window() >= 64 * MIB, "window {}", tx.window());
+                let len = 64 * MIB;
+                let mut buf = buffer(len, huge);
+                fill(&mut buf, 1);
+                let (sent_tx, sent_rx) = mpsc::channel::<()>();
+                std::thread::scope(|s| {
+                    let h = s.spawn(move || {
+                        // The receiver reads nothing until the sender's call has returned: a send
+                        // that waited for it would hang here (and the time limit fail the test).
+                        sent_rx.recv().unwrap();
+                        let (got, _) = rx.recv_alloc(sem, InputBuffering::EarlyDemux).unwrap();
+                        assert_eq!(got.len(), len);
+                        first_wrong(&got, 1)
+                    });
+                    let (t, acc) = tx.send(sem, &buf).unwrap();
+                    // Overwritten at once: the receiver must still get message 1.
+                    fill(&mut buf, 2);
+                    sent_tx.send(()).unwrap();
+                    tx.wait(t).unwrap();
+                    let wrong = h.join().unwrap();
+                    assert_eq!(
+                        wrong, None,
+                        "{sem}, huge {huge}: the receiver's byte differs ({})",
+                        acc.path
+                    );
                 });
-                let (t, acc) = tx.send(sem, &buf).unwrap();
-                // Overwritten at once: the receiver must still get message 1.
-                fill(&mut buf, 2);
-                sent_tx.send(()).unwrap();
-                tx.wait(t).unwrap();
-                let wrong = h.join().unwrap();
-                assert_eq!(
-                    wrong, None,
-                    "{sem}, huge {huge}: the receiver's byte differs ({})",
-                    acc.path
-                );
-            });
-        }
-    });
+            }
+        },
+    );
 }
 
 #[test]
@@ -105,10 +109,7 @@ fn two_ends_sending_64_mib_to_each_other_at_once_both_finish() {
                 (got.len(), first_wrong(&got, 1 - me))
             }
         };
-        let (ha, hb) = (
-            std::thread::spawn(run(a, 0)),
-            std::thread::spawn(run(b, 1)),
-        );
+        let (ha, hb) = (std::thread::spawn(run(a, 0)), std::thread::spawn(run(b, 1)));
         assert_eq!(ha.join().unwrap(), (len, None), "side 0 received");
         assert_eq!(hb.join().unwrap(), (len, None), "side 1 received");
     });
@@ -194,7 +195,11 @@ fn small_messages_fill_the_ring_and_each_arrives_whole() {
                 let len = lens[i % lens.len()];
                 let mut got = vec![0u8; len];
                 let (n, _) = rx
-                    .recv(Semantics::EmulatedCopy, &mut got, InputBuffering::EarlyDemux)
+                    .recv(
+                        Semantics::EmulatedCopy,
+                        &mut got,
+                        InputBuffering::EarlyDemux,
+                    )
                     .unwrap();
                 assert_eq!(n, len);
                 assert_eq!(first_wrong(&got, i), None, "message {i} of {len} bytes");

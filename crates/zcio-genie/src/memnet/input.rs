@@ -63,11 +63,7 @@ impl MemnetEndpoint {
         buffering: InputBuffering,
     ) -> Result<(crate::AppBuffer, Accounting)> {
         let len = self.peek_len()?;
-        // In huge pages where a system buffer of this length would be.
-        let mut buf = match crate::passing::system_buffer_options(len).huge {
-            true => crate::AppBuffer::huge(len)?,
-            false => crate::AppBuffer::new(len)?,
-        };
+        let mut buf = crate::AppBuffer::for_message(len)?;
         let (_, acc) = self.recv(sem, &mut buf, buffering)?;
         Ok((buf, acc))
     }
