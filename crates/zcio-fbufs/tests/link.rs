@@ -9,7 +9,7 @@ use std::os::unix::net::UnixListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use zcio_fbufs::aggregate::{Builder, BumpNodes, Msg};
-use zcio_fbufs::link::OriginatorEnd;
+use zcio_fbufs::link::{OriginatorEnd, PathName};
 use zcio_fbufs::path::{Fbuf, PathMemory, Variant};
 use zcio_fbufs::region::RegionRead;
 use zcio_fbufs::{pattern, pattern_len};
@@ -125,6 +125,40 @@ fn all_back_and_done(end: &mut OriginatorEnd, child: Child, what: &str) -> Strin
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{what}: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn receivers_started_on_their_own_join_a_path_by_its_name() {
+    let name = format!("test-path-{}", std::process::id());
+    let offered = PathName::bind(&name).unwrap();
+    let e = PathName::bind(&name).unwrap_err();
+    assert!(e.to_string().contains("taken"), "{e}");
+    let p = PathMemory::create(256 * 1024, 4, Variant::CACHED).unwrap();
+    let mut end = OriginatorEnd::new(p.originator().unwrap());
+    // Two receivers, each started on its own with only the name.
+    let mut children = Vec::new();
+    for _ in 0..2 {
+        let mut peer = peer();
+        peer.arg("receiver-loop")
+            .arg(format!("name:{name}"))
+            .arg("200")
+            .stdout(Stdio::piped());
+        children.push(peer.spawn().unwrap());
+        offered
+            .accept(&mut end, Some(Duration::from_secs(10)))
+            .unwrap();
+    }
+    send_stream(&mut end, 200, &[0, 1]);
+    wait_all_back(&mut end);
+    for (i, c) in children.into_iter().enumerate() {
+        let out = all_back_and_done(&mut end, c, "a receiver joined by name");
+        assert!(out.contains("ok 200"), "receiver {i}: {out}");
+    }
+    // Nobody else comes: the wait for a receiver ends after its time.
+    let e = offered
+        .accept(&mut end, Some(Duration::from_millis(20)))
+        .unwrap_err();
+    assert!(e.to_string().contains("timed out"), "{e}");
 }
 
 #[test]

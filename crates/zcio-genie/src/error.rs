@@ -175,6 +175,22 @@ impl GenieError {
     }
 }
 
+impl From<zcio_vm::rendezvous::RendezvousError> for GenieError {
+    fn from(e: zcio_vm::rendezvous::RendezvousError) -> Self {
+        use zcio_vm::rendezvous::RendezvousError as R;
+        match e {
+            R::BadName { .. } | R::Taken { .. } => GenieError::arg("name", e.to_string()),
+            R::TimedOut { during, after } => GenieError::TimedOut { during, after },
+            R::Interrupted { during } => GenieError::Interrupted { during },
+            R::NotPermitted { .. } => GenieError::NotPermitted {
+                reason: e.to_string(),
+            },
+            R::Io { op, source } => GenieError::Io { op, source },
+            _ => GenieError::io("meeting by name", std::io::Error::other(e.to_string())),
+        }
+    }
+}
+
 /// What kind of failure a [`GenieError`] is, for matching without its details
 /// ([`GenieError::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

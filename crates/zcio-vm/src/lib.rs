@@ -47,6 +47,7 @@ pub mod prefetch;
 mod procself;
 pub mod protect;
 pub mod remap;
+pub mod rendezvous;
 pub mod reserve;
 pub mod resources;
 pub mod runtime;

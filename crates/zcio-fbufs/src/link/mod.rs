@@ -121,6 +121,10 @@ pub enum LinkError {
     /// The VM layer refused (descriptor passing).
     #[error(transparent)]
     Vm(#[from] zcio_vm::VmError),
+    /// Meeting by name failed: a name taken or malformed, nobody there within the time, a
+    /// process of another user.
+    #[error("fbuf link: {0}")]
+    Rendezvous(#[from] zcio_vm::rendezvous::RendezvousError),
     /// The peer sent something that is not this protocol.
     #[error("fbuf link: peer broke the protocol: {0}")]
     Protocol(String),
@@ -153,6 +157,7 @@ pub const DEFAULT_BACKLOG_FRAMES: usize = 1 << 16;
 mod channel;
 mod forward;
 mod mirror;
+mod named;
 mod originator;
 mod peer;
 mod receiver;
@@ -161,6 +166,7 @@ mod wire;
 use channel::Channel;
 pub use forward::Forwarder;
 pub use mirror::PathMirror;
+pub use named::PathName;
 pub use originator::{DEFAULT_SPIN, OriginatorEnd};
 use peer::{Failure, Held, Peer};
 pub use receiver::{Received, ReceiverEnd};

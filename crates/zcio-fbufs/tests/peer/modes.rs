@@ -14,7 +14,8 @@
 //!   writable mapping, `write`, shrinking, punching a hole, and `mprotect` of a read-only
 //!   mapping; prints `ATTEMPT refused: ERROR` or `ATTEMPT GRANTED` for each.
 //! - `fbuf-peer originator-writes-after-send VOLATILE`: make a path, send an fbuf, then write it.
-//! - `fbuf-peer receiver-loop SOCKET COUNT [stall] [hold]`: connect, receive COUNT fbufs, check
+//! - `fbuf-peer receiver-loop SOCKET COUNT [stall] [hold]`: connect (SOCKET `name:NAME`: join
+//!   the path offered under NAME), receive COUNT fbufs, check
 //!   each byte against the pattern of its sequence number, free them (or, with `hold`, keep them
 //!   and wait to be killed); print `ok COUNT notices N in M messages`. With `stall`, a receiver
 //!   that stops reading first: it takes the path, prints `joined`, and reads nothing more from
@@ -198,9 +199,20 @@ fn receiver_loop(a: &[String]) {
     let recheck = has("recheck-on-line");
     let hold = leave || recheck || has("hold");
     let stall = has("stall");
-    let sock = UnixStream::connect(&a[2]).expect("connect");
-    let keep = sock.try_clone().expect("dup the socket");
-    let mut rx = ReceiverEnd::connect(sock).expect("join the path");
+    let (mut rx, keep) = match a[2].strip_prefix("name:") {
+        // Joined by the path's name.
+        Some(name) => {
+            let rx = ReceiverEnd::join(name, std::time::Duration::from_secs(10));
+            let rx = rx.expect("join the path by name");
+            let keep = UnixStream::pair().expect("a socket pair").0;
+            (rx, keep)
+        }
+        None => {
+            let sock = UnixStream::connect(&a[2]).expect("connect");
+            let keep = sock.try_clone().expect("dup the socket");
+            (ReceiverEnd::connect(sock).expect("join the path"), keep)
+        }
+    };
     if stall {
         println!("joined");
         flush();

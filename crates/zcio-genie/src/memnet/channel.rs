@@ -1,9 +1,9 @@
 //! Memory-network links between processes that find each other by name: a [`Listener`] binds a
 //! name, each [`connect`] to it gets a link of its own.
 //!
-//! A name is an abstract Unix socket, `zcio/<name>` (nothing in the file system to clean up; it
-//! goes when the listener does; both processes must share a network namespace, where abstract
-//! names live). The listener makes a link's parts, hands the client its side
+//! A name is an abstract Unix socket ([`zcio_vm::rendezvous`]: nothing in the file system to
+//! clean up; it goes when the listener does; both processes must share a network namespace,
+//! where abstract names live). The listener makes a link's parts, hands the client its side
 //! over the socket, and waits for the client's word that it mapped the shared arena at the
 //! agreed address; where that address is taken in the client, the listener makes the parts
 //! again elsewhere (a few times). Only a process of the listener's own user may connect unless
@@ -28,13 +28,14 @@
 
 use super::{LinkOptions, LinkParts, MemnetEndpoint, link_parts_with};
 use crate::error::{GenieError, Result};
-use crate::waits::Waits;
-use rustix::event::{PollFd, PollFlags};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::time::{Duration, Instant};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+use zcio_vm::rendezvous::{self, NamedListener};
+
+/// The space of memory-network names among zcio's names ([`zcio_vm::rendezvous`]).
+const SPACE: &str = "memnet";
 
 /// Times the listener makes a link's parts again where the client could not map the arena.
 const PLACEMENT_TRIES: usize = 8;
@@ -47,52 +48,30 @@ const PLACE_TAKEN: u8 = 2;
 /// and then does nothing must not hold the listener for ever).
 const SETUP: Duration = Duration::from_secs(10);
 
-fn address(name: &str) -> Result<SocketAddr> {
-    if name.is_empty() || name.len() > 100 || name.contains('\0') {
-        return Err(GenieError::arg(
-            "name",
-            format!("`{name}`: a channel name is 1 to 100 bytes, without NUL"),
-        ));
-    }
-    SocketAddr::from_abstract_name(format!("zcio/{name}"))
-        .map_err(|e| GenieError::io("channel name", e))
-}
-
 /// A name other processes connect to, each getting a memory-network link of its own.
 #[derive(Debug)]
 pub struct Listener {
-    sock: UnixListener,
-    name: String,
-    any_user: bool,
+    sock: NamedListener,
     link: LinkOptions,
 }
 
 impl Listener {
     /// Bind `name`. A name another listener holds is refused with an error saying so.
     pub fn bind(name: &str) -> Result<Listener> {
-        let sock = UnixListener::bind_addr(&address(name)?).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => GenieError::arg(
-                "name",
-                format!("the channel name `{name}` is taken by another listener"),
-            ),
-            _ => GenieError::io("bind(channel)", e),
-        })?;
         Ok(Listener {
-            sock,
-            name: name.to_string(),
-            any_user: false,
+            sock: NamedListener::bind(SPACE, name)?,
             link: LinkOptions::default(),
         })
     }
 
     /// The name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.sock.name()
     }
 
     /// Let processes of any user connect (by default only this process's user may).
     pub fn allow_any_user(&mut self, yes: bool) {
-        self.any_user = yes;
+        self.sock.allow_any_user(yes);
     }
 
     /// How the links of the next clients are made (their window, [`LinkOptions`]): the
@@ -101,42 +80,12 @@ impl Listener {
         self.link = opts;
     }
 
-    /// Wait for the next client (at most `timeout`, where given) and set its link up; returns
-    /// this side's endpoint. A client of another user is refused (its connection closed) and
-    /// the error says so; the listener goes on.
+    /// Wait for the next client (at most `timeout`, where given; a signal ends that wait with
+    /// [`GenieError::Interrupted`]) and set its link up; returns this side's endpoint. A
+    /// client of another user is refused (its connection closed) and the error says so; the
+    /// listener goes on.
     pub fn accept(&self, timeout: Option<Duration>) -> Result<MemnetEndpoint> {
-        if timeout.is_some() {
-            let wait = Waits {
-                timeout,
-                interruptible: true,
-            }
-            .start();
-            loop {
-                let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
-                wait.poll(&mut fds, None, "waiting for a client")?;
-                if !fds[0].revents().is_empty() {
-                    break;
-                }
-            }
-        }
-        let (conn, _) = self
-            .sock
-            .accept()
-            .map_err(|e| GenieError::io("accept(channel)", e))?;
-        let cred = rustix::net::sockopt::socket_peercred(&conn)
-            .map_err(|e| GenieError::io("SO_PEERCRED", e))?;
-        let me = rustix::process::getuid();
-        if cred.uid != me && !self.any_user {
-            return Err(GenieError::NotPermitted {
-                reason: format!(
-                    "a process of user {} asked to connect to `{}`, which only user {} may \
-                     (Listener::allow_any_user)",
-                    cred.uid.as_raw(),
-                    self.name,
-                    me.as_raw()
-                ),
-            });
-        }
+        let conn = self.sock.accept(timeout)?;
         setup_timeouts(&conn)?;
         for _ in 0..PLACEMENT_TRIES {
             let (mine, theirs, arena) = link_parts_with(self.link)?;
@@ -177,28 +126,7 @@ fn setup_timeouts(s: &UnixStream) -> Result<()> {
 /// Connect to the listener of `name`, waiting up to `timeout` for one to be there, and set the
 /// link up; returns this side's endpoint.
 pub fn connect(name: &str, timeout: Duration) -> Result<MemnetEndpoint> {
-    let addr = address(name)?;
-    let deadline = Instant::now() + timeout;
-    let conn = loop {
-        match UnixStream::connect_addr(&addr) {
-            Ok(c) => break c,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
-                ) =>
-            {
-                if Instant::now() >= deadline {
-                    return Err(GenieError::TimedOut {
-                        during: "waiting for a listener of the channel name",
-                        after: timeout,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(GenieError::io("connect(channel)", e)),
-        }
-    };
+    let conn = rendezvous::connect(SPACE, name, timeout)?;
     setup_timeouts(&conn)?;
     for _ in 0..PLACEMENT_TRIES {
         let parts = LinkParts::recv_from(&conn)?;
