@@ -189,7 +189,7 @@ impl Message {
 ///
 /// Three pages scattered in a store, made one contiguous message by moving them (a real
 /// producer fills the slots: see [`crate::producer`] and
-/// `crates/zcio-cli/examples/vmmr_reassembly.rs`).
+/// `crates/zcio/examples/vmmr_reassembly.rs`).
 ///
 /// ```
 /// use zcio_vm::remap::{Granule, PageStore};

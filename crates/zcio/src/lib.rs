@@ -23,7 +23,9 @@
 //! ```
 //!
 //! Each call's [`Accounting::path`] says which mechanism carried the data, or which fallback
-//! and why; errors match by [`GenieError::kind`].
+//! and why; errors match by [`GenieError::kind`]. The program whole, with its checks, is the
+//! example `memnet_emulated_copy` (`cargo run -p zcio --example memnet_emulated_copy`); the
+//! crate's other examples show one paper's interface each.
 //!
 //! ## Where each mechanism lives
 //!

@@ -19,7 +19,7 @@ use zcio_vm::stitched::{Part, SealedFile, Stitched};
 /// # Examples
 ///
 /// An fbuf's life in the originator alone; the receivers' side, in other processes, is
-/// [`crate::link`] (see `crates/zcio-cli/examples/fbuf_path.rs`).
+/// [`crate::link`] (see `crates/zcio/examples/fbuf_path.rs`).
 ///
 /// ```
 /// use zcio_fbufs::path::{PathMemory, Variant};

@@ -143,7 +143,7 @@ fn context() -> u32 {
 /// # Examples
 ///
 /// A blocking read of a file's first 4 KiB (records and handlers: see [`Uio::submit`] and
-/// `crates/zcio-cli/examples/uio_read.rs`):
+/// `crates/zcio/examples/uio_read.rs`):
 ///
 /// ```
 /// use zcio_uio::{Config, Uio};

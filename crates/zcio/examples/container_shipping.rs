@@ -3,7 +3,7 @@
 //! path gains it. No bytes are copied on the way: on Linux a container is a memory file that
 //! travels, sealed against writes, over a Unix socket.
 //!
-//! Run it with `cargo run -p zcio-cli --example container_shipping`. The receiving domain is this
+//! Run it with `cargo run -p zcio --example container_shipping`. The receiving domain is this
 //! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE=receiver`.
 
 #[path = "common/example.rs"]
@@ -15,7 +15,7 @@ use example::Result;
 use roles::peer_command;
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use zcio_sequoia::container::{ContainerError, Domain};
+use zcio::sequoia::container::{ContainerError, Domain};
 
 /// The socket the receiver connects to: the I/O path containers travel on.
 const SOCKET: &str = "ZCIO_EXAMPLE_SOCKET";

@@ -6,12 +6,12 @@
 //! `sendfile` where the file systems refuse it). The mechanism is chosen by the pair of
 //! descriptors, and said.
 //!
-//! Run it with `cargo run -p zcio-cli --example splice`.
+//! Run it with `cargo run -p zcio --example splice`.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use zcio_sequoia::ppio::{Increment, Splice};
+use zcio::sequoia::ppio::{Increment, Splice};
 
 #[path = "common/example.rs"]
 mod example;

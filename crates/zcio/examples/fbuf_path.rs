@@ -7,7 +7,7 @@
 //! without touching the data; the receiver reads the bytes in place, read-only, and frees the
 //! fbuf, which travels back as a deallocation notice so that the originator can reuse it.
 //!
-//! Run it with `cargo run -p zcio-cli --example fbuf_path`. The forwarder and the receiver are this
+//! Run it with `cargo run -p zcio --example fbuf_path`. The forwarder and the receiver are this
 //! same program started again (`std::env::current_exe()`) with `ZCIO_EXAMPLE_ROLE` set.
 
 #[path = "common/example.rs"]
@@ -20,9 +20,9 @@ use roles::peer_command;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use zcio_fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
-use zcio_fbufs::path::{Originator, PathMemory, Variant};
-use zcio_fbufs::region::RegionRead;
+use zcio::fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
+use zcio::fbufs::path::{Originator, PathMemory, Variant};
+use zcio::fbufs::region::RegionRead;
 
 /// The directory holding the sockets `up` (originator ↔ forwarder) and `down`.
 const DIR: &str = "ZCIO_EXAMPLE_DIR";
