@@ -15,7 +15,7 @@ use example::Result;
 use roles::peer_command;
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use zcio_sequoia::container::{ContainerError, Domain};
+use zcio::sequoia::container::{ContainerError, Domain};
 
 /// The socket the receiver connects to: the I/O path containers travel on.
 const SOCKET: &str = "ZCIO_EXAMPLE_SOCKET";

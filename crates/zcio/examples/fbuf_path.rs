@@ -20,9 +20,9 @@ use roles::peer_command;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use zcio_fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
-use zcio_fbufs::path::{Originator, PathMemory, Variant};
-use zcio_fbufs::region::RegionRead;
+use zcio::fbufs::link::{Forwarder, OriginatorEnd, ReceiverEnd};
+use zcio::fbufs::path::{Originator, PathMemory, Variant};
+use zcio::fbufs::region::RegionRead;
 
 /// The directory holding the sockets `up` (originator ↔ forwarder) and `down`.
 const DIR: &str = "ZCIO_EXAMPLE_DIR";

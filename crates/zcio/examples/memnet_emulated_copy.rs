@@ -20,9 +20,8 @@ mod roles;
 use example::Result;
 use roles::peer_command;
 use std::time::Duration;
-use zcio_genie::memnet::channel::{Listener, connect};
-use zcio_genie::profile::Profile;
-use zcio_genie::{AppBuffer, InputBuffering, Semantics};
+use zcio::genie::profile::Profile;
+use zcio::{AppBuffer, InputBuffering, Listener, Semantics, connect};
 
 /// The channel name, handed to the receiver.
 const NAME: &str = "ZCIO_EXAMPLE_CHANNEL";
@@ -60,7 +59,7 @@ fn run() -> Result<()> {
     // Overwrite the buffer right away, whether or not the receiver has read yet. The write
     // takes a fault that gives this process fresh copies of the pages (TCOW) while the output
     // keeps the originals.
-    let runtime = zcio_vm::VmRuntime::get();
+    let runtime = zcio::vm::VmRuntime::get();
     let before = runtime.stats().tcow_copies;
     buf.fill(0xEE);
     link.wait(ticket)?; // the receiver has it

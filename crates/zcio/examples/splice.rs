@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use zcio_sequoia::ppio::{Increment, Splice};
+use zcio::sequoia::ppio::{Increment, Splice};
 
 #[path = "common/example.rs"]
 mod example;

@@ -8,8 +8,8 @@
 
 use std::io::Write;
 use std::sync::mpsc;
-use zcio_uio::{Config, HandlerId, Initiation, Opcode, Request, Translation, Uio};
-use zcio_vm::skip::Capability;
+use zcio::uio::{Config, HandlerId, Initiation, Opcode, Request, Translation, Uio};
+use zcio::vm::skip::Capability;
 
 #[path = "common/example.rs"]
 mod example;
@@ -48,7 +48,7 @@ fn layer() -> Option<Uio> {
             Err(e) => why.push(format!("{initiation:?}/{translation:?} refused: {e}")),
         }
     }
-    zcio_vm::skip::skip(Capability::IoUring, &why.join("; "));
+    zcio::vm::skip::skip(Capability::IoUring, &why.join("; "));
     None
 }
 

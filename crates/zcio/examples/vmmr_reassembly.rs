@@ -10,10 +10,10 @@
 //! Run it with `cargo run -p zcio --example vmmr_reassembly`.
 
 use std::io::Write;
-use zcio_vm::remap::{Granule, PageStore};
-use zcio_vmmr::pool::BitmapPool;
-use zcio_vmmr::producer::FileProducer;
-use zcio_vmmr::reassemble::Reassembler;
+use zcio::vm::remap::{Granule, PageStore};
+use zcio::vmmr::pool::BitmapPool;
+use zcio::vmmr::producer::FileProducer;
+use zcio::vmmr::reassemble::Reassembler;
 
 #[path = "common/example.rs"]
 mod example;

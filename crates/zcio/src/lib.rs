@@ -1,63 +1,66 @@
-//! The `zcio` command's library: transfers between processes, benchmarks side by side, and the
-//! reproduction report (`zcio report`) with its experiments, fitted models, plots and documents.
+//! # zcio: copy-avoiding I/O for Linux
+//!
+//! Two processes, started on their own, find each other by a name and pass a buffer under
+//! emulated copy: the sender may write into its buffer as soon as `send` returns, and the
+//! receiver still gets the bytes of the moment of the call.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zcio::{InputBuffering, Listener, Semantics, connect};
+//!
+//! // In the receiving process:
+//! let listener = Listener::bind("frames")?; // an abstract Unix socket, this user only
+//! let mut rx = listener.accept(None)?;
+//! let (buf, _path) = rx.recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)?;
+//!
+//! // In the sending process, started on its own:
+//! let mut tx = connect("frames", Duration::from_secs(5))?;
+//! let mut data = vec![7u8; 64 << 20];
+//! let (ticket, _path) = tx.send(Semantics::EmulatedCopy, &data)?;
+//! data.fill(0); // the receiver still gets the 7s
+//! tx.wait(ticket)?;
+//! # Ok::<(), zcio::GenieError>(())
+//! ```
+//!
+//! Each call's [`Accounting::path`] says which mechanism carried the data, or which fallback
+//! and why; errors match by [`GenieError::kind`]. The program whole, with its checks, is the
+//! example `memnet_emulated_copy` (`cargo run -p zcio --example memnet_emulated_copy`); the
+//! crate's other examples show one paper's interface each.
+//!
+//! ## Where each mechanism lives
+//!
+//! - [`genie`] (paper 000, Genie): the eight data-passing semantics over the memory network,
+//!   files, pipes and sockets; errors are [`GenieError`], matched by [`ErrorKind`].
+//! - [`fbufs`] (paper 001, fbufs): fast buffers along a path of processes; errors are
+//!   [`fbufs::path::FbufError`], [`fbufs::link::LinkError`],
+//!   [`fbufs::aggregate::AggregateError`] and [`fbufs::ring::RingError`].
+//! - [`vmmr`] (paper 002, VM MTU reassembly): messages made contiguous by moving their pages;
+//!   errors are [`vmmr::reassemble::VmmrError`] (inside a [`vmmr::reassemble::Refused`] that
+//!   hands back what was given), [`vmmr::pool::PoolError`] and
+//!   [`vmmr::producer::ProducerError`].
+//! - [`sequoia`] (paper 003, Sequoia 2000): container shipping and splices; errors are
+//!   [`sequoia::container::ContainerError`] and [`sequoia::ppio::SpliceError`].
+//! - [`checksum`] (paper 003): the Internet checksum at memory speed, and when to skip it; it
+//!   has no error type of its own (a socket's path kind is a [`std::io::Result`]).
+//! - [`uio`] (paper 004, user-level I/O): 64-byte request records through io_uring to
+//!   handlers in user space; errors are [`uio::UioError`], [`uio::NotQueued`] and
+//!   [`uio::memdisk::DiskError`].
+//! - [`vm`]: the page-level layer beneath them all (protection, TCOW, page moves, shared
+//!   memory); errors are [`vm::VmError`], and [`vm::uffd::MoveError`],
+//!   [`vm::arena::RingCorrupt`] and [`vm::direct::PushError`] where a call says so.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
-pub mod drill;
-pub mod error;
-pub mod lab;
-pub mod memnet;
-pub mod report;
-pub mod soak;
-pub mod transfer;
+pub use zcio_checksum as checksum;
+pub use zcio_fbufs as fbufs;
+pub use zcio_genie as genie;
+pub use zcio_sequoia as sequoia;
+pub use zcio_uio as uio;
+pub use zcio_vm as vm;
+pub use zcio_vmmr as vmmr;
 
-pub use error::Res;
-
-/// A progress bar for a `zcio bench` run of `len` steps: elapsed time, the bar, steps done,
-/// what is being measured.
-pub fn bench_bar(len: u64) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} (eta {eta}) {msg}",
-        )
-        .expect("template"),
-    );
-    bar
-}
-
-/// Progress reported on `bar` by a `measure` that says what it does step by step: each step's
-/// message shown, and the step counted done.
-pub fn progress(bar: &indicatif::ProgressBar) -> impl FnMut(String) + '_ {
-    move |m| {
-        bar.set_message(m);
-        bar.inc(1);
-    }
-}
-
-/// Run a bench's `measure` under a progress bar of `steps` (each message `measure` reports
-/// is one step). With `json`, print the results as JSON ([`print_bench_json`]) and return
-/// `None`; otherwise return them for the bench to print as a table.
-pub fn run_bench<S: serde::Serialize>(
-    name: &str,
-    steps: u64,
-    json: bool,
-    measure: impl FnOnce(&mut dyn FnMut(String)) -> Res<S>,
-) -> Res<Option<S>> {
-    let bar = bench_bar(steps);
-    let s = measure(&mut progress(&bar))?;
-    bar.finish_and_clear();
-    if json {
-        print_bench_json(name, &s)?;
-        return Ok(None);
-    }
-    Ok(Some(s))
-}
-
-/// Print a bench's results as JSON, with `"bench": name` added.
-pub fn print_bench_json(name: &str, section: &impl serde::Serialize) -> Res<()> {
-    let mut v = serde_json::to_value(section)?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("bench".into(), name.into());
-    }
-    println!("{}", serde_json::to_string_pretty(&v)?);
-    Ok(())
-}
+pub use zcio_genie::memnet::channel::{Listener, connect};
+pub use zcio_genie::memnet::{MemnetEndpoint, Ticket};
+pub use zcio_genie::{
+    Accounting, AppBuffer, ErrorKind, Fallback, GenieError, InputBuffering, Semantics, Waits,
+};

@@ -1,22 +1,22 @@
 //! Fuzzing `zcio report --from` (`arbtest`): the loader of an earlier run's `results.json`
-//! ([`zcio::report::load`]) and the documents made from what it loads. The file is whatever
+//! ([`zcio_cli::report::load`]) and the documents made from what it loads. The file is whatever
 //! is on the disk: any bytes, or a results file whose values are anything its schema allows
 //! (empty or long lists, zero, huge or negative numbers, unknown names), perhaps cut short or
 //! with a byte changed. The loader must give the results or an error, never panic; results it
 //! gives must render (Markdown and HTML with their charts, a chart that cannot be drawn being
 //! an error) and load again from the JSON they write.
 //!
-//! Values are generated from the JSON schema of `results.json` ([`zcio::report::schema`],
+//! Values are generated from the JSON schema of `results.json` ([`zcio_cli::report::schema`],
 //! kept equal to the committed one by `tests/report.rs`), so every section is reached and
 //! the generator follows the format as it changes.
 //!
 //! `ZCIO_FUZZ_MS` sets the time budget of each target (default 1000 ms; a longer run:
-//! `ZCIO_FUZZ_MS=600000 cargo test --release -p zcio --test fuzz_results`). A failure prints
+//! `ZCIO_FUZZ_MS=600000 cargo test --release -p zcio-cli --test fuzz_results`). A failure prints
 //! the seed to replay with `ZCIO_FUZZ_SEED`. Arbtest keeps no corpus: the seeds in
 //! `*_REGRESSIONS` are replayed first, every run.
 
 use serde_json::{Map, Value, json};
-use zcio::report::{Results, SCHEMA, doc, document, load, schema};
+use zcio_cli::report::{Results, SCHEMA, doc, document, load, schema};
 use zcio_genie::{InputBuffering, Semantics};
 use zcio_testkit::fuzz::{Result, Unstructured, fuzz};
 

@@ -111,7 +111,7 @@ impl std::str::FromStr for Fault {
 /// first word and the wrapping sum of its other words (every byte).
 ///
 /// ```
-/// use zcio::lab::fbufs::bench::{Mismatch, Record, Touch, write_bytes};
+/// use zcio_cli::lab::fbufs::bench::{Mismatch, Record, Touch, write_bytes};
 /// let mut rec = Record::new("copy-pipe", Touch::Word, 8192, 2);
 /// let mut msg = vec![0u8; 8192];
 /// for m in 0..2 {

@@ -313,9 +313,9 @@ fn smoke_report_writes_every_output_and_validates() {
     assert!(String::from_utf8_lossy(&r.stderr).contains("--from"));
 
     // The page in a real browser: every image loads, no script error.
-    match zcio::report::doc::browser_check(&out.join("index.html"), None) {
+    match zcio_cli::report::doc::browser_check(&out.join("index.html"), None) {
         Ok(c) => assert!(c.is_ok() && c.images == plots, "{c:?}"),
-        Err(zcio::report::doc::BrowserCheckError::NoBrowser { .. }) => zcio_vm::skip::skip(
+        Err(zcio_cli::report::doc::BrowserCheckError::NoBrowser { .. }) => zcio_vm::skip::skip(
             zcio_vm::skip::Capability::Chromium,
             "the browser check: no Chromium on this machine (install chromium)",
         ),

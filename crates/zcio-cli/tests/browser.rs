@@ -5,8 +5,8 @@
 //! in `<dir>/screenshot.png`.
 
 use std::path::{Path, PathBuf};
-use zcio::report::doc::{self, Block, BrowserCheckError, Doc, Figure, Table};
-use zcio::report::plot::{Chart, Scale, Series, Style};
+use zcio_cli::report::doc::{self, Block, BrowserCheckError, Doc, Figure, Table};
+use zcio_cli::report::plot::{Chart, Scale, Series, Style};
 
 const SEMANTICS: [&str; 8] = [
     "copy",

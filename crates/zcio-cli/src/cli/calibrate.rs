@@ -2,8 +2,8 @@
 //! loads.
 
 use super::args::CalibrateArgs;
-use zcio::Res;
-use zcio::error::Context;
+use zcio_cli::Res;
+use zcio_cli::error::Context;
 use zcio_genie::profile::Profile;
 
 /// Calibrate under a progress bar, write the profile and print it.

@@ -1,14 +1,14 @@
 //! `zcio bench`: one benchmark per subcommand, each in the library.
 
 use super::args::BenchCmd;
-use zcio::Res;
-use zcio::error::Context;
-use zcio::lab::{fbufs, genie, sequoia, uio, vmmr};
+use zcio_cli::Res;
+use zcio_cli::error::Context;
+use zcio_cli::lab::{fbufs, genie, sequoia, uio, vmmr};
 
 /// Run the chosen bench.
 pub fn run(b: BenchCmd) -> Res<()> {
     match b {
-        BenchCmd::Memnet(a) => zcio::memnet::run(a).context("bench memnet"),
+        BenchCmd::Memnet(a) => zcio_cli::memnet::run(a).context("bench memnet"),
         BenchCmd::Genie(a) => genie::bench::run(a),
         BenchCmd::Fbufs(a) => fbufs::measure::run(a),
         BenchCmd::FbufsStack(a) => fbufs::stack::measure::run(a),

@@ -1,4 +1,4 @@
-//! The drill ([`zcio::drill`]) on every module that fills application buffers: the semantics
+//! The drill ([`zcio_cli::drill`]) on every module that fills application buffers: the semantics
 //! in turn on one process, random lengths (to 6 MiB) and offsets, guard bytes, a fresh receive
 //! buffer per run. Every message must read back exactly, with `Ok`.
 //!
@@ -6,7 +6,7 @@
 //! soak's drill takes 1000).
 
 use std::time::Duration;
-use zcio::drill::{Drill, run};
+use zcio_cli::drill::{Drill, run};
 use zcio_genie::stream::ModuleKind;
 
 fn messages() -> usize {
@@ -42,7 +42,7 @@ fn drill(module: ModuleKind, slow: Option<Duration>) {
     );
     assert_eq!(
         t.messages,
-        zcio::drill::SEMANTICS.len() * zcio_genie::InputBuffering::ALL.len() * d.messages
+        zcio_cli::drill::SEMANTICS.len() * zcio_genie::InputBuffering::ALL.len() * d.messages
     );
     // The paths under test moved pages (where this machine moves them at all).
     if zcio_vm::VmRuntime::get().capabilities().swap {

@@ -3,8 +3,8 @@
 
 use super::args::ProbeArgs;
 use std::path::Path;
-use zcio::Res;
-use zcio::error::Context;
+use zcio_cli::Res;
+use zcio_cli::error::Context;
 use zcio_genie::probe::Probe;
 
 /// Probe, print, and check the skip log if asked.

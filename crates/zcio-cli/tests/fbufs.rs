@@ -1,6 +1,6 @@
 //! `zcio bench fbufs` checks what it times.
 //!
-//! The checks of the fbuf experiment ([`zcio::lab::fbufs::bench`]): the record a receiver keeps
+//! The checks of the fbuf experiment ([`zcio_cli::lab::fbufs::bench`]): the record a receiver keeps
 //! and checks after the clock stops finds every kind of wrong message (a changed stamp, a
 //! changed byte anywhere when every byte is touched, lost, repeated, reordered, stale and short
 //! messages) and names the contender, the message and the page; and end to end, every
@@ -16,11 +16,11 @@
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use zcio::lab::fbufs::bench::{
+use zcio_cli::lab::fbufs::bench::{
     BenchError, Contender, Fault, Mismatch, PAGE, Record, Touch, fill, messages, page_sum, run,
     stamp, write_bytes, write_words,
 };
-use zcio::lab::fbufs::measure::Entrant;
+use zcio_cli::lab::fbufs::measure::Entrant;
 
 fn zcio() -> Command {
     Command::new(env!("CARGO_BIN_EXE_zcio"))
@@ -36,7 +36,7 @@ fn every_contender_fails_a_run_with_a_spoiled_message_naming_it() {
         // The fbuf and iceoryx2 receivers count the warm-up too (128 messages of 64 KiB).
         let message = 2 + match e {
             Entrant::Fbufs(c) => messages(c, BYTES, count) - count as u64,
-            Entrant::Iceoryx2 => zcio::lab::fbufs::iceoryx::in_flight(BYTES) as u64,
+            Entrant::Iceoryx2 => zcio_cli::lab::fbufs::iceoryx::in_flight(BYTES) as u64,
         };
         assert_eq!(
             message,

@@ -55,7 +55,7 @@ fn failed_run(fault: &str) -> String {
 #[test]
 fn every_contender_that_delivers_a_wrong_byte_fails_the_run_by_name() {
     let bytes = 2usize << 20;
-    let data = zcio::lab::sequoia::splice::measure::data(bytes);
+    let data = zcio_cli::lab::sequoia::splice::measure::data(bytes);
     for pair in ["file_to_socket", "file_to_file", "socket_to_file"] {
         // A socket source's writer repeats the data's first MiB.
         let period = if pair == "socket_to_file" {
@@ -101,7 +101,7 @@ fn every_contender_that_delivers_a_wrong_byte_fails_the_run_by_name() {
 #[test]
 fn the_check_finds_any_changed_byte_and_names_the_contender() {
     use std::sync::Arc;
-    use zcio::lab::sequoia::splice::measure::{
+    use zcio_cli::lab::sequoia::splice::measure::{
         ContentError, STAMP_EVERY, Stream, Wrong, check, data,
     };
     let len = 3 * STAMP_EVERY + 100;

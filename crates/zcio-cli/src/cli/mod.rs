@@ -8,17 +8,17 @@ mod internal;
 mod probe;
 
 use args::Cmd;
-use zcio::Res;
-use zcio::error::Context;
+use zcio_cli::Res;
+use zcio_cli::error::Context;
 
 /// Carry out one verb.
 pub fn run(cmd: Cmd) -> Res<()> {
     match cmd {
-        Cmd::Transfer(a) => zcio::transfer::run(a).context("transfer"),
+        Cmd::Transfer(a) => zcio_cli::transfer::run(a).context("transfer"),
         Cmd::Calibrate(a) => calibrate::run(a),
         Cmd::Probe(a) => probe::run(a),
-        Cmd::Report(a) => zcio::report::run(a),
-        Cmd::Soak(a) => zcio::soak::run(a),
+        Cmd::Report(a) => zcio_cli::report::run(a),
+        Cmd::Soak(a) => zcio_cli::soak::run(a),
         Cmd::Bench(b) => bench::run(b),
         Cmd::FbufSink {
             connect,
@@ -27,7 +27,7 @@ pub fn run(cmd: Cmd) -> Res<()> {
             count,
             touch,
             behind_server,
-        } => zcio::lab::fbufs::measure::sink(
+        } => zcio_cli::lab::fbufs::measure::sink(
             &connect,
             &contender,
             bytes,
@@ -45,11 +45,11 @@ pub fn run(cmd: Cmd) -> Res<()> {
 /// Show a failure once: its message and the context it went through (`transfer: receiver:
 /// ...`) on stderr; with `--json`, also as the one JSON object on stdout, `{"error": ...}`,
 /// or the command's result with `"error"` added when the command got as far as a result
-/// ([`zcio::error::FailedWith`]).
-pub fn report_error(e: &zcio::error::Error, json: bool) {
+/// ([`zcio_cli::error::FailedWith`]).
+pub fn report_error(e: &zcio_cli::error::Error, json: bool) {
     eprintln!("zcio: {e}");
     if json {
-        println!("{}", zcio::error::json_object(e));
+        println!("{}", zcio_cli::error::json_object(e));
     }
 }
 

@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use zcio::{memnet, transfer};
+use zcio_cli::{memnet, transfer};
 
 /// `zcio`.
 #[derive(Parser)]
@@ -30,10 +30,10 @@ pub enum Cmd {
     Probe(ProbeArgs),
     /// The reproduction report: run every experiment, write index.html, REPORT.md,
     /// results.json and plots.
-    Report(zcio::report::ReportArgs),
+    Report(zcio_cli::report::ReportArgs),
     /// Random transfers (semantics, modules, lengths, offsets, overwrites) to receiving
     /// processes, every byte checked, for a given time; then the tally and the resources held.
-    Soak(zcio::soak::SoakArgs),
+    Soak(zcio_cli::soak::SoakArgs),
     /// Benchmarks, side by side in one run.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -61,7 +61,7 @@ pub enum Cmd {
     },
     /// Internal: the protocol or the receiving domain of `zcio bench fbufs-stack`.
     #[command(hide = true)]
-    FbufStackDomain(zcio::lab::fbufs::stack::measure::DomainArgs),
+    FbufStackDomain(zcio_cli::lab::fbufs::stack::measure::DomainArgs),
     /// Internal: a relay or the display of `zcio bench containers`.
     #[command(hide = true)]
     FrameStage(FrameStageArgs),
@@ -80,34 +80,34 @@ pub enum BenchCmd {
     Memnet(memnet::BenchArgs),
     /// Genie's experiments alone (Figures 3, 6, 7): per semantics and input scheme, the
     /// fitted latency line and the measured points.
-    Genie(zcio::lab::genie::bench::GenieArgs),
+    Genie(zcio_cli::lab::genie::bench::GenieArgs),
     /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping,
     /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
     /// throughput.
     #[command(alias = "fbufs-table1")]
-    Fbufs(zcio::lab::fbufs::measure::FbufsArgs),
+    Fbufs(zcio_cli::lab::fbufs::measure::FbufsArgs),
     /// Fbufs through a UDP/IP stack (paper 001, Figures 4-6): datagrams from an application
     /// through a protocol domain (UDP, IP fragmenting) to a receiving domain (IP
     /// reassembling), by fbuf aggregates, by copies, and in one domain; throughput per
     /// datagram size, and the aggregate operations alone.
-    FbufsStack(zcio::lab::fbufs::stack::measure::StackArgs),
+    FbufsStack(zcio_cli::lab::fbufs::stack::measure::StackArgs),
     /// VMMR (paper 002, Figures 4, 5, 7-10): a message in scattered 4 KiB or 2 MiB granules
     /// made contiguous by moving its pages (bitmap searches, size classes, buddy) against
     /// copying it, and the bitmap search on random maps.
-    Vmmr(zcio::lab::vmmr::measure::VmmrArgs),
+    Vmmr(zcio_cli::lab::vmmr::measure::VmmrArgs),
     /// Paper 003's checksum: every kernel, the fused copy, the fastest crates.io peers and the
     /// memory read bandwidth, in Gbit/s per buffer size.
-    Checksum(zcio::lab::sequoia::checksum::measure::ChecksumArgs),
+    Checksum(zcio_cli::lab::sequoia::checksum::measure::ChecksumArgs),
     /// Paper 003's peer-to-peer I/O: splice against a read/write loop for file→socket,
     /// file→file and socket→file: throughput, increment latency, CPU left to a task.
-    Splice(zcio::lab::sequoia::splice::measure::SpliceArgs),
+    Splice(zcio_cli::lab::sequoia::splice::measure::SpliceArgs),
     /// Paper 003's frame experiment: 640×480 frames from a sender through relays to a
     /// display process, by sealed or volatile containers or by read/write: frames per second.
-    Containers(zcio::lab::sequoia::containers::measure::FramesArgs),
+    Containers(zcio_cli::lab::sequoia::containers::measure::FramesArgs),
     /// Paper 004's experiment: N concurrent SQLite scan queries on Wisconsin tables, by the
     /// kernel's buffered reads and by the user-level I/O layer (ring or system-call initiation,
     /// registered or per-request buffers), warm and cold; fio beside the layer alone.
-    Uio(zcio::lab::uio::measure::UioArgs),
+    Uio(zcio_cli::lab::uio::measure::UioArgs),
 }
 
 /// Arguments of `zcio calibrate`.
@@ -136,7 +136,7 @@ pub struct ProbeArgs {
 /// Arguments of the hidden `zcio frame-stage`.
 #[derive(clap::Args)]
 pub struct FrameStageArgs {
-    /// One of `zcio::lab::sequoia::containers::measure::VARIANTS`.
+    /// One of `zcio_cli::lab::sequoia::containers::measure::VARIANTS`.
     #[arg(long)]
     pub variant: String,
     /// Bytes of a frame.

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{json_of, read_json, strings, succeeded, zcio};
-use zcio::lab::fbufs::stack::proto::{PAGE, Touch};
-use zcio::lab::fbufs::stack::{Contender, Stream};
+use zcio_cli::lab::fbufs::stack::proto::{PAGE, Touch};
+use zcio_cli::lab::fbufs::stack::{Contender, Stream};
 
 /// 1 byte, one short of the MTU, the MTU, one past it, and 64 KiB + 3.
 const ODD: &str = "1,4095,4096,4097,65539";

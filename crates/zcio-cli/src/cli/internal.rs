@@ -3,16 +3,16 @@
 //! receiver of `zcio bench fbufs`).
 
 use super::args::{FrameStageArgs, Iceoryx2SinkArgs, PeerArgs};
-use zcio::Res;
+use zcio_cli::Res;
 
 /// `zcio peer`: the receiving process of a transfer.
 pub fn peer(a: PeerArgs) -> Res<()> {
-    zcio::transfer::peer(&a.connect)
+    zcio_cli::transfer::peer(&a.connect)
 }
 
 /// `zcio frame-stage`: a relay or the display of the frame experiment.
 pub fn frame_stage(a: FrameStageArgs) -> Res<()> {
-    zcio::lab::sequoia::containers::measure::stage(
+    zcio_cli::lab::sequoia::containers::measure::stage(
         &a.variant,
         a.frame_bytes,
         &a.listen,
@@ -23,10 +23,10 @@ pub fn frame_stage(a: FrameStageArgs) -> Res<()> {
 
 /// `zcio iceoryx2-sink`: the iceoryx2 contender's receiving process.
 pub fn iceoryx2_sink(a: Iceoryx2SinkArgs) -> Res<()> {
-    zcio::lab::fbufs::iceoryx::sink(&a.connect, &a.service, &a.touch, a.bytes, a.messages)
+    zcio_cli::lab::fbufs::iceoryx::sink(&a.connect, &a.service, &a.touch, a.bytes, a.messages)
 }
 
 /// `zcio fbuf-stack-domain`: the protocol or the receiving domain of `zcio bench fbufs-stack`.
-pub fn fbuf_stack_domain(a: zcio::lab::fbufs::stack::measure::DomainArgs) -> Res<()> {
-    zcio::lab::fbufs::stack::measure::domain(&a)
+pub fn fbuf_stack_domain(a: zcio_cli::lab::fbufs::stack::measure::DomainArgs) -> Res<()> {
+    zcio_cli::lab::fbufs::stack::measure::domain(&a)
 }

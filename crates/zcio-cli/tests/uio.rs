@@ -11,7 +11,7 @@ use common::{json_of, zcio};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use zcio::lab::uio::devices::TableDisks;
+use zcio_cli::lab::uio::devices::TableDisks;
 use zcio_sqlite::tables;
 use zcio_uio::memdisk;
 use zcio_vm::skip::{Capability, skip};
