@@ -5,7 +5,7 @@
 use crate::error::{GenieError, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use zcio_vm::remap::{Calibration, Granule};
 use zcio_vm::staging::Staging;
@@ -125,15 +125,32 @@ fn median_spread(mut v: Vec<f64>) -> (f64, f64) {
 }
 
 fn sample(reps: usize, mut f: impl FnMut()) -> (f64, f64) {
-    f(); // warm
-    let v: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_nanos() as f64
-        })
-        .collect();
-    median_spread(v)
+    try_sample(reps, || {
+        f();
+        Ok(())
+    })
+    .unwrap_or((0.0, 0.0))
+}
+
+/// [`sample`] of a step that can fail: the first failure ends the sampling and is returned.
+fn try_sample(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    f()?; // warm
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        v.push(t.elapsed().as_nanos() as f64);
+    }
+    Ok(median_spread(v))
+}
+
+/// Median and spread of `reps` timings of a step that can fail.
+fn try_timings(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<(f64, f64)> {
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        v.push(f()?);
+    }
+    Ok(median_spread(v))
 }
 
 /// Fit per-call and per-unit cost from two sizes.
@@ -241,15 +258,15 @@ impl Profile {
         let mut m = Mapping::anonymous(BIG_PAGES * ps, MapOptions::POPULATED_4K)?;
         m.as_mut_slice().fill(1);
         let one = m.range().sub(0, ps)?;
-        let p_small = sample(reps, || {
-            let r = rt.reference_output(one, true).expect("reference one page");
-            r.release();
-        });
+        let p_small = try_sample(reps, || {
+            rt.reference_output(one, true)?.release();
+            Ok(())
+        })?;
         let all = m.range();
-        let p_large = sample(reps, || {
-            let r = rt.reference_output(all, true).expect("reference pages");
-            r.release();
-        });
+        let p_large = try_sample(reps, || {
+            rt.reference_output(all, true)?.release();
+            Ok(())
+        })?;
         Ok((fit(p_small, 1.0, p_large, BIG_PAGES as f64), m))
     }
 
@@ -282,9 +299,11 @@ impl Profile {
                     });
                     std::thread::sleep(std::time::Duration::from_micros(200));
                     r.release();
-                    w.join().expect("writer thread")
+                    w.join()
                 });
-                faults.push(waited);
+                faults.push(waited.map_err(|_| {
+                    GenieError::Protocol("calibration: the writing thread panicked".into())
+                })?);
             }
         }
         Ok(median_spread(faults).0)
@@ -296,18 +315,16 @@ impl Profile {
         let ps = page_size();
         let mut staging = Staging::new(BIG_PAGES * ps)?;
         let mut app = Mapping::anonymous(BIG_PAGES * ps, MapOptions::POPULATED_4K)?;
-        let mut swap_once = |pages: usize| {
+        let mut swap_once = |pages: usize| -> Result<f64> {
             let a = &mut app.as_mut_slice()[..pages * ps];
-            let w = staging
-                .window(a.as_ptr() as usize, a.len())
-                .expect("window");
+            let w = staging.window(a.as_ptr() as usize, a.len())?;
             w.fill(3); // the whole window, as an input writes it (untimed)
             let t = Instant::now();
-            staging.deliver(a, 1).expect("deliver");
-            t.elapsed().as_nanos() as f64
+            staging.deliver(a, 1)?;
+            Ok(t.elapsed().as_nanos() as f64)
         };
-        let s_small = median_spread((0..reps).map(|_| swap_once(1)).collect());
-        let s_large = median_spread((0..reps).map(|_| swap_once(BIG_PAGES)).collect());
+        let s_small = try_timings(reps, || swap_once(1))?;
+        let s_large = try_timings(reps, || swap_once(BIG_PAGES))?;
         Ok(if VmRuntime::get().capabilities().swap {
             fit(s_small, 1.0, s_large, BIG_PAGES as f64)
         } else {
@@ -331,16 +348,14 @@ impl Profile {
         m.as_mut_slice().fill(1);
         let one = m.range().sub(0, H)?;
         let all = m.range();
-        let p_small = sample(reps, || {
-            rt.reference_output(one, true)
-                .expect("reference one PMD")
-                .release()
-        });
-        let p_large = sample(reps, || {
-            rt.reference_output(all, true)
-                .expect("reference PMDs")
-                .release()
-        });
+        let p_small = try_sample(reps, || {
+            rt.reference_output(one, true)?.release();
+            Ok(())
+        })?;
+        let p_large = try_sample(reps, || {
+            rt.reference_output(all, true)?.release();
+            Ok(())
+        })?;
         let protect = fit(p_small, 1.0, p_large, big as f64);
         let mut faults = Vec::with_capacity(reps);
         for k in 0..reps {
@@ -353,20 +368,18 @@ impl Profile {
         let (tcow_fault_ns, _) = median_spread(faults);
         let mut staging = Staging::new_huge(big * H)?;
         let mut app = Mapping::anonymous(big * H, huge)?;
-        let mut swap_once = |pmds: usize| {
+        let mut swap_once = |pmds: usize| -> Result<f64> {
             let a = &mut app.as_mut_slice()[..pmds * H];
-            let w = staging
-                .window_huge(a.as_ptr() as usize, a.len())
-                .expect("window");
+            let w = staging.window_huge(a.as_ptr() as usize, a.len())?;
             // The whole window, as an input writes it (untimed): an empty staging PMD would
             // move as a hole and time something no input does.
             w.fill(3);
             let t = Instant::now();
-            staging.deliver_huge(a, 1).expect("deliver");
-            t.elapsed().as_nanos() as f64
+            staging.deliver_huge(a, 1)?;
+            Ok(t.elapsed().as_nanos() as f64)
         };
-        let s_small = median_spread((0..reps).map(|_| swap_once(1)).collect());
-        let s_large = median_spread((0..reps).map(|_| swap_once(big)).collect());
+        let s_small = try_timings(reps, || swap_once(1))?;
+        let s_large = try_timings(reps, || swap_once(big))?;
         let swap = fit(s_small, 1.0, s_large, big as f64);
         let first = |vm: &Cost| {
             (1..=512usize)
@@ -470,42 +483,97 @@ impl Profile {
 
     /// The profile in force with the smallest thresholds ([`Thresholds::zero_copy`]): the VM
     /// paths from the first page up, whatever they cost here, so that their cost can be seen.
-    pub fn zero_copy() -> &'static Profile {
-        static ZERO: OnceLock<Profile> = OnceLock::new();
+    pub fn zero_copy() -> Arc<Profile> {
+        static ZERO: OnceLock<Arc<Profile>> = OnceLock::new();
         ZERO.get_or_init(|| {
-            let mut p = Profile::current().clone();
+            let mut p = (*Profile::current()).clone();
             p.thresholds = Thresholds::zero_copy(page_size());
             if let Some(h) = &mut p.huge {
                 h.short_output_bytes = zcio_vm::page::HUGE_PAGE_SIZE;
                 h.swap_min_pmds = 1;
             }
-            p
+            Arc::new(p)
         })
+        .clone()
+    }
+
+    /// A profile that copies everywhere (every threshold at its largest), for where nothing
+    /// could be measured: zcio then takes its copy paths, which need no measurement to be
+    /// right. `why` is kept in [`Profile::kernel`]'s place for whoever reads the profile.
+    pub fn copying(why: &str) -> Profile {
+        let zero = Cost {
+            per_call_ns: 0.0,
+            per_unit_ns: 0.0,
+            spread: 0.0,
+        };
+        // Priced far above any copy, as where swaps are copies (finite: the profile saves).
+        let never = Cost {
+            per_call_ns: 1e12,
+            per_unit_ns: 1e12,
+            spread: 0.0,
+        };
+        Profile {
+            version: VERSION,
+            quick: true,
+            kernel: format!("not measured: {why}"),
+            page_size: page_size(),
+            copy: zero,
+            copy_by_size: Vec::new(),
+            protect: never,
+            swap: never,
+            tcow_fault_ns: 1e12,
+            thresholds: Thresholds {
+                short_output_bytes: usize::MAX,
+                swap_min_pages: usize::MAX,
+                reverse_copyout_bytes: usize::MAX,
+            },
+            remap: Vec::new(),
+            huge: None,
+        }
     }
 
     /// Make `p` the profile in force in this process, if none is yet; returns whether it took.
     /// (A program that calibrates once for many processes installs the result here and hands
-    /// the file to the others through `$ZCIO_PROFILE`.)
+    /// the file to the others, which [`Profile::load`] it.)
     pub fn install(p: Profile) -> bool {
-        CURRENT.set(p).is_ok()
+        CURRENT.set(Arc::new(p)).is_ok()
     }
 
-    /// The profile in force in this process: the default file if it loads, else a quick
-    /// calibration made now (and kept for the life of the process).
-    pub fn current() -> &'static Profile {
-        CURRENT.get_or_init(|| {
-            Profile::load(&Self::default_path())
-                .or_else(|_| Profile::calibrate(true, |_, _| {}))
-                .expect("quick calibration uses only anonymous memory and cannot fail")
-        })
+    /// The profile in force in this process: one installed ([`Profile::install`]), else the
+    /// default file ([`Profile::default_path`]) if it loads, else a quick calibration made now,
+    /// else (where even that fails) [`Profile::copying`]; kept for the life of the process.
+    /// Endpoints take it when made; [`crate::memnet::MemnetEndpoint::set_profile`] gives one
+    /// another.
+    pub fn current() -> Arc<Profile> {
+        CURRENT
+            .get_or_init(|| {
+                Arc::new(
+                    Profile::load(&Self::default_path())
+                        .or_else(|_| Profile::calibrate(true, |_, _| {}))
+                        .unwrap_or_else(|e| Profile::copying(&e.to_string())),
+                )
+            })
+            .clone()
     }
 }
 
-static CURRENT: OnceLock<Profile> = OnceLock::new();
+static CURRENT: OnceLock<Arc<Profile>> = OnceLock::new();
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_copying_profile_copies_everywhere_and_saves() {
+        let p = Profile::copying("no measurement");
+        assert_eq!(p.thresholds.short_output_bytes, usize::MAX);
+        assert_eq!(p.thresholds.swap_min_pages, usize::MAX);
+        assert!(p.kernel.contains("no measurement"));
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.json");
+        p.save(&f).unwrap();
+        assert_eq!(Profile::load(&f).unwrap(), p);
+    }
 
     #[test]
     fn copy_wins_when_vm_costs_more() {

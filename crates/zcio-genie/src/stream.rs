@@ -20,6 +20,7 @@ use rustix::event::{PollFd, PollFlags};
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
 
 /// The I/O modules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -116,7 +117,7 @@ pub struct StreamEnd {
     inputs: InputBuffers,
     /// Regions whose data went out, kept for reuse by inputs.
     pub regions: RegionCache,
-    profile: &'static Profile,
+    profile: Arc<Profile>,
     fallback: Fallback,
     next_ticket: u64,
     /// Why inputs are refused: an input failed partway through a message.
@@ -397,7 +398,7 @@ impl StreamEnd {
     }
 
     /// Use another calibration profile for this end's thresholds.
-    pub fn set_profile(&mut self, p: &'static Profile) {
+    pub fn set_profile(&mut self, p: Arc<Profile>) {
         self.profile = p;
     }
 
@@ -572,12 +573,12 @@ impl StreamEnd {
         GenieError::refuse_broken(&self.broken_in, "input")?;
         crate::passing::check_writable(buf)?;
         self.refuse_copying_path(sem, buf.as_ptr() as usize, buf.len(), self.read_pos)?;
-        let profile = self.profile;
+        let profile = self.profile.clone();
         let wait = self.waits.start();
         self.wait_first_bytes(wait)?;
         let (mut src, inputs) = self.source(wait);
         let acc = crate::breakdown::in_phase(crate::breakdown::Phase::Input, || {
-            inputs.input_app(sem, buf, buffering, &mut src, profile)
+            inputs.input_app(sem, buf, buffering, &mut src, &profile)
         });
         let (pos, touched) = (src.pos, src.touched);
         self.end_input(pos, touched, acc)

@@ -138,7 +138,7 @@ fn huge_buffers_every_semantics_buffering_size_and_offset() {
         let (mut tx, mut rx) = forced_pair();
         let mut seed = 0u64;
         for (zero_copy, profile) in [(true, Profile::zero_copy()), (false, Profile::current())] {
-            tx.set_profile(profile);
+            tx.set_profile(profile.clone());
             rx.set_profile(profile);
             for size in SIZES {
                 for off in OFFSETS {

@@ -80,7 +80,7 @@ const OFFSETS: [usize; 3] = [0, 100, 3000];
 
 /// The calibrated profile (which may say copying wins everywhere here) and one that takes the
 /// VM paths (TCOW, swapping, reverse copyout) from the first page up.
-fn profiles() -> [&'static Profile; 2] {
+fn profiles() -> [std::sync::Arc<Profile>; 2] {
     [Profile::current(), Profile::zero_copy()]
 }
 
@@ -88,8 +88,8 @@ fn profiles() -> [&'static Profile; 2] {
 fn memnet_every_semantics_length_offset_and_buffering() {
     let (mut a, mut b) = memnet::pair().unwrap();
     for profile in profiles() {
-        a.set_profile(profile);
-        b.set_profile(profile);
+        a.set_profile(profile.clone());
+        b.set_profile(profile.clone());
         for sem in Semantics::ALL {
             for len in LENGTHS {
                 for off in OFFSETS {
@@ -191,7 +191,7 @@ fn files_every_semantics_length_and_offset() {
         for len in LENGTHS {
             for off in OFFSETS {
                 let mut f = StreamEnd::file(&dir.path().join("f")).unwrap();
-                f.set_profile(profile);
+                f.set_profile(profile.clone());
                 let (mut dummy, _) = (StreamEnd::file(&dir.path().join("g")).unwrap(), ());
                 stream_once(
                     &mut f,

@@ -10,7 +10,7 @@ use zcio_vm::{MapOptions, Mapping, page_size};
 mod common;
 use common::{bounded, fill, filled, forced_pair, recv_copy};
 
-fn zero_copy_profile() -> &'static Profile {
+fn zero_copy_profile() -> std::sync::Arc<Profile> {
     Profile::zero_copy()
 }
 

@@ -134,7 +134,7 @@ pub fn run(a: ReportArgs) -> Res<()> {
     if let Some(g) = results.genie_mut() {
         g.profile = Some(ProfileUsed {
             path: profile.display().to_string(),
-            profile: serde_json::to_value(zcio_genie::profile::Profile::current())?,
+            profile: serde_json::to_value(&*zcio_genie::profile::Profile::current())?,
         });
     }
     bar.finish_and_clear();

@@ -107,7 +107,7 @@ fn prepare(
 }
 
 /// The profile for this transfer: the calibrated one, or one with the smallest thresholds.
-fn profile(a: &TransferArgs) -> &'static zcio_genie::profile::Profile {
+fn profile(a: &TransferArgs) -> std::sync::Arc<zcio_genie::profile::Profile> {
     if a.force_zero_copy {
         zcio_genie::profile::Profile::zero_copy()
     } else {

@@ -117,7 +117,7 @@ impl MemnetEndpoint {
     fn with_completing_source<T>(
         &mut self,
         len: usize,
-        f: impl FnOnce(&mut InputBuffers, &mut PipeSource<'_>, &'static Profile) -> Result<T>,
+        f: impl FnOnce(&mut InputBuffers, &mut PipeSource<'_>, &Profile) -> Result<T>,
     ) -> Result<T> {
         let done = Completion::new(
             &self.arena,
@@ -130,7 +130,7 @@ impl MemnetEndpoint {
             wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).at_chunk(self.cur_first),
         )
         .completing(len, done);
-        f(&mut self.inputs, &mut src, self.profile)
+        f(&mut self.inputs, &mut src, &self.profile)
     }
 
     fn complete(&mut self) -> Result<()> {

@@ -251,7 +251,7 @@ pub struct MemnetEndpoint {
     inputs: InputBuffers,
     /// Regions whose pages went out, kept for reuse by inputs.
     pub regions: RegionCache,
-    profile: &'static Profile,
+    profile: Arc<Profile>,
     spin: std::time::Duration,
     fallback: Fallback,
     /// Why inputs are refused: an input failed after it took a message off the wire.
@@ -657,7 +657,7 @@ impl MemnetEndpoint {
     }
 
     /// Use another calibration profile for this endpoint's thresholds.
-    pub fn set_profile(&mut self, p: &'static Profile) {
+    pub fn set_profile(&mut self, p: Arc<Profile>) {
         self.profile = p;
     }
 

@@ -130,7 +130,7 @@ impl MemnetEndpoint {
             buf,
             self.out_wire().at_chunk(first),
             &mut pool,
-            self.profile,
+            &self.profile,
         );
         self.pool = pool;
         // Announced but not (wholly) queued: the receiver is left waiting for data that will
