@@ -276,6 +276,15 @@ impl Channel {
         }
     }
 
+    /// Use another calibration profile for this channel's thresholds
+    /// ([`crate::profile::Profile::zero_copy`] takes the VM paths from the first page up).
+    pub fn set_profile(&mut self, p: std::sync::Arc<crate::profile::Profile>) {
+        match &mut self.inner {
+            ChannelKind::Local(m) => m.set_profile(p),
+            ChannelKind::Tcp(f) => f.end.set_profile(p),
+        }
+    }
+
     /// Let this channel's waits end after a time, or at a signal ([`Waits`]).
     pub fn set_waits(&mut self, w: Waits) {
         match &mut self.inner {
@@ -416,6 +425,14 @@ impl AsFd for Channel {
             ChannelKind::Local(m) => m.as_fd(),
             ChannelKind::Tcp(f) => f.end.as_fd(),
         }
+    }
+}
+
+/// The descriptor of [`AsFd`], for reactors that take a raw one (tokio's `AsyncFd`): the
+/// channel owns it for its whole life, and it is always the same one.
+impl std::os::fd::AsRawFd for Channel {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.as_fd().as_raw_fd()
     }
 }
 

@@ -754,3 +754,10 @@ impl std::os::fd::AsFd for StreamEnd {
         self.fd.as_fd()
     }
 }
+
+/// The descriptor of [`std::os::fd::AsFd`], for reactors that take a raw one.
+impl std::os::fd::AsRawFd for StreamEnd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.fd)
+    }
+}

@@ -1,8 +1,8 @@
 //! Emulated copy between two processes over the memory network (paper 000, Genie).
 //!
 //! The two processes find each other by name: the sender listens on a channel name
-//! (`Listener::bind`), the receiver connects to it (`connect`), and each gets its end of a
-//! link. The sender passes a buffer with `Semantics::EmulatedCopy`: the call returns as soon as
+//! (`Channel::listen`), the receiver connects to it (`Channel::connect`), and each gets its end
+//! of a link. The sender passes a buffer with `Semantics::EmulatedCopy`: the call returns as soon as
 //! the data is queued, without copying it, and the sender writes into its buffer at once.
 //! Copy semantics is kept all the same: the receiver gets the bytes as they were when `send`
 //! was called, because the pages were write-protected (TCOW) and the overwrite went to new
@@ -21,7 +21,7 @@ use example::Result;
 use roles::peer_command;
 use std::time::Duration;
 use zcio::genie::profile::Profile;
-use zcio::{AppBuffer, InputBuffering, Listener, Semantics, connect};
+use zcio::{AppBuffer, Channel, InputBuffering, Semantics};
 
 /// The channel name, handed to the receiver.
 const NAME: &str = "ZCIO_EXAMPLE_CHANNEL";
@@ -36,7 +36,7 @@ fn message() -> Vec<u8> {
 /// The sender (the process you start).
 fn run() -> Result<()> {
     let name = format!("example-{}", std::process::id());
-    let listener = Listener::bind(&name)?;
+    let listener = Channel::listen(&name)?;
     let mut receiver = peer_command("receiver", "example_memnet_emulated_copy")?
         .env(NAME, &name)
         .spawn()?;
@@ -82,7 +82,7 @@ fn run() -> Result<()> {
 /// The receiver (the second process).
 fn receiver() -> Result<()> {
     let name = std::env::var(NAME).map_err(|_| "ZCIO_EXAMPLE_CHANNEL is not set")?;
-    let mut link = connect(&name, Duration::from_secs(30))?;
+    let mut link = Channel::connect(&name, Duration::from_secs(30))?;
     link.set_profile(Profile::zero_copy());
 
     let (buf, acc) = link.recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)?;

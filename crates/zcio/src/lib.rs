@@ -6,15 +6,15 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zcio::{InputBuffering, Listener, Semantics, connect};
+//! use zcio::{Channel, InputBuffering, Semantics};
 //!
 //! // In the receiving process:
-//! let listener = Listener::bind("frames")?; // an abstract Unix socket, this user only
+//! let listener = Channel::listen("frames")?; // this host, this user only
 //! let mut rx = listener.accept(None)?;
 //! let (buf, _path) = rx.recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)?;
 //!
 //! // In the sending process, started on its own:
-//! let mut tx = connect("frames", Duration::from_secs(5))?;
+//! let mut tx = Channel::connect("frames", Duration::from_secs(5))?;
 //! let mut data = vec![7u8; 64 << 20];
 //! let (ticket, _path) = tx.send(Semantics::EmulatedCopy, &data)?;
 //! data.fill(0); // the receiver still gets the 7s
@@ -22,16 +22,23 @@
 //! # Ok::<(), zcio::GenieError>(())
 //! ```
 //!
-//! Each call's [`Accounting::path`] says which mechanism carried the data, or which fallback
-//! and why; errors match by [`GenieError::kind`]. The program whole, with its checks, is the
+//! `send` returns once the pages are protected and queued, without waiting for the receiver,
+//! while the message fits the link's window ([`LinkOptions`], 16 MiB each way unless the
+//! listener says otherwise). With `tcp://host:port` for a name the same program runs between
+//! hosts, over TCP. Each call's [`Accounting::path`] says which mechanism carried the data, or
+//! which fallback and why; errors match by [`GenieError::kind`]; every wait can end after a
+//! time or at a signal ([`Waits`]), and a channel is a descriptor for `poll`, `epoll` or an
+//! async runtime (the example `tokio_channel`). The program whole, with its checks, is the
 //! example `memnet_emulated_copy` (`cargo run -p zcio --example memnet_emulated_copy`); the
 //! crate's other examples show one paper's interface each.
 //!
 //! ## Where each mechanism lives
 //!
 //! - [`genie`] (paper 000, Genie): the eight data-passing semantics over the memory network,
-//!   files, pipes and sockets; errors are [`GenieError`], matched by [`ErrorKind`].
-//! - [`fbufs`] (paper 001, fbufs): fast buffers along a path of processes; errors are
+//!   files, pipes and sockets, and the channels by name over them; errors are [`GenieError`],
+//!   matched by [`ErrorKind`].
+//! - [`fbufs`] (paper 001, fbufs): fast buffers along a path of processes, offered and joined
+//!   by name ([`fbufs::link::PathName`]); errors are
 //!   [`fbufs::path::FbufError`], [`fbufs::link::LinkError`],
 //!   [`fbufs::aggregate::AggregateError`] and [`fbufs::ring::RingError`].
 //! - [`vmmr`] (paper 002, VM MTU reassembly): messages made contiguous by moving their pages;
@@ -46,8 +53,10 @@
 //!   handlers in user space; errors are [`uio::UioError`], [`uio::NotQueued`] and
 //!   [`uio::memdisk::DiskError`].
 //! - [`vm`]: the page-level layer beneath them all (protection, TCOW, page moves, shared
-//!   memory); errors are [`vm::VmError`], and [`vm::uffd::MoveError`],
-//!   [`vm::arena::RingCorrupt`] and [`vm::direct::PushError`] where a call says so.
+//!   memory), the names processes meet by ([`vm::rendezvous`]) and the mechanisms a program
+//!   turns off ([`vm::config`]); errors are [`vm::VmError`], and [`vm::uffd::MoveError`],
+//!   [`vm::arena::RingCorrupt`], [`vm::direct::PushError`] and
+//!   [`vm::rendezvous::RendezvousError`] where a call says so.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -59,8 +68,8 @@ pub use zcio_uio as uio;
 pub use zcio_vm as vm;
 pub use zcio_vmmr as vmmr;
 
-pub use zcio_genie::memnet::channel::{Listener, connect};
-pub use zcio_genie::memnet::{MemnetEndpoint, Ticket};
+pub use zcio_genie::channel::{Channel, ChannelListener};
+pub use zcio_genie::memnet::{LinkOptions, MemnetEndpoint, Ticket, WindowFull};
 pub use zcio_genie::{
     Accounting, AppBuffer, ErrorKind, Fallback, GenieError, InputBuffering, Semantics, Waits,
 };

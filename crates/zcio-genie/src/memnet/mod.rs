@@ -406,6 +406,13 @@ impl AsFd for MemnetEndpoint {
     }
 }
 
+/// The descriptor of [`AsFd`], for reactors that take a raw one (tokio's `AsyncFd`).
+impl std::os::fd::AsRawFd for MemnetEndpoint {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.ready.as_raw_fd()
+    }
+}
+
 /// Two connected endpoints in this process (both directions work; for tests and threads).
 pub fn pair() -> Result<(MemnetEndpoint, MemnetEndpoint)> {
     pair_with(LinkOptions::default())
