@@ -96,6 +96,13 @@ pub enum DataPath {
     },
     /// Several paths, in order (the sides of a transfer folded by [`crate::Accounting::add`]).
     Joined(Vec<DataPath>),
+    /// A message taken in whole into a buffer of its own before it was delivered (it came in
+    /// segments, being longer than its sender's window, or arrived while this end's output
+    /// waited): that buffer handed over, or copied out into the application's.
+    Assembled {
+        /// Whether the bytes were copied into the application's buffer.
+        copied_out: bool,
+    },
     /// A phrase this version does not know (read from an older results file).
     Other(String),
 }
@@ -385,6 +392,12 @@ impl fmt::Display for DataPath {
                 }
                 Ok(())
             }
+            DataPath::Assembled { copied_out: false } => {
+                f.write_str("taken in whole: its own buffer handed over")
+            }
+            DataPath::Assembled { copied_out: true } => {
+                f.write_str("taken in whole: its own buffer, copied out")
+            }
             DataPath::Other(s) => f.write_str(s),
         }
     }
@@ -408,6 +421,8 @@ fn fixed() -> Vec<DataPath> {
         DataPath::RegionIn { huge: true },
         DataPath::RegionIn { huge: false },
         DataPath::RegionInHugeStaging,
+        DataPath::Assembled { copied_out: false },
+        DataPath::Assembled { copied_out: true },
         DataPath::CopyFallback(CopyFallback::NoFullPage),
         DataPath::CopyFallback(CopyFallback::SwapCostsMore),
     ];

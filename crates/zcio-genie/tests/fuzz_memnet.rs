@@ -94,6 +94,8 @@ fn honest_slots() -> ([u64; SLOT_WORDS], [u64; SLOT_WORDS]) {
         ticket: t.0,
         len: 100,
         offset: d[3] as usize,
+        total: 100,
+        at: 0,
     };
     assert_eq!(decode_descriptor(&d).unwrap(), want, "ring layout");
     assert_eq!(decode_completion(&c).unwrap(), t.0, "ring layout");
@@ -126,6 +128,10 @@ fn any_descriptor_or_completion_words_decode_to_checked_values_or_a_named_error(
             Ok(d) => {
                 assert!((1..=MAX_MESSAGE).contains(&d.len), "{d:?} from {w:x?}");
                 assert!(d.offset < ps, "{d:?} from {w:x?}");
+                assert!(
+                    d.total <= MAX_MESSAGE && d.at + d.len <= d.total,
+                    "{d:?} from {w:x?}"
+                );
                 assert_eq!(
                     (d.ticket, d.len as u64, d.offset as u64),
                     (w[1], w[2], w[3])
@@ -133,7 +139,12 @@ fn any_descriptor_or_completion_words_decode_to_checked_values_or_a_named_error(
             }
             Err(e) => {
                 let e = e.to_string();
-                let named = [format!("{:#x}", w[0]), w[2].to_string(), w[3].to_string()];
+                let named = [
+                    format!("{:#x}", w[0]),
+                    w[2].to_string(),
+                    w[3].to_string(),
+                    w[6].to_string(),
+                ];
                 assert!(named.iter().any(|v| e.contains(v)), "{e} for {w:x?}");
             }
         }

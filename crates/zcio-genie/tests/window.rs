@@ -223,3 +223,108 @@ fn small_messages_fill_the_ring_and_each_arrives_whole() {
         }
     });
 }
+
+#[test]
+fn two_ends_sending_each_other_messages_longer_than_the_window_both_finish() {
+    bounded("long messages both ways", Duration::from_secs(120), || {
+        let (a, b) = forced_pair(4 * MIB);
+        let len = 40 * MIB + 12345;
+        let run = |mut end: MemnetEndpoint, me: usize| {
+            move || {
+                assert!(end.window() < len);
+                let mut out = buffer(len + 100, me == 0);
+                let m = &mut out[100..];
+                fill(m, me);
+                let (t, _) = end.send(Semantics::EmulatedCopy, m).unwrap();
+                m.fill(0xEE);
+                // Each end took the other's message in while its own output waited.
+                let (got, acc) = end
+                    .recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)
+                    .unwrap();
+                end.wait(t).unwrap();
+                (got.len(), first_wrong(&got, 1 - me), acc.path.to_string())
+            }
+        };
+        let (ha, hb) = (std::thread::spawn(run(a, 0)), std::thread::spawn(run(b, 1)));
+        for (side, h) in [ha, hb].into_iter().enumerate() {
+            let (n, wrong, path) = h.join().unwrap();
+            assert_eq!((n, wrong), (len, None), "side {side} received ({path})");
+            assert!(path.contains("taken in whole"), "side {side}: {path}");
+        }
+    });
+}
+
+#[test]
+fn a_message_longer_than_the_window_arrives_whole_into_every_kind_of_buffer() {
+    bounded("long messages", Duration::from_secs(120), || {
+        let (mut tx, mut rx) = forced_pair(2 * MIB);
+        let len = 9 * MIB + 777;
+        let mut out = buffer(len + 5000, false);
+        let receiver = std::thread::spawn(move || {
+            // Into the application's buffer (too small first: the message stays).
+            let mut small = vec![0u8; len - 1];
+            let e = rx
+                .recv(
+                    Semantics::EmulatedCopy,
+                    &mut small,
+                    InputBuffering::EarlyDemux,
+                )
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::TooSmall { needed: len }, "{e}");
+            let mut got = vec![0u8; len];
+            let (n, acc) = rx
+                .recv(
+                    Semantics::EmulatedCopy,
+                    &mut got,
+                    InputBuffering::EarlyDemux,
+                )
+                .unwrap();
+            assert_eq!((n, first_wrong(&got, 0)), (len, None), "{}", acc.path);
+            assert_eq!(acc.cpu_copied_bytes, len as u64, "copied out once");
+            // A buffer of its own.
+            assert_eq!(rx.peek_len().unwrap(), len);
+            let (got, acc) = rx
+                .recv_alloc(Semantics::Copy, InputBuffering::EarlyDemux)
+                .unwrap();
+            assert_eq!(first_wrong(&got, 1), None, "{}", acc.path);
+            assert_eq!(acc.cpu_copied_bytes, 0, "handed over");
+            // A region.
+            let (r, _) = rx
+                .recv_region(Semantics::EmulatedMove, InputBuffering::EarlyDemux)
+                .unwrap();
+            assert_eq!(first_wrong(&r.as_slice()[..len], 2), None);
+        });
+        for i in 0..3 {
+            let m = &mut out[4097..4097 + len];
+            fill(m, i);
+            let (t, _) = tx.send(Semantics::EmulatedCopy, m).unwrap();
+            m.fill(0xEE);
+            tx.wait(t).unwrap();
+        }
+        receiver.join().unwrap();
+    });
+}
+
+#[test]
+fn two_ends_that_wait_for_their_outputs_before_receiving_both_finish() {
+    bounded("waits before receives", Duration::from_secs(60), || {
+        let (a, b) = forced_pair(8 * MIB);
+        let run = |mut end: MemnetEndpoint, me: usize| {
+            move || {
+                let mut out = buffer(3 * MIB, false);
+                fill(&mut out, me);
+                let (t, _) = end.send(Semantics::Copy, &out).unwrap();
+                // Waits for the peer to read, which itself waits first: each takes the
+                // other's message in while it waits.
+                end.wait(t).unwrap();
+                let (got, _) = end
+                    .recv_alloc(Semantics::Copy, InputBuffering::EarlyDemux)
+                    .unwrap();
+                first_wrong(&got, 1 - me)
+            }
+        };
+        let (ha, hb) = (std::thread::spawn(run(a, 0)), std::thread::spawn(run(b, 1)));
+        assert_eq!(ha.join().unwrap(), None);
+        assert_eq!(hb.join().unwrap(), None);
+    });
+}

@@ -18,23 +18,46 @@ use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 use zcio_vm::wire::Striped;
 
 impl MemnetEndpoint {
-    /// Take the next message (one held back by [`MemnetEndpoint::peek_len`] or a too-small
-    /// buffer first, else the next to arrive) and return its length; its data is read next.
-    fn next_message(&mut self, w: Wait) -> Result<usize> {
-        let d = match self.held.take() {
-            Some(d) => d,
-            None => self.next_descriptor(w)?,
-        };
+    /// The next descriptor: one held back (by [`MemnetEndpoint::peek_len`], a too-small
+    /// buffer, or a drain that found its data not yet there) first, else the next to arrive.
+    pub(super) fn take_descriptor(&mut self, w: Wait) -> Result<Descriptor> {
+        match self.held.take() {
+            Some(d) => Ok(d),
+            None => self.next_descriptor(w),
+        }
+    }
+
+    /// Make `d` the current message (or segment), whose data is read next: its chunks take the
+    /// next ring positions.
+    pub(super) fn start(&mut self, d: &Descriptor) {
         self.cur_ticket = d.ticket;
         self.cur_offset = d.offset;
-        // Its chunks take the next ring positions.
         self.cur_first = self.in_next;
         self.in_next += self.in_wire().chunks(d.len);
-        Ok(d.len)
+    }
+
+    /// Whether the `len` bytes of the next message (or segment) are all on the wire.
+    pub(super) fn arrived(&self, len: usize) -> Result<bool> {
+        let wire =
+            wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).at_chunk(self.in_next);
+        if len > wire.window() {
+            return Ok(false);
+        }
+        let mut q = 0;
+        for i in 0..wire.chunks(len) {
+            q += zcio_vm::wire::queued(wire.pipe_at(i))?;
+        }
+        Ok(q >= len)
+    }
+
+    /// Ring this end's own doorbell: its descriptor ([`AsFd`]) becomes readable, for a message
+    /// taken in while its output waited.
+    pub(super) fn ring_self(&self) {
+        let _ = rustix::io::write(&self.my_bell, &1u64.to_ne_bytes());
     }
 
     /// The wire in, for the current message.
-    fn in_wire(&self) -> Striped<'_> {
+    pub(super) fn in_wire(&self) -> Striped<'_> {
         wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).at_chunk(self.cur_first)
     }
 
@@ -47,12 +70,12 @@ impl MemnetEndpoint {
     /// the next receive, which may then bring a buffer of the right length.
     pub fn peek_len(&mut self) -> Result<usize> {
         GenieError::refuse_broken(&self.broken_in, "input")?;
-        let d = match self.held {
-            Some(d) => d,
-            None => self.next_descriptor(self.waits.start())?,
-        };
+        if let Some(m) = self.assembled.front() {
+            return Ok(m.total);
+        }
+        let d = self.take_descriptor(self.waits.start())?;
         self.held = Some(d);
-        Ok(d.len)
+        Ok(d.total)
     }
 
     /// Receive the next message into a buffer of its own length, made for it (in transparent
@@ -63,6 +86,13 @@ impl MemnetEndpoint {
         buffering: InputBuffering,
     ) -> Result<(crate::AppBuffer, Accounting)> {
         let len = self.peek_len()?;
+        if self.next_is_assembled() {
+            // Taken in whole into a buffer of its own: that buffer is the one handed over.
+            let r = self.assemble_next(Wait::FOREVER);
+            self.end_input(true, r)?;
+            // The buffer is the receiver's alone: every semantics' promise is kept.
+            return Ok(self.pop_assembled(false).expect("assembled above"));
+        }
         let mut buf = crate::AppBuffer::for_message(len)?;
         let (_, acc) = self.recv(sem, &mut buf, buffering)?;
         Ok((buf, acc))
@@ -133,7 +163,7 @@ impl MemnetEndpoint {
         f(&mut self.inputs, &mut src, &self.profile)
     }
 
-    fn complete(&mut self) -> Result<()> {
+    pub(super) fn complete(&mut self) -> Result<()> {
         Completion::new(
             &self.arena,
             &mut self.comp_tx,
@@ -191,21 +221,23 @@ impl MemnetEndpoint {
         // Before the message is taken: a buffer that cannot be written loses nothing.
         crate::passing::check_writable(buf)?;
         self.refuse_copying_input(sem, buf, buffering)?;
-        let len = self.next_message(self.waits.start())?;
+        let len = self.peek_len()?;
         if len > buf.len() {
             // Nothing of it read: it is the next message still.
-            self.in_next = self.cur_first;
-            self.held = Some(Descriptor {
-                ticket: self.cur_ticket,
-                len,
-                offset: self.cur_offset,
-            });
             return Err(GenieError::TooSmall {
                 needed: len,
                 got: buf.len(),
             });
         }
         *taken = true;
+        if self.next_is_assembled() {
+            self.assemble_next(Wait::FOREVER)?;
+            let (m, acc) = self.pop_assembled(true).expect("assembled above");
+            time(Op::Copyout, || buf[..len].copy_from_slice(&m[..len]));
+            return Ok((len, acc));
+        }
+        let d = self.take_descriptor(Wait::FOREVER)?;
+        self.start(&d);
         let acc = self.with_completing_source(len, |inputs, src, profile| {
             let acc = inputs.input_app(sem, &mut buf[..len], buffering, src, profile)?;
             src.finish()?;
@@ -242,13 +274,25 @@ impl MemnetEndpoint {
                 format!("{sem} fills application buffers: use recv"),
             ));
         }
-        let len = self.next_message(self.waits.start())?;
+        let len = self.peek_len()?;
         *taken = true;
         let mut region = if sem == Semantics::Move {
             time(Op::RegionCreate, || Region::alloc(len))?
         } else {
             self.regions.take(len, sem)?
         };
+        if self.next_is_assembled() {
+            self.assemble_next(Wait::FOREVER)?;
+            let (m, acc) = self.pop_assembled(true).expect("assembled above");
+            fill(&mut region)?;
+            time(Op::Copyout, || {
+                region.as_mut_slice()[..len].copy_from_slice(&m[..len])
+            });
+            mark(&mut region, RegionState::MovedIn);
+            return Ok((region, acc));
+        }
+        let d = self.take_descriptor(Wait::FOREVER)?;
+        self.start(&d);
         if sem == Semantics::Move {
             let huge = self.with_completing_source(len, |inputs, src, _| {
                 let d = inputs.fill_region_huge(&mut region, src)?;

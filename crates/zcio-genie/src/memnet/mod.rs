@@ -11,7 +11,10 @@
 //!
 //! Outputs are asynchronous: [`MemnetEndpoint::send`] returns a [`Ticket`], completed when the
 //! receiver has read the message and acknowledged it; only then are pages unreferenced,
-//! unprotected (TCOW) and unwired. Inputs are synchronous.
+//! unprotected (TCOW) and unwired. A message queued within the link's window
+//! ([`LinkOptions`]) is queued without waiting for the receiver; a longer one goes in segments
+//! of the window, and an end waiting for room or for a completion takes in what its peer sent
+//! meanwhile, whole, for its next receive (the path then says so). Inputs are synchronous.
 //!
 //! A receiver that dies makes the sender's next output or wait fail with
 //! [`GenieError::PeerGone`]; a sender that dies makes a pending input fail the same way, and under
@@ -30,6 +33,7 @@ use std::sync::Arc;
 use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
 use zcio_vm::wire::{MIN_STRIPES, Pace, Pipe, Striped};
 
+mod assembled;
 pub mod channel;
 mod input;
 mod output;
@@ -107,10 +111,23 @@ impl Default for LinkOptions {
 pub struct Descriptor {
     /// The sender's ticket, echoed in the completion.
     pub ticket: u64,
-    /// The message's length: 1 to [`MAX_MESSAGE`] bytes.
+    /// The length of what this descriptor announces: the message, or one of its segments.
     pub len: usize,
-    /// The message's offset in its first page in the sender's memory (below the page size).
+    /// Its offset in its first page in the sender's memory (below the page size).
     pub offset: usize,
+    /// The whole message's length, 1 to [`MAX_MESSAGE`] bytes: `len` unless the message is
+    /// longer than the sender's window and comes in segments, each announced by a descriptor
+    /// of its own.
+    pub total: usize,
+    /// Where in the message this segment starts (0 for a message's first descriptor).
+    pub at: usize,
+}
+
+impl Descriptor {
+    /// Whether this descriptor announces a whole message.
+    pub fn whole(&self) -> bool {
+        self.at == 0 && self.len == self.total
+    }
 }
 
 /// Decode a descriptor slot the sender posted. The slot is in memory the sender writes at
@@ -136,10 +153,21 @@ pub fn decode_descriptor(w: &[u64; SLOT_WORDS]) -> Result<Descriptor> {
             w[3]
         ));
     }
+    // A whole message says 0 for its total (or its length).
+    let total = if w[5] == 0 { len } else { w[5] };
+    if total > MAX_MESSAGE as u64 || w[6].checked_add(len).is_none_or(|end| end > total) {
+        return bad(format!(
+            "segment of {len} bytes at {} of a message of {total}, want within it and the \
+             message at most {MAX_MESSAGE} bytes",
+            w[6]
+        ));
+    }
     Ok(Descriptor {
         ticket: w[1],
         len: len as usize,
         offset: w[3] as usize,
+        total: total as usize,
+        at: w[6] as usize,
     })
 }
 
@@ -266,6 +294,9 @@ pub struct MemnetEndpoint {
     held: Option<Descriptor>,
     /// Why outputs are refused: an output failed after it announced its message.
     broken_out: Option<String>,
+    /// Messages taken in whole before the application asked (assembled from segments, or
+    /// taken in while an output waited), the last perhaps still being assembled.
+    assembled: std::collections::VecDeque<assembled::Assembled>,
 }
 
 zcio_vm::debug_summary!(MemnetEndpoint, |s| arena: s.arena, pending: s.pending.len());
@@ -576,6 +607,7 @@ impl MemnetEndpoint {
             broken_in: None,
             broken_out: None,
             held: None,
+            assembled: std::collections::VecDeque::new(),
             waits: Waits::default(),
         })
     }

@@ -14,11 +14,32 @@ use std::time::Duration;
 use zcio_vm::arena::SLOT_WORDS;
 use zcio_vm::wire::{PACE_STALL, Room};
 
+/// What one descriptor announces: a whole message, or a segment of one.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    len: usize,
+    /// The page offset of its first byte in this process.
+    offset: usize,
+    total: usize,
+    at: usize,
+}
+
+impl Segment {
+    fn whole(len: usize, offset: usize) -> Segment {
+        Segment {
+            len,
+            offset,
+            total: len,
+            at: 0,
+        }
+    }
+}
+
 impl MemnetEndpoint {
     /// Before a message of `len` bytes is announced: wait until the window has room for it
     /// (the pipes of its first chunks drained), within this call's `wait`, or say it has none
     /// ([`WindowFull::WouldBlock`]). Nothing is announced either way.
-    fn make_room(&self, len: usize, wait: Wait) -> Result<()> {
+    fn make_room(&mut self, len: usize, wait: Wait) -> Result<()> {
         const DURING: &str = "waiting for room in the window";
         let wire = self.out_wire();
         let gone = |e| GenieError::from_wire(e, "output (waiting for room)");
@@ -43,22 +64,27 @@ impl MemnetEndpoint {
                 }),
             };
         }
-        while let Some(k) = wire.first_undrained(len).map_err(gone)? {
+        loop {
+            let wire = self.out_wire();
+            let Some(k) = wire.first_undrained(len).map_err(gone)? else {
+                return Ok(());
+            };
             let cap = wait.left(DURING)?.map_or(PACE_STALL, |l| l.min(PACE_STALL));
             if wire.wait_drained(k, cap).map_err(gone)? == Room::Interrupted && wait.interruptible()
             {
                 return Err(GenieError::Interrupted { during: DURING });
             }
+            // The receiver may be waiting for this end to read: take in what it sent.
+            self.drain_input();
         }
-        Ok(())
     }
 
     /// Announce a message of `len` bytes (at page offset `offset` in the sender's memory) once
     /// the window has room for it, all within one call's waits.
-    fn announce(&mut self, ticket: u64, len: usize, offset: usize, sem: Semantics) -> Result<()> {
+    fn announce(&mut self, ticket: u64, seg: Segment, sem: Semantics) -> Result<()> {
         let wait = self.waits.start();
-        self.make_room(len, wait)?;
-        self.publish(ticket, len, offset, sem, wait)
+        self.make_room(seg.len, wait)?;
+        self.publish(ticket, seg, sem, wait)
     }
 
     /// The wire of the message of `len` bytes just announced, whose chunks take the next ring
@@ -75,20 +101,15 @@ impl MemnetEndpoint {
         first
     }
 
-    fn publish(
-        &mut self,
-        ticket: u64,
-        len: usize,
-        offset: usize,
-        sem: Semantics,
-        wait: Wait,
-    ) -> Result<()> {
+    fn publish(&mut self, ticket: u64, seg: Segment, sem: Semantics, wait: Wait) -> Result<()> {
         let mut w = [0u64; SLOT_WORDS];
         w[0] = DESC_MAGIC;
         w[1] = ticket;
-        w[2] = len as u64;
-        w[3] = offset as u64;
+        w[2] = seg.len as u64;
+        w[3] = seg.offset as u64;
         w[4] = Semantics::ALL.iter().position(|s| *s == sem).unwrap_or(0) as u64;
+        w[5] = seg.total as u64;
+        w[6] = seg.at as u64;
         loop {
             match self.desc_tx.push(&self.arena, &w) {
                 Ok(true) => return Ok(()),
@@ -103,6 +124,11 @@ impl MemnetEndpoint {
     /// page-table work while the message fits the room left in the window
     /// ([`MemnetEndpoint::window`]): the receiver need not have read any of it. The ticket
     /// completes when the receiver has it.
+    ///
+    /// A message longer than the window goes in segments of at most the window, each queued
+    /// once the receiver has read the one before; meanwhile this end takes in what its peer
+    /// sends it (kept for its next receive), so that two ends sending each other long messages
+    /// at once both go on.
     pub fn send(&mut self, sem: Semantics, buf: &[u8]) -> Result<(Ticket, Accounting)> {
         Self::check_len(buf.len())?;
         GenieError::refuse_broken(&self.broken_out, "output")?;
@@ -113,21 +139,60 @@ impl MemnetEndpoint {
                 format!("{sem} passes regions: use send_region"),
             ));
         }
+        let (total, window, ps) = (buf.len(), self.window(), zcio_vm::page_size());
+        if total <= window || self.window_full == WindowFull::WouldBlock {
+            return self.send_segment(sem, buf, total, 0);
+        }
+        // Segments of the window at most, the second on on a page boundary of the buffer.
+        let mut at = 0;
+        let mut acc = Accounting::default();
+        loop {
+            let addr = buf.as_ptr() as usize + at;
+            let n = match at {
+                0 => window - (addr + window) % ps,
+                _ => window,
+            }
+            .min(total - at);
+            let (t, a) = self.send_segment(sem, &buf[at..at + n], total, at)?;
+            acc.add(&a);
+            at += n;
+            if at == total {
+                return Ok((t, acc));
+            }
+        }
+    }
+
+    /// Announce and queue `piece`, the bytes from `at` on of a message of `total` bytes.
+    fn send_segment(
+        &mut self,
+        sem: Semantics,
+        piece: &[u8],
+        total: usize,
+        at: usize,
+    ) -> Result<(Ticket, Accounting)> {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        // Descriptor first: the receiver finds it whenever data is readable.
-        self.announce(
-            ticket,
-            buf.len(),
-            buf.as_ptr() as usize % zcio_vm::page_size(),
-            sem,
-        )?;
+        let seg = Segment {
+            len: piece.len(),
+            offset: piece.as_ptr() as usize % zcio_vm::page_size(),
+            total,
+            at,
+        };
+        // Descriptor first: the receiver finds it whenever data is readable. A segment after
+        // the first is announced with its message under way: failing to announce it leaves
+        // the receiver waiting for the rest, so nothing more may follow on this wire.
+        if let Err(e) = self.announce(ticket, seg, sem) {
+            if at > 0 {
+                self.broken_out = Some(e.to_string());
+            }
+            return Err(e);
+        }
         // The pool is lent out for the call, as the wire borrows the rest of the endpoint.
         let mut pool = std::mem::take(&mut self.pool);
-        let first = self.claim_first(buf.len());
+        let first = self.claim_first(piece.len());
         let out = output_app(
             sem,
-            buf,
+            piece,
             self.out_wire().at_chunk(first),
             &mut pool,
             &self.profile,
@@ -151,7 +216,7 @@ impl MemnetEndpoint {
         Self::check_len(claimed)?;
         let t = self.next_ticket;
         self.next_ticket += 1;
-        self.announce(t, claimed, 0, Semantics::Copy)?;
+        self.announce(t, Segment::whole(claimed, 0), Semantics::Copy)?;
         let wire = self.claim(claimed);
         wire.vmsplice_message(&[buf])
             .map_err(|e| GenieError::from_wire(e, "output"))?;
@@ -176,7 +241,7 @@ impl MemnetEndpoint {
         self.reap_completions()?;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.announce(ticket, region.len(), 0, sem)?;
+        self.announce(ticket, Segment::whole(region.len(), 0), sem)?;
         mark(&mut region, RegionState::MovingOut);
         let wire = self.claim(region.len());
         time(Op::Reference, || {
@@ -252,6 +317,10 @@ impl MemnetEndpoint {
         // The doorbell first, then the ring: a completion posted after this read rings again.
         let mut b = [0u8; 8];
         let _ = rustix::io::read(&self.my_bell, &mut b);
+        if !self.assembled.is_empty() {
+            // Messages taken in wait for a receive: the descriptor stays readable.
+            self.ring_self();
+        }
         self.reap_completions()
     }
 
@@ -291,6 +360,12 @@ impl MemnetEndpoint {
             if spin_until(self.spin, || comp.has_next(arena).unwrap_or(true)) {
                 continue;
             }
+            // The receiver may be waiting for this end to read before it reads.
+            self.drain_input();
+            self.reap_completions()?;
+            if !self.pending.iter().any(|p| p.ticket == t.0) {
+                return Ok(());
+            }
             self.wait_event("waiting for output completion", wait)?;
         }
     }
@@ -303,6 +378,7 @@ impl MemnetEndpoint {
             if self.pending.is_empty() {
                 break;
             }
+            self.drain_input();
             self.wait_event("waiting for output completion", wait)?;
         }
         Ok(())
