@@ -328,3 +328,26 @@ fn two_ends_that_wait_for_their_outputs_before_receiving_both_finish() {
         assert_eq!(hb.join().unwrap(), None);
     });
 }
+
+#[test]
+fn a_receiver_gone_mid_message_fails_the_senders_call_in_bounded_time_and_the_next_is_refused() {
+    bounded("a receiver gone", Duration::from_secs(60), || {
+        let (mut tx, rx) = forced_pair(4 * MIB);
+        let out = buffer(40 * MIB, false);
+        let gone = std::thread::spawn(move || {
+            // The receiver reads nothing and goes while the sender's segments wait for room.
+            std::thread::sleep(Duration::from_millis(50));
+            drop(rx);
+        });
+        let e = tx.send(Semantics::EmulatedCopy, &out).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PeerGone, "{e}");
+        gone.join().unwrap();
+        // Part of the message went out: the output refuses from then on (or finds the peer
+        // gone), never sends a message that could be taken for a whole one.
+        let e = tx.send(Semantics::Copy, &out[..4096]).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::Refused | ErrorKind::PeerGone),
+            "{e}"
+        );
+    });
+}
