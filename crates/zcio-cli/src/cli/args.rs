@@ -71,6 +71,9 @@ pub enum Cmd {
     /// Internal: the receiving process of `zcio transfer`.
     #[command(hide = true)]
     Peer(PeerArgs),
+    /// Internal: the sending process of a run of `zcio bench channel`.
+    #[command(hide = true)]
+    ChannelSender(zcio_cli::lab::genie::channel::SenderArgs),
 }
 
 /// The benches.
@@ -81,6 +84,10 @@ pub enum BenchCmd {
     /// Genie's experiments alone (Figures 3, 6, 7): per semantics and input scheme, the
     /// fitted latency line and the measured points.
     Genie(zcio_cli::lab::genie::bench::GenieArgs),
+    /// zcio's channel API between two processes against iceoryx2 and a Unix socket, 4 KiB to
+    /// 256 MiB messages in 4 KiB or huge-page buffers, every byte checked: one-way latency,
+    /// streamed throughput, time inside the send, CPU time.
+    Channel(zcio_cli::lab::genie::channel::ChannelArgs),
     /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping,
     /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
     /// throughput.
@@ -200,6 +207,7 @@ impl BenchCmd {
         match self {
             BenchCmd::Memnet(a) => a.json,
             BenchCmd::Genie(a) => a.json,
+            BenchCmd::Channel(a) => a.json,
             BenchCmd::Fbufs(a) => a.json,
             BenchCmd::FbufsStack(a) => a.json,
             BenchCmd::Vmmr(a) => a.json,

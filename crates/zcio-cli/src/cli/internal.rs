@@ -1,6 +1,6 @@
 //! The hidden verbs: the other processes of a multi-process run, started by this executable
 //! (`zcio peer` for `zcio transfer`, the stages of `zcio bench containers`, the iceoryx2
-//! receiver of `zcio bench fbufs`).
+//! receiver of `zcio bench fbufs`, the sender of `zcio bench channel`).
 
 use super::args::{FrameStageArgs, Iceoryx2SinkArgs, PeerArgs};
 use zcio_cli::Res;
@@ -29,4 +29,9 @@ pub fn iceoryx2_sink(a: Iceoryx2SinkArgs) -> Res<()> {
 /// `zcio fbuf-stack-domain`: the protocol or the receiving domain of `zcio bench fbufs-stack`.
 pub fn fbuf_stack_domain(a: zcio_cli::lab::fbufs::stack::measure::DomainArgs) -> Res<()> {
     zcio_cli::lab::fbufs::stack::measure::domain(&a)
+}
+
+/// `zcio channel-sender`: the sending process of a run of `zcio bench channel`.
+pub fn channel_sender(a: zcio_cli::lab::genie::channel::SenderArgs) -> Res<()> {
+    zcio_cli::lab::genie::channel::sender::run(&a)
 }

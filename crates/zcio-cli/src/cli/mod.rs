@@ -39,6 +39,7 @@ pub fn run(cmd: Cmd) -> Res<()> {
         Cmd::FrameStage(a) => internal::frame_stage(a),
         Cmd::Iceoryx2Sink(a) => internal::iceoryx2_sink(a),
         Cmd::Peer(a) => internal::peer(a),
+        Cmd::ChannelSender(a) => internal::channel_sender(a),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod bandwidth;
 pub mod bench;
+pub mod channel;
 pub mod chart;
 pub mod claims;
 pub mod huge;

@@ -1,0 +1,881 @@
+//! `zcio bench channel`: zcio's channel API between two processes, against iceoryx2 and a Unix
+//! stream socket doing the same job, message by message verified; and its part of the report's
+//! Genie section.
+//!
+//! # The job
+//!
+//! A message starts in the sending process's own buffer (an [`AppBuffer`] in 4 KiB pages, or
+//! in transparent huge pages for the `2m` granule) and ends in a buffer the receiving process
+//! owns and may write (the same kind, made once per size and granule and reused by every run).
+//! Every contender does exactly that:
+//!
+//! - `zcio-<semantics>`: [`Channel::send`] of the sender's buffer under the semantics, and
+//!   [`Channel::recv`] into the receiver's buffer (memory network, early demultiplexing, the
+//!   calibrated thresholds of this machine's profile). The listener sets the link's window to
+//!   the message length at least (16 MiB at least, 256 MiB at most), so that a send returns
+//!   without waiting for the receiver.
+//! - `iceoryx2`: publish-subscribe of a `[u8]` slice sized for the message (the publisher's
+//!   `initial_max_slice_len`), page-aligned payloads, no loss (`RetryUntilDelivered`, a queue
+//!   of two); the sender loans a sample, copies its buffer into it, sends it and notifies an
+//!   event service (as [`crate::lab::fbufs::iceoryx`] does); the receiver, woken by the
+//!   event, takes the sample and copies it into its own buffer.
+//! - `unix`: a Unix stream socket with its default buffers: `write_all` of an 8-byte length
+//!   and of the buffer, `read_exact` of both into the receiver's buffer.
+//!
+//! The receiving process is the bench itself; the sender is this executable started again,
+//! once per run (the hidden `zcio channel-sender`), told what to do on its command line and
+//! paced over a control socket ([`sender`] has the protocol).
+//!
+//! # What a run measures
+//!
+//! Each process has a ring of `n` buffers of the message size (the receiver's made once per
+//! size and granule; every page touched before use). A run (one contender, size, granule and
+//! round) streams `W` warm-up messages (a zcio window's worth, 3 to `n`: pools, pipes and
+//! shared memory made and touched), then sends `n` messages one at a time, then streams `n`.
+//! Message `i` (counted over the run) carries [`fill`]`(i)`: every 8-byte word depends on the
+//! message index and its offset. The receiver checks every byte of every message, warm-up
+//! included ([`check`]), always outside the times taken.
+//!
+//! - **Latency** (one at a time, through the first buffer at both ends): the sender waits for
+//!   the receiver's go-ahead (the previous message checked), writes message `i` into its buffer
+//!   (for zcio once the previous message's ticket has completed), reads `CLOCK_MONOTONIC` and
+//!   sends; the receiver reads `CLOCK_MONOTONIC` when the message is in its buffer. Both
+//!   processes read the one clock of this host, so the difference is the message's one-way
+//!   time: no ping-pong, no return leg.
+//! - **Send time**: the sender's time inside its send (for zcio the [`Channel::send`] call;
+//!   for iceoryx2 loan, copy, send and notify; for the Unix socket the two `write_all`), in
+//!   the one-at-a-time messages, where the receiver is waiting.
+//! - **Throughput** (streamed): the sender writes the `n` messages into its ring first, then,
+//!   at the receiver's go-ahead, sends them back to back, waiting only as its transport makes
+//!   it (zcio's window, iceoryx2's queue, the socket's buffer); the receiver takes them into
+//!   its ring back to back and checks them afterwards. Throughput is the `n` messages' bytes
+//!   over the time from the first send's start to the last message's receipt.
+//! - **CPU time** (streamed): the CPU time (`CLOCK_PROCESS_CPUTIME_ID`: user and system time
+//!   of the whole process, as `getrusage` counts it, to the nanosecond) of both processes over
+//!   the stream (the sender's from the go-ahead to the last message's completion, the
+//!   receiver's from the go-ahead to the last receipt), per message. No data is written or
+//!   checked in it. Every contender waits its own default way (zcio spins up to 50 µs before
+//!   sleeping; iceoryx2 blocks in its listener; the socket blocks).
+//!
+//! Per contender, size and granule the row gives the median over rounds of each round's median
+//! latency and send time and of each round's throughput and CPU time, with the lowest and
+//! highest round. Rounds rotate the contenders' order, so that drift in the machine's state
+//! hits all alike. A contender that fails at a size (iceoryx2 unable to make a sample that
+//! large, say) keeps its row, with the reason, and the bench fails at its end: nothing is
+//! skipped silently.
+
+mod receiver;
+pub mod render;
+pub mod sender;
+
+use crate::error::{Context, FailedWith};
+use crate::lab::genie::measure::Progress;
+use crate::report::preset::Preset;
+use crate::transfer::Res;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use zcio_genie::channel::Channel;
+use zcio_genie::semantics::Allocation;
+use zcio_genie::{AppBuffer, Semantics};
+
+pub use sender::SenderArgs;
+
+/// How long either process waits for the other without progress before it gives up.
+pub const STALL: Duration = Duration::from_secs(60);
+
+/// The largest window a link is given (bytes).
+pub const MAX_WINDOW: usize = 256 << 20;
+
+/// Bytes a run's one-at-a-time messages (and again its streamed ones) add up to, by default.
+pub const VOLUME: usize = 128 << 20;
+
+/// Fewest and most messages of each half of a run, by default.
+pub const MESSAGES: (usize, usize) = (3, 2000);
+
+/// The granule of the application buffers at both ends.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+pub enum Granule {
+    /// 4 KiB pages ([`AppBuffer::new`]).
+    #[serde(rename = "4k")]
+    #[value(name = "4k")]
+    Base,
+    /// Transparent huge pages, 2 MiB-aligned ([`AppBuffer::huge`]).
+    #[serde(rename = "2m")]
+    #[value(name = "2m")]
+    Huge,
+}
+
+impl Granule {
+    /// `4k` or `2m`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Granule::Base => "4k",
+            Granule::Huge => "2m",
+        }
+    }
+
+    /// A buffer of `len` bytes at this granule.
+    pub fn buffer(self, len: usize) -> Res<AppBuffer> {
+        Ok(match self {
+            Granule::Base => AppBuffer::new(len)?,
+            Granule::Huge => AppBuffer::huge(len)?,
+        })
+    }
+}
+
+impl std::fmt::Display for Granule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Granule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Granule, String> {
+        match s {
+            "4k" => Ok(Granule::Base),
+            "2m" => Ok(Granule::Huge),
+            _ => Err(format!("unknown granule `{s}` (one of: 4k, 2m)")),
+        }
+    }
+}
+
+/// The contenders besides zcio's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Baseline {
+    /// iceoryx2 publish-subscribe.
+    Iceoryx2,
+    /// A Unix stream socket.
+    Unix,
+}
+
+/// One contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contender {
+    /// zcio's [`Channel`] under a semantics.
+    Zcio(Semantics),
+    /// iceoryx2 publish-subscribe.
+    Iceoryx2,
+    /// A Unix stream socket.
+    Unix,
+}
+
+impl Contender {
+    /// `zcio-<semantics>`, `iceoryx2` or `unix`.
+    pub fn name(self) -> String {
+        match self {
+            Contender::Zcio(s) => format!("zcio-{}", s.name()),
+            Contender::Iceoryx2 => "iceoryx2".into(),
+            Contender::Unix => "unix".into(),
+        }
+    }
+
+    /// The contender named `s` ([`Contender::name`]).
+    pub fn parse(s: &str) -> Res<Contender> {
+        match s {
+            "iceoryx2" => Ok(Contender::Iceoryx2),
+            "unix" => Ok(Contender::Unix),
+            _ => match s.strip_prefix("zcio-") {
+                Some(sem) => Ok(Contender::Zcio(sem.parse::<Semantics>()?)),
+                None => Err(format!(
+                    "unknown contender `{s}` (zcio-<semantics>, iceoryx2 or unix)"
+                )
+                .into()),
+            },
+        }
+    }
+}
+
+/// Arguments of `zcio bench channel`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ChannelArgs {
+    /// Message sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 65536, 1 << 20, 16 << 20, 64 << 20, 256 << 20])]
+    pub bytes: Vec<usize>,
+    /// Granules of the application buffers at both ends, comma-separated: `4k` (4 KiB pages)
+    /// and `2m` (transparent huge pages).
+    #[arg(long, value_delimiter = ',', default_values_t = [Granule::Base, Granule::Huge])]
+    pub granules: Vec<Granule>,
+    /// zcio's contenders: the semantics of the channel's calls, comma-separated (those whose
+    /// application allocates the buffers: copy, emulated-copy, share, emulated-share).
+    #[arg(long, value_delimiter = ',', default_values_t = [Semantics::Copy, Semantics::EmulatedCopy])]
+    pub semantics: Vec<Semantics>,
+    /// The other contenders, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values = ["iceoryx2", "unix"])]
+    pub baselines: Vec<Baseline>,
+    /// Rounds (each runs every contender once, in an order that rotates).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Messages of each half of a run (one at a time, streamed). Default: 128 MiB of them,
+    /// 3 to 2000.
+    #[arg(long)]
+    pub messages: Option<usize>,
+    /// Print JSON (`{"rows": [...], ...}`) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What a bench (or the report) measures: sizes, granules, contenders, rounds.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Plan {
+    /// Message sizes (bytes).
+    pub sizes: Vec<usize>,
+    /// Granules of the application buffers.
+    pub granules: Vec<Granule>,
+    /// The contenders, by name (`zcio-copy`, `zcio-emulated-copy`, `iceoryx2`, `unix`).
+    pub contenders: Vec<String>,
+    /// Rounds.
+    pub rounds: usize,
+    /// Messages of each half of a run, where given (else by size: [`messages`]).
+    pub messages: Option<usize>,
+}
+
+impl Plan {
+    /// The report's plan at `preset`: a few sizes around where the granules differ, fewer
+    /// rounds than the bench's default (the whole sweep is the full preset's).
+    pub fn of(preset: Preset) -> Plan {
+        let contenders = default_contenders();
+        match preset {
+            Preset::Smoke => Plan {
+                sizes: vec![64 << 10, 2 << 20],
+                granules: vec![Granule::Base, Granule::Huge],
+                contenders,
+                rounds: 1,
+                messages: Some(4),
+            },
+            Preset::Quick => Plan {
+                sizes: vec![64 << 10, 16 << 20, 64 << 20],
+                granules: vec![Granule::Base, Granule::Huge],
+                contenders,
+                rounds: 2,
+                messages: None,
+            },
+            Preset::Full => Plan {
+                sizes: vec![4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20],
+                granules: vec![Granule::Base, Granule::Huge],
+                contenders,
+                rounds: 3,
+                messages: None,
+            },
+        }
+    }
+
+    /// The plan of `zcio bench channel`'s arguments, or why there is none: every size one a
+    /// channel carries, semantics the channel's buffer calls take, something to run.
+    pub fn of_args(a: &ChannelArgs) -> Res<Plan> {
+        if a.rounds == 0 {
+            return Err("invalid argument `--rounds`: 0: at least one round".into());
+        }
+        if a.messages == Some(0) {
+            return Err("invalid argument `--messages`: 0: at least one message".into());
+        }
+        if a.bytes.is_empty() {
+            return Err("invalid argument `--bytes`: none: at least one size".into());
+        }
+        if a.granules.is_empty() {
+            return Err("invalid argument `--granules`: none: at least one granule".into());
+        }
+        for &b in &a.bytes {
+            crate::transfer::check_bytes("--bytes", b)?;
+        }
+        for s in &a.semantics {
+            if s.allocation() == Allocation::System {
+                return Err(format!(
+                    "invalid argument `--semantics {s}`: the channel's buffer calls take copy, emulated-copy, share or emulated-share ({s} passes regions)"
+                )
+                .into());
+            }
+        }
+        let mut contenders: Vec<String> = a
+            .semantics
+            .iter()
+            .map(|s| Contender::Zcio(*s).name())
+            .collect();
+        for b in &a.baselines {
+            contenders.push(
+                match b {
+                    Baseline::Iceoryx2 => Contender::Iceoryx2,
+                    Baseline::Unix => Contender::Unix,
+                }
+                .name(),
+            );
+        }
+        contenders.dedup();
+        if contenders.is_empty() {
+            return Err("invalid arguments `--semantics`, `--baselines`: no contender".into());
+        }
+        let mut granules = a.granules.clone();
+        granules.dedup();
+        Ok(Plan {
+            sizes: a.bytes.clone(),
+            granules,
+            contenders,
+            rounds: a.rounds,
+            messages: a.messages,
+        })
+    }
+
+    /// Progress units of [`measure`]: one per run.
+    pub fn units(&self) -> u64 {
+        (self.sizes.len() * self.granules.len() * self.rounds * self.contenders.len()) as u64
+    }
+
+    /// Messages of each half of a run at `bytes`.
+    pub fn messages(&self, bytes: usize) -> usize {
+        self.messages.unwrap_or_else(|| messages(bytes))
+    }
+}
+
+/// `zcio-copy`, `zcio-emulated-copy`, `iceoryx2`, `unix`.
+fn default_contenders() -> Vec<String> {
+    [
+        Contender::Zcio(Semantics::Copy),
+        Contender::Zcio(Semantics::EmulatedCopy),
+        Contender::Iceoryx2,
+        Contender::Unix,
+    ]
+    .iter()
+    .map(|c| c.name())
+    .collect()
+}
+
+/// Messages of each half of a run at `bytes` by default: [`VOLUME`] of them, within
+/// [`MESSAGES`].
+pub fn messages(bytes: usize) -> usize {
+    (VOLUME / bytes.max(1)).clamp(MESSAGES.0, MESSAGES.1)
+}
+
+/// Warm-up messages of a run at `bytes` of `n` messages per half: a zcio window's worth (so
+/// that the pools a stream fills are made before the clock runs), 3 at least, `n` at most.
+pub fn warm_up(bytes: usize, n: usize) -> usize {
+    (window(bytes) / bytes.max(1)).max(3).min(n)
+}
+
+/// `n` buffers of `bytes` at granule `g`, every page touched: a process's ring of messages.
+pub fn ring(g: Granule, bytes: usize, n: usize) -> Res<Vec<AppBuffer>> {
+    let ps = zcio_vm::page_size();
+    (0..n)
+        .map(|_| {
+            let mut b = g.buffer(bytes)?;
+            for x in b.iter_mut().step_by(ps) {
+                *x = 1;
+            }
+            Ok(b)
+        })
+        .collect()
+}
+
+/// The window a zcio link gets for messages of `bytes`: the message at least, the default
+/// window at least, [`MAX_WINDOW`] at most.
+pub fn window(bytes: usize) -> usize {
+    bytes.clamp(zcio_genie::memnet::DEFAULT_WINDOW, MAX_WINDOW)
+}
+
+/// One contender at one size and granule.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Row {
+    /// `zcio-copy`, `zcio-emulated-copy`, `iceoryx2`, `unix`.
+    pub contender: String,
+    /// Message size.
+    pub bytes: usize,
+    /// Granule of the application buffers asked for.
+    pub granule: Granule,
+    /// Median over rounds of each round's median one-way latency (ns): send start at the sender
+    /// to the message in the receiver's buffer, `CLOCK_MONOTONIC` at both ends.
+    pub latency_ns: Option<f64>,
+    /// Lowest and highest round.
+    pub latency_spread_ns: Option<[f64; 2]>,
+    /// Median over rounds of each round's throughput, streamed (GB/s, 10⁹ bytes per second).
+    pub throughput_gbps: Option<f64>,
+    /// Lowest and highest round.
+    pub throughput_spread_gbps: Option<[f64; 2]>,
+    /// Median over rounds of each round's median time inside the send (ns).
+    pub send_ns: Option<f64>,
+    /// Lowest and highest round.
+    pub send_spread_ns: Option<[f64; 2]>,
+    /// Median over rounds of CPU time per streamed message, both processes (ns).
+    pub cpu_ns: Option<f64>,
+    /// Lowest and highest round.
+    pub cpu_spread_ns: Option<[f64; 2]>,
+    /// Every byte of every message of every round matched (false where a round did not run).
+    pub verified: bool,
+    /// Messages of each half of a run (one at a time, streamed).
+    pub messages: usize,
+    /// Rounds that ran.
+    pub rounds: usize,
+    /// Messages checked, warm-up included, over all rounds.
+    pub checked_messages: u64,
+    /// The first message that differed, and its first differing byte, if any.
+    pub first_mismatch: Option<(u64, usize)>,
+    /// zcio: the link's window (bytes), as the endpoint reported it.
+    pub window_bytes: Option<usize>,
+    /// zcio: the path of the last message, as the library reported it at both ends.
+    pub path: Option<String>,
+    /// zcio: the granule of the VM work, as the library reported it.
+    pub vm_granule: Option<String>,
+    /// The granule the receiver's buffer got (`4k`, `2m`, `mixed`): `4k` where huge pages
+    /// could not be had.
+    pub buffer_granule: String,
+    /// Why a round did not run (or broke), if one did not: the row is then not verified.
+    pub error: Option<String>,
+}
+
+/// Emulated copy against the others at one size and granule.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Ratio {
+    /// Message size.
+    pub bytes: usize,
+    /// Granule.
+    pub granule: Granule,
+    /// zcio-emulated-copy's throughput / iceoryx2's.
+    pub emulated_copy_vs_iceoryx2: Option<f64>,
+    /// zcio-emulated-copy's throughput / the Unix socket's.
+    pub emulated_copy_vs_unix: Option<f64>,
+    /// zcio-emulated-copy's throughput / zcio-copy's.
+    pub emulated_copy_vs_copy: Option<f64>,
+}
+
+/// What `zcio bench channel` measured: its JSON, and the report's `genie.results.channel`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChannelSection {
+    /// What was run.
+    pub plan: Plan,
+    /// One row per contender, size and granule.
+    pub rows: Vec<Row>,
+    /// Emulated copy's throughput against the others, from 2 MiB up.
+    pub ratios: Vec<Ratio>,
+}
+
+impl ChannelSection {
+    /// The row of `contender` at `bytes` and `granule`.
+    pub fn row(&self, contender: &str, bytes: usize, granule: Granule) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.contender == contender && r.bytes == bytes && r.granule == granule)
+    }
+
+    /// The rows that are not verified, by name and reason.
+    pub fn failures(&self) -> Vec<String> {
+        self.rows
+            .iter()
+            .filter(|r| !r.verified)
+            .map(|r| {
+                format!(
+                    "{} at {} B ({}): {}",
+                    r.contender,
+                    r.bytes,
+                    r.granule,
+                    match (&r.error, r.first_mismatch) {
+                        (Some(e), _) => e.clone(),
+                        (None, Some((m, at))) => format!("message {m} differs at byte {at}"),
+                        (None, None) => "not verified".into(),
+                    }
+                )
+            })
+            .collect()
+    }
+}
+
+/// Emulated copy's throughput against the others at every size from 2 MiB up.
+pub fn ratios(rows: &[Row], plan: &Plan) -> Vec<Ratio> {
+    let ec = Contender::Zcio(Semantics::EmulatedCopy).name();
+    let cp = Contender::Zcio(Semantics::Copy).name();
+    let tp = |c: &str, b: usize, g: Granule| {
+        rows.iter()
+            .find(|r| r.contender == c && r.bytes == b && r.granule == g && r.verified)
+            .and_then(|r| r.throughput_gbps)
+    };
+    let mut out = Vec::new();
+    for &g in &plan.granules {
+        for &b in plan.sizes.iter().filter(|b| **b >= 2 << 20) {
+            let Some(e) = tp(&ec, b, g) else { continue };
+            out.push(Ratio {
+                bytes: b,
+                granule: g,
+                emulated_copy_vs_iceoryx2: tp("iceoryx2", b, g).map(|x| e / x),
+                emulated_copy_vs_unix: tp("unix", b, g).map(|x| e / x),
+                emulated_copy_vs_copy: tp(&cp, b, g).map(|x| e / x),
+            });
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The data.
+
+/// Word `k` (the 8 bytes at offset `8k`) of message `i`.
+#[inline]
+fn word(base: u64, k: usize) -> u64 {
+    base.wrapping_add((k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// The first word of message `i`: its index, spread.
+fn base(i: u64) -> u64 {
+    (i.wrapping_add(1)).wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x7a63_696f_6368_616e
+}
+
+/// Write message `i` into `buf`: each 8-byte word `k` depends on `i` and `k` (a tail shorter
+/// than a word takes the first bytes of its word).
+pub fn fill(buf: &mut [u8], i: u64) {
+    let b = base(i);
+    let mut words = buf.chunks_exact_mut(8);
+    for (k, w) in (&mut words).enumerate() {
+        w.copy_from_slice(&word(b, k).to_le_bytes());
+    }
+    let n = buf.len() / 8;
+    let tail = &mut buf[n * 8..];
+    let last = word(b, n).to_le_bytes();
+    let t = tail.len();
+    tail.copy_from_slice(&last[..t]);
+}
+
+/// Check every byte of `buf` against message `i`: the offset of the first that differs, if
+/// any.
+pub fn check(buf: &[u8], i: u64) -> Option<usize> {
+    const BLOCK: usize = 4096;
+    let b = base(i);
+    // A block at a time, its words' differences or-ed together (which vectorises); the first
+    // differing byte is looked for only in a block that differs.
+    for (j, block) in buf.chunks(BLOCK).enumerate() {
+        let k0 = j * BLOCK / 8;
+        let mut diff = 0u64;
+        let words = block.chunks_exact(8);
+        let rest = words.remainder();
+        for (k, w) in words.enumerate() {
+            diff |= u64::from_le_bytes(w.try_into().expect("8 bytes")) ^ word(b, k0 + k);
+        }
+        let n = block.len() / 8;
+        let last = word(b, k0 + n).to_le_bytes();
+        let tail_ok = rest == &last[..rest.len()];
+        if diff != 0 || !tail_ok {
+            let mut want = vec![0u8; block.len()];
+            for (k, w) in (k0..).zip(want.chunks_mut(8)) {
+                let v = word(b, k).to_le_bytes();
+                w.copy_from_slice(&v[..w.len()]);
+            }
+            let at = block
+                .iter()
+                .zip(&want)
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+            return Some(j * BLOCK + at);
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clocks.
+
+fn clock_ns(id: rustix::time::ClockId) -> u64 {
+    let t = rustix::time::clock_gettime(id);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// `CLOCK_MONOTONIC`, the one both processes of a run read (ns).
+pub fn monotonic_ns() -> u64 {
+    clock_ns(rustix::time::ClockId::Monotonic)
+}
+
+/// This process's CPU time, user and system, all threads (ns).
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(rustix::time::ClockId::ProcessCPUTime)
+}
+
+/// A name no other run uses: this process, a counter, the time.
+pub fn unique_name(what: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() % 1_000_000_000_000);
+    format!(
+        "zcio-bench-channel-{what}-{}-{}-{nanos}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bench.
+
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    })
+}
+
+fn spread(v: &[f64]) -> Option<[f64; 2]> {
+    let lo = v.iter().copied().reduce(f64::min)?;
+    let hi = v.iter().copied().reduce(f64::max)?;
+    Some([lo, hi])
+}
+
+/// One contender's rounds at one size and granule, as they come in.
+#[derive(Default)]
+struct Rounds {
+    latency: Vec<f64>,
+    throughput: Vec<f64>,
+    send: Vec<f64>,
+    cpu: Vec<f64>,
+    checked: u64,
+    first_mismatch: Option<(u64, usize)>,
+    window: Option<usize>,
+    path: Option<String>,
+    vm_granule: Option<String>,
+    error: Option<String>,
+}
+
+impl Rounds {
+    fn add(&mut self, r: receiver::RunResult) {
+        self.latency.push(r.latency_ns);
+        self.throughput.push(r.throughput_gbps);
+        self.send.push(r.send_ns);
+        self.cpu.push(r.cpu_ns);
+        self.checked += r.checked;
+        if self.first_mismatch.is_none() {
+            self.first_mismatch = r.first_mismatch;
+        }
+        self.window = r.window.or(self.window);
+        self.path = r.path.or(self.path.take());
+        self.vm_granule = r.vm_granule.or(self.vm_granule.take());
+    }
+
+    fn row(self, contender: String, bytes: usize, granule: Granule, n: usize, bg: &str) -> Row {
+        let ran = self.latency.len();
+        Row {
+            contender,
+            bytes,
+            granule,
+            latency_ns: median(&self.latency),
+            latency_spread_ns: spread(&self.latency),
+            throughput_gbps: median(&self.throughput),
+            throughput_spread_gbps: spread(&self.throughput),
+            send_ns: median(&self.send),
+            send_spread_ns: spread(&self.send),
+            cpu_ns: median(&self.cpu),
+            cpu_spread_ns: spread(&self.cpu),
+            verified: ran > 0 && self.error.is_none() && self.first_mismatch.is_none(),
+            messages: n,
+            rounds: ran,
+            checked_messages: self.checked,
+            first_mismatch: self.first_mismatch,
+            window_bytes: self.window,
+            path: self.path,
+            vm_granule: self.vm_granule,
+            buffer_granule: bg.to_string(),
+            error: self.error,
+        }
+    }
+}
+
+/// Run `plan`, one progress unit per run; every contender's row, failures included.
+pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<ChannelSection> {
+    let contenders: Vec<Contender> = plan
+        .contenders
+        .iter()
+        .map(|c| Contender::parse(c))
+        .collect::<Res<_>>()?;
+    let mut rows = Vec::new();
+    for &bytes in &plan.sizes {
+        let n = plan.messages(bytes);
+        for &g in &plan.granules {
+            // The receiver's own buffers, made once and reused by every run at this size.
+            let mut ring = ring(g, bytes, n)
+                .with_context(|| format!("the receiver's {n} buffers of {bytes} bytes, {g}"))?;
+            let bg = zcio_genie::granule_of(&ring[0]).name();
+            let mut per: Vec<Rounds> = contenders.iter().map(|_| Rounds::default()).collect();
+            for round in 0..plan.rounds {
+                for k in 0..contenders.len() {
+                    let i = (k + round) % contenders.len();
+                    let c = contenders[i];
+                    p.what(format!(
+                        "channel: {} {} B {g}, round {}",
+                        c.name(),
+                        bytes,
+                        round + 1
+                    ));
+                    if per[i].error.is_none() {
+                        match receiver::run(c, bytes, g, &mut ring) {
+                            Ok(r) => per[i].add(r),
+                            Err(e) => per[i].error = Some(format!("round {}: {e}", round + 1)),
+                        }
+                    }
+                    p.inc();
+                }
+            }
+            for (c, r) in contenders.iter().zip(per) {
+                rows.push(r.row(c.name(), bytes, g, n, bg));
+            }
+        }
+    }
+    let ratios = ratios(&rows, plan);
+    Ok(ChannelSection {
+        plan: plan.clone(),
+        rows,
+        ratios,
+    })
+}
+
+/// `zcio bench channel`: measure, print a table (or JSON); fail, having printed, if a row
+/// is not verified.
+pub fn run(a: ChannelArgs) -> Res<()> {
+    let plan = Plan::of_args(&a)?;
+    crate::report::ensure_profile(&std::env::temp_dir())?;
+    let bar = crate::bench_bar(plan.units());
+    let s = measure(&plan, &bar)?;
+    bar.finish_and_clear();
+    let failures = s.failures();
+    let mut v = serde_json::to_value(&s)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("bench".into(), "channel".into());
+    }
+    let reason = || {
+        format!(
+            "bench channel: {} of {} rows not verified: {}",
+            failures.len(),
+            s.rows.len(),
+            failures.join("; ")
+        )
+    };
+    if a.json {
+        if !failures.is_empty() {
+            return Err(crate::error::Error::new(FailedWith {
+                result: v,
+                reason: reason(),
+            }));
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    print!("{}", render::text_table(&s));
+    if !failures.is_empty() {
+        return Err(reason().into());
+    }
+    Ok(())
+}
+
+/// Whether the zcio listener `l` has a client waiting, watching `child` meanwhile: `Ok(())`
+/// once one waits; an error if the child ends first or [`STALL`] passes.
+fn await_client(
+    l: &zcio_genie::channel::ChannelListener,
+    child: &mut std::process::Child,
+) -> Res<()> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut fds = [rustix::event::PollFd::new(l, rustix::event::PollFlags::IN)];
+        let tick = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 2_000_000,
+        };
+        match rustix::event::poll(&mut fds, Some(&tick)) {
+            Ok(n) if n > 0 => return Ok(()),
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(s) = child.try_wait()? {
+            return Err(format!("the sender ended before connecting: {s}").into());
+        }
+        if t0.elapsed() > STALL {
+            return Err("the sender did not connect".into());
+        }
+    }
+}
+
+/// A zcio channel's waits in this bench: give up after [`STALL`].
+fn waits() -> zcio_genie::Waits {
+    zcio_genie::Waits {
+        timeout: Some(STALL),
+        interruptible: false,
+    }
+}
+
+/// Connect to the zcio channel `name` as the sender, with the bench's waits.
+fn connect(name: &str) -> Res<Channel> {
+    let mut ch = Channel::connect(name, STALL)?;
+    ch.set_waits(waits());
+    Ok(ch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pattern_depends_on_message_and_offset_and_every_byte_is_checked() {
+        for len in [1usize, 7, 8, 4095, 4096, 4097, 3 * 4096 + 5] {
+            let mut a = vec![0u8; len];
+            fill(&mut a, 3);
+            assert_eq!(check(&a, 3), None, "{len}");
+            if len >= 8 {
+                assert_ne!(check(&a, 4), None, "{len}");
+            }
+            for at in [0, len / 2, len - 1] {
+                let mut b = a.clone();
+                b[at] ^= 0x40;
+                assert_eq!(check(&b, 3), Some(at), "{len} {at}");
+            }
+        }
+        let mut a = vec![0u8; 64];
+        fill(&mut a, 0);
+        assert_ne!(a[..8], a[8..16]);
+    }
+
+    #[test]
+    fn contenders_round_trip_by_name_and_the_plan_refuses_what_cannot_run() {
+        for c in default_contenders() {
+            assert_eq!(Contender::parse(&c).unwrap().name(), c);
+        }
+        assert!(Contender::parse("zcio-move").is_ok());
+        assert!(Contender::parse("tcp").is_err());
+        let args = |extra: &[&str]| {
+            use clap::Parser;
+            #[derive(clap::Parser)]
+            struct P {
+                #[command(flatten)]
+                a: ChannelArgs,
+            }
+            let mut v = vec!["p"];
+            v.extend(extra);
+            P::try_parse_from(v).map(|p| p.a)
+        };
+        let a = args(&[]).unwrap();
+        let p = Plan::of_args(&a).unwrap();
+        assert_eq!(p.contenders, default_contenders());
+        assert_eq!(p.sizes.len(), 6);
+        assert_eq!(p.granules, [Granule::Base, Granule::Huge]);
+        let e = Plan::of_args(&args(&["--semantics", "move"]).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("--semantics move"), "{e}");
+        let e = Plan::of_args(&args(&["--rounds", "0"]).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("--rounds"), "{e}");
+        let e = Plan::of_args(&args(&["--bytes", "0"]).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("--bytes"), "{e}");
+        assert!(args(&["--granules", "1g"]).is_err());
+    }
+
+    #[test]
+    fn messages_scale_with_size_within_bounds_and_windows_cover_messages() {
+        assert_eq!(messages(4096), MESSAGES.1);
+        assert_eq!(messages(1 << 20), 128);
+        assert_eq!(messages(256 << 20), MESSAGES.0);
+        assert_eq!(window(4096), zcio_genie::memnet::DEFAULT_WINDOW);
+        assert_eq!(window(64 << 20), 64 << 20);
+        assert_eq!(window(1 << 30), MAX_WINDOW);
+        assert_eq!(warm_up(4096, 2000), 2000);
+        assert_eq!(warm_up(1 << 20, 128), 16);
+        assert_eq!(warm_up(256 << 20, 3), 3);
+        assert_eq!(warm_up(256 << 20, 1), 1);
+    }
+}

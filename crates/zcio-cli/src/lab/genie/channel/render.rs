@@ -1,0 +1,206 @@
+//! What `zcio bench channel` prints: the table, the ratios, and sentences on the project's
+//! targets made from the run's numbers only (the report's Genie section says the same).
+
+use super::{ChannelSection, Contender, Granule, Row};
+use crate::report::text::{size, us};
+use std::fmt::Write as _;
+use zcio_genie::Semantics;
+
+/// The project's hopes for emulated copy over a channel, from 2 MiB up: throughput at least
+/// iceoryx2's, and at least this many times a Unix socket's.
+pub const TARGET_VS_UNIX: f64 = 3.0;
+
+/// The project's hope for the send time of 64 MiB under emulated copy, per granule (ns).
+pub fn target_send_64m_ns(g: Granule) -> f64 {
+    match g {
+        Granule::Base => 20e6,
+        Granule::Huge => 1e6,
+    }
+}
+
+fn ec() -> String {
+    Contender::Zcio(Semantics::EmulatedCopy).name()
+}
+
+pub(super) fn opt_us(x: Option<f64>) -> String {
+    x.map_or("-".into(), us)
+}
+
+pub(super) fn spread_us(x: Option<[f64; 2]>) -> String {
+    x.map_or("-".into(), |[a, b]| format!("{}–{}", us(a), us(b)))
+}
+
+pub(super) fn gbps(x: Option<f64>) -> String {
+    x.map_or("-".into(), |x| format!("{x:.2}"))
+}
+
+pub(super) fn spread_gbps(x: Option<[f64; 2]>) -> String {
+    x.map_or("-".into(), |[a, b]| format!("{a:.2}–{b:.2}"))
+}
+
+pub(super) fn ratio(x: Option<f64>) -> String {
+    x.map_or("-".into(), |x| format!("{x:.2}×"))
+}
+
+pub(super) fn status(r: &Row) -> String {
+    match (&r.error, r.verified) {
+        (Some(e), _) if r.rounds == 0 => format!("not run: {e}"),
+        (Some(e), _) => format!("failed: {e}"),
+        (None, true) => "yes".into(),
+        (None, false) => match r.first_mismatch {
+            Some((m, at)) => format!("NO: message {m} differs at byte {at}"),
+            None => "no".into(),
+        },
+    }
+}
+
+/// The lowest and highest of `xs`.
+fn range(xs: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    xs.fold(None, |acc, x| match acc {
+        None => Some((x, x)),
+        Some((lo, hi)) => Some((f64::min(lo, x), f64::max(hi, x))),
+    })
+}
+
+/// Emulated copy's throughput ratios from 2 MiB up, against `of` (`iceoryx2`, `unix`): the
+/// range, how many points meet `target`, and how many points there are.
+pub(super) fn against(
+    s: &ChannelSection,
+    of: &str,
+    target: f64,
+) -> Option<((f64, f64), usize, usize)> {
+    let xs: Vec<f64> = s
+        .ratios
+        .iter()
+        .filter_map(|q| match of {
+            "iceoryx2" => q.emulated_copy_vs_iceoryx2,
+            _ => q.emulated_copy_vs_unix,
+        })
+        .collect();
+    let r = range(xs.iter().copied())?;
+    Some((r, xs.iter().filter(|x| **x >= target).count(), xs.len()))
+}
+
+/// Emulated copy's send time at 64 MiB per granule, where measured.
+fn send_64m(s: &ChannelSection) -> Vec<(Granule, f64)> {
+    s.plan
+        .granules
+        .iter()
+        .filter_map(|&g| {
+            let r = s.row(&ec(), 64 << 20, g)?;
+            Some((g, r.send_ns?))
+        })
+        .collect()
+}
+
+/// The sentences on the project's targets, from this run's numbers.
+pub(super) fn target_sentences(s: &ChannelSection) -> Vec<String> {
+    let mut out = Vec::new();
+    let sizes: Vec<String> = s
+        .ratios
+        .iter()
+        .map(|q| q.bytes)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(size)
+        .collect();
+    if s.ratios.is_empty() {
+        out.push("No size of 2 MiB or more was measured with zcio-emulated-copy verified, so the throughput targets are not tested in this run.".into());
+    } else {
+        let say = |of: &str, target: f64, what: &str| match against(s, of, target) {
+            Some(((lo, hi), met, n)) => format!(
+                "against {what}: {lo:.2}–{hi:.2}× (target ≥ {target:.0}×: met at {met} of {n} sizes × granules)"
+            ),
+            None => format!("against {what}: not measured"),
+        };
+        out.push(format!(
+            "Emulated copy's throughput over the channel from 2 MiB up (this run: {}): {}; {}.",
+            sizes.join(", "),
+            say("iceoryx2", 1.0, "iceoryx2"),
+            say("unix", TARGET_VS_UNIX, "the Unix socket"),
+        ));
+    }
+    let sends = send_64m(s);
+    if !sends.is_empty() {
+        let parts: Vec<String> = sends
+            .iter()
+            .map(|(g, ns)| {
+                let t = target_send_64m_ns(*g);
+                format!(
+                    "{} µs with {g} buffers (target ≤ {} ms: {})",
+                    us(*ns),
+                    t / 1e6,
+                    if *ns <= t { "met" } else { "not met" }
+                )
+            })
+            .collect();
+        out.push(format!(
+            "Median time inside Channel::send of 64 MiB under emulated copy: {}.",
+            parts.join("; ")
+        ));
+    }
+    out
+}
+
+/// `zcio bench channel`'s table, its ratios and the targets, as text.
+pub fn text_table(s: &ChannelSection) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Two processes, every byte of every message checked at the receiver. Latency: one message at a time, send start (sender) to the message in the receiver's buffer, CLOCK_MONOTONIC read by both; throughput: streamed; send: time inside the send; CPU: both processes per streamed message. Medians over {} round(s), spread lowest–highest round.",
+        s.plan.rounds
+    );
+    let _ = writeln!(
+        o,
+        "{:<4} {:>8} {:<20} {:>10} {:>19} {:>7} {:>13} {:>10} {:>10} {:>5} {:>7}  verified / path",
+        "gran",
+        "size",
+        "contender",
+        "latency µs",
+        "(spread)",
+        "GB/s",
+        "(spread)",
+        "send µs",
+        "CPU µs",
+        "msgs",
+        "window"
+    );
+    for r in &s.rows {
+        let _ = writeln!(
+            o,
+            "{:<4} {:>8} {:<20} {:>10} {:>19} {:>7} {:>13} {:>10} {:>10} {:>5} {:>7}  {}{}",
+            r.granule.name(),
+            size(r.bytes),
+            r.contender,
+            opt_us(r.latency_ns),
+            spread_us(r.latency_spread_ns),
+            gbps(r.throughput_gbps),
+            spread_gbps(r.throughput_spread_gbps),
+            opt_us(r.send_ns),
+            opt_us(r.cpu_ns),
+            r.messages,
+            r.window_bytes.map_or("-".into(), size),
+            status(r),
+            r.path.as_ref().map_or(String::new(), |p| format!(" / {p}")),
+        );
+    }
+    if !s.ratios.is_empty() {
+        let _ = writeln!(o);
+        for q in &s.ratios {
+            let _ = writeln!(
+                o,
+                "{} {:>8}: zcio-emulated-copy throughput / iceoryx2 {}, / unix {}, / zcio-copy {}",
+                q.granule.name(),
+                size(q.bytes),
+                ratio(q.emulated_copy_vs_iceoryx2),
+                ratio(q.emulated_copy_vs_unix),
+                ratio(q.emulated_copy_vs_copy)
+            );
+        }
+    }
+    let _ = writeln!(o);
+    for t in target_sentences(s) {
+        let _ = writeln!(o, "{t}");
+    }
+    o
+}

@@ -1,0 +1,285 @@
+//! The sending side of a run: `zcio channel-sender`, started by the bench for each run.
+//!
+//! # A run's protocol
+//!
+//! The bench (the receiver) listens on a control socket and sets up the data transport (a zcio
+//! channel name, an iceoryx2 service and its subscriber, or a Unix socket path), then starts
+//! the sender with both on its command line. The sender makes its ring of `n` buffers (every
+//! page touched), connects both and says `r` (ready); the receiver connects its end (iceoryx2's
+//! subscriber to the new publisher) and says `c`, and the sender connects again. Then:
+//!
+//! 1. warm-up: the sender writes `W` messages into its ring and streams them; the receiver
+//!    takes them into its ring and checks them;
+//! 2. one at a time: `n` times, the receiver says `g` (go), the sender writes the message into
+//!    its first buffer (once the previous message's zcio ticket has completed), reads the
+//!    clock and sends; the receiver takes it into its first buffer, reads the clock, checks it;
+//! 3. the sender writes `n` messages into its ring and says `s`; the receiver says `g`, and the
+//!    sender streams them; the receiver takes them into its ring, then checks them;
+//! 4. the receiver says `d` (done: everything arrived), and the sender writes its [`Report`]
+//!    on the control socket and exits.
+
+use super::receiver::{expect, iceoryx_pubsub, node, readable, say};
+use super::{Contender, Granule, STALL, connect, fill, monotonic_ns, process_cpu_ns};
+use crate::error::Context;
+use crate::transfer::Res;
+use iceoryx2::port::update_connections::UpdateConnections;
+use iceoryx2::port::{BackpressureAction, BackpressureInfo};
+use iceoryx2::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use zcio_genie::Semantics;
+use zcio_genie::channel::Channel;
+use zcio_genie::memnet::Ticket;
+
+/// Arguments of the hidden `zcio channel-sender`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SenderArgs {
+    /// The bench's control socket.
+    #[arg(long)]
+    pub connect: PathBuf,
+    /// `zcio-<semantics>`, `iceoryx2` or `unix`.
+    #[arg(long)]
+    pub contender: String,
+    /// The zcio channel name, the iceoryx2 service name, or the Unix socket's path.
+    #[arg(long)]
+    pub name: String,
+    /// Message size.
+    #[arg(long)]
+    pub bytes: usize,
+    /// Granule of the sender's buffer.
+    #[arg(long)]
+    pub granule: Granule,
+    /// Warm-up messages.
+    #[arg(long)]
+    pub warm_up: usize,
+    /// Messages of each half.
+    #[arg(long)]
+    pub messages: usize,
+}
+
+/// What the sender tells the receiver at the end of a run.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// `CLOCK_MONOTONIC` at each message's send start (ns), every message of the run.
+    pub start_ns: Vec<u64>,
+    /// Time inside each message's send (ns).
+    pub send_ns: Vec<u64>,
+    /// The sender's CPU time over the streamed messages (ns), from the go-ahead to the last
+    /// message's completion.
+    pub stream_cpu_ns: u64,
+    /// zcio: the output path of the last message.
+    pub path: Option<String>,
+    /// zcio: the granule of the last output's VM work.
+    pub vm_granule: Option<String>,
+}
+
+/// The sending end of a contender's transport.
+enum TxEnd {
+    Zcio(Box<ZcioTx>),
+    Iceoryx2(Box<IceoryxTx>),
+    Unix(UnixStream),
+}
+
+/// zcio's sending side: the channel, the semantics, the last output's ticket (until waited
+/// for) and accounting.
+struct ZcioTx {
+    ch: Channel,
+    sem: Semantics,
+    prev: Option<Ticket>,
+    last: Option<zcio_genie::Accounting>,
+}
+
+/// iceoryx2's sending side: its node and services are kept for the ports' sake.
+struct IceoryxTx {
+    publisher: iceoryx2::port::publisher::Publisher<ipc::Service, [u8], ()>,
+    notifier: iceoryx2::port::notifier::Notifier<ipc::Service>,
+    _pubsub:
+        iceoryx2::service::port_factory::publish_subscribe::PortFactory<ipc::Service, [u8], ()>,
+    _event: iceoryx2::service::port_factory::event::PortFactory<ipc::Service>,
+    _node: Node<ipc::Service>,
+}
+
+impl TxEnd {
+    fn open(c: Contender, a: &SenderArgs, ctl: &UnixStream) -> Res<TxEnd> {
+        Ok(match c {
+            Contender::Zcio(sem) => TxEnd::Zcio(Box::new(ZcioTx {
+                ch: connect(&a.name)?,
+                sem,
+                prev: None,
+                last: None,
+            })),
+            Contender::Iceoryx2 => {
+                let node = node()?;
+                let sname = ServiceName::new(&a.name)?;
+                let pubsub = iceoryx_pubsub(&node, &sname).open()?;
+                let event = node.service_builder(&sname).event().open()?;
+                let watch = ctl.try_clone()?;
+                let publisher = pubsub
+                    .publisher_builder()
+                    .initial_max_slice_len(a.bytes)
+                    .max_loaned_samples(1)
+                    .backpressure_strategy(BackpressureStrategy::RetryUntilDelivered)
+                    .set_backpressure_handler(move |i: &BackpressureInfo| {
+                        // The receiver says nothing while a send may wait: anything to read
+                        // is its end. Checked now and then, not at every retry.
+                        if i.retries % 64 == 63 && (readable(&watch) || i.elapsed_time > STALL) {
+                            BackpressureAction::DiscardDataAndFail
+                        } else {
+                            BackpressureAction::Retry
+                        }
+                    })
+                    .create()
+                    .map_err(|e| {
+                        format!("iceoryx2: a publisher of {}-byte samples: {e:?}", a.bytes)
+                    })?;
+                let notifier = event.notifier_builder().create()?;
+                TxEnd::Iceoryx2(Box::new(IceoryxTx {
+                    publisher,
+                    notifier,
+                    _pubsub: pubsub,
+                    _event: event,
+                    _node: node,
+                }))
+            }
+            Contender::Unix => {
+                let s = UnixStream::connect(&a.name)
+                    .with_context(|| format!("connect to {}", a.name))?;
+                TxEnd::Unix(s)
+            }
+        })
+    }
+
+    /// Before the buffer of the previous message is written again: zcio waits for that
+    /// message's ticket (the receiver has it), so that no write lands on pages still on their
+    /// way.
+    fn prepare(&mut self) -> Res<()> {
+        if let TxEnd::Zcio(z) = self
+            && let Some(t) = z.prev.take()
+        {
+            z.ch.wait(t)?;
+        }
+        Ok(())
+    }
+
+    /// Send `buf` as message `i`.
+    fn send(&mut self, buf: &[u8], i: usize) -> Res<()> {
+        match self {
+            TxEnd::Zcio(z) => {
+                let (t, acc) = z.ch.send(z.sem, buf)?;
+                z.prev = Some(t);
+                z.last = Some(acc);
+            }
+            TxEnd::Iceoryx2(tx) => {
+                let s = tx
+                    .publisher
+                    .loan_slice_uninit(buf.len())
+                    .map_err(|e| format!("iceoryx2: loaning message {i}: {e:?}"))?;
+                let s = s.write_from_slice(buf);
+                let k = s.send().map_err(|e| {
+                    format!("iceoryx2: sending message {i}: {e:?} (the receiver is gone or stuck)")
+                })?;
+                if k != 1 {
+                    return Err(
+                        format!("iceoryx2: message {i} reached {k} subscribers, not 1").into(),
+                    );
+                }
+                tx.notifier.notify()?;
+            }
+            TxEnd::Unix(s) => {
+                s.write_all(&(buf.len() as u64).to_le_bytes())?;
+                s.write_all(buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a phase: zcio waits until the receiver has every message.
+    fn finish(&mut self) -> Res<()> {
+        if let TxEnd::Zcio(z) = self {
+            z.ch.flush()?;
+            z.prev = None;
+        }
+        Ok(())
+    }
+}
+
+/// `zcio channel-sender`: one run's sending process.
+pub fn run(a: &SenderArgs) -> Res<()> {
+    let c = Contender::parse(&a.contender)?;
+    let ctl = UnixStream::connect(&a.connect)
+        .with_context(|| format!("connect to the bench at {}", a.connect.display()))?;
+    ctl.set_read_timeout(Some(STALL))?;
+    let (w, n) = (a.warm_up, a.messages);
+    if n == 0 || w > n {
+        return Err(format!("{w} warm-up messages and {n} per half: 1 ≤ n, w ≤ n").into());
+    }
+    let mut ring = super::ring(a.granule, a.bytes, n)?;
+    let mut end = TxEnd::open(c, a, &ctl).with_context(|| format!("{}: setting up", c.name()))?;
+    say(&ctl, b"r")?;
+    expect(&ctl, b'c', "the receiver to connect")?;
+    if let TxEnd::Iceoryx2(tx) = &end {
+        tx.publisher.update_connections()?;
+    }
+    let total = w + 2 * n;
+    let mut start = vec![0u64; total];
+    let mut send = vec![0u64; total];
+    let mut one = |end: &mut TxEnd, buf: &[u8], i: usize| -> Res<()> {
+        let t0 = monotonic_ns();
+        end.send(buf, i)?;
+        start[i] = t0;
+        send[i] = monotonic_ns() - t0;
+        Ok(())
+    };
+    // Warm-up: written into the ring, then streamed.
+    for (i, buf) in ring.iter_mut().take(w).enumerate() {
+        fill(buf, i as u64);
+    }
+    for (i, buf) in ring.iter().take(w).enumerate() {
+        one(&mut end, buf, i)?;
+    }
+    end.finish()?;
+    // One at a time, from the first buffer, written again for each message.
+    for i in w..w + n {
+        expect(&ctl, b'g', "the go-ahead")?;
+        end.prepare()?;
+        fill(&mut ring[0], i as u64);
+        one(&mut end, &ring[0], i)?;
+    }
+    end.finish()?;
+    // Streamed: every message written into the ring first.
+    for (k, buf) in ring.iter_mut().enumerate() {
+        fill(buf, (w + n + k) as u64);
+    }
+    say(&ctl, b"s")?;
+    expect(&ctl, b'g', "the go-ahead of the stream")?;
+    let cpu0 = process_cpu_ns();
+    for (k, buf) in ring.iter().enumerate() {
+        one(&mut end, buf, w + n + k)?;
+    }
+    end.finish()?;
+    let stream_cpu_ns = process_cpu_ns() - cpu0;
+    expect(&ctl, b'd', "the receiver to have every message")?;
+    let (path, vm_granule) = match &end {
+        TxEnd::Zcio(z) => (
+            z.last.as_ref().map(|a| a.path.to_string()),
+            z.last
+                .as_ref()
+                .and_then(|a| a.granule.map(|g| g.name().to_string())),
+        ),
+        _ => (None, None),
+    };
+    let report = Report {
+        start_ns: start,
+        send_ns: send,
+        stream_cpu_ns,
+        path,
+        vm_granule,
+    };
+    let mut out = &ctl;
+    out.write_all(&serde_json::to_vec(&report)?)?;
+    let _ = ctl.shutdown(std::net::Shutdown::Write);
+    drop(end);
+    Ok(())
+}
