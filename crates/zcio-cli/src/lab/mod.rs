@@ -141,6 +141,7 @@ pub const LABS: &[Lab] = &[
     genie::BANDWIDTH,
     genie::HUGE,
     genie::REGIONS,
+    genie::CHANNEL,
     genie::THROUGHPUT,
     Lab::of::<fbufs::Fbufs>(),
     Lab::of::<fbufs::stack::FbufsStack>(),

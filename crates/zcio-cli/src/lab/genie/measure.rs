@@ -254,6 +254,10 @@ pub struct GenieResults {
     /// The move family with and without region caching.
     #[serde(default)]
     pub regions: Option<crate::lab::genie::regions::Regions>,
+    /// zcio's channel between two processes against iceoryx2 and a Unix socket
+    /// (`zcio bench channel`).
+    #[serde(default)]
+    pub channel: Option<crate::lab::genie::channel::ChannelSection>,
 }
 
 /// The sizes and repetitions of each experiment, by preset.

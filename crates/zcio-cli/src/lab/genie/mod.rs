@@ -1,4 +1,4 @@
-//! Paper 000 (Genie): seven experiments on the data-passing semantics, sharing one section of
+//! Paper 000 (Genie): the experiments on the data-passing semantics, sharing one section of
 //! `results.json` (`genie`) and one runner, since each feeds the same fitted model.
 
 pub mod bandwidth;
@@ -81,6 +81,13 @@ pub const REGIONS: Lab = part(
     &[],
 );
 
+/// Channels between two processes, against iceoryx2 and a Unix socket.
+pub const CHANNEL: Lab = part(
+    "genie-channel",
+    "Channels between two processes: zcio's Channel against iceoryx2 and a Unix socket, latency, throughput, send time",
+    &[],
+);
+
 /// §8.2.
 pub const THROUGHPUT: Lab = part(
     "genie-throughput",
@@ -131,6 +138,10 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
     if r.on("genie-huge") {
         total += genie_huge::units(&plan);
     }
+    let channel_plan = channel::Plan::of(r.preset);
+    if r.on("genie-channel") {
+        total += channel_plan.units();
+    }
     if total == 0 {
         return Ok(Vec::new());
     }
@@ -158,6 +169,7 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
             "genie-throughput" => g.throughput = genie::throughput(&plan, &p)?,
             "genie-huge" => genie_huge::measure(&plan, &mut g, &p)?,
             "genie-regions" => regions::measure(&plan, &mut g, &p)?,
+            "genie-channel" => g.channel = Some(channel::measure(&channel_plan, &p)?),
             other => return Err(format!("experiment {other} has no runner").into()),
         }
         records.push(finished(e, t0, r.bar));

@@ -66,6 +66,7 @@
 
 mod receiver;
 pub mod render;
+pub mod report;
 pub mod sender;
 
 use crate::error::{Context, FailedWith};

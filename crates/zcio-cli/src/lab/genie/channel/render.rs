@@ -147,7 +147,7 @@ pub fn text_table(s: &ChannelSection) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "Two processes, every byte of every message checked at the receiver. Latency: one message at a time, send start (sender) to the message in the receiver's buffer, CLOCK_MONOTONIC read by both; throughput: streamed; send: time inside the send; CPU: both processes per streamed message. Medians over {} round(s), spread lowest–highest round.",
+        "Two processes, every byte of every message checked at the receiver (outside the times). Latency: one message at a time, send start (sender) to the message in the receiver's buffer, CLOCK_MONOTONIC read by both. Send: time inside the send, same messages. Throughput: msgs messages written first, then streamed from the sender's buffers into the receiver's, first send start to last receipt. CPU: both processes over the stream, per message. Medians over {} round(s), spread lowest–highest round.",
         s.plan.rounds
     );
     let _ = writeln!(
