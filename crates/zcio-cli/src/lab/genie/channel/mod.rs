@@ -31,7 +31,9 @@
 //! Each process has a ring of `n` buffers of the message size (the receiver's made once per
 //! size and granule; every page touched before use). A run (one contender, size, granule and
 //! round) streams `W` warm-up messages (a zcio window's worth, 3 to `n`: pools, pipes and
-//! shared memory made and touched), then sends `n` messages one at a time, then streams `n`.
+//! shared memory made and touched; iceoryx2 first writes and reads every sample of its pool
+//! once, as [`crate::lab::fbufs::iceoryx`] does), then sends `n` messages one at a time, then
+//! streams `n`.
 //! Message `i` (counted over the run) carries [`fill`]`(i)`: every 8-byte word depends on the
 //! message index and its offset. The receiver checks every byte of every message, warm-up
 //! included ([`check`]), always outside the times taken.
@@ -43,8 +45,9 @@
 //!   processes read the one clock of this host, so the difference is the message's one-way
 //!   time: no ping-pong, no return leg.
 //! - **Send time**: the sender's time inside its send (for zcio the [`Channel::send`] call;
-//!   for iceoryx2 loan, copy, send and notify; for the Unix socket the two `write_all`), in
-//!   the one-at-a-time messages, where the receiver is waiting.
+//!   for iceoryx2 loan, copy and send, not the notification after them, whose system call
+//!   may return only after the woken receiver has had the CPU; for the Unix socket the two
+//!   `write_all`), in the one-at-a-time messages, where the receiver is waiting.
 //! - **Throughput** (streamed): the sender writes the `n` messages into its ring first, then,
 //!   at the receiver's go-ahead, sends them back to back, waiting only as its transport makes
 //!   it (zcio's window, iceoryx2's queue, the socket's buffer); the receiver takes them into
@@ -56,6 +59,10 @@
 //!   receiver's from the go-ahead to the last receipt), per message. No data is written or
 //!   checked in it. Every contender waits its own default way (zcio spins up to 50 µs before
 //!   sleeping; iceoryx2 blocks in its listener; the socket blocks).
+//!
+//! The two processes are pinned to two CPUs (the first two the bench may run on), one each, so
+//! that a send that wakes the receiver is not preempted by it (then the send's time would hold
+//! the receiver's work) and each process's caches stay its own.
 //!
 //! Per contender, size and granule the row gives the median over rounds of each round's median
 //! latency and send time and of each round's throughput and CPU time, with the lowest and
@@ -90,6 +97,15 @@ pub const MAX_WINDOW: usize = 256 << 20;
 
 /// Bytes a run's one-at-a-time messages (and again its streamed ones) add up to, by default.
 pub const VOLUME: usize = 128 << 20;
+
+/// iceoryx2's subscriber queue: the samples sent and not yet taken.
+pub const ICEORYX_QUEUE: usize = 2;
+
+/// The index of the `k`th message of iceoryx2's pool warm-up (outside a run's count, checked
+/// like every other).
+pub fn pool_message(k: usize) -> u64 {
+    u64::MAX - 64 + k as u64
+}
 
 /// Fewest and most messages of each half of a run, by default.
 pub const MESSAGES: (usize, usize) = (3, 2000);
@@ -448,6 +464,9 @@ pub struct ChannelSection {
     pub rows: Vec<Row>,
     /// Emulated copy's throughput against the others, from 2 MiB up.
     pub ratios: Vec<Ratio>,
+    /// The CPUs the receiver and the sender were pinned to (none where this process may run on
+    /// one CPU only).
+    pub cpus: Option<[usize; 2]>,
 }
 
 impl ChannelSection {
@@ -587,6 +606,40 @@ pub fn process_cpu_ns() -> u64 {
     clock_ns(rustix::time::ClockId::ProcessCPUTime)
 }
 
+/// The CPUs a run's two processes are pinned to (the receiver's, the sender's): the first two
+/// this thread may run on, if it may run on two.
+pub fn cpus() -> Option<[usize; 2]> {
+    use rustix::thread::{CpuSet, sched_getaffinity};
+    let set = sched_getaffinity(None).ok()?;
+    let mut on = (0..CpuSet::MAX_CPU).filter(|c| set.is_set(*c));
+    Some([on.next()?, on.next()?])
+}
+
+/// This thread pinned to one CPU until the guard goes, then free to run where it could before.
+pub struct Pinned(Option<rustix::thread::CpuSet>);
+
+impl Pinned {
+    /// Pin this thread to `cpu` (nothing, where that fails).
+    pub fn to(cpu: usize) -> Pinned {
+        use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+        let before = sched_getaffinity(None).ok();
+        let mut one = CpuSet::new();
+        one.set(cpu);
+        match sched_setaffinity(None, &one) {
+            Ok(()) => Pinned(before),
+            Err(_) => Pinned(None),
+        }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            let _ = rustix::thread::sched_setaffinity(None, s);
+        }
+    }
+}
+
 /// A name no other run uses: this process, a counter, the time.
 pub fn unique_name(what: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -689,6 +742,7 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<ChannelSection> {
         .iter()
         .map(|c| Contender::parse(c))
         .collect::<Res<_>>()?;
+    let cpus = cpus();
     let mut rows = Vec::new();
     for &bytes in &plan.sizes {
         let n = plan.messages(bytes);
@@ -709,7 +763,7 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<ChannelSection> {
                         round + 1
                     ));
                     if per[i].error.is_none() {
-                        match receiver::run(c, bytes, g, &mut ring) {
+                        match receiver::run(c, bytes, g, &mut ring, cpus) {
                             Ok(r) => per[i].add(r),
                             Err(e) => per[i].error = Some(format!("round {}: {e}", round + 1)),
                         }
@@ -727,6 +781,7 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<ChannelSection> {
         plan: plan.clone(),
         rows,
         ratios,
+        cpus,
     })
 }
 
@@ -864,6 +919,24 @@ mod tests {
         let e = Plan::of_args(&args(&["--bytes", "0"]).unwrap()).unwrap_err();
         assert!(e.to_string().contains("--bytes"), "{e}");
         assert!(args(&["--granules", "1g"]).is_err());
+    }
+
+    #[test]
+    fn a_pinned_thread_runs_where_it_could_before_once_the_guard_goes() {
+        use rustix::thread::{CpuSet, sched_getaffinity};
+        let on =
+            |s: &CpuSet| -> Vec<usize> { (0..CpuSet::MAX_CPU).filter(|c| s.is_set(*c)).collect() };
+        let before = on(&sched_getaffinity(None).unwrap());
+        let Some([a, b]) = cpus() else {
+            assert_eq!(before.len(), 1);
+            return;
+        };
+        assert_eq!([a, b], [before[0], before[1]]);
+        {
+            let _p = Pinned::to(b);
+            assert_eq!(on(&sched_getaffinity(None).unwrap()), [b]);
+        }
+        assert_eq!(on(&sched_getaffinity(None).unwrap()), before);
     }
 
     #[test]

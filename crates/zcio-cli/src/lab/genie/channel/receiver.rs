@@ -3,7 +3,7 @@
 
 use super::sender::Report;
 use super::{Contender, Granule, STALL, await_client, check, monotonic_ns, process_cpu_ns};
-use super::{unique_name, waits, warm_up, window};
+use super::{ICEORYX_QUEUE, pool_message, unique_name, waits, warm_up, window};
 use crate::error::Context;
 use crate::lab::fbufs::bench::Said;
 use crate::transfer::{NoConnection, Res, accept_child, zcio_command};
@@ -151,7 +151,7 @@ pub(super) fn iceoryx_pubsub<'a>(
         .publish_subscribe::<[u8]>()
         .payload_alignment(Alignment::new(4096).expect("a power of two"))
         .enable_safe_overflow(false)
-        .subscriber_max_buffer_size(2)
+        .subscriber_max_buffer_size(ICEORYX_QUEUE)
         .subscriber_max_borrowed_samples(1)
         .history_size(0)
         .max_subscribers(1)
@@ -179,7 +179,10 @@ fn setup(c: Contender, bytes: usize, dir: &std::path::Path) -> Res<(Setup, Strin
                 .max_notifiers(1)
                 .max_listeners(1)
                 .create()?;
-            let subscriber = pubsub.subscriber_builder().buffer_size(2).create()?;
+            let subscriber = pubsub
+                .subscriber_builder()
+                .buffer_size(ICEORYX_QUEUE)
+                .create()?;
             let listener = event.listener_builder().create()?;
             (
                 Setup::Iceoryx2(Box::new(IceoryxRx {
@@ -243,6 +246,58 @@ pub(super) fn readable(sock: &UnixStream) -> bool {
     matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
 }
 
+/// Wait for iceoryx2's next sample (the sender gone, or [`STALL`] without one, is an error).
+fn next_sample(
+    rx: &IceoryxRx,
+    ctl: &UnixStream,
+) -> Res<iceoryx2::sample::Sample<ipc::Service, [u8], ()>> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = rx.subscriber.receive()? {
+            return Ok(s);
+        }
+        if rx.listener.timed_wait(|_| {}, TICK)? == 0 {
+            if readable(ctl) {
+                return Err("the sender went away".into());
+            }
+            if t0.elapsed() > STALL {
+                return Err(format!("no message for {} s", STALL.as_secs()).into());
+            }
+        }
+    }
+}
+
+/// Take iceoryx2 sample `s` into `buf` and check it against message `i`.
+fn take_sample(s: &[u8], buf: &mut [u8], i: u64) -> Res<()> {
+    if s.len() != buf.len() {
+        return Err(format!("a sample of {} bytes, not {}", s.len(), buf.len()).into());
+    }
+    buf.copy_from_slice(s);
+    match check(buf, i) {
+        None => Ok(()),
+        Some(at) => Err(format!("pool warm-up message {i} differs at byte {at}").into()),
+    }
+}
+
+/// iceoryx2's pool warm-up, as `zcio bench fbufs` does it: every sample of the publisher's
+/// pool written by the sender and read here once before any clock runs (a sample used for the
+/// first time costs page faults at both ends). The sender fills the queue; this end takes one
+/// sample and holds it; the sender sends one more and loans the last free sample; this end
+/// lets go and takes the rest. The messages taken, each checked.
+fn pool_warm_up(rx: &IceoryxRx, ctl: &UnixStream, buf: &mut [u8]) -> Res<u64> {
+    expect(ctl, b'q', "the sender to fill the queue")?;
+    let held = next_sample(rx, ctl)?;
+    take_sample(held.payload(), buf, pool_message(0))?;
+    say(ctl, b"h")?;
+    expect(ctl, b'l', "the sender to loan the last sample")?;
+    drop(held);
+    for k in 1..ICEORYX_QUEUE + 2 {
+        let s = next_sample(rx, ctl).with_context(|| format!("pool warm-up message {k}"))?;
+        take_sample(s.payload(), buf, pool_message(k))?;
+    }
+    Ok(ICEORYX_QUEUE as u64 + 2)
+}
+
 impl RxEnd {
     /// Take the next message into `buf` (all of it: `buf` is its length).
     fn recv(&mut self, buf: &mut [u8], ctl: &UnixStream) -> Res<()> {
@@ -301,15 +356,21 @@ pub(super) fn run(
     bytes: usize,
     granule: Granule,
     ring: &mut [AppBuffer],
+    cpus: Option<[usize; 2]>,
 ) -> Res<RunResult> {
     let n = ring.len();
+    let _pinned = cpus.map(|[me, _]| super::Pinned::to(me));
     let dir = tempfile::tempdir()?;
     let ctl_path = dir.path().join("ctl");
     let ctl_listener = UnixListener::bind(&ctl_path)?;
     let (setup, name) = setup(c, bytes, dir.path()).context("setting up")?;
     let w = warm_up(bytes, n);
-    let mut child = zcio_command()?
-        .arg("channel-sender")
+    let mut cmd = zcio_command()?;
+    cmd.arg("channel-sender");
+    if let Some([_, them]) = cpus {
+        cmd.args(["--cpu", &them.to_string()]);
+    }
+    let mut child = cmd
         .arg("--connect")
         .arg(&ctl_path)
         .args(["--contender", &c.name(), "--name", &name])
@@ -348,7 +409,13 @@ pub(super) fn run(
             rx.subscriber.update_connections()?;
         }
         say(&ctl, b"c")?;
-        receive(&mut end, &ctl, ring, w)
+        let mut pool = 0;
+        if let RxEnd::Iceoryx2(rx) = &end {
+            pool = pool_warm_up(rx, &ctl, &mut ring[0])?;
+        }
+        let mut r = receive(&mut end, &ctl, ring, w)?;
+        r.checked += pool;
+        Ok(r)
     })();
     let r = r.map_err(|e| sender.explain(e));
     let r = r?;

@@ -150,6 +150,9 @@ pub fn text_table(s: &ChannelSection) -> String {
         "Two processes, every byte of every message checked at the receiver (outside the times). Latency: one message at a time, send start (sender) to the message in the receiver's buffer, CLOCK_MONOTONIC read by both. Send: time inside the send, same messages. Throughput: msgs messages written first, then streamed from the sender's buffers into the receiver's, first send start to last receipt. CPU: both processes over the stream, per message. Medians over {} round(s), spread lowest–highest round.",
         s.plan.rounds
     );
+    if let Some([r, t]) = s.cpus {
+        let _ = writeln!(o, "Receiver pinned to CPU {r}, sender to CPU {t}.");
+    }
     let _ = writeln!(
         o,
         "{:<4} {:>8} {:<20} {:>10} {:>19} {:>7} {:>13} {:>10} {:>10} {:>5} {:>7}  verified / path",

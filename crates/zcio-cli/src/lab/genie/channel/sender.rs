@@ -6,7 +6,9 @@
 //! channel name, an iceoryx2 service and its subscriber, or a Unix socket path), then starts
 //! the sender with both on its command line. The sender makes its ring of `n` buffers (every
 //! page touched), connects both and says `r` (ready); the receiver connects its end (iceoryx2's
-//! subscriber to the new publisher) and says `c`, and the sender connects again. Then:
+//! subscriber to the new publisher) and says `c`, and the sender connects again. iceoryx2 then
+//! warms its pool: every sample written and read once (`q`, `h`, `l`: the queue full, a sample
+//! held by the receiver, the last sample loaned). Then:
 //!
 //! 1. warm-up: the sender writes `W` messages into its ring and streams them; the receiver
 //!    takes them into its ring and checks them;
@@ -19,7 +21,8 @@
 //!    on the control socket and exits.
 
 use super::receiver::{expect, iceoryx_pubsub, node, readable, say};
-use super::{Contender, Granule, STALL, connect, fill, monotonic_ns, process_cpu_ns};
+use super::{Contender, Granule, ICEORYX_QUEUE, STALL, connect, fill, monotonic_ns};
+use super::{pool_message, process_cpu_ns};
 use crate::error::Context;
 use crate::transfer::Res;
 use iceoryx2::port::update_connections::UpdateConnections;
@@ -57,6 +60,9 @@ pub struct SenderArgs {
     /// Messages of each half.
     #[arg(long)]
     pub messages: usize,
+    /// The CPU to run on.
+    #[arg(long)]
+    pub cpu: Option<usize>,
 }
 
 /// What the sender tells the receiver at the end of a run.
@@ -99,6 +105,60 @@ struct IceoryxTx {
         iceoryx2::service::port_factory::publish_subscribe::PortFactory<ipc::Service, [u8], ()>,
     _event: iceoryx2::service::port_factory::event::PortFactory<ipc::Service>,
     _node: Node<ipc::Service>,
+}
+
+impl IceoryxTx {
+    /// Loan a sample and write `buf` into it.
+    fn loan(
+        &self,
+        buf: &[u8],
+        what: &str,
+    ) -> Res<iceoryx2::sample_mut::SampleMut<ipc::Service, [u8], ()>> {
+        let s = self
+            .publisher
+            .loan_slice_uninit(buf.len())
+            .map_err(|e| format!("iceoryx2: loaning {what}: {e:?}"))?;
+        Ok(s.write_from_slice(buf))
+    }
+
+    /// Send a written sample and notify the receiver; `CLOCK_MONOTONIC` when the send was done
+    /// (before the notification, which wakes the receiver: its system call may return only
+    /// after the receiver has had the CPU).
+    fn send(
+        &self,
+        s: iceoryx2::sample_mut::SampleMut<ipc::Service, [u8], ()>,
+        what: &str,
+    ) -> Res<u64> {
+        let k = s.send().map_err(|e| {
+            format!("iceoryx2: sending {what}: {e:?} (the receiver is gone or stuck)")
+        })?;
+        if k != 1 {
+            return Err(format!("iceoryx2: {what} reached {k} subscribers, not 1").into());
+        }
+        let sent = monotonic_ns();
+        self.notifier.notify()?;
+        Ok(sent)
+    }
+
+    /// The pool warm-up (the receiver's side says how): every sample written once.
+    fn pool_warm_up(&self, ctl: &UnixStream, buf: &mut [u8]) -> Res<()> {
+        let mut one = |k: usize| -> Res<iceoryx2::sample_mut::SampleMut<ipc::Service, [u8], ()>> {
+            fill(buf, pool_message(k));
+            self.loan(buf, &format!("pool warm-up message {k}"))
+        };
+        for k in 0..ICEORYX_QUEUE {
+            let s = one(k)?;
+            self.send(s, "a pool warm-up message")?;
+        }
+        say(ctl, b"q")?;
+        expect(ctl, b'h', "the receiver to hold a sample")?;
+        let s = one(ICEORYX_QUEUE)?;
+        self.send(s, "a pool warm-up message")?;
+        let last = one(ICEORYX_QUEUE + 1)?;
+        say(ctl, b"l")?;
+        self.send(last, "the last pool warm-up message")?;
+        Ok(())
+    }
 }
 
 impl TxEnd {
@@ -163,8 +223,9 @@ impl TxEnd {
         Ok(())
     }
 
-    /// Send `buf` as message `i`.
-    fn send(&mut self, buf: &[u8], i: usize) -> Res<()> {
+    /// Send `buf` as message `i`; `CLOCK_MONOTONIC` when the send was done (for iceoryx2 the
+    /// loan, the copy and the send, not the notification after them).
+    fn send(&mut self, buf: &[u8], i: usize) -> Res<u64> {
         match self {
             TxEnd::Zcio(z) => {
                 let (t, acc) = z.ch.send(z.sem, buf)?;
@@ -172,27 +233,16 @@ impl TxEnd {
                 z.last = Some(acc);
             }
             TxEnd::Iceoryx2(tx) => {
-                let s = tx
-                    .publisher
-                    .loan_slice_uninit(buf.len())
-                    .map_err(|e| format!("iceoryx2: loaning message {i}: {e:?}"))?;
-                let s = s.write_from_slice(buf);
-                let k = s.send().map_err(|e| {
-                    format!("iceoryx2: sending message {i}: {e:?} (the receiver is gone or stuck)")
-                })?;
-                if k != 1 {
-                    return Err(
-                        format!("iceoryx2: message {i} reached {k} subscribers, not 1").into(),
-                    );
-                }
-                tx.notifier.notify()?;
+                let what = format!("message {i}");
+                let s = tx.loan(buf, &what)?;
+                return tx.send(s, &what);
             }
             TxEnd::Unix(s) => {
                 s.write_all(&(buf.len() as u64).to_le_bytes())?;
                 s.write_all(buf)?;
             }
         }
-        Ok(())
+        Ok(monotonic_ns())
     }
 
     /// After a phase: zcio waits until the receiver has every message.
@@ -208,6 +258,7 @@ impl TxEnd {
 /// `zcio channel-sender`: one run's sending process.
 pub fn run(a: &SenderArgs) -> Res<()> {
     let c = Contender::parse(&a.contender)?;
+    let _pinned = a.cpu.map(super::Pinned::to);
     let ctl = UnixStream::connect(&a.connect)
         .with_context(|| format!("connect to the bench at {}", a.connect.display()))?;
     ctl.set_read_timeout(Some(STALL))?;
@@ -221,15 +272,16 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     expect(&ctl, b'c', "the receiver to connect")?;
     if let TxEnd::Iceoryx2(tx) = &end {
         tx.publisher.update_connections()?;
+        tx.pool_warm_up(&ctl, &mut ring[0])?;
     }
     let total = w + 2 * n;
     let mut start = vec![0u64; total];
     let mut send = vec![0u64; total];
     let mut one = |end: &mut TxEnd, buf: &[u8], i: usize| -> Res<()> {
         let t0 = monotonic_ns();
-        end.send(buf, i)?;
+        let t1 = end.send(buf, i)?;
         start[i] = t0;
-        send[i] = monotonic_ns() - t0;
+        send[i] = t1 - t0;
         Ok(())
     };
     // Warm-up: written into the ring, then streamed.
