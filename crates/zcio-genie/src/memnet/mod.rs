@@ -82,8 +82,9 @@ fn arena_len(pipes: usize) -> usize {
 /// The window of a new link, each way, unless its maker says otherwise ([`LinkOptions`]).
 pub const DEFAULT_WINDOW: usize = 16 << 20;
 
-/// Most pipes a link's wire has each way (a window of about 250 MiB at 1 MiB pipes).
-pub const MAX_PIPES: usize = 256;
+/// Most pipes a link's wire has each way: a window of the largest message at 1 MiB pipes
+/// ([`MAX_MESSAGE`]; each pipe takes two descriptors, one in each process).
+pub const MAX_PIPES: usize = 1100;
 
 /// How a new link is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
