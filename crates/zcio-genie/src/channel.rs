@@ -135,19 +135,8 @@ impl ChannelListener {
         match &self.inner {
             ListenerKind::Local(l) => Ok(Channel::local(l.accept(timeout)?)),
             ListenerKind::Tcp(t) => {
-                if timeout.is_some() {
-                    let wait = Waits {
-                        timeout,
-                        interruptible: true,
-                    }
-                    .start();
-                    loop {
-                        let mut fds = [rustix::event::PollFd::new(t, rustix::event::PollFlags::IN)];
-                        wait.poll(&mut fds, None, "waiting for a client")?;
-                        if !fds[0].revents().is_empty() {
-                            break;
-                        }
-                    }
+                if let Some(d) = timeout {
+                    zcio_vm::rendezvous::wait_readable(t.as_fd(), d, "waiting for a client")?;
                 }
                 let (s, _) = t
                     .accept()
@@ -299,16 +288,7 @@ impl Channel {
         match &mut self.inner {
             ChannelKind::Local(m) => m.send(sem, buf),
             ChannelKind::Tcp(f) => {
-                if buf.len() > memnet::MAX_MESSAGE || buf.is_empty() {
-                    return Err(GenieError::arg(
-                        "buf",
-                        format!(
-                            "length {}: a message is 1 to {} bytes",
-                            buf.len(),
-                            memnet::MAX_MESSAGE
-                        ),
-                    ));
-                }
+                MemnetEndpoint::check_len(buf.len())?;
                 let mut h = [0u8; HEADER];
                 h[..8].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
                 h[8..].copy_from_slice(&(buf.len() as u64).to_le_bytes());

@@ -144,8 +144,9 @@ impl AsFd for NamedListener {
     }
 }
 
-/// Wait up to `t` for `fd` to be readable; a signal ends the wait.
-fn wait_readable(fd: BorrowedFd<'_>, t: Duration, during: &'static str) -> Result<()> {
+/// Wait up to `t` for `fd` to be readable (a listening socket: for a client); a signal ends
+/// the wait ([`RendezvousError::Interrupted`]).
+pub fn wait_readable(fd: BorrowedFd<'_>, t: Duration, during: &'static str) -> Result<()> {
     use rustix::event::{PollFd, PollFlags, poll};
     let deadline = Instant::now() + t;
     loop {

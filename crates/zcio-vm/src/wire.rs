@@ -220,20 +220,22 @@ impl<'a> Striped<'a> {
     /// drained now, so that it is queued without waiting (never for a message longer than
     /// the window).
     pub fn has_room(&self, len: usize) -> Result<bool> {
-        let n = self.chunks(len);
-        if n > self.pipes.len() as u64 {
-            return Ok(false);
-        }
-        for i in 0..n {
-            if queued(self.pipes[self.pipe(self.first + i)].as_fd())? != 0 {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        Ok(len <= self.window() && self.first_undrained(len)?.is_none())
     }
 
-    /// The ring position of the first chunk of this message, of `len` bytes, that is not
-    /// drained yet (`None`: all are).
+    /// The bytes the pipes of this message's chunks, of `len` bytes, hold now (the whole
+    /// message once it has all been queued, where it fits the window: each pipe then holds
+    /// one chunk of it at most).
+    pub fn queued_bytes(&self, len: usize) -> Result<usize> {
+        let mut q = 0;
+        for i in 0..self.chunks(len).min(self.pipes.len() as u64) {
+            q += queued(self.pipe_at(i))?;
+        }
+        Ok(q)
+    }
+
+    /// The pipe of the first chunk of this message, of `len` bytes, that is not drained yet
+    /// (`None`: all are; for a message longer than the window, those of its first round).
     pub fn first_undrained(&self, len: usize) -> Result<Option<usize>> {
         for i in 0..self.chunks(len).min(self.pipes.len() as u64) {
             let k = self.pipe(self.first + i);

@@ -233,6 +233,24 @@ pub enum NoConnection {
     Io(std::io::Error),
 }
 
+/// The status of `child` once it has ended, given up to `within` to end (`None`: still
+/// running then, or its status could not be had).
+pub fn ended_within(
+    child: &mut std::process::Child,
+    within: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            _ => return None,
+        }
+    }
+}
+
 /// The connection of the process `child` on `listener` (blocking, once made). The listener
 /// and the process are polled together, so that the process's end, or `stall` passing where
 /// one is given, ends the wait instead of a blocking `accept` waiting for good.

@@ -31,7 +31,6 @@ impl MemnetEndpoint {
     /// next ring positions.
     pub(super) fn start(&mut self, d: &Descriptor) {
         self.cur_ticket = d.ticket;
-        self.cur_offset = d.offset;
         self.cur_first = self.in_next;
         self.in_next += self.in_wire().chunks(d.len);
     }
@@ -40,14 +39,7 @@ impl MemnetEndpoint {
     pub(super) fn arrived(&self, len: usize) -> Result<bool> {
         let wire =
             wire_in(&self.arena, self.side, &self.in_rx, self.in_capacity).at_chunk(self.in_next);
-        if len > wire.window() {
-            return Ok(false);
-        }
-        let mut q = 0;
-        for i in 0..wire.chunks(len) {
-            q += zcio_vm::wire::queued(wire.pipe_at(i))?;
-        }
-        Ok(q >= len)
+        Ok(len <= wire.window() && wire.queued_bytes(len)? >= len)
     }
 
     /// Ring this end's own doorbell: its descriptor ([`AsFd`]) becomes readable, for a message
@@ -442,11 +434,7 @@ impl<'a> PipeSource<'a> {
     /// Bytes the pipes of a message of `len` bytes hold now (each holds one chunk at most,
     /// so all of them are this message's).
     fn held(&self, len: usize) -> Result<usize> {
-        let (mut q, n) = (0, self.wire.chunks(len).min(self.wire.pipes() as u64));
-        for i in 0..n {
-            q += zcio_vm::wire::queued(self.wire.pipe_at(i))?;
-        }
-        Ok(q)
+        Ok(self.wire.queued_bytes(len)?)
     }
 }
 

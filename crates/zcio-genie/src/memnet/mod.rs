@@ -273,9 +273,6 @@ pub struct MemnetEndpoint {
     pending: Vec<PendingOut>,
     next_ticket: u64,
     cur_ticket: u64,
-    /// Page offset of the current message in the sender's memory (its descriptor says): how
-    /// many pipe slots its chunks take.
-    cur_offset: usize,
     pool: BouncePool,
     inputs: InputBuffers,
     /// Regions whose pages went out, kept for reuse by inputs.
@@ -598,7 +595,6 @@ impl MemnetEndpoint {
             pending: Vec::new(),
             next_ticket: 1,
             cur_ticket: 0,
-            cur_offset: 0,
             pool: BouncePool::default(),
             inputs: InputBuffers::default(),
             regions: RegionCache::default(),
@@ -707,7 +703,7 @@ impl MemnetEndpoint {
         (zcio_vm::page_size(), zcio_vm::page_size())
     }
 
-    fn check_len(len: usize) -> Result<()> {
+    pub(crate) fn check_len(len: usize) -> Result<()> {
         if len == 0 {
             return Err(GenieError::arg(
                 "buf",

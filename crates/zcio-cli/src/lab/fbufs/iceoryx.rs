@@ -260,17 +260,7 @@ impl Receiver {
             return e;
         };
         // It may be on its way out: give it a moment before killing it.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let status = loop {
-            match c.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => break None,
-            }
-        };
-        match status {
+        match crate::transfer::ended_within(c, Duration::from_secs(2)) {
             Some(s) => {
                 self.0 = None;
                 format!("{e} ({})", self.ended(s)).into()

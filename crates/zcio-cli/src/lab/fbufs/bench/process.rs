@@ -68,20 +68,11 @@ pub(super) fn settle(
     e: BenchError,
 ) -> BenchError {
     let _ = sock.shutdown(std::net::Shutdown::Both);
-    let deadline = Instant::now() + std::time::Duration::from_secs(2);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
+    let status = crate::transfer::ended_within(&mut child, std::time::Duration::from_secs(2));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     match status {
         Some(s) if !s.success() => BenchError::Receiver {
             who,

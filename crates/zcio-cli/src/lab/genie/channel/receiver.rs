@@ -85,17 +85,7 @@ impl Sender {
         let Some(c) = self.0.as_mut() else {
             return e;
         };
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let status = loop {
-            match c.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => break None,
-            }
-        };
-        match status {
+        match crate::transfer::ended_within(c, Duration::from_secs(2)) {
             Some(s) => {
                 self.0 = None;
                 let said = self.1.take().map(Said::text).unwrap_or_default();
