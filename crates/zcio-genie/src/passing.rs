@@ -271,25 +271,38 @@ fn copy_output(
     ))
 }
 
-/// Emulated copy output: TCOW of the whole PMDs at 2 MiB where the plan allows, else of the
-/// whole pages at 4 KiB, else (short, no full page, part of a huge page) a copy.
-fn emulated_copy_output(
-    buf: &[u8],
-    wire: Striped<'_>,
-    pool: &mut BouncePool,
-    profile: &Profile,
-) -> Result<(Held, Accounting)> {
-    let rt = VmRuntime::get();
-    let len = buf.len();
+/// How emulated copy outputs a buffer: TCOW of its whole PMDs at 2 MiB, of its whole pages
+/// at 4 KiB, or a copy (and why).
+enum EmulatedCopyPlan {
+    Tcow {
+        inner: RawRange,
+        why: String,
+        granule: Granule,
+    },
+    Copy(CopyFallback),
+}
+
+/// What emulated copy does with `buf`: TCOW of the whole PMDs at 2 MiB where the plan allows,
+/// else of the whole pages at 4 KiB, else (short, no full page, part of a huge page) a copy.
+fn emulated_copy_plan(buf: &[u8], profile: &Profile) -> EmulatedCopyPlan {
     let r = RawRange::of(buf);
-    let plan = huge_plan(
+    let short = profile.thresholds.short_output_bytes;
+    if buf.len() < short && zcio_vm::huge::whole_pmds(r).is_empty() {
+        // Copied whatever its pages: decided without looking at them.
+        return EmulatedCopyPlan::Copy(CopyFallback::ShortOutput(short));
+    }
+    let rt = VmRuntime::get();
+    let why_4k = match huge_plan(
         r,
         profile.huge.map(|h| h.short_output_bytes),
         rt.huge_tcow(),
-    );
-    let why_4k = match plan {
+    ) {
         HugePlan::Huge { pmds, why } => {
-            return tcow_output(buf, pmds, why, Granule::Huge, wire, pool);
+            return EmulatedCopyPlan::Tcow {
+                inner: pmds,
+                why,
+                granule: Granule::Huge,
+            };
         }
         HugePlan::Base(why) => why,
     };
@@ -297,18 +310,46 @@ fn emulated_copy_output(
     // A page of a huge page the output does not cover whole cannot be moved out by
     // TCOW while the wire references the huge page (the kernel cannot split it), so a
     // write to it would wait for the output: such a buffer is copied instead.
-    let in_huge = !full.is_empty() && zcio_vm::huge::touches_huge(full);
-    if len < profile.thresholds.short_output_bytes || full.is_empty() || in_huge {
-        let why = if in_huge {
-            CopyFallback::InsideHugePage(why_4k)
-        } else if full.is_empty() {
-            CopyFallback::NoFullPage
-        } else {
-            CopyFallback::ShortOutput(profile.thresholds.short_output_bytes)
-        };
-        return copy_output(buf, wire, pool, DataPath::CopyFallback(why));
+    if !full.is_empty() && zcio_vm::huge::touches_huge(full) {
+        return EmulatedCopyPlan::Copy(CopyFallback::InsideHugePage(why_4k));
     }
-    tcow_output(buf, full, why_4k, Granule::Base, wire, pool)
+    if full.is_empty() {
+        return EmulatedCopyPlan::Copy(CopyFallback::NoFullPage);
+    }
+    if buf.len() < short {
+        return EmulatedCopyPlan::Copy(CopyFallback::ShortOutput(short));
+    }
+    EmulatedCopyPlan::Tcow {
+        inner: full,
+        why: why_4k,
+        granule: Granule::Base,
+    }
+}
+
+/// Where emulated copy copies `buf` rather than protect and reference it (the calibrated
+/// crossover at the buffer's granule), why.
+pub(crate) fn emulated_copy_copies(buf: &[u8], profile: &Profile) -> Option<CopyFallback> {
+    match emulated_copy_plan(buf, profile) {
+        EmulatedCopyPlan::Copy(why) => Some(why),
+        EmulatedCopyPlan::Tcow { .. } => None,
+    }
+}
+
+/// Emulated copy output, as [`emulated_copy_plan`] says.
+fn emulated_copy_output(
+    buf: &[u8],
+    wire: Striped<'_>,
+    pool: &mut BouncePool,
+    profile: &Profile,
+) -> Result<(Held, Accounting)> {
+    match emulated_copy_plan(buf, profile) {
+        EmulatedCopyPlan::Tcow {
+            inner,
+            why,
+            granule,
+        } => tcow_output(buf, inner, why, granule, wire, pool),
+        EmulatedCopyPlan::Copy(why) => copy_output(buf, wire, pool, DataPath::CopyFallback(why)),
+    }
 }
 
 /// Share and emulated share output: reference the buffer in place (share wires its full
@@ -413,6 +454,18 @@ pub(crate) struct InputBuffers {
     /// Staging in huge pages, for inputs into huge buffers.
     hstaging: Option<Staging>,
     bounce: Option<Mapping>,
+    /// The last receive buffer found writable ([`InputBuffers::check_writable`]).
+    writable: zcio_vm::protect::WritableCache,
+}
+
+impl InputBuffers {
+    /// [`check_writable`], looked up once for a buffer reused receive after receive.
+    pub(crate) fn check_writable(&mut self, buf: &mut [u8]) -> Result<()> {
+        time(Op::AccessCheck, || self.writable.check(buf)).map_err(|e| match e {
+            zcio_vm::VmError::NotWritable { .. } => GenieError::arg("buf", e.to_string()),
+            e => GenieError::Vm(e),
+        })
+    }
 }
 
 /// How input bytes are read from the module.

@@ -103,6 +103,12 @@ pub enum DataPath {
         /// Whether the bytes were copied into the application's buffer.
         copied_out: bool,
     },
+    /// Copied into the link's shared ring by the sender (`out`), or out of it by the receiver:
+    /// a message below the copy crossover on the memory network.
+    SharedRing {
+        /// Whether this is the sender's side.
+        out: bool,
+    },
     /// A phrase this version does not know (read from an older results file).
     Other(String),
 }
@@ -398,6 +404,8 @@ impl fmt::Display for DataPath {
             DataPath::Assembled { copied_out: true } => {
                 f.write_str("taken in whole: its own buffer, copied out")
             }
+            DataPath::SharedRing { out: true } => f.write_str("copy: into the shared ring"),
+            DataPath::SharedRing { out: false } => f.write_str("copy: out of the shared ring"),
             DataPath::Other(s) => f.write_str(s),
         }
     }
@@ -423,6 +431,8 @@ fn fixed() -> Vec<DataPath> {
         DataPath::RegionInHugeStaging,
         DataPath::Assembled { copied_out: false },
         DataPath::Assembled { copied_out: true },
+        DataPath::SharedRing { out: true },
+        DataPath::SharedRing { out: false },
         DataPath::CopyFallback(CopyFallback::NoFullPage),
         DataPath::CopyFallback(CopyFallback::SwapCostsMore),
     ];

@@ -80,12 +80,14 @@ fn link() -> (MemnetEndpoint, MemnetEndpoint, Arc<SharedArena>) {
     (a, b, arena)
 }
 
-/// A descriptor and a completion as an honest link writes them (one message of 100 bytes).
+/// A descriptor and a completion as an honest link writes them (one message of 100 bytes on
+/// the wire: share semantics references it in place, where copy would use the shared ring,
+/// whose messages complete at once).
 fn honest_slots() -> ([u64; SLOT_WORDS], [u64; SLOT_WORDS]) {
     let (mut a, mut b, arena) = link();
-    let (t, _) = a.send(Semantics::Copy, &[7u8; 100]).unwrap();
+    let (t, _) = a.send(Semantics::Share, &[7u8; 100]).unwrap();
     let mut got = [0u8; 100];
-    b.recv(Semantics::Copy, &mut got, InputBuffering::EarlyDemux)
+    b.recv(Semantics::Share, &mut got, InputBuffering::EarlyDemux)
         .unwrap();
     a.wait(t).unwrap();
     let d = read_slot(&arena, DESCRIPTORS, 0);
@@ -96,6 +98,7 @@ fn honest_slots() -> ([u64; SLOT_WORDS], [u64; SLOT_WORDS]) {
         offset: d[3] as usize,
         total: 100,
         at: 0,
+        ring: false,
     };
     assert_eq!(decode_descriptor(&d).unwrap(), want, "ring layout");
     assert_eq!(decode_completion(&c).unwrap(), t.0, "ring layout");
@@ -144,6 +147,7 @@ fn any_descriptor_or_completion_words_decode_to_checked_values_or_a_named_error(
                     w[2].to_string(),
                     w[3].to_string(),
                     w[6].to_string(),
+                    w[7].to_string(),
                 ];
                 assert!(named.iter().any(|v| e.contains(v)), "{e} for {w:x?}");
             }

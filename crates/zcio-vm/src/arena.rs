@@ -4,7 +4,9 @@
 //! Another process may write any byte of the arena at any time, including a buggy or malicious
 //! one. So nothing here hands out `&[u8]` into it: the only access is through atomics
 //! ([`SharedArena::atomic_u64`]), and every value read from it is validated by the reader before
-//! it is used ([`SharedRing`] checks the peer's index against its own).
+//! it is used ([`SharedRing`] checks the peer's index against its own). Bulk bytes (a message's
+//! data) are copied in and out whole ([`SharedArena::copy_in`], [`SharedArena::copy_out`]):
+//! they are never interpreted, so a peer that writes them meanwhile only changes the bytes.
 
 use crate::error::{Result, VmError};
 use crate::mapping::{Mapping, memfd};
@@ -156,6 +158,53 @@ impl SharedArena {
         );
         // SAFETY: as for atomic_u64.
         unsafe { &*((self.addr() + offset) as *const AtomicU32) }
+    }
+
+    /// Copy `data` into the arena at byte `offset`, at memcpy speed (a message's bytes).
+    ///
+    /// # Panics
+    /// If `[offset, offset + data.len())` lies outside the arena: offsets come from this
+    /// process's own layout, never from shared memory.
+    pub fn copy_in(&self, offset: usize, data: &[u8]) {
+        self.check_bytes(offset, data.len());
+        // SAFETY: the range lies inside the mapping (checked above), which lives as long as
+        // `self`; no Rust reference into the arena exists (its words are reached only through
+        // atomics and these copies), so writing through a raw pointer aliases nothing. Another
+        // process may write the same bytes meanwhile: they are plain bytes, never read back as
+        // a value with invariants, so a race leaves a mixture of bytes and nothing else.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.addr() + offset) as *mut u8,
+                data.len(),
+            )
+        };
+    }
+
+    /// Copy the arena's bytes at `offset` into `out`, at memcpy speed. A peer writing them
+    /// meanwhile yields some mixture of its bytes: the caller treats them as data only.
+    ///
+    /// # Panics
+    /// As [`SharedArena::copy_in`].
+    pub fn copy_out(&self, offset: usize, out: &mut [u8]) {
+        self.check_bytes(offset, out.len());
+        // SAFETY: as in `copy_in`: in bounds, no reference into the arena aliases it, and the
+        // bytes read are data the caller validates (or delivers) as bytes, whatever they are.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.addr() + offset) as *const u8,
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+    }
+
+    fn check_bytes(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len()),
+            "arena bytes [{offset}, +{len}) out of bounds (arena of {} bytes)",
+            self.len()
+        );
     }
 
     /// Copy bytes out of the arena (each word read atomically, so a concurrent writer yields some
@@ -364,6 +413,21 @@ impl Doorbell {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bulk_copies_land_where_asked_and_refuse_to_leave_the_arena() {
+        let a = SharedArena::create("t", 1 << 16).unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        a.copy_in(4099, &data);
+        let mut back = vec![0u8; 5000];
+        a.copy_out(4099, &mut back);
+        assert_eq!(back, data);
+        let mut word = [0u8; 8];
+        a.read_bytes(4096, &mut word);
+        assert_eq!(&word[3..], &data[..5], "copied at the byte asked");
+        let out = std::panic::catch_unwind(|| a.copy_in((1 << 16) - 10, &[0u8; 11]));
+        assert!(out.is_err(), "a copy past the end must panic, not write");
+    }
 
     #[test]
     fn ring_round_trip_and_full() {

@@ -203,6 +203,7 @@ fn copy_over(addr: usize, len: usize) -> bool {
             0,
         )
     };
+    crate::protect::layout_changed();
     if fresh == libc::MAP_FAILED {
         return false;
     }
@@ -222,9 +223,11 @@ fn copy_over(addr: usize, len: usize) -> bool {
             addr as *mut libc::c_void,
         )
     };
+    crate::protect::layout_changed();
     if moved == libc::MAP_FAILED {
         // SAFETY: our own mapping, still where mmap put it.
         unsafe { libc::munmap(fresh, len) };
+        crate::protect::layout_changed();
         return false;
     }
     true

@@ -126,6 +126,7 @@ impl Mapping {
                 0,
             )
         };
+        crate::protect::layout_changed();
         if p == libc::MAP_FAILED {
             return Err(VmError::last_os("mmap(anonymous)"));
         }
@@ -222,6 +223,7 @@ impl Mapping {
                 offset as libc::off_t,
             )
         };
+        crate::protect::layout_changed();
         if p == libc::MAP_FAILED {
             let source = std::io::Error::last_os_error();
             if reserved {
@@ -243,6 +245,7 @@ impl Mapping {
             // Old kernels ignore MAP_FIXED_NOREPLACE and treat the address as a hint.
             // SAFETY: p is the mapping we just created.
             unsafe { libc::munmap(p, len) };
+            crate::protect::layout_changed();
             return Err(VmError::ArenaPlacement {
                 addr: a,
                 len,
@@ -288,6 +291,7 @@ impl Mapping {
                 0,
             )
         };
+        crate::protect::layout_changed();
         if p == libc::MAP_FAILED {
             return Err(VmError::last_os("mmap(room for an aligned mapping)"));
         }
@@ -305,10 +309,12 @@ impl Mapping {
                 0,
             )
         };
+        crate::protect::layout_changed();
         if q == libc::MAP_FAILED {
             let source = std::io::Error::last_os_error();
             // SAFETY: the room is this function's placeholder, referenced by nothing.
             unsafe { libc::munmap(p, room) };
+            crate::protect::layout_changed();
             return Err(VmError::sys("mmap(shared, aligned to 2 MiB)", source));
         }
         // SAFETY: the room's head and tail are this function's placeholder, referenced by
@@ -521,6 +527,7 @@ impl Drop for Mapping {
         // SAFETY: we own [map_start, map_start+map_len); nothing borrows it once we are dropped.
         unsafe {
             libc::munmap(self.map_start as *mut libc::c_void, self.map_len);
+            crate::protect::layout_changed();
         }
     }
 }
@@ -537,9 +544,11 @@ unsafe fn trim_room(room_start: usize, room_len: usize, start: usize, len: usize
     unsafe {
         if head > 0 {
             libc::munmap(room_start as *mut libc::c_void, head);
+            crate::protect::layout_changed();
         }
         if tail > 0 {
             libc::munmap((start + len) as *mut libc::c_void, tail);
+            crate::protect::layout_changed();
         }
     }
 }

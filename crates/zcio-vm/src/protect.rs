@@ -39,6 +39,7 @@ pub unsafe fn set_access(r: RawRange, access: Access) -> Result<()> {
     r.check_pages("protected range")?;
     // SAFETY: the caller upholds the contract above; mprotect itself validates the range.
     let rc = unsafe { libc::mprotect(r.addr as *mut libc::c_void, r.len, access.prot()) };
+    crate::protect::layout_changed();
     if rc != 0 {
         return Err(VmError::last_os("mprotect"));
     }
@@ -124,6 +125,41 @@ pub fn writable_check() -> WritableCheck {
             WritableCheck::Unchecked
         }
     })
+}
+
+/// Changes zcio made to this process's mappings or their access (every `mmap`, `munmap`,
+/// `mremap` and `mprotect` it calls): a buffer found writable stays so until the next.
+static LAYOUT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Count a change zcio makes to this process's mappings ([`WritableCache`]).
+pub(crate) fn layout_changed() {
+    LAYOUT_EPOCH.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The last buffer [`check_writable`] found writable, so that a buffer reused call after call
+/// is looked up once (the lookup is a system call, 0.6 µs here: more than a short message's
+/// whole receive). zcio forgets it whenever it changes a mapping or its access itself; a
+/// program that unmaps the buffer and maps something less accessible at the same address
+/// between two calls, with its own system calls, is not seen (a C caller that may do so
+/// checks at each call: [`check_writable`]).
+#[derive(Debug, Default)]
+pub struct WritableCache(Option<(usize, usize, u64)>);
+
+impl WritableCache {
+    /// [`check_writable`], unless `buf` is the buffer found writable last and zcio changed no
+    /// mapping since.
+    pub fn check(&mut self, buf: &mut [u8]) -> Result<()> {
+        // Read before the lookup: a change during it makes the next call look again.
+        let epoch = LAYOUT_EPOCH.load(std::sync::atomic::Ordering::SeqCst);
+        let at = (buf.as_ptr() as usize, buf.len(), epoch);
+        if self.0 == Some(at) {
+            return Ok(());
+        }
+        self.0 = None;
+        check_writable(buf)?;
+        self.0 = Some(at);
+        Ok(())
+    }
 }
 
 /// Check that every page of `buf` can be written, without writing it: Genie verifies access

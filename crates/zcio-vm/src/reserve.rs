@@ -109,6 +109,7 @@ pub(crate) fn placeholder(addr: usize, len: usize, replace: bool) -> std::io::Re
             0,
         )
     };
+    crate::protect::layout_changed();
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
@@ -116,6 +117,7 @@ pub(crate) fn placeholder(addr: usize, len: usize, replace: bool) -> std::io::Re
         // An old kernel took MAP_FIXED_NOREPLACE as a hint.
         // SAFETY: `p` is the placeholder just made, somewhere else.
         unsafe { libc::munmap(p, len) };
+        crate::protect::layout_changed();
         return Err(std::io::Error::from_raw_os_error(libc::EEXIST));
     }
     Ok(())
@@ -175,6 +177,7 @@ impl ReservedRegion {
             // may put there later.
             // SAFETY: the caller owns the mapping of this range and is done with it.
             unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+            crate::protect::layout_changed();
             return;
         }
         in_use.retain(|r| *r != (addr, len));

@@ -395,6 +395,7 @@ impl SealedFile {
                 0,
             )
         };
+        crate::protect::layout_changed();
         if p == libc::MAP_FAILED {
             return Err(VmError::last_os("mmap(private, sealed file)"));
         }
@@ -435,6 +436,7 @@ impl Drop for PrivateView {
     fn drop(&mut self) {
         // SAFETY: the view's own mapping; no reference into it outlives `self`.
         unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+        crate::protect::layout_changed();
     }
 }
 

@@ -284,6 +284,7 @@ impl Stitched {
                 p.offset as libc::off_t,
             )
         };
+        crate::protect::layout_changed();
         if m == libc::MAP_FAILED {
             return Err(VmError::ArenaPlacement {
                 addr,
@@ -302,6 +303,7 @@ impl Stitched {
             // SAFETY: the range lies in this object's range and nothing there is in use (the
             // caller is done with it); a hole is never mapped nor covered again by this object.
             unsafe { libc::munmap((self.base + offset) as *mut libc::c_void, len) };
+            crate::protect::layout_changed();
             self.holes.push((offset, len));
         }
     }
@@ -521,6 +523,7 @@ impl Drop for Stitched {
                 // SAFETY: the range is this object's own (its placeholder and units), and
                 // nothing borrows it once it is dropped.
                 unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+                crate::protect::layout_changed();
             }
             return;
         }
@@ -535,6 +538,7 @@ impl Drop for Stitched {
                 if !self.reserved || crate::reserve::placeholder(addr, len, true).is_err() {
                     // SAFETY: a part of this object's range outside the holes: its own.
                     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+                    crate::protect::layout_changed();
                 }
             }
             at = at.max(h + l);

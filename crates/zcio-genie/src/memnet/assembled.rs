@@ -21,6 +21,8 @@ pub(super) struct Assembled {
     /// Its bytes, `got` of them read so far.
     pub(super) buf: AppBuffer,
     pub(super) got: usize,
+    /// Whether it came through the shared ring (copied by this process, not the kernel).
+    pub(super) by_ring: bool,
 }
 
 /// Bytes of messages taken in while this end's output waits, beyond which no new one is begun
@@ -38,6 +40,12 @@ impl MemnetEndpoint {
     /// Read segment `d` (its descriptor taken off the ring) into the message being assembled,
     /// and post its completion.
     fn read_segment(&mut self, d: Descriptor) -> Result<()> {
+        if d.ring {
+            return Err(GenieError::Protocol(format!(
+                "a message of {} bytes in the shared ring while a segmented one is under way",
+                d.len
+            )));
+        }
         let mut m = match self.assembled.pop_back() {
             Some(m) if m.got < m.total => m,
             other => {
@@ -75,11 +83,22 @@ impl MemnetEndpoint {
                 d.at, d.total
             )));
         }
-        let buf = AppBuffer::for_message(d.total)?;
+        let mut buf = AppBuffer::for_message(d.total)?;
+        if d.ring {
+            self.ring_take(&mut buf[..d.total])?;
+            self.assembled.push_back(Assembled {
+                total: d.total,
+                buf,
+                got: d.total,
+                by_ring: true,
+            });
+            return Ok(());
+        }
         self.assembled.push_back(Assembled {
             total: d.total,
             buf,
             got: 0,
+            by_ring: false,
         });
         self.read_segment(d)
     }
@@ -102,10 +121,14 @@ impl MemnetEndpoint {
     /// taking it cost: the wire's read; `copied_out` where the caller copies it on.
     pub(super) fn pop_assembled(&mut self, copied_out: bool) -> Option<(AppBuffer, Accounting)> {
         let m = self.assembled.pop_front()?;
+        let (kernel, cpu) = match m.by_ring {
+            true => (0, m.total as u64),
+            false => (m.total as u64, 0),
+        };
         let acc = Accounting {
             granule: None,
-            cpu_copied_bytes: if copied_out { m.total as u64 } else { 0 },
-            kernel_copied_bytes: Some(m.total as u64),
+            cpu_copied_bytes: cpu + if copied_out { m.total as u64 } else { 0 },
+            kernel_copied_bytes: Some(kernel),
             swapped_bytes: 0,
             path: DataPath::Assembled { copied_out },
         };
@@ -149,11 +172,12 @@ impl MemnetEndpoint {
             };
             // Only what has arrived whole: a peer that announces and sends nothing does not
             // hold this end up.
-            if !self.arrived(d.len)? {
+            if !d.ring && !self.arrived(d.len)? {
                 self.held = Some(d);
                 return Ok(());
             }
             if under_way {
+                // A ring message is whole: read_segment refuses it while one is under way.
                 self.read_segment(d)?;
             } else {
                 self.begin_assembled(d)?;

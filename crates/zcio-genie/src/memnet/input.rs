@@ -95,13 +95,16 @@ impl MemnetEndpoint {
         loop {
             match self.desc_rx.pop(&self.arena) {
                 Ok(Some(w)) => {
+                    self.descriptor_taken();
                     let d = decode_descriptor(&w)?;
-                    // The data follows its descriptor closely: spin for it rather than sleep in
-                    // the read.
-                    let fd = self.next_pipe();
-                    spin_until(self.spin, || {
-                        zcio_vm::wire::queued(fd).map_or(true, |q| q > 0)
-                    });
+                    if !d.ring {
+                        // The data follows its descriptor closely: spin for it rather than
+                        // sleep in the read.
+                        let fd = self.next_pipe();
+                        spin_until(self.spin, || {
+                            zcio_vm::wire::queued(fd).map_or(true, |q| q > 0)
+                        });
+                    }
                     return Ok(d);
                 }
                 Ok(None) => {}
@@ -111,22 +114,37 @@ impl MemnetEndpoint {
             if spin_until(self.spin, || desc.has_next(arena).unwrap_or(true)) {
                 continue;
             }
-            // Descriptors are published before data: wait for data (or the sender's end).
-            let next = self.next_pipe();
-            let mut fds = [PollFd::new(&next, PollFlags::IN)];
-            w.poll(&mut fds, None, "waiting for a message")?;
+            // Asleep until data comes on the wire (descriptors are published before data), the
+            // sender rings for a message in the shared ring, or the sender is gone. Saying so
+            // first, then looking once more, loses no ring.
+            self.ring.bell.prepare_sleep(&self.arena);
+            if self
+                .desc_rx
+                .has_next(&self.arena)
+                .map_err(|e| GenieError::Protocol(e.to_string()))?
+            {
+                self.ring.bell.woke(&self.arena);
+                continue;
+            }
+            let (next, bell) = (self.next_pipe(), self.ring.bell.fd());
+            let mut fds = [
+                PollFd::new(&next, PollFlags::IN),
+                PollFd::new(&bell, PollFlags::IN),
+            ];
+            let slept = w.poll(&mut fds, None, "waiting for a message");
             let re = fds[0].revents();
-            if re.contains(PollFlags::HUP) && !re.contains(PollFlags::IN) {
+            self.ring.bell.woke(&self.arena);
+            slept?;
+            let more = self
+                .desc_rx
+                .has_next(&self.arena)
+                .map_err(|e| GenieError::Protocol(e.to_string()))?;
+            if re.contains(PollFlags::HUP) && !re.contains(PollFlags::IN) && !more {
                 return Err(GenieError::PeerGone {
                     during: "input (waiting for a message)",
                 });
             }
-            if re.contains(PollFlags::IN)
-                && !self
-                    .desc_rx
-                    .has_next(&self.arena)
-                    .map_err(|e| GenieError::Protocol(e.to_string()))?
-            {
+            if re.contains(PollFlags::IN) && !more {
                 return Err(GenieError::Protocol(
                     "data arrived without a descriptor".into(),
                 ));
@@ -211,7 +229,7 @@ impl MemnetEndpoint {
             ));
         }
         // Before the message is taken: a buffer that cannot be written loses nothing.
-        crate::passing::check_writable(buf)?;
+        self.inputs.check_writable(buf)?;
         self.refuse_copying_input(sem, buf, buffering)?;
         let len = self.peek_len()?;
         if len > buf.len() {
@@ -229,6 +247,10 @@ impl MemnetEndpoint {
             return Ok((len, acc));
         }
         let d = self.take_descriptor(Wait::FOREVER)?;
+        if d.ring {
+            time(Op::Copyout, || self.ring_take(&mut buf[..len]))?;
+            return Ok((len, ring_accounting(len)));
+        }
         self.start(&d);
         let acc = self.with_completing_source(len, |inputs, src, profile| {
             let acc = inputs.input_app(sem, &mut buf[..len], buffering, src, profile)?;
@@ -284,6 +306,14 @@ impl MemnetEndpoint {
             return Ok((region, acc));
         }
         let d = self.take_descriptor(Wait::FOREVER)?;
+        if d.ring {
+            fill(&mut region)?;
+            time(Op::Copyout, || {
+                self.ring_take(&mut region.as_mut_slice()[..len])
+            })?;
+            mark(&mut region, RegionState::MovedIn);
+            return Ok((region, ring_accounting(len)));
+        }
         self.start(&d);
         if sem == Semantics::Move {
             let huge = self.with_completing_source(len, |inputs, src, _| {
@@ -326,6 +356,17 @@ impl MemnetEndpoint {
             path: DataPath::RegionIn { huge },
         };
         Ok((region, acc))
+    }
+}
+
+/// What taking a message out of the shared ring cost: one copy, by this process.
+fn ring_accounting(len: usize) -> Accounting {
+    Accounting {
+        granule: None,
+        cpu_copied_bytes: len as u64,
+        kernel_copied_bytes: Some(0),
+        swapped_bytes: 0,
+        path: DataPath::SharedRing { out: false },
     }
 }
 

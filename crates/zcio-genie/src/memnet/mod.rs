@@ -3,6 +3,9 @@
 //! - **Control** goes through a shared arena (a memfd mapped at the same address in both
 //!   processes): per direction, a descriptor ring (sender to receiver) and a completion ring
 //!   (receiver to sender), with eventfd doorbells. Every value read from the arena is validated.
+//! - **Short data** (below the copy crossover) goes through a ring of bytes in the arena
+//!   ([`ring`]): the sender copies the message in, the receiver copies it out, no system call
+//!   on the way (the receiver's doorbell is rung only when it said it sleeps).
 //! - **Data** goes by page reference through a pipe: the sender's `vmsplice` queues references to
 //!   its pages (Genie's *reference pages*; the kernel keeps them alive if the sender unmaps them:
 //!   *I/O-deferred deallocation*), and the receiver's `read` is the wire, the one copy every
@@ -30,13 +33,14 @@ pub use crate::waits::Waits;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use zcio_vm::arena::{SLOT_WORDS, SharedArena, SharedRing};
+use zcio_vm::arena::{Doorbell, SLOT_WORDS, SharedArena, SharedRing};
 use zcio_vm::wire::{MIN_STRIPES, Pace, Pipe, Striped};
 
 mod assembled;
 pub mod channel;
 mod input;
 mod output;
+pub mod ring;
 
 const RING_SLOTS: usize = 256;
 const DESC_MAGIC: u64 = 0x7a63_696f_4445_5343; // "zcioDESC"
@@ -76,7 +80,7 @@ fn pace_offset(d: usize, pipes: usize) -> usize {
 }
 
 fn arena_len(pipes: usize) -> usize {
-    pace_offset(2, pipes)
+    ring::data_offset(2, pipes)
 }
 
 /// The window of a new link, each way, unless its maker says otherwise ([`LinkOptions`]).
@@ -122,6 +126,9 @@ pub struct Descriptor {
     pub total: usize,
     /// Where in the message this segment starts (0 for a message's first descriptor).
     pub at: usize,
+    /// Whether the message's bytes are in the link's shared ring ([`ring`]), not on the wire:
+    /// a whole message of at most [`ring::RING_MAX`] bytes.
+    pub ring: bool,
 }
 
 impl Descriptor {
@@ -163,12 +170,26 @@ pub fn decode_descriptor(w: &[u64; SLOT_WORDS]) -> Result<Descriptor> {
             w[6]
         ));
     }
+    let ring = match w[7] {
+        0 => false,
+        1 if total == len && w[6] == 0 && len <= ring::RING_MAX as u64 => true,
+        1 => {
+            return bad(format!(
+                "a message of {len} bytes (segment at {} of {total}) said to be in the shared \
+                 ring, which carries whole messages of at most {} bytes",
+                w[6],
+                ring::RING_MAX
+            ));
+        }
+        x => return bad(format!("data place {x}, want 0 (wire) or 1 (shared ring)")),
+    };
     Ok(Descriptor {
         ticket: w[1],
         len: len as usize,
         offset: w[3] as usize,
         total: total as usize,
         at: w[6] as usize,
+        ring,
     })
 }
 
@@ -219,6 +240,8 @@ pub struct LinkParts {
     in_rx: Vec<OwnedFd>,
     my_bell: OwnedFd,
     peer_bell: OwnedFd,
+    my_ring_bell: OwnedFd,
+    peer_ring_bell: OwnedFd,
 }
 
 /// One end of a memory-network link.
@@ -266,6 +289,8 @@ pub struct MemnetEndpoint {
     window_full: WindowFull,
     my_bell: OwnedFd,
     peer_bell: OwnedFd,
+    /// This end of the shared ring ([`ring`]).
+    ring: Box<ring::RingEnd>,
     desc_tx: SharedRing,
     desc_rx: SharedRing,
     comp_tx: SharedRing,
@@ -388,8 +413,10 @@ pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<S
     };
     let (p0_tx, p0_rx): (Vec<_>, Vec<_>) = p0.into_iter().map(|p| (p.tx, p.rx)).unzip();
     let (p1_tx, p1_rx): (Vec<_>, Vec<_>) = p1.into_iter().map(|p| (p.tx, p.rx)).unzip();
-    let e0 = zcio_vm::arena::Doorbell::eventfd()?;
-    let e1 = zcio_vm::arena::Doorbell::eventfd()?;
+    let e0 = Doorbell::eventfd()?;
+    let e1 = Doorbell::eventfd()?;
+    let r0 = Doorbell::eventfd()?;
+    let r1 = Doorbell::eventfd()?;
     let s0 = LinkParts {
         side: 0,
         arena_fd: dup(arena.fd())?,
@@ -399,6 +426,8 @@ pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<S
         in_rx: p1_rx,
         my_bell: dup(e0.as_fd())?,
         peer_bell: dup(e1.as_fd())?,
+        my_ring_bell: dup(r0.as_fd())?,
+        peer_ring_bell: dup(r1.as_fd())?,
     };
     let s1 = LinkParts {
         side: 1,
@@ -409,28 +438,36 @@ pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<S
         in_rx: p0_rx,
         my_bell: e1,
         peer_bell: e0,
+        my_ring_bell: r1,
+        peer_ring_bell: r0,
     };
     Ok((s0, s1, Arc::new(arena)))
 }
 
-/// An epoll instance readable while a pipe of `wire` (the wire in) or `bell` (the doorbell) is.
-fn readiness(wire: &[OwnedFd], bell: &OwnedFd) -> Result<OwnedFd> {
+/// An epoll instance readable while a pipe of `wire` (the wire in) or a doorbell (`bell` for
+/// completions, `ring_bell` for messages in the shared ring) is.
+fn readiness(wire: &[OwnedFd], bell: &OwnedFd, ring_bell: &OwnedFd) -> Result<OwnedFd> {
     use rustix::event::epoll;
     let e = |err| GenieError::io("epoll", err);
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(e)?;
-    for (i, fd) in wire.iter().chain([bell]).enumerate() {
+    for (i, fd) in wire.iter().chain([bell, ring_bell]).enumerate() {
         let data = epoll::EventData::new_u64(i as u64);
         epoll::add(&ep, fd, data, epoll::EventFlags::IN).map_err(e)?;
     }
     Ok(ep)
 }
 
-/// Readable when the next message's data is on the wire (or its sender is gone, which the
-/// next receive reports), or when a completion was posted since the last
+/// Readable when the next message's data is on the wire or in the shared ring (or its sender
+/// is gone, which the next receive reports), or when a completion was posted since the last
 /// [`MemnetEndpoint::reap`]: for `poll`, `epoll` or an async runtime's reactor. A wake-up
 /// may find nothing to do (a completion an output call reaped on its way).
+///
+/// Asking for it tells the peer that this end may sleep outside zcio's own calls: from then on
+/// every message it puts in the shared ring rings this end's doorbell (a system call per
+/// message), where otherwise it rings only when this end said it sleeps.
 impl AsFd for MemnetEndpoint {
     fn as_fd(&self) -> BorrowedFd<'_> {
+        ring::watched_from_outside(&self.arena, self.side, self.out_tx.len());
         self.ready.as_fd()
     }
 }
@@ -438,7 +475,7 @@ impl AsFd for MemnetEndpoint {
 /// The descriptor of [`AsFd`], for reactors that take a raw one (tokio's `AsyncFd`).
 impl std::os::fd::AsRawFd for MemnetEndpoint {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.ready.as_raw_fd()
+        self.as_fd().as_raw_fd()
     }
 }
 
@@ -471,6 +508,8 @@ impl LinkParts {
             self.arena_fd.as_fd(),
             self.my_bell.as_fd(),
             self.peer_bell.as_fd(),
+            self.my_ring_bell.as_fd(),
+            self.peer_ring_bell.as_fd(),
         ];
         zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
         let pipes: Vec<BorrowedFd<'_>> = self
@@ -490,9 +529,9 @@ impl LinkParts {
         let bad = |what: String| GenieError::Protocol(format!("link setup: {what}"));
         let mut bytes = [0u8; 32];
         let (n, fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut bytes)?;
-        if n != 32 || fds.len() != 3 {
+        if n != 32 || fds.len() != 5 {
             return Err(bad(format!(
-                "got {n} bytes and {} descriptors, want 32 and 3",
+                "got {n} bytes and {} descriptors, want 32 and 5",
                 fds.len()
             )));
         }
@@ -524,6 +563,7 @@ impl LinkParts {
         let mut it = fds.into_iter();
         let mut next = || it.next().expect("counted above");
         let (arena_fd, my_bell, peer_bell) = (next(), next(), next());
+        let (my_ring_bell, peer_ring_bell) = (next(), next());
         let (mut out_tx, mut in_rx) = (Vec::new(), Vec::new());
         let mut ends = rest.into_iter();
         while let (Some(o), Some(i)) = (ends.next(), ends.next()) {
@@ -539,6 +579,8 @@ impl LinkParts {
             in_rx,
             my_bell,
             peer_bell,
+            my_ring_bell,
+            peer_ring_bell,
         })
     }
 }
@@ -573,7 +615,7 @@ impl MemnetEndpoint {
         let ring = |i: usize| SharedRing::new(&arena, ring_offset(i), RING_SLOTS);
         let in_capacity = capacity_of(&parts.in_rx)?;
         let out_capacity = capacity_of(&parts.out_tx)?;
-        let ready = readiness(&parts.in_rx, &parts.my_bell)?;
+        let ready = readiness(&parts.in_rx, &parts.my_bell, &parts.my_ring_bell)?;
         Ok(MemnetEndpoint {
             ready,
             desc_tx: ring(s)?,
@@ -592,6 +634,10 @@ impl MemnetEndpoint {
             window_full: WindowFull::Wait,
             my_bell: parts.my_bell,
             peer_bell: parts.peer_bell,
+            ring: Box::new(ring::RingEnd::new(
+                Doorbell::new(parts.my_ring_bell, ring::sleeping_offset(1 - s, n)),
+                parts.peer_ring_bell,
+            )),
             pending: Vec::new(),
             next_ticket: 1,
             cur_ticket: 0,

@@ -102,6 +102,19 @@ impl MemnetEndpoint {
     }
 
     fn publish(&mut self, ticket: u64, seg: Segment, sem: Semantics, wait: Wait) -> Result<()> {
+        self.publish_at(ticket, seg, sem, false, wait)
+    }
+
+    /// Publish a descriptor; `ring`: its message is in the shared ring. A full descriptor ring
+    /// is waited out: spinning a while, then asleep until the receiver takes a descriptor.
+    fn publish_at(
+        &mut self,
+        ticket: u64,
+        seg: Segment,
+        sem: Semantics,
+        ring: bool,
+        wait: Wait,
+    ) -> Result<()> {
         let mut w = [0u64; SLOT_WORDS];
         w[0] = DESC_MAGIC;
         w[1] = ticket;
@@ -110,13 +123,80 @@ impl MemnetEndpoint {
         w[4] = Semantics::ALL.iter().position(|s| *s == sem).unwrap_or(0) as u64;
         w[5] = seg.total as u64;
         w[6] = seg.at as u64;
-        loop {
-            match self.desc_tx.push(&self.arena, &w) {
-                Ok(true) => return Ok(()),
-                Ok(false) => self.wait_event("for room to announce an output", wait)?,
-                Err(e) => return Err(GenieError::Protocol(e.to_string())),
-            }
+        w[7] = ring as u64;
+        let push = |me: &mut Self| {
+            me.desc_tx
+                .push(&me.arena, &w)
+                .map_err(|e| GenieError::Protocol(e.to_string()))
+        };
+        if push(self)? {
+            return Ok(());
         }
+        let mut pushed = Ok(false);
+        spin_until(self.spin, || {
+            pushed = push(self);
+            !matches!(pushed, Ok(false))
+        });
+        loop {
+            if pushed? {
+                return Ok(());
+            }
+            // Asleep until the receiver takes a descriptor (it wakes a sender that said so).
+            self.waiting_for_descriptor_room(true);
+            pushed = push(self);
+            if !matches!(pushed, Ok(false)) {
+                self.waiting_for_descriptor_room(false);
+                continue;
+            }
+            let r = self.wait_event("waiting for room to announce an output", wait);
+            self.waiting_for_descriptor_room(false);
+            r?;
+            pushed = push(self);
+        }
+    }
+
+    /// Output `buf` through the shared ring, if its semantics copies it here and the ring has
+    /// room ([`super::ring`]): copied in, announced, the receiver woken if it sleeps. The
+    /// ticket is complete at once (the buffer is the application's again).
+    fn send_by_ring(&mut self, sem: Semantics, buf: &[u8]) -> Result<Option<(Ticket, Accounting)>> {
+        let why = match sem {
+            Semantics::Copy => None,
+            Semantics::EmulatedCopy => {
+                match crate::passing::emulated_copy_copies(buf, &self.profile) {
+                    Some(why) => Some(why),
+                    None => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        self.check_ring_peer();
+        if !self.ring_room(buf.len()) {
+            return Ok(None);
+        }
+        time(Op::Copyin, || self.ring_put(buf));
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let wait = self.waits.start();
+        // A descriptor not published leaves the ring's bytes unannounced while this end has
+        // counted them: nothing more may follow.
+        self.publish_at(ticket, Segment::whole(buf.len(), 0), sem, true, wait)
+            .inspect_err(|e| self.broken_out = Some(e.to_string()))?;
+        self.ring_wake();
+        let out = DataPath::SharedRing { out: true };
+        let path = match why {
+            Some(why) => DataPath::CopyFallback(why).then(out),
+            None => out,
+        };
+        Ok(Some((
+            Ticket(ticket),
+            Accounting {
+                granule: None,
+                cpu_copied_bytes: buf.len() as u64,
+                kernel_copied_bytes: Some(0),
+                swapped_bytes: 0,
+                path,
+            },
+        )))
     }
 
     /// Output an application buffer under `sem` (copy, emulated copy, share, emulated share).
@@ -124,6 +204,11 @@ impl MemnetEndpoint {
     /// page-table work while the message fits the room left in the window
     /// ([`MemnetEndpoint::window`]): the receiver need not have read any of it. The ticket
     /// completes when the receiver has it.
+    ///
+    /// A message that its semantics copies here (copy; emulated copy below its calibrated
+    /// crossover, [`crate::profile::Thresholds::short_output_bytes`]) of at most
+    /// [`super::ring::RING_MAX`] bytes goes through the link's shared ring while it has room:
+    /// copied in, and the ticket complete at once ([`DataPath::SharedRing`]).
     ///
     /// A message longer than the window goes in segments of at most the window, each queued
     /// once the receiver has read the one before; meanwhile this end takes in what its peer
@@ -138,6 +223,9 @@ impl MemnetEndpoint {
                 "semantics",
                 format!("{sem} passes regions: use send_region"),
             ));
+        }
+        if let Some(sent) = self.send_by_ring(sem, buf)? {
+            return Ok(sent);
         }
         let (total, window, ps) = (buf.len(), self.window(), zcio_vm::page_size());
         if total <= window || self.window_full == WindowFull::WouldBlock {

@@ -300,6 +300,24 @@ extern "C" fn count_fork_in_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Count forks from now on (once per process; a child inherits the registration).
+fn count_forks() {
+    static AT_FORK: Once = Once::new();
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a child handler that only increments an atomic counter
+        // (async-signal-safe); the handler stays valid for the life of the program.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
+        assert_eq!(rc, 0, "pthread_atfork failed");
+    });
+}
+
+/// The forks this process and its ancestors went through since zcio first asked: a value
+/// that changes in a child, read without a system call (what `getpid` would tell, per call).
+pub(crate) fn fork_generation() -> u64 {
+    count_forks();
+    FORKS.load(Ordering::Relaxed)
+}
+
 pub use crate::config::DISABLE_ENV;
 
 impl VmRuntime {
@@ -322,13 +340,7 @@ impl VmRuntime {
 
     #[cold]
     fn start_here() -> &'static VmRuntime {
-        static AT_FORK: Once = Once::new();
-        AT_FORK.call_once(|| {
-            // SAFETY: registers a child handler that only increments an atomic counter
-            // (async-signal-safe); the handler stays valid for the life of the program.
-            let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
-            assert_eq!(rc, 0, "pthread_atfork failed");
-        });
+        count_forks();
         let _g = STARTING.lock().unwrap_or_else(|p| p.into_inner());
         let p = RUNTIME.load(Ordering::Acquire);
         // SAFETY: as in `get`.
