@@ -191,10 +191,15 @@ fn an_end_watched_from_outside_becomes_readable_for_a_message_in_the_ring() {
         .recv(Semantics::Copy, &mut got, InputBuffering::EarlyDemux)
         .unwrap();
     assert_eq!(&got[..n], &[5u8; 300]);
-    // Every message rings a watched end, not only the first.
+    // Taken and reaped: the descriptor settles.
     rx.reap().unwrap();
+    assert!(!readable(&rx, 0), "still readable with nothing to take");
+    // Every message rings a watched end, not only the first.
     tx.send(Semantics::Copy, &[6u8; 10]).unwrap();
     assert!(readable(&rx, 5000), "not readable for the second message");
+    // Reaped before it is taken: it stays readable while the message waits.
+    rx.reap().unwrap();
+    assert!(readable(&rx, 0), "not readable while a message waits");
 }
 
 #[test]

@@ -400,13 +400,21 @@ impl MemnetEndpoint {
     /// Process the completions that arrived (non-blocking).
     ///
     /// The endpoint's descriptor ([`AsFd`](std::os::fd::AsFd)) is readable while completions
-    /// may be waiting; this call lets it settle until the next one is posted.
+    /// or messages may be waiting; this call lets it settle until the next one is posted (it
+    /// stays readable while a message waits).
     pub fn reap(&mut self) -> Result<usize> {
         // The doorbell first, then the ring: a completion posted after this read rings again.
         let mut b = [0u8; 8];
         let _ = rustix::io::read(&self.my_bell, &mut b);
-        if !self.assembled.is_empty() {
-            // Messages taken in wait for a receive: the descriptor stays readable.
+        // The shared ring's doorbell too, once its messages are taken.
+        let _ = rustix::io::read(self.ring.bell.fd(), &mut b);
+        let announced = self
+            .desc_rx
+            .has_next(&self.arena)
+            .map_err(|e| GenieError::Protocol(e.to_string()))?;
+        if !self.assembled.is_empty() || announced {
+            // Messages taken in, or announced, wait for a receive: the descriptor stays
+            // readable.
             self.ring_self();
         }
         self.reap_completions()
