@@ -1,6 +1,7 @@
 //! `zcio bench channel` end to end: zcio's channel against iceoryx2 and a Unix socket between
-//! two processes, every contender at every size and granule asked for, every message checked,
-//! every number there. No timing is asserted.
+//! two processes, every contender at every size and granule asked for (small messages, of
+//! lengths no multiple of a word or a page, and large ones), one-way and ping-pong latency,
+//! every message and reply checked, every number there. No timing is asserted.
 
 mod common;
 
@@ -8,11 +9,12 @@ use common::bench_json;
 
 #[test]
 fn every_contender_runs_at_every_size_and_granule_and_every_byte_is_checked() {
+    let sizes = [64u64, 4096, 1048576];
     let v = bench_json(
         "channel",
         &[
             "--bytes",
-            "4096,1048576",
+            "64,4096,1048576",
             "--rounds",
             "1",
             "--granules",
@@ -21,23 +23,42 @@ fn every_contender_runs_at_every_size_and_granule_and_every_byte_is_checked() {
     );
     let rows = v["rows"].as_array().expect("rows");
     let contenders = ["zcio-copy", "zcio-emulated-copy", "iceoryx2", "unix"];
-    assert_eq!(rows.len(), contenders.len() * 2, "{v:#}");
+    assert_eq!(rows.len(), contenders.len() * sizes.len(), "{v:#}");
     for c in contenders {
-        for bytes in [4096u64, 1048576] {
+        for bytes in sizes {
             let r = rows
                 .iter()
                 .find(|r| r["contender"] == c && r["bytes"] == bytes && r["granule"] == "4k")
                 .unwrap_or_else(|| panic!("no row for {c} at {bytes} B: {v:#}"));
             assert_eq!(r["verified"], true, "{r:#}");
-            for f in ["latency_ns", "throughput_gbps", "send_ns", "cpu_ns"] {
+            for f in [
+                "latency_ns",
+                "pingpong_ns",
+                "throughput_gbps",
+                "send_ns",
+                "cpu_ns",
+            ] {
                 let x = r[f]
                     .as_f64()
                     .unwrap_or_else(|| panic!("{f} missing: {r:#}"));
                 assert!(x > 0.0 && x.is_finite(), "{f} = {x}: {r:#}");
             }
-            assert!(r["messages"].as_u64().unwrap() >= 3, "{r:#}");
+            let [lo, hi] = [0, 1].map(|k| r["pingpong_spread_ns"][k].as_f64().unwrap());
+            assert!(lo <= hi && lo > 0.0, "{r:#}");
+            let (n, s) = (
+                r["messages"].as_u64().unwrap(),
+                r["round_trips"].as_u64().unwrap(),
+            );
+            assert!(n >= 3 && (1..=n.min(2000)).contains(&s), "{r:#}");
+            // Small messages are streamed by the thousand (16384 of 64 bytes), large ones fewer.
+            match bytes {
+                64 => assert_eq!((n, s), (16384, 2000), "{r:#}"),
+                4096 => assert_eq!((n, s), (2000, 2000), "{r:#}"),
+                _ => assert_eq!((n, s), (128, 128), "{r:#}"),
+            }
+            // Every message (one at a time, ping-pong, streamed) and every reply.
             assert!(
-                r["checked_messages"].as_u64().unwrap() >= 2 * r["messages"].as_u64().unwrap(),
+                r["checked_messages"].as_u64().unwrap() >= n + 3 * s,
                 "{r:#}"
             );
             if c.starts_with("zcio-") {

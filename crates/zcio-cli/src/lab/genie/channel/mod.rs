@@ -4,10 +4,10 @@
 //!
 //! # The job
 //!
-//! A message starts in the sending process's own buffer (an [`AppBuffer`] in 4 KiB pages, or
-//! in transparent huge pages for the `2m` granule) and ends in a buffer the receiving process
-//! owns and may write (the same kind, made once per size and granule and reused by every run).
-//! Every contender does exactly that:
+//! A message of any length from 1 byte up starts in the sending process's own buffer (an
+//! [`AppBuffer`] in 4 KiB pages, or in transparent huge pages for the `2m` granule) and ends in
+//! a buffer the receiving process owns and may write (the same kind, made once per size and
+//! granule and reused by every run). Every contender does exactly that:
 //!
 //! - `zcio-<semantics>`: [`Channel::send`] of the sender's buffer under the semantics, and
 //!   [`Channel::recv`] into the receiver's buffer (memory network, early demultiplexing, the
@@ -19,8 +19,10 @@
 //!   of two); the sender loans a sample, copies its buffer into it, sends it and notifies an
 //!   event service (as [`crate::lab::fbufs::iceoryx`] does); the receiver, woken by the
 //!   event, takes the sample and copies it into its own buffer.
-//! - `unix`: a Unix stream socket with its default buffers: `write_all` of an 8-byte length
-//!   and of the buffer, `read_exact` of both into the receiver's buffer.
+//! - `unix`: a Unix stream socket with its default buffers: one `writev` of an 8-byte length
+//!   and the buffer (more only where the socket takes part of them), one `readv` of both into
+//!   a length word and the receiver's buffer (which, as at every contender, is the message's
+//!   length; the length read must say so).
 //!
 //! The receiving process is the bench itself; the sender is this executable started again,
 //! once per run (the hidden `zcio channel-sender`), told what to do on its command line and
@@ -28,26 +30,47 @@
 //!
 //! # What a run measures
 //!
-//! Each process has a ring of `n` buffers of the message size (the receiver's made once per
-//! size and granule; every page touched before use). A run (one contender, size, granule and
-//! round) streams `W` warm-up messages (a zcio window's worth, 3 to `n`: pools, pipes and
+//! Each process has a [`Ring`] of `n` buffers of the message size (the receiver's made once
+//! per size and granule; every page touched before use): from 4 KiB up an [`AppBuffer`] each,
+//! below 4 KiB slots of one [`AppBuffer`] (64-byte aligned), as an application keeps small
+//! messages. `n`, the streamed messages of a run ([`messages`]), is [`VOLUME`]'s worth within
+//! 3 and 2000 from 4 KiB up; below 4 KiB, where a message takes a microsecond or less, up to
+//! 2000 × 4 KiB / size of them (16384 at most: 16384 of 64 bytes, 8000 of 1 KiB), so that the
+//! stream lasts milliseconds while the ring holds 8 MiB at most. `s`, the messages sent one at
+//! a time and the ping-pong's round trips ([`one_at_a_time`]), is `n`, 2000 at most: those go
+//! one by one at the control socket's pace.
+//!
+//! A run streams `W` warm-up messages (a zcio window's worth, 3 to `n`: pools, pipes and
 //! shared memory made and touched; iceoryx2 first writes and reads every sample of its pool
-//! once, as [`crate::lab::fbufs::iceoryx`] does), then sends `n` messages one at a time, then
-//! streams `n`.
+//! once, as [`crate::lab::fbufs::iceoryx`] does), then sends `s` messages one at a time, then
+//! `s` ping-pong round trips, then streams `n`.
 //! Message `i` (counted over the run) carries [`fill`]`(i)`: every 8-byte word depends on the
-//! message index and its offset. The receiver checks every byte of every message, warm-up
-//! included ([`check`]), always outside the times taken.
+//! message index and its offset (a tail shorter than a word takes its word's first bytes).
+//! The receiver checks every byte of every message, warm-up included, and the sender every
+//! reply ([`check`]), always outside the times taken.
 //!
 //! - **Latency** (one at a time, through the first buffer at both ends): the sender waits for
 //!   the receiver's go-ahead (the previous message checked), writes message `i` into its buffer
 //!   (for zcio once the previous message's ticket has completed), reads `CLOCK_MONOTONIC` and
 //!   sends; the receiver reads `CLOCK_MONOTONIC` when the message is in its buffer. Both
 //!   processes read the one clock of this host, so the difference is the message's one-way
-//!   time: no ping-pong, no return leg.
+//!   time: no return leg.
+//! - **Ping-pong** (one round trip at a time, through the first buffer at both ends): at the
+//!   receiver's go-ahead the sender writes message `i` into its buffer, reads the clock, sends
+//!   it and waits for the reply; the receiver takes the message into its buffer and at once
+//!   sends a 1-byte reply (written before the go-ahead: [`reply_message`]`(i)`) over the same
+//!   transport the other way: for zcio the same [`Channel`] under the same semantics; for the
+//!   Unix socket the same socket, framed alike; for iceoryx2, whose publish-subscribe goes
+//!   one way, a second publish-subscribe service and event service the other way, used as the
+//!   first (the reply loaned, written, sent and notified; the sender woken by the event takes
+//!   it and copies it out). The sender reads the clock once the reply is in its own buffer
+//!   and checks it; the receiver checks the message after replying. The ping-pong latency is
+//!   half the median round trip: a one-way time that needs no shared clock, and holds both
+//!   directions' wake-ups.
 //! - **Send time**: the sender's time inside its send (for zcio the [`Channel::send`] call;
 //!   for iceoryx2 loan, copy and send, not the notification after them, whose system call
-//!   may return only after the woken receiver has had the CPU; for the Unix socket the two
-//!   `write_all`), in the one-at-a-time messages, where the receiver is waiting.
+//!   may return only after the woken receiver has had the CPU; for the Unix socket the
+//!   `writev`), in the one-at-a-time messages, where the receiver is waiting.
 //! - **Throughput** (streamed): the sender writes the `n` messages into its ring first, then,
 //!   at the receiver's go-ahead, sends them back to back, waiting only as its transport makes
 //!   it (zcio's window, iceoryx2's queue, the socket's buffer); the receiver takes them into
@@ -65,11 +88,11 @@
 //! the receiver's work) and each process's caches stay its own.
 //!
 //! Per contender, size and granule the row gives the median over rounds of each round's median
-//! latency and send time and of each round's throughput and CPU time, with the lowest and
-//! highest round. Rounds rotate the contenders' order, so that drift in the machine's state
-//! hits all alike. A contender that fails at a size (iceoryx2 unable to make a sample that
-//! large, say) keeps its row, with the reason, and the bench fails at its end: nothing is
-//! skipped silently.
+//! latency, ping-pong latency and send time and of each round's throughput and CPU time, with
+//! the lowest and highest round. Rounds rotate the contenders' order, so that drift in the
+//! machine's state hits all alike. A contender that fails at a size (iceoryx2 unable to make a
+//! sample that large, say) keeps its row, with the reason, and the bench fails at its end:
+//! nothing is skipped silently.
 
 mod receiver;
 pub mod render;
@@ -95,7 +118,7 @@ pub const STALL: Duration = Duration::from_secs(60);
 /// The largest window a link is given (bytes).
 pub const MAX_WINDOW: usize = 256 << 20;
 
-/// Bytes a run's one-at-a-time messages (and again its streamed ones) add up to, by default.
+/// Bytes a run's streamed messages add up to, by default (within [`messages`]' bounds).
 pub const VOLUME: usize = 128 << 20;
 
 /// iceoryx2's subscriber queue: the samples sent and not yet taken.
@@ -107,8 +130,25 @@ pub fn pool_message(k: usize) -> u64 {
     u64::MAX - 64 + k as u64
 }
 
-/// Fewest and most messages of each half of a run, by default.
+/// Fewest and most streamed messages of a run from [`SMALL`] up, by default; also the most
+/// messages one at a time and round trips of a run ([`one_at_a_time`]).
 pub const MESSAGES: (usize, usize) = (3, 2000);
+
+/// Below this size a message is small: slots of one buffer ([`Ring`]), and more of them
+/// streamed ([`messages`]).
+pub const SMALL: usize = 4096;
+
+/// The most streamed messages of a run below [`SMALL`].
+pub const SMALL_MESSAGES: usize = 16384;
+
+/// Where a ring's small messages start: each slot on a cache line of its own.
+const SLOT_ALIGN: usize = 64;
+
+/// The index of the reply to message `i` of a ping-pong (the first byte of its
+/// [`fill`], checked by the sender).
+pub fn reply_message(i: u64) -> u64 {
+    (1 << 62) + i
+}
 
 /// The granule of the application buffers at both ends.
 #[derive(
@@ -209,8 +249,8 @@ impl Contender {
 /// Arguments of `zcio bench channel`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ChannelArgs {
-    /// Message sizes in bytes, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 65536, 1 << 20, 16 << 20, 64 << 20, 256 << 20])]
+    /// Message sizes in bytes, comma-separated: any from 1 byte up (to 1 GiB).
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SIZES)]
     pub bytes: Vec<usize>,
     /// Granules of the application buffers at both ends, comma-separated: `4k` (4 KiB pages)
     /// and `2m` (transparent huge pages).
@@ -226,14 +266,28 @@ pub struct ChannelArgs {
     /// Rounds (each runs every contender once, in an order that rotates).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Messages of each half of a run (one at a time, streamed). Default: 128 MiB of them,
-    /// 3 to 2000.
+    /// Streamed messages of a run (and messages one at a time, and ping-pong round trips: as
+    /// many, 2000 at most). Default by size: 128 MiB of them, 3 to 2000 from 4 KiB up, up to
+    /// 16384 below (2000 × 4 KiB / size).
     #[arg(long)]
     pub messages: Option<usize>,
     /// Print JSON (`{"rows": [...], ...}`) instead of a table.
     #[arg(long)]
     pub json: bool,
 }
+
+/// The sizes `zcio bench channel` measures by default, and the report's full preset: small,
+/// medium and large messages.
+pub const DEFAULT_SIZES: [usize; 8] = [
+    64,
+    4096,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    16 << 20,
+    64 << 20,
+    256 << 20,
+];
 
 /// What a bench (or the report) measures: sizes, granules, contenders, rounds.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -246,13 +300,14 @@ pub struct Plan {
     pub contenders: Vec<String>,
     /// Rounds.
     pub rounds: usize,
-    /// Messages of each half of a run, where given (else by size: [`messages`]).
+    /// Streamed messages of a run, where given (else by size: [`messages`]).
     pub messages: Option<usize>,
 }
 
 impl Plan {
-    /// The report's plan at `preset`: a few sizes around where the granules differ, fewer
-    /// rounds than the bench's default (the whole sweep is the full preset's).
+    /// The report's plan at `preset`: two small sizes and a few around where the granules
+    /// differ, fewer rounds than the bench's default (the whole sweep, [`DEFAULT_SIZES`], is
+    /// the full preset's).
     pub fn of(preset: Preset) -> Plan {
         let contenders = default_contenders();
         match preset {
@@ -264,14 +319,14 @@ impl Plan {
                 messages: Some(4),
             },
             Preset::Quick => Plan {
-                sizes: vec![64 << 10, 16 << 20, 64 << 20],
+                sizes: vec![64, 4096, 64 << 10, 16 << 20, 64 << 20],
                 granules: vec![Granule::Base, Granule::Huge],
                 contenders,
                 rounds: 2,
                 messages: None,
             },
             Preset::Full => Plan {
-                sizes: vec![4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20],
+                sizes: DEFAULT_SIZES.to_vec(),
                 granules: vec![Granule::Base, Granule::Huge],
                 contenders,
                 rounds: 3,
@@ -340,9 +395,14 @@ impl Plan {
         (self.sizes.len() * self.granules.len() * self.rounds * self.contenders.len()) as u64
     }
 
-    /// Messages of each half of a run at `bytes`.
+    /// Streamed messages of a run at `bytes`.
     pub fn messages(&self, bytes: usize) -> usize {
         self.messages.unwrap_or_else(|| messages(bytes))
+    }
+
+    /// Messages one at a time, and ping-pong round trips, of a run at `bytes`.
+    pub fn one_at_a_time(&self, bytes: usize) -> usize {
+        one_at_a_time(self.messages(bytes))
     }
 }
 
@@ -359,10 +419,20 @@ fn default_contenders() -> Vec<String> {
     .collect()
 }
 
-/// Messages of each half of a run at `bytes` by default: [`VOLUME`] of them, within
-/// [`MESSAGES`].
+/// Streamed messages of a run at `bytes` by default: [`VOLUME`] of them, 3 at least; from
+/// [`SMALL`] up 2000 at most ([`MESSAGES`]), below it `2000 × SMALL / bytes` at most (more
+/// of the shorter messages, so that the stream lasts milliseconds), [`SMALL_MESSAGES`] at
+/// most: a ring of small messages holds 2000 × 4 KiB (8 MiB) at most.
 pub fn messages(bytes: usize) -> usize {
-    (VOLUME / bytes.max(1)).clamp(MESSAGES.0, MESSAGES.1)
+    let bytes = bytes.max(1);
+    let most = (MESSAGES.1 * SMALL / bytes).clamp(MESSAGES.1, SMALL_MESSAGES);
+    (VOLUME / bytes).clamp(MESSAGES.0, most)
+}
+
+/// Messages one at a time, and ping-pong round trips, of a run of `n` streamed messages: as
+/// many, [`MESSAGES`]`.1` at most (each waits for the control socket's go-ahead).
+pub fn one_at_a_time(n: usize) -> usize {
+    n.min(MESSAGES.1)
 }
 
 /// Warm-up messages of a run at `bytes` of `n` messages per half: a zcio window's worth (so
@@ -371,18 +441,88 @@ pub fn warm_up(bytes: usize, n: usize) -> usize {
     (window(bytes) / bytes.max(1)).max(3).min(n)
 }
 
-/// `n` buffers of `bytes` at granule `g`, every page touched: a process's ring of messages.
-pub fn ring(g: Granule, bytes: usize, n: usize) -> Res<Vec<AppBuffer>> {
-    let ps = zcio_vm::page_size();
-    (0..n)
-        .map(|_| {
-            let mut b = g.buffer(bytes)?;
+/// A process's ring: `n` buffers of one message size at one granule, every page touched.
+///
+/// From [`SMALL`] up each message has an [`AppBuffer`] of its own (its own pages, as a large
+/// message has); below, the messages are slots of one [`AppBuffer`], each on a cache line of
+/// its own (in huge pages for `2m`: the buffer is then 2 MiB at least, so that the kernel can
+/// back it with one).
+pub struct Ring {
+    bufs: Vec<AppBuffer>,
+    bytes: usize,
+    n: usize,
+    /// Bytes from a slot's start to the next one's, where the slots share a buffer.
+    stride: Option<usize>,
+}
+
+impl Ring {
+    /// `n` buffers of `bytes` at granule `g`.
+    pub fn new(g: Granule, bytes: usize, n: usize) -> Res<Ring> {
+        if bytes == 0 || n == 0 {
+            return Err(format!("a ring of {n} buffers of {bytes} bytes: 1 of 1 at least").into());
+        }
+        let (bufs, stride) = if bytes < SMALL {
+            let stride = bytes.next_multiple_of(SLOT_ALIGN);
+            let mut len = stride
+                .checked_mul(n)
+                .ok_or_else(|| format!("{n} slots of {stride} bytes: too many"))?;
+            if g == Granule::Huge {
+                len = len.next_multiple_of(2 << 20);
+            }
+            (vec![g.buffer(len)?], Some(stride))
+        } else {
+            ((0..n).map(|_| g.buffer(bytes)).collect::<Res<_>>()?, None)
+        };
+        let mut r = Ring {
+            bufs,
+            bytes,
+            n,
+            stride,
+        };
+        let ps = zcio_vm::page_size();
+        for b in &mut r.bufs {
             for x in b.iter_mut().step_by(ps) {
                 *x = 1;
             }
-            Ok(b)
-        })
-        .collect()
+        }
+        Ok(r)
+    }
+
+    /// Buffers in the ring.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Never: a ring has one buffer at least.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The message size.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Buffer `k`.
+    pub fn slot(&self, k: usize) -> &[u8] {
+        match self.stride {
+            Some(s) => &self.bufs[0][k * s..k * s + self.bytes],
+            None => &self.bufs[k],
+        }
+    }
+
+    /// Buffer `k`, to write.
+    pub fn slot_mut(&mut self, k: usize) -> &mut [u8] {
+        match self.stride {
+            Some(s) => &mut self.bufs[0][k * s..k * s + self.bytes],
+            None => &mut self.bufs[k],
+        }
+    }
+
+    /// The granule the ring's (first) buffer got: `4k`, `2m` or `mixed`.
+    pub fn granule(&self) -> &'static str {
+        zcio_genie::granule_of(&self.bufs[0]).name()
+    }
 }
 
 /// The window a zcio link gets for messages of `bytes`: the message at least, the default
@@ -400,11 +540,17 @@ pub struct Row {
     pub bytes: usize,
     /// Granule of the application buffers asked for.
     pub granule: Granule,
-    /// Median over rounds of each round's median one-way latency (ns): send start at the sender
-    /// to the message in the receiver's buffer, `CLOCK_MONOTONIC` at both ends.
+    /// Median over rounds of each round's median one-way latency (ns), messages one at a time:
+    /// send start at the sender to the message in the receiver's buffer, `CLOCK_MONOTONIC` at
+    /// both ends.
     pub latency_ns: Option<f64>,
     /// Lowest and highest round.
     pub latency_spread_ns: Option<[f64; 2]>,
+    /// Median over rounds of each round's ping-pong latency (ns): half the median round trip of
+    /// a message of this size and a 1-byte reply over the same transport, timed at the sender.
+    pub pingpong_ns: Option<f64>,
+    /// Lowest and highest round.
+    pub pingpong_spread_ns: Option<[f64; 2]>,
     /// Median over rounds of each round's throughput, streamed (GB/s, 10⁹ bytes per second).
     pub throughput_gbps: Option<f64>,
     /// Lowest and highest round.
@@ -419,13 +565,18 @@ pub struct Row {
     pub cpu_spread_ns: Option<[f64; 2]>,
     /// Every byte of every message of every round matched (false where a round did not run).
     pub verified: bool,
-    /// Messages of each half of a run (one at a time, streamed).
+    /// Streamed messages of each run.
     pub messages: usize,
+    /// Messages one at a time, and ping-pong round trips, of each run (0 in results saved
+    /// before the ping-pong was measured).
+    #[serde(default)]
+    pub round_trips: usize,
     /// Rounds that ran.
     pub rounds: usize,
-    /// Messages checked, warm-up included, over all rounds.
+    /// Messages checked, warm-up and replies included, over all rounds.
     pub checked_messages: u64,
-    /// The first message that differed, and its first differing byte, if any.
+    /// The first message (or reply: [`reply_message`]) that differed, and its first differing
+    /// byte, if any.
     pub first_mismatch: Option<(u64, usize)>,
     /// zcio: the link's window (bytes), as the endpoint reported it.
     pub window_bytes: Option<usize>,
@@ -681,6 +832,7 @@ fn spread(v: &[f64]) -> Option<[f64; 2]> {
 #[derive(Default)]
 struct Rounds {
     latency: Vec<f64>,
+    pingpong: Vec<f64>,
     throughput: Vec<f64>,
     send: Vec<f64>,
     cpu: Vec<f64>,
@@ -695,6 +847,7 @@ struct Rounds {
 impl Rounds {
     fn add(&mut self, r: receiver::RunResult) {
         self.latency.push(r.latency_ns);
+        self.pingpong.push(r.pingpong_ns);
         self.throughput.push(r.throughput_gbps);
         self.send.push(r.send_ns);
         self.cpu.push(r.cpu_ns);
@@ -707,7 +860,7 @@ impl Rounds {
         self.vm_granule = r.vm_granule.or(self.vm_granule.take());
     }
 
-    fn row(self, contender: String, bytes: usize, granule: Granule, n: usize, bg: &str) -> Row {
+    fn row(self, contender: String, bytes: usize, granule: Granule, ring: &Ring, s: usize) -> Row {
         let ran = self.latency.len();
         Row {
             contender,
@@ -715,6 +868,8 @@ impl Rounds {
             granule,
             latency_ns: median(&self.latency),
             latency_spread_ns: spread(&self.latency),
+            pingpong_ns: median(&self.pingpong),
+            pingpong_spread_ns: spread(&self.pingpong),
             throughput_gbps: median(&self.throughput),
             throughput_spread_gbps: spread(&self.throughput),
             send_ns: median(&self.send),
@@ -722,14 +877,15 @@ impl Rounds {
             cpu_ns: median(&self.cpu),
             cpu_spread_ns: spread(&self.cpu),
             verified: ran > 0 && self.error.is_none() && self.first_mismatch.is_none(),
-            messages: n,
+            messages: ring.len(),
+            round_trips: s,
             rounds: ran,
             checked_messages: self.checked,
             first_mismatch: self.first_mismatch,
             window_bytes: self.window,
             path: self.path,
             vm_granule: self.vm_granule,
-            buffer_granule: bg.to_string(),
+            buffer_granule: ring.granule().to_string(),
             error: self.error,
         }
     }
@@ -745,12 +901,11 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<ChannelSection> {
     let cpus = cpus();
     let mut rows = Vec::new();
     for &bytes in &plan.sizes {
-        let n = plan.messages(bytes);
+        let (n, s) = (plan.messages(bytes), plan.one_at_a_time(bytes));
         for &g in &plan.granules {
             // The receiver's own buffers, made once and reused by every run at this size.
-            let mut ring = ring(g, bytes, n)
+            let mut ring = Ring::new(g, bytes, n)
                 .with_context(|| format!("the receiver's {n} buffers of {bytes} bytes, {g}"))?;
-            let bg = zcio_genie::granule_of(&ring[0]).name();
             let mut per: Vec<Rounds> = contenders.iter().map(|_| Rounds::default()).collect();
             for round in 0..plan.rounds {
                 for k in 0..contenders.len() {
@@ -763,7 +918,7 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<ChannelSection> {
                         round + 1
                     ));
                     if per[i].error.is_none() {
-                        match receiver::run(c, bytes, g, &mut ring, cpus) {
+                        match receiver::run(c, g, &mut ring, s, cpus) {
                             Ok(r) => per[i].add(r),
                             Err(e) => per[i].error = Some(format!("round {}: {e}", round + 1)),
                         }
@@ -772,7 +927,7 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<ChannelSection> {
                 }
             }
             for (c, r) in contenders.iter().zip(per) {
-                rows.push(r.row(c.name(), bytes, g, n, bg));
+                rows.push(r.row(c.name(), bytes, g, &ring, s));
             }
         }
     }
@@ -871,7 +1026,7 @@ mod tests {
 
     #[test]
     fn the_pattern_depends_on_message_and_offset_and_every_byte_is_checked() {
-        for len in [1usize, 7, 8, 4095, 4096, 4097, 3 * 4096 + 5] {
+        for len in [1usize, 3, 7, 8, 63, 64, 100, 4095, 4096, 4097, 3 * 4096 + 5] {
             let mut a = vec![0u8; len];
             fill(&mut a, 3);
             assert_eq!(check(&a, 3), None, "{len}");
@@ -910,7 +1065,7 @@ mod tests {
         let a = args(&[]).unwrap();
         let p = Plan::of_args(&a).unwrap();
         assert_eq!(p.contenders, default_contenders());
-        assert_eq!(p.sizes.len(), 6);
+        assert_eq!(p.sizes, DEFAULT_SIZES);
         assert_eq!(p.granules, [Granule::Base, Granule::Huge]);
         let e = Plan::of_args(&args(&["--semantics", "move"]).unwrap()).unwrap_err();
         assert!(e.to_string().contains("--semantics move"), "{e}");
@@ -918,6 +1073,8 @@ mod tests {
         assert!(e.to_string().contains("--rounds"), "{e}");
         let e = Plan::of_args(&args(&["--bytes", "0"]).unwrap()).unwrap_err();
         assert!(e.to_string().contains("--bytes"), "{e}");
+        let p = Plan::of_args(&args(&["--bytes", "1,7,100,4097"]).unwrap()).unwrap();
+        assert_eq!(p.sizes, [1, 7, 100, 4097]);
         assert!(args(&["--granules", "1g"]).is_err());
     }
 
@@ -941,9 +1098,19 @@ mod tests {
 
     #[test]
     fn messages_scale_with_size_within_bounds_and_windows_cover_messages() {
+        assert_eq!(messages(1), SMALL_MESSAGES);
+        assert_eq!(messages(64), SMALL_MESSAGES);
+        assert_eq!(messages(1024), 8000);
+        assert_eq!(messages(2048), 4000);
+        assert_eq!(messages(4095), 2000);
         assert_eq!(messages(4096), MESSAGES.1);
         assert_eq!(messages(1 << 20), 128);
         assert_eq!(messages(256 << 20), MESSAGES.0);
+        for b in [1, 64, 100, 1024, 4095] {
+            assert!(messages(b) * b.next_multiple_of(SLOT_ALIGN) <= (8 << 20) + (1 << 20));
+        }
+        assert_eq!(one_at_a_time(SMALL_MESSAGES), MESSAGES.1);
+        assert_eq!(one_at_a_time(128), 128);
         assert_eq!(window(4096), zcio_genie::memnet::DEFAULT_WINDOW);
         assert_eq!(window(64 << 20), 64 << 20);
         assert_eq!(window(1 << 30), MAX_WINDOW);
@@ -951,5 +1118,33 @@ mod tests {
         assert_eq!(warm_up(1 << 20, 128), 16);
         assert_eq!(warm_up(256 << 20, 3), 3);
         assert_eq!(warm_up(256 << 20, 1), 1);
+    }
+
+    #[test]
+    fn a_ring_of_small_messages_is_slots_of_one_buffer_and_of_large_ones_a_buffer_each() {
+        for (bytes, n) in [
+            (1usize, 5usize),
+            (64, 100),
+            (100, 7),
+            (4095, 3),
+            (4096, 3),
+            (5000, 2),
+        ] {
+            for g in [Granule::Base, Granule::Huge] {
+                let mut r = Ring::new(g, bytes, n).unwrap();
+                assert_eq!((r.len(), r.bytes()), (n, bytes));
+                assert_eq!(r.bufs.len(), if bytes < SMALL { 1 } else { n });
+                for k in 0..n {
+                    assert_eq!(r.slot(k).len(), bytes);
+                    assert_eq!(r.slot(k).as_ptr() as usize % SLOT_ALIGN, 0);
+                    fill(r.slot_mut(k), k as u64);
+                }
+                // No slot overlaps another: each still holds its own message.
+                for k in 0..n {
+                    assert_eq!(check(r.slot(k), k as u64), None, "{bytes} {k}");
+                }
+            }
+        }
+        assert!(Ring::new(Granule::Base, 0, 1).is_err());
     }
 }

@@ -2,19 +2,20 @@
 //! channel-sender`; the protocol of a run is in [`super::sender`].
 
 use super::sender::Report;
-use super::{Contender, Granule, STALL, await_client, check, monotonic_ns, process_cpu_ns};
-use super::{ICEORYX_QUEUE, pool_message, unique_name, waits, warm_up, window};
+use super::{Contender, Granule, Ring, STALL, await_client, check, fill, monotonic_ns};
+use super::{ICEORYX_QUEUE, pool_message, process_cpu_ns, reply_message, unique_name};
+use super::{waits, warm_up, window};
 use crate::error::Context;
 use crate::lab::fbufs::bench::Said;
 use crate::transfer::{NoConnection, Res, accept_child, zcio_command};
 use iceoryx2::port::update_connections::UpdateConnections;
 use iceoryx2::prelude::*;
-use std::io::{Read, Write};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Child;
 use std::time::{Duration, Instant};
 use zcio_genie::channel::Channel;
-use zcio_genie::memnet::LinkOptions;
+use zcio_genie::memnet::{LinkOptions, Ticket};
 use zcio_genie::{AppBuffer, InputBuffering, Semantics};
 
 /// How often a waiting iceoryx2 receiver looks whether the sender is still there.
@@ -25,15 +26,17 @@ const TICK: Duration = Duration::from_millis(100);
 pub(super) struct RunResult {
     /// Median one-way latency of the one-at-a-time messages (ns).
     pub latency_ns: f64,
+    /// Half the median ping-pong round trip (ns).
+    pub pingpong_ns: f64,
     /// Streamed throughput (GB/s).
     pub throughput_gbps: f64,
     /// Median send time of the one-at-a-time messages (ns).
     pub send_ns: f64,
     /// CPU time per streamed message, both processes (ns).
     pub cpu_ns: f64,
-    /// Messages checked.
+    /// Messages checked, replies included.
     pub checked: u64,
-    /// The first message that differed and where.
+    /// The first message (or reply) that differed and where.
     pub first_mismatch: Option<(u64, usize)>,
     /// zcio's window.
     pub window: Option<usize>,
@@ -50,20 +53,39 @@ enum RxEnd {
     Unix(UnixStream),
 }
 
-/// zcio's receiving side: the channel, the semantics, the last input's accounting.
+/// zcio's receiving side: the channel, the semantics, the last input's accounting, the last
+/// reply's ticket (until waited for).
 struct ZcioRx {
     ch: Channel,
     sem: Semantics,
     last: Option<zcio_genie::Accounting>,
+    reply: Option<Ticket>,
 }
 
-/// iceoryx2's receiving side: its node and services are kept for the ports' sake.
+/// An iceoryx2 publish-subscribe service of `[u8]` slices and its port factory.
+pub(super) type PubSub =
+    iceoryx2::service::port_factory::publish_subscribe::PortFactory<ipc::Service, [u8], ()>;
+/// An iceoryx2 event service's port factory.
+pub(super) type Event = iceoryx2::service::port_factory::event::PortFactory<ipc::Service>;
+/// A subscriber of `[u8]` slices.
+pub(super) type Subscriber = iceoryx2::port::subscriber::Subscriber<ipc::Service, [u8], ()>;
+/// A publisher of `[u8]` slices.
+pub(super) type Publisher = iceoryx2::port::publisher::Publisher<ipc::Service, [u8], ()>;
+/// An event listener.
+pub(super) type Listener = iceoryx2::port::listener::Listener<ipc::Service>;
+
+/// iceoryx2's receiving side: the messages' subscriber and listener, the replies' publisher
+/// and notifier (a second pair of services, the other way); its node and services are kept
+/// for the ports' sake.
 struct IceoryxRx {
-    subscriber: iceoryx2::port::subscriber::Subscriber<ipc::Service, [u8], ()>,
-    listener: iceoryx2::port::listener::Listener<ipc::Service>,
-    _pubsub:
-        iceoryx2::service::port_factory::publish_subscribe::PortFactory<ipc::Service, [u8], ()>,
-    _event: iceoryx2::service::port_factory::event::PortFactory<ipc::Service>,
+    subscriber: Subscriber,
+    listener: Listener,
+    reply_publisher: Publisher,
+    reply_notifier: iceoryx2::port::notifier::Notifier<ipc::Service>,
+    _pubsub: PubSub,
+    _event: Event,
+    _reply_pubsub: PubSub,
+    _reply_event: Event,
     _node: Node<ipc::Service>,
 }
 
@@ -148,6 +170,11 @@ pub(super) fn iceoryx_pubsub<'a>(
         .max_publishers(1)
 }
 
+/// The name of the iceoryx2 services that carry a run's ping-pong replies, beside `name`'s.
+pub(super) fn reply_service(name: &str) -> Res<ServiceName> {
+    Ok(ServiceName::new(&format!("{name}-reply"))?)
+}
+
 fn setup(c: Contender, bytes: usize, dir: &std::path::Path) -> Res<(Setup, String)> {
     Ok(match c {
         Contender::Zcio(sem) => {
@@ -174,12 +201,32 @@ fn setup(c: Contender, bytes: usize, dir: &std::path::Path) -> Res<(Setup, Strin
                 .buffer_size(ICEORYX_QUEUE)
                 .create()?;
             let listener = event.listener_builder().create()?;
+            // The replies: the same kind of services the other way, for 1-byte samples.
+            let rname = reply_service(&name)?;
+            let reply_pubsub = iceoryx_pubsub(&node, &rname).create()?;
+            let reply_event = node
+                .service_builder(&rname)
+                .event()
+                .max_notifiers(1)
+                .max_listeners(1)
+                .create()?;
+            let reply_publisher = reply_pubsub
+                .publisher_builder()
+                .initial_max_slice_len(1)
+                .max_loaned_samples(1)
+                .create()
+                .map_err(|e| format!("iceoryx2: a publisher of replies: {e:?}"))?;
+            let reply_notifier = reply_event.notifier_builder().create()?;
             (
                 Setup::Iceoryx2(Box::new(IceoryxRx {
                     subscriber,
                     listener,
+                    reply_publisher,
+                    reply_notifier,
                     _pubsub: pubsub,
                     _event: event,
+                    _reply_pubsub: reply_pubsub,
+                    _reply_event: reply_event,
                     _node: node,
                 })),
                 name,
@@ -236,19 +283,22 @@ pub(super) fn readable(sock: &UnixStream) -> bool {
     matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
 }
 
-/// Wait for iceoryx2's next sample (the sender gone, or [`STALL`] without one, is an error).
-fn next_sample(
-    rx: &IceoryxRx,
+/// Wait for `subscriber`'s next sample, blocking in `listener` between looks (the other
+/// process saying anything on `ctl` while it should be sending, or [`STALL`] without a
+/// sample, is an error).
+pub(super) fn next_sample(
+    subscriber: &Subscriber,
+    listener: &Listener,
     ctl: &UnixStream,
 ) -> Res<iceoryx2::sample::Sample<ipc::Service, [u8], ()>> {
     let t0 = Instant::now();
     loop {
-        if let Some(s) = rx.subscriber.receive()? {
+        if let Some(s) = subscriber.receive()? {
             return Ok(s);
         }
-        if rx.listener.timed_wait(|_| {}, TICK)? == 0 {
+        if listener.timed_wait(|_| {}, TICK)? == 0 {
             if readable(ctl) {
-                return Err("the sender went away".into());
+                return Err("the other process went away".into());
             }
             if t0.elapsed() > STALL {
                 return Err(format!("no message for {} s", STALL.as_secs()).into());
@@ -257,12 +307,68 @@ fn next_sample(
     }
 }
 
-/// Take iceoryx2 sample `s` into `buf` and check it against message `i`.
-fn take_sample(s: &[u8], buf: &mut [u8], i: u64) -> Res<()> {
+/// Copy iceoryx2 sample `s` into `buf`, which is the message's length.
+pub(super) fn copy_sample(s: &[u8], buf: &mut [u8]) -> Res<()> {
     if s.len() != buf.len() {
         return Err(format!("a sample of {} bytes, not {}", s.len(), buf.len()).into());
     }
     buf.copy_from_slice(s);
+    Ok(())
+}
+
+/// Write the 8-byte length of `buf` and `buf` on `s` with one `writev` (more where the socket
+/// takes part of them).
+pub(super) fn write_framed(mut s: &UnixStream, buf: &[u8]) -> Res<()> {
+    let h = (buf.len() as u64).to_le_bytes();
+    let mut parts = [IoSlice::new(&h), IoSlice::new(buf)];
+    let mut rest = &mut parts[..];
+    while !rest.is_empty() {
+        match s.write_vectored(rest) {
+            Ok(0) => return Err("the socket took nothing: the other end is gone".into()),
+            Ok(k) => IoSlice::advance_slices(&mut rest, k),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Read a message framed by [`write_framed`] into `buf`, which is its length: one `readv` of
+/// the length word and `buf` (more where the socket has part of them), then the length
+/// checked.
+pub(super) fn read_framed(mut s: &UnixStream, buf: &mut [u8]) -> Res<()> {
+    let want = buf.len();
+    let mut h = [0u8; 8];
+    let mut got = 0;
+    {
+        let mut parts = [IoSliceMut::new(&mut h), IoSliceMut::new(buf)];
+        let mut rest = &mut parts[..];
+        while !rest.is_empty() {
+            match s.read_vectored(rest) {
+                Ok(0) => {
+                    return Err(
+                        format!("the other end hung up after {got} of {} bytes", 8 + want).into(),
+                    );
+                }
+                Ok(k) => {
+                    got += k;
+                    IoSliceMut::advance_slices(&mut rest, k);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let len = u64::from_le_bytes(h) as usize;
+    if len != want {
+        return Err(format!("a length of {len} bytes, not {want}").into());
+    }
+    Ok(())
+}
+
+/// Take iceoryx2 sample `s` into `buf` and check it against message `i`.
+fn take_sample(s: &[u8], buf: &mut [u8], i: u64) -> Res<()> {
+    copy_sample(s, buf)?;
     match check(buf, i) {
         None => Ok(()),
         Some(at) => Err(format!("pool warm-up message {i} differs at byte {at}").into()),
@@ -276,13 +382,14 @@ fn take_sample(s: &[u8], buf: &mut [u8], i: u64) -> Res<()> {
 /// lets go and takes the rest. The messages taken, each checked.
 fn pool_warm_up(rx: &IceoryxRx, ctl: &UnixStream, buf: &mut [u8]) -> Res<u64> {
     expect(ctl, b'q', "the sender to fill the queue")?;
-    let held = next_sample(rx, ctl)?;
+    let held = next_sample(&rx.subscriber, &rx.listener, ctl)?;
     take_sample(held.payload(), buf, pool_message(0))?;
     say(ctl, b"h")?;
     expect(ctl, b'l', "the sender to loan the last sample")?;
     drop(held);
     for k in 1..ICEORYX_QUEUE + 2 {
-        let s = next_sample(rx, ctl).with_context(|| format!("pool warm-up message {k}"))?;
+        let s = next_sample(&rx.subscriber, &rx.listener, ctl)
+            .with_context(|| format!("pool warm-up message {k}"))?;
         take_sample(s.payload(), buf, pool_message(k))?;
     }
     Ok(ICEORYX_QUEUE as u64 + 2)
@@ -300,55 +407,71 @@ impl RxEnd {
                 z.last = Some(acc);
             }
             RxEnd::Iceoryx2(rx) => {
-                let t0 = Instant::now();
-                loop {
-                    if let Some(s) = rx.subscriber.receive()? {
-                        let p = s.payload();
-                        if p.len() != buf.len() {
-                            return Err(format!(
-                                "a sample of {} bytes, not {}",
-                                p.len(),
-                                buf.len()
-                            )
-                            .into());
-                        }
-                        buf.copy_from_slice(p);
-                        return Ok(());
-                    }
-                    if rx.listener.timed_wait(|_| {}, TICK)? == 0 {
-                        if readable(ctl) {
-                            return Err("the sender went away".into());
-                        }
-                        if t0.elapsed() > STALL {
-                            return Err(format!("no message for {} s", STALL.as_secs()).into());
-                        }
-                    }
-                }
+                let s = next_sample(&rx.subscriber, &rx.listener, ctl)?;
+                copy_sample(s.payload(), buf)?;
             }
-            RxEnd::Unix(s) => {
-                let mut h = [0u8; 8];
-                s.read_exact(&mut h).context("the length")?;
-                let len = u64::from_le_bytes(h) as usize;
-                if len != buf.len() {
-                    return Err(format!("a length of {len} bytes, not {}", buf.len()).into());
-                }
-                s.read_exact(buf).context("the message")?;
+            RxEnd::Unix(s) => read_framed(s, buf)?,
+        }
+        Ok(())
+    }
+
+    /// Before the reply buffer is written again: zcio waits for the previous reply's ticket.
+    fn prepare_reply(&mut self) -> Res<()> {
+        if let RxEnd::Zcio(z) = self
+            && let Some(t) = z.reply.take()
+        {
+            z.ch.wait(t)?;
+        }
+        Ok(())
+    }
+
+    /// Send the reply `buf` the other way over the same transport.
+    fn reply(&mut self, buf: &[u8]) -> Res<()> {
+        match self {
+            RxEnd::Zcio(z) => {
+                let (t, _) = z.ch.send(z.sem, buf)?;
+                z.reply = Some(t);
             }
+            RxEnd::Iceoryx2(rx) => {
+                let s = rx
+                    .reply_publisher
+                    .loan_slice_uninit(buf.len())
+                    .map_err(|e| format!("iceoryx2: loaning a reply: {e:?}"))?;
+                let k = s
+                    .write_from_slice(buf)
+                    .send()
+                    .map_err(|e| format!("iceoryx2: sending a reply: {e:?}"))?;
+                if k != 1 {
+                    return Err(format!("iceoryx2: a reply reached {k} subscribers, not 1").into());
+                }
+                rx.reply_notifier.notify()?;
+            }
+            RxEnd::Unix(s) => write_framed(s, buf)?,
+        }
+        Ok(())
+    }
+
+    /// After the ping-pong: zcio waits until the sender has every reply.
+    fn finish_replies(&mut self) -> Res<()> {
+        if let RxEnd::Zcio(z) = self {
+            z.ch.flush()?;
+            z.reply = None;
         }
         Ok(())
     }
 }
 
-/// One run of contender `c`: after the warm-up, `n` messages of `bytes` one at a time and `n`
-/// streamed, into `ring` (the receiver's `n` buffers, `bytes` long each, at `granule`).
+/// One run of contender `c`: after the warm-up, `s` messages one at a time, `s` ping-pong round
+/// trips and `n` messages streamed, into `ring` (the receiver's `n` buffers of the message
+/// size, at `granule`).
 pub(super) fn run(
     c: Contender,
-    bytes: usize,
     granule: Granule,
-    ring: &mut [AppBuffer],
+    ring: &mut Ring,
+    s: usize,
     cpus: Option<[usize; 2]>,
 ) -> Res<RunResult> {
-    let n = ring.len();
+    let (n, bytes) = (ring.len(), ring.bytes());
     let _pinned = cpus.map(|[me, _]| super::Pinned::to(me));
     let dir = tempfile::tempdir()?;
     let ctl_path = dir.path().join("ctl");
@@ -366,6 +489,7 @@ pub(super) fn run(
         .args(["--contender", &c.name(), "--name", &name])
         .args(["--bytes", &bytes.to_string(), "--granule", granule.name()])
         .args(["--warm-up", &w.to_string(), "--messages", &n.to_string()])
+        .args(["--one-at-a-time", &s.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()?;
@@ -384,6 +508,7 @@ pub(super) fn run(
                     ch,
                     sem,
                     last: None,
+                    reply: None,
                 }))
             }
             Setup::Iceoryx2(rx) => RxEnd::Iceoryx2(rx),
@@ -395,15 +520,17 @@ pub(super) fn run(
         };
         expect(&ctl, b'r', "the sender to be ready")?;
         if let RxEnd::Iceoryx2(rx) = &end {
-            // The publisher is there: connect to it before it sends.
+            // The publisher is there: connect to it before it sends; and the replies'
+            // subscriber, to it.
             rx.subscriber.update_connections()?;
+            rx.reply_publisher.update_connections()?;
         }
         say(&ctl, b"c")?;
         let mut pool = 0;
         if let RxEnd::Iceoryx2(rx) = &end {
-            pool = pool_warm_up(rx, &ctl, &mut ring[0])?;
+            pool = pool_warm_up(rx, &ctl, ring.slot_mut(0))?;
         }
-        let mut r = receive(&mut end, &ctl, ring, w)?;
+        let mut r = receive(&mut end, &ctl, ring, w, s)?;
         r.checked += pool;
         Ok(r)
     })();
@@ -430,63 +557,88 @@ impl Checks {
     }
 }
 
-/// The messages of a run, into `ring` (`n` buffers): `w` streamed for warm-up, `n` one at a
-/// time, `n` streamed; then the sender's report, and the run's numbers.
-fn receive(end: &mut RxEnd, ctl: &UnixStream, ring: &mut [AppBuffer], w: usize) -> Res<RunResult> {
-    let n = ring.len();
-    let bytes = ring[0].len();
-    let total = w + 2 * n;
+/// The messages of a run, into `ring` (`n` buffers): `w` streamed for warm-up, `s` one at a
+/// time, `s` ping-pong round trips (each message answered by a 1-byte reply), `n` streamed;
+/// then the sender's report, and the run's numbers.
+fn receive(
+    end: &mut RxEnd,
+    ctl: &UnixStream,
+    ring: &mut Ring,
+    w: usize,
+    s: usize,
+) -> Res<RunResult> {
+    let (n, bytes) = (ring.len(), ring.bytes());
+    let (pingpong, stream) = (w + s, w + 2 * s);
+    let total = stream + n;
     let mut checks = Checks::default();
     let take = |end: &mut RxEnd, buf: &mut [u8], i: usize| -> Res<()> {
         end.recv(buf, ctl)
             .with_context(|| format!("message {i} of {total}"))
     };
     // Warm-up: streamed into the ring, checked afterwards.
-    for (i, buf) in ring.iter_mut().take(w).enumerate() {
-        take(end, buf, i)?;
+    for i in 0..w {
+        take(end, ring.slot_mut(i), i)?;
     }
-    for (i, buf) in ring.iter().take(w).enumerate() {
-        checks.check(buf, i);
+    for i in 0..w {
+        checks.check(ring.slot(i), i);
     }
     // One at a time: go-ahead, receipt, check.
     let mut receipt = vec![0u64; total];
-    for (i, at) in receipt.iter_mut().enumerate().skip(w).take(n) {
+    for (i, at) in receipt.iter_mut().enumerate().skip(w).take(s) {
         say(ctl, b"g")?;
-        take(end, &mut ring[0], i)?;
+        take(end, ring.slot_mut(0), i)?;
         *at = monotonic_ns();
-        checks.check(&ring[0], i);
+        checks.check(ring.slot(0), i);
     }
+    // Ping-pong: the reply written, go-ahead, receipt, reply, check.
+    let mut reply = AppBuffer::new(1)?;
+    for i in pingpong..stream {
+        end.prepare_reply()?;
+        fill(&mut reply, reply_message(i as u64));
+        say(ctl, b"g")?;
+        take(end, ring.slot_mut(0), i)?;
+        end.reply(&reply)
+            .with_context(|| format!("the reply to message {i}"))?;
+        checks.check(ring.slot(0), i);
+    }
+    end.finish_replies()?;
     // Streamed, once the sender has written its messages: into the ring, checked afterwards.
     expect(ctl, b's', "the sender to have written the stream")?;
     let cpu0 = process_cpu_ns();
     say(ctl, b"g")?;
-    for (k, buf) in ring.iter_mut().enumerate() {
-        let i = w + n + k;
-        take(end, buf, i)?;
+    for k in 0..n {
+        let i = stream + k;
+        take(end, ring.slot_mut(k), i)?;
         receipt[i] = monotonic_ns();
     }
     let cpu = process_cpu_ns() - cpu0;
-    for (k, buf) in ring.iter().enumerate() {
-        checks.check(buf, w + n + k);
+    for k in 0..n {
+        checks.check(ring.slot(k), stream + k);
     }
     say(ctl, b"d")?;
     let mut text = Vec::new();
     let mut rd = ctl;
     rd.read_to_end(&mut text).context("the sender's report")?;
     let rep: Report = serde_json::from_slice(&text).context("the sender's report (not JSON)")?;
-    if rep.start_ns.len() != total || rep.send_ns.len() != total {
+    if rep.start_ns.len() != total || rep.send_ns.len() != total || rep.round_trip_ns.len() != s {
         return Err(format!(
-            "the sender's report has {} start times, {} send times; {total} messages were sent",
+            "the sender's report has {} start times, {} send times, {} round trips; {total} messages were sent, {s} of them round trips",
             rep.start_ns.len(),
-            rep.send_ns.len()
+            rep.send_ns.len(),
+            rep.round_trip_ns.len()
         )
         .into());
     }
-    let lat: Vec<f64> = (w..w + n)
+    checks.checked += rep.replies_checked;
+    if checks.first_mismatch.is_none() {
+        checks.first_mismatch = rep.reply_mismatch;
+    }
+    let lat: Vec<f64> = (w..w + s)
         .map(|i| receipt[i].saturating_sub(rep.start_ns[i]) as f64)
         .collect();
-    let send: Vec<f64> = (w..w + n).map(|i| rep.send_ns[i] as f64).collect();
-    let stream_ns = receipt[total - 1].saturating_sub(rep.start_ns[w + n]);
+    let send: Vec<f64> = (w..w + s).map(|i| rep.send_ns[i] as f64).collect();
+    let rtt: Vec<f64> = rep.round_trip_ns.iter().map(|t| *t as f64).collect();
+    let stream_ns = receipt[total - 1].saturating_sub(rep.start_ns[stream]);
     let (window, path, vm_granule) = match end {
         RxEnd::Zcio(z) => (
             z.ch.memnet().map(|m| m.window()),
@@ -505,6 +657,7 @@ fn receive(end: &mut RxEnd, ctl: &UnixStream, ring: &mut [AppBuffer], w: usize) 
     };
     Ok(RunResult {
         latency_ns: super::median(&lat).unwrap_or(0.0),
+        pingpong_ns: super::median(&rtt).unwrap_or(0.0) / 2.0,
         throughput_gbps: (n * bytes) as f64 / stream_ns.max(1) as f64,
         send_ns: super::median(&send).unwrap_or(0.0),
         cpu_ns: (rep.stream_cpu_ns + cpu) as f64 / n as f64,

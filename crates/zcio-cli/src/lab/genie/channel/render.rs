@@ -30,12 +30,36 @@ pub(super) fn spread_us(x: Option<[f64; 2]>) -> String {
     x.map_or("-".into(), |[a, b]| format!("{}–{}", us(a), us(b)))
 }
 
+/// A throughput in GB/s: two decimals, three significant digits below 0.1 (small messages).
+fn gb(x: f64) -> String {
+    if x.abs() >= 0.1 || x == 0.0 {
+        format!("{x:.2}")
+    } else {
+        let digits = (2 - x.abs().log10().floor() as i32).clamp(3, 9) as usize;
+        format!("{x:.digits$}")
+    }
+}
+
 pub(super) fn gbps(x: Option<f64>) -> String {
-    x.map_or("-".into(), |x| format!("{x:.2}"))
+    x.map_or("-".into(), gb)
 }
 
 pub(super) fn spread_gbps(x: Option<[f64; 2]>) -> String {
-    x.map_or("-".into(), |[a, b]| format!("{a:.2}–{b:.2}"))
+    x.map_or("-".into(), |[a, b]| format!("{}–{}", gb(a), gb(b)))
+}
+
+/// Messages per second of a row's throughput: `0.58 M`, `8.7 k`, `14.5`.
+pub(super) fn msgs_per_s(r: &Row) -> String {
+    r.throughput_gbps.map_or("-".into(), |x| {
+        let m = x * 1e9 / r.bytes as f64;
+        if m >= 1e6 {
+            format!("{:.2} M", m / 1e6)
+        } else if m >= 1e3 {
+            format!("{:.1} k", m / 1e3)
+        } else {
+            format!("{m:.1}")
+        }
+    })
 }
 
 pub(super) fn ratio(x: Option<f64>) -> String {
@@ -147,7 +171,7 @@ pub fn text_table(s: &ChannelSection) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "Two processes, every byte of every message checked at the receiver (outside the times). Latency: one message at a time, send start (sender) to the message in the receiver's buffer, CLOCK_MONOTONIC read by both. Send: time inside the send, same messages. Throughput: msgs messages written first, then streamed from the sender's buffers into the receiver's, first send start to last receipt. CPU: both processes over the stream, per message. Medians over {} round(s), spread lowest–highest round.",
+        "Two processes, every byte of every message (and reply) checked at the receiver (the sender) outside the times. Latency: one message at a time, send start (sender) to the message in the receiver's buffer, CLOCK_MONOTONIC read by both. Ping-pong: half the median round trip of the message and a 1-byte reply over the same transport (rtt of them, timed by the sender). Send: time inside the send, one-at-a-time messages. Throughput: msgs messages written first, then streamed from the sender's buffers into the receiver's, first send start to last receipt (GB/s, and messages per second). CPU: both processes over the stream, per message. Medians over {} round(s), spread lowest–highest round.",
         s.plan.rounds
     );
     if let Some([r, t]) = s.cpus {
@@ -155,33 +179,41 @@ pub fn text_table(s: &ChannelSection) -> String {
     }
     let _ = writeln!(
         o,
-        "{:<4} {:>8} {:<20} {:>10} {:>19} {:>7} {:>13} {:>10} {:>10} {:>5} {:>7}  verified / path",
+        "{:<4} {:>8} {:<20} {:>10} {:>17} {:>12} {:>17} {:>7} {:>15} {:>7} {:>9} {:>9} {:>5} {:>4} {:>7}  verified / path",
         "gran",
         "size",
         "contender",
         "latency µs",
         "(spread)",
+        "ping-pong µs",
+        "(spread)",
         "GB/s",
         "(spread)",
+        "msg/s",
         "send µs",
         "CPU µs",
         "msgs",
+        "rtt",
         "window"
     );
     for r in &s.rows {
         let _ = writeln!(
             o,
-            "{:<4} {:>8} {:<20} {:>10} {:>19} {:>7} {:>13} {:>10} {:>10} {:>5} {:>7}  {}{}",
+            "{:<4} {:>8} {:<20} {:>10} {:>17} {:>12} {:>17} {:>7} {:>15} {:>7} {:>9} {:>9} {:>5} {:>4} {:>7}  {}{}",
             r.granule.name(),
             size(r.bytes),
             r.contender,
             opt_us(r.latency_ns),
             spread_us(r.latency_spread_ns),
+            opt_us(r.pingpong_ns),
+            spread_us(r.pingpong_spread_ns),
             gbps(r.throughput_gbps),
             spread_gbps(r.throughput_spread_gbps),
+            msgs_per_s(r),
             opt_us(r.send_ns),
             opt_us(r.cpu_ns),
             r.messages,
+            r.round_trips,
             r.window_bytes.map_or("-".into(), size),
             status(r),
             r.path.as_ref().map_or(String::new(), |p| format!(" / {p}")),

@@ -3,26 +3,33 @@
 //! # A run's protocol
 //!
 //! The bench (the receiver) listens on a control socket and sets up the data transport (a zcio
-//! channel name, an iceoryx2 service and its subscriber, or a Unix socket path), then starts
-//! the sender with both on its command line. The sender makes its ring of `n` buffers (every
-//! page touched), connects both and says `r` (ready); the receiver connects its end (iceoryx2's
-//! subscriber to the new publisher) and says `c`, and the sender connects again. iceoryx2 then
-//! warms its pool: every sample written and read once (`q`, `h`, `l`: the queue full, a sample
-//! held by the receiver, the last sample loaned). Then:
+//! channel name; iceoryx2's services, its subscriber of messages and its publisher of replies;
+//! or a Unix socket path), then starts the sender with both on its command line. The sender
+//! makes its ring of `n` buffers (every page touched), connects both (iceoryx2: its publisher
+//! of messages, its subscriber of replies) and says `r` (ready); the receiver connects its end
+//! (iceoryx2's ports to the new ones) and says `c`, and the sender connects again. iceoryx2
+//! then warms its pool: every sample written and read once (`q`, `h`, `l`: the queue full, a
+//! sample held by the receiver, the last sample loaned). Then:
 //!
 //! 1. warm-up: the sender writes `W` messages into its ring and streams them; the receiver
 //!    takes them into its ring and checks them;
-//! 2. one at a time: `n` times, the receiver says `g` (go), the sender writes the message into
+//! 2. one at a time: `s` times, the receiver says `g` (go), the sender writes the message into
 //!    its first buffer (once the previous message's zcio ticket has completed), reads the
 //!    clock and sends; the receiver takes it into its first buffer, reads the clock, checks it;
-//! 3. the sender writes `n` messages into its ring and says `s`; the receiver says `g`, and the
+//! 3. ping-pong: `s` times, the receiver writes its 1-byte reply and says `g`; the sender
+//!    writes the message into its first buffer, reads the clock, sends it and takes the reply
+//!    into a 1-byte buffer of its own, reads the clock, checks the reply; the receiver takes
+//!    the message into its first buffer, sends the reply, checks the message;
+//! 4. the sender writes `n` messages into its ring and says `s`; the receiver says `g`, and the
 //!    sender streams them; the receiver takes them into its ring, then checks them;
-//! 4. the receiver says `d` (done: everything arrived), and the sender writes its [`Report`]
+//! 5. the receiver says `d` (done: everything arrived), and the sender writes its [`Report`]
 //!    on the control socket and exits.
 
-use super::receiver::{expect, iceoryx_pubsub, node, readable, say};
-use super::{Contender, Granule, ICEORYX_QUEUE, STALL, connect, fill, monotonic_ns};
-use super::{pool_message, process_cpu_ns};
+use super::receiver::{Event, Listener, PubSub, Publisher, Subscriber, copy_sample, next_sample};
+use super::receiver::{expect, iceoryx_pubsub, node, read_framed, readable, reply_service};
+use super::receiver::{say, write_framed};
+use super::{Contender, Granule, ICEORYX_QUEUE, Ring, STALL, check, connect, fill, monotonic_ns};
+use super::{pool_message, process_cpu_ns, reply_message};
 use crate::error::Context;
 use crate::transfer::Res;
 use iceoryx2::port::update_connections::UpdateConnections;
@@ -32,9 +39,9 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use zcio_genie::Semantics;
 use zcio_genie::channel::Channel;
 use zcio_genie::memnet::Ticket;
+use zcio_genie::{AppBuffer, InputBuffering, Semantics};
 
 /// Arguments of the hidden `zcio channel-sender`.
 #[derive(clap::Args, Debug, Clone)]
@@ -57,9 +64,12 @@ pub struct SenderArgs {
     /// Warm-up messages.
     #[arg(long)]
     pub warm_up: usize,
-    /// Messages of each half.
+    /// Streamed messages.
     #[arg(long)]
     pub messages: usize,
+    /// Messages one at a time, and ping-pong round trips.
+    #[arg(long)]
+    pub one_at_a_time: usize,
     /// The CPU to run on.
     #[arg(long)]
     pub cpu: Option<usize>,
@@ -72,6 +82,13 @@ pub struct Report {
     pub start_ns: Vec<u64>,
     /// Time inside each message's send (ns).
     pub send_ns: Vec<u64>,
+    /// Each ping-pong's round trip (ns): from the message's send start to its reply in the
+    /// sender's buffer.
+    pub round_trip_ns: Vec<u64>,
+    /// Replies checked.
+    pub replies_checked: u64,
+    /// The first reply that differed ([`reply_message`]), and where, if any.
+    pub reply_mismatch: Option<(u64, usize)>,
     /// The sender's CPU time over the streamed messages (ns), from the go-ahead to the last
     /// message's completion.
     pub stream_cpu_ns: u64,
@@ -97,13 +114,17 @@ struct ZcioTx {
     last: Option<zcio_genie::Accounting>,
 }
 
-/// iceoryx2's sending side: its node and services are kept for the ports' sake.
+/// iceoryx2's sending side: the messages' publisher and notifier, the replies' subscriber and
+/// listener; its node and services are kept for the ports' sake.
 struct IceoryxTx {
-    publisher: iceoryx2::port::publisher::Publisher<ipc::Service, [u8], ()>,
+    publisher: Publisher,
     notifier: iceoryx2::port::notifier::Notifier<ipc::Service>,
-    _pubsub:
-        iceoryx2::service::port_factory::publish_subscribe::PortFactory<ipc::Service, [u8], ()>,
-    _event: iceoryx2::service::port_factory::event::PortFactory<ipc::Service>,
+    reply_subscriber: Subscriber,
+    reply_listener: Listener,
+    _pubsub: PubSub,
+    _event: Event,
+    _reply_pubsub: PubSub,
+    _reply_event: Event,
     _node: Node<ipc::Service>,
 }
 
@@ -195,17 +216,30 @@ impl TxEnd {
                         format!("iceoryx2: a publisher of {}-byte samples: {e:?}", a.bytes)
                     })?;
                 let notifier = event.notifier_builder().create()?;
+                let rname = reply_service(&a.name)?;
+                let reply_pubsub = iceoryx_pubsub(&node, &rname).open()?;
+                let reply_event = node.service_builder(&rname).event().open()?;
+                let reply_subscriber = reply_pubsub
+                    .subscriber_builder()
+                    .buffer_size(ICEORYX_QUEUE)
+                    .create()?;
+                let reply_listener = reply_event.listener_builder().create()?;
                 TxEnd::Iceoryx2(Box::new(IceoryxTx {
                     publisher,
                     notifier,
+                    reply_subscriber,
+                    reply_listener,
                     _pubsub: pubsub,
                     _event: event,
+                    _reply_pubsub: reply_pubsub,
+                    _reply_event: reply_event,
                     _node: node,
                 }))
             }
             Contender::Unix => {
                 let s = UnixStream::connect(&a.name)
                     .with_context(|| format!("connect to {}", a.name))?;
+                s.set_read_timeout(Some(STALL))?;
                 TxEnd::Unix(s)
             }
         })
@@ -237,12 +271,27 @@ impl TxEnd {
                 let s = tx.loan(buf, &what)?;
                 return tx.send(s, &what);
             }
-            TxEnd::Unix(s) => {
-                s.write_all(&(buf.len() as u64).to_le_bytes())?;
-                s.write_all(buf)?;
-            }
+            TxEnd::Unix(s) => write_framed(s, buf)?,
         }
         Ok(monotonic_ns())
+    }
+
+    /// Take the receiver's reply into `buf` (all of it: `buf` is its length).
+    fn take_reply(&mut self, buf: &mut [u8], ctl: &UnixStream) -> Res<()> {
+        match self {
+            TxEnd::Zcio(z) => {
+                let (len, _) = z.ch.recv(z.sem, buf, InputBuffering::EarlyDemux)?;
+                if len != buf.len() {
+                    return Err(format!("a reply of {len} bytes, not {}", buf.len()).into());
+                }
+            }
+            TxEnd::Iceoryx2(tx) => {
+                let s = next_sample(&tx.reply_subscriber, &tx.reply_listener, ctl)?;
+                copy_sample(s.payload(), buf)?;
+            }
+            TxEnd::Unix(s) => read_framed(s, buf)?,
+        }
+        Ok(())
     }
 
     /// After a phase: zcio waits until the receiver has every message.
@@ -262,19 +311,24 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     let ctl = UnixStream::connect(&a.connect)
         .with_context(|| format!("connect to the bench at {}", a.connect.display()))?;
     ctl.set_read_timeout(Some(STALL))?;
-    let (w, n) = (a.warm_up, a.messages);
-    if n == 0 || w > n {
-        return Err(format!("{w} warm-up messages and {n} per half: 1 ≤ n, w ≤ n").into());
+    let (w, n, s) = (a.warm_up, a.messages, a.one_at_a_time);
+    if n == 0 || w > n || s == 0 || s > n {
+        return Err(format!(
+            "{w} warm-up messages, {n} streamed, {s} one at a time: 1 ≤ n, w ≤ n, 1 ≤ s ≤ n"
+        )
+        .into());
     }
-    let mut ring = super::ring(a.granule, a.bytes, n)?;
+    let mut ring = Ring::new(a.granule, a.bytes, n)?;
     let mut end = TxEnd::open(c, a, &ctl).with_context(|| format!("{}: setting up", c.name()))?;
     say(&ctl, b"r")?;
     expect(&ctl, b'c', "the receiver to connect")?;
     if let TxEnd::Iceoryx2(tx) = &end {
         tx.publisher.update_connections()?;
-        tx.pool_warm_up(&ctl, &mut ring[0])?;
+        tx.reply_subscriber.update_connections()?;
+        tx.pool_warm_up(&ctl, ring.slot_mut(0))?;
     }
-    let total = w + 2 * n;
+    let (pingpong, stream) = (w + s, w + 2 * s);
+    let total = stream + n;
     let mut start = vec![0u64; total];
     let mut send = vec![0u64; total];
     let mut one = |end: &mut TxEnd, buf: &[u8], i: usize| -> Res<()> {
@@ -285,30 +339,50 @@ pub fn run(a: &SenderArgs) -> Res<()> {
         Ok(())
     };
     // Warm-up: written into the ring, then streamed.
-    for (i, buf) in ring.iter_mut().take(w).enumerate() {
-        fill(buf, i as u64);
+    for i in 0..w {
+        fill(ring.slot_mut(i), i as u64);
     }
-    for (i, buf) in ring.iter().take(w).enumerate() {
-        one(&mut end, buf, i)?;
+    for i in 0..w {
+        one(&mut end, ring.slot(i), i)?;
     }
     end.finish()?;
     // One at a time, from the first buffer, written again for each message.
-    for i in w..w + n {
+    for i in w..pingpong {
         expect(&ctl, b'g', "the go-ahead")?;
         end.prepare()?;
-        fill(&mut ring[0], i as u64);
-        one(&mut end, &ring[0], i)?;
+        fill(ring.slot_mut(0), i as u64);
+        one(&mut end, ring.slot(0), i)?;
+    }
+    end.finish()?;
+    // Ping-pong: from the first buffer, each message answered by a 1-byte reply.
+    let mut reply = AppBuffer::new(1)?;
+    let mut round_trip_ns = Vec::with_capacity(s);
+    let (mut replies_checked, mut reply_mismatch) = (0, None);
+    for i in pingpong..stream {
+        expect(&ctl, b'g', "the go-ahead of a round trip")?;
+        end.prepare()?;
+        fill(ring.slot_mut(0), i as u64);
+        let t0 = monotonic_ns();
+        one(&mut end, ring.slot(0), i)?;
+        end.take_reply(&mut reply, &ctl)
+            .with_context(|| format!("the reply to message {i}"))?;
+        round_trip_ns.push(monotonic_ns() - t0);
+        let r = reply_message(i as u64);
+        if let (None, Some(at)) = (reply_mismatch, check(&reply, r)) {
+            reply_mismatch = Some((r, at));
+        }
+        replies_checked += 1;
     }
     end.finish()?;
     // Streamed: every message written into the ring first.
-    for (k, buf) in ring.iter_mut().enumerate() {
-        fill(buf, (w + n + k) as u64);
+    for k in 0..n {
+        fill(ring.slot_mut(k), (stream + k) as u64);
     }
     say(&ctl, b"s")?;
     expect(&ctl, b'g', "the go-ahead of the stream")?;
     let cpu0 = process_cpu_ns();
-    for (k, buf) in ring.iter().enumerate() {
-        one(&mut end, buf, w + n + k)?;
+    for k in 0..n {
+        one(&mut end, ring.slot(k), stream + k)?;
     }
     end.finish()?;
     let stream_cpu_ns = process_cpu_ns() - cpu0;
@@ -325,6 +399,9 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     let report = Report {
         start_ns: start,
         send_ns: send,
+        round_trip_ns,
+        replies_checked,
+        reply_mismatch,
         stream_cpu_ns,
         path,
         vm_granule,
