@@ -243,3 +243,29 @@ fn messages_taken_in_while_an_output_waits_keep_the_rings_bytes() {
         ha.join().unwrap();
     });
 }
+
+#[test]
+fn a_message_longer_than_the_rings_takes_the_wire_at_once() {
+    let (mut tx, mut rx) = forced_pair();
+    // Longer than the ring's messages, within the window: queued whole without a reader.
+    let len = tx.window().min(3 * RING_MAX);
+    assert!(len > RING_MAX);
+    let mut m = Mapping::anonymous(len, MapOptions::default()).unwrap();
+    fill(m.as_mut_slice(), 9);
+    let want = m.as_slice().to_vec();
+    // Emulated copy protects and references it, and returns.
+    let (t, sent) = tx.send(Semantics::EmulatedCopy, m.as_slice()).unwrap();
+    assert!(!in_ring(&sent.path), "{}", sent.path);
+    m.as_mut_slice().fill(0xEE);
+    let mut got = vec![0u8; len];
+    let (n, _) = rx
+        .recv(
+            Semantics::EmulatedCopy,
+            &mut got,
+            InputBuffering::EarlyDemux,
+        )
+        .unwrap();
+    assert_eq!(n, len);
+    assert!(got == want, "the receiver's bytes differ");
+    tx.wait(t).unwrap();
+}

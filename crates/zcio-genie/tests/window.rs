@@ -280,7 +280,13 @@ fn a_message_longer_than_the_window_arrives_whole_into_every_kind_of_buffer() {
                 )
                 .unwrap();
             assert_eq!((n, first_wrong(&got, 0)), (len, None), "{}", acc.path);
-            assert_eq!(acc.cpu_copied_bytes, len as u64, "copied out once");
+            // Its segments read through the semantics' own input path as they came: into the
+            // staging, then swapped in, the partial pages copied; never assembled and copied.
+            let ps = zcio_vm::page_size() as u64;
+            assert!(
+                acc.cpu_copied_bytes < 2 * ps && acc.swapped_bytes > len as u64 - 2 * ps,
+                "placed once, not copied out: {acc:?}"
+            );
             // A buffer of its own.
             assert_eq!(rx.peek_len().unwrap(), len);
             let (got, acc) = rx

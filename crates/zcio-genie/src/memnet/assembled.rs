@@ -21,8 +21,8 @@ pub(super) struct Assembled {
     /// Its bytes, `got` of them read so far.
     pub(super) buf: AppBuffer,
     pub(super) got: usize,
-    /// Whether it came through the shared ring (copied by this process, not the kernel).
-    pub(super) by_ring: bool,
+    /// Its bytes that came through the shared ring (copied by this process, not the kernel).
+    pub(super) ring_bytes: usize,
 }
 
 /// Bytes of messages taken in while this end's output waits, beyond which no new one is begun
@@ -40,12 +40,6 @@ impl MemnetEndpoint {
     /// Read segment `d` (its descriptor taken off the ring) into the message being assembled,
     /// and post its completion.
     fn read_segment(&mut self, d: Descriptor) -> Result<()> {
-        if d.ring {
-            return Err(GenieError::Protocol(format!(
-                "a message of {} bytes in the shared ring while a segmented one is under way",
-                d.len
-            )));
-        }
         let mut m = match self.assembled.pop_back() {
             Some(m) if m.got < m.total => m,
             other => {
@@ -61,6 +55,13 @@ impl MemnetEndpoint {
                 "a segment at {} of a message of {} bytes, where {} of {} came so far",
                 d.at, d.total, m.got, m.total
             )));
+        }
+        if d.ring {
+            let r = self.ring_take(&mut m.buf[d.at..d.at + d.len]);
+            m.got += d.len;
+            m.ring_bytes += d.len;
+            self.assembled.push_back(m);
+            return r;
         }
         self.start(&d);
         let r = self
@@ -83,22 +84,12 @@ impl MemnetEndpoint {
                 d.at, d.total
             )));
         }
-        let mut buf = AppBuffer::for_message(d.total)?;
-        if d.ring {
-            self.ring_take(&mut buf[..d.total])?;
-            self.assembled.push_back(Assembled {
-                total: d.total,
-                buf,
-                got: d.total,
-                by_ring: true,
-            });
-            return Ok(());
-        }
+        let buf = AppBuffer::for_message(d.total)?;
         self.assembled.push_back(Assembled {
             total: d.total,
             buf,
             got: 0,
-            by_ring: false,
+            ring_bytes: 0,
         });
         self.read_segment(d)
     }
@@ -121,10 +112,7 @@ impl MemnetEndpoint {
     /// taking it cost: the wire's read; `copied_out` where the caller copies it on.
     pub(super) fn pop_assembled(&mut self, copied_out: bool) -> Option<(AppBuffer, Accounting)> {
         let m = self.assembled.pop_front()?;
-        let (kernel, cpu) = match m.by_ring {
-            true => (0, m.total as u64),
-            false => (m.total as u64, 0),
-        };
+        let (kernel, cpu) = ((m.total - m.ring_bytes) as u64, m.ring_bytes as u64);
         let acc = Accounting {
             granule: None,
             cpu_copied_bytes: cpu + if copied_out { m.total as u64 } else { 0 },

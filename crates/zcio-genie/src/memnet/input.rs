@@ -240,13 +240,30 @@ impl MemnetEndpoint {
             });
         }
         *taken = true;
-        if self.next_is_assembled() {
+        if !self.assembled.is_empty() {
             self.assemble_next(Wait::FOREVER)?;
             let (m, acc) = self.pop_assembled(true).expect("assembled above");
             time(Op::Copyout, || buf[..len].copy_from_slice(&m[..len]));
             return Ok((len, acc));
         }
         let d = self.take_descriptor(Wait::FOREVER)?;
+        if !d.whole() {
+            // In segments (longer than its sender's window), read as they come into the
+            // semantics' own input path: under copy and emulated copy the buffer is written
+            // only once the last has come, and nothing is copied out of an assembled one.
+            let mut inputs = std::mem::take(&mut self.inputs);
+            let profile = self.profile.clone();
+            let mut src = SegmentSource {
+                ep: self,
+                first: Some(d),
+                total: len,
+                pos: 0,
+                wire_bytes: 0,
+            };
+            let r = inputs.input_app(sem, &mut buf[..len], buffering, &mut src, &profile);
+            self.inputs = inputs;
+            return Ok((len, r?));
+        }
         if d.ring {
             time(Op::Copyout, || self.ring_take(&mut buf[..len]))?;
             return Ok((len, ring_accounting(len)));
@@ -356,6 +373,61 @@ impl MemnetEndpoint {
             path: DataPath::RegionIn { huge },
         };
         Ok((region, acc))
+    }
+}
+
+/// A message in segments on the wire, read as their descriptors come (the first already
+/// taken off): each segment must continue the message where the one before ended. A
+/// segment's completion is posted once it is read.
+struct SegmentSource<'e> {
+    ep: &'e mut MemnetEndpoint,
+    first: Option<Descriptor>,
+    total: usize,
+    /// Bytes of the message read so far, and of them from the wire.
+    pos: usize,
+    wire_bytes: usize,
+}
+
+impl Source for SegmentSource<'_> {
+    fn read_exact(&mut self, out: &mut [u8]) -> Result<()> {
+        let mut k = 0;
+        while k < out.len() {
+            let d = match self.first.take() {
+                Some(d) => d,
+                None => self.ep.take_descriptor(Wait::FOREVER)?,
+            };
+            if d.ring || d.at != self.pos || d.total != self.total || d.len > out.len() - k {
+                return Err(GenieError::Protocol(format!(
+                    "a segment of {} bytes at {} of a message of {}, where {} of {} came so far",
+                    d.len, d.at, d.total, self.pos, self.total
+                )));
+            }
+            let piece = &mut out[k..k + d.len];
+            self.ep.start(&d);
+            self.ep
+                .in_wire()
+                .reader()
+                .read_exact(piece)
+                .map_err(|e| GenieError::from_wire(e, "input (a message's segment)"))?;
+            self.ep.complete()?;
+            self.wire_bytes += d.len;
+            k += d.len;
+            self.pos += d.len;
+        }
+        Ok(())
+    }
+
+    fn wait_whole(&mut self, _len: usize) -> Result<bool> {
+        // Its segments come one after the other: it is never held whole.
+        Ok(false)
+    }
+
+    fn kernel_copies(&self, _len: usize) -> Option<u64> {
+        Some(self.wire_bytes as u64)
+    }
+
+    fn capacity(&self) -> usize {
+        0
     }
 }
 
