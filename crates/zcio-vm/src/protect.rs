@@ -136,28 +136,41 @@ pub(crate) fn layout_changed() {
     LAYOUT_EPOCH.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// The last buffer [`check_writable`] found writable, so that a buffer reused call after call
-/// is looked up once (the lookup is a system call, 0.6 µs here: more than a short message's
-/// whole receive). zcio forgets it whenever it changes a mapping or its access itself; a
-/// program that unmaps the buffer and maps something less accessible at the same address
-/// between two calls, with its own system calls, is not seen (a C caller that may do so
-/// checks at each call: [`check_writable`]).
+/// The mapping (or, where the kernel cannot say which, the buffer) [`check_writable`] last
+/// found `buf` writable in, so that buffers in one mapping, reused call after call, are looked
+/// up once (the lookup is a system call or two, more than a short message's whole receive).
+/// zcio forgets it whenever it changes a mapping or its access itself; a program that unmaps
+/// that memory and maps something less accessible at the same address between two calls,
+/// with its own system calls, is not seen (a C caller that may do so checks at each call:
+/// [`check_writable`]).
 #[derive(Debug, Default)]
 pub struct WritableCache(Option<(usize, usize, u64)>);
 
 impl WritableCache {
-    /// [`check_writable`], unless `buf` is the buffer found writable last and zcio changed no
-    /// mapping since.
+    /// [`check_writable`], unless `buf` lies in what was found writable last and zcio changed
+    /// no mapping since.
     pub fn check(&mut self, buf: &mut [u8]) -> Result<()> {
         // Read before the lookup: a change during it makes the next call look again.
         let epoch = LAYOUT_EPOCH.load(std::sync::atomic::Ordering::SeqCst);
-        let at = (buf.as_ptr() as usize, buf.len(), epoch);
-        if self.0 == Some(at) {
+        let (start, end) = (buf.as_ptr() as usize, buf.as_ptr() as usize + buf.len());
+        if let Some((lo, hi, e)) = self.0
+            && e == epoch
+            && lo <= start
+            && end <= hi
+        {
             return Ok(());
         }
         self.0 = None;
         check_writable(buf)?;
-        self.0 = Some(at);
+        let mapping = match writable_check() {
+            WritableCheck::ProcmapQuery => maps::query(start)
+                .ok()
+                .filter(|v| v.writable && v.start <= start && end <= v.end)
+                .map(|v| (v.start, v.end)),
+            _ => None,
+        };
+        let (lo, hi) = mapping.unwrap_or((start, end));
+        self.0 = Some((lo, hi, epoch));
         Ok(())
     }
 }
@@ -317,6 +330,7 @@ mod maps {
 
     /// The mapping that holds an address.
     pub(super) struct Vma {
+        pub start: usize,
         pub end: usize,
         pub writable: bool,
         /// Private and backed by no file: a write always gets a page (or the process is out
@@ -359,6 +373,7 @@ mod maps {
             return Err(std::io::Error::last_os_error());
         }
         Ok(Vma {
+            start: q.vma_start as usize,
             end: q.vma_end as usize,
             writable: q.vma_flags & VMA_WRITABLE != 0,
             private_anonymous: q.vma_flags & VMA_SHARED == 0
@@ -366,5 +381,41 @@ mod maps {
                 && q.dev_major == 0
                 && q.dev_minor == 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MapOptions, Mapping, page_size};
+
+    #[test]
+    fn a_writable_cache_forgets_what_zcio_protects_or_unmaps() {
+        let mut cache = WritableCache::default();
+        let mut m = Mapping::anonymous(4 * page_size(), MapOptions::default()).unwrap();
+        let ps = page_size();
+        cache.check(&mut m.as_mut_slice()[..100]).unwrap();
+        // Another buffer of the same mapping: found writable too.
+        cache.check(&mut m.as_mut_slice()[2 * ps..3 * ps]).unwrap();
+        // SAFETY: the mapping is not written while it is read-only.
+        unsafe { set_access(m.range(), Access::ReadOnly) }.unwrap();
+        let e = cache
+            .check(&mut m.as_mut_slice()[2 * ps..3 * ps])
+            .unwrap_err();
+        assert!(matches!(e, VmError::NotWritable { .. }), "{e}");
+        // SAFETY: restores the access the mapping was made with.
+        unsafe { set_access(m.range(), Access::ReadWrite) }.unwrap();
+        cache.check(&mut m.as_mut_slice()[..100]).unwrap();
+        // Unmapped and mapped again read-only at the same address by zcio: looked up again.
+        let addr = m.addr();
+        drop(m);
+        let Ok(mut again) = Mapping::anonymous(4 * ps, MapOptions::default()) else {
+            return;
+        };
+        if again.addr() == addr {
+            // SAFETY: not written while read-only.
+            unsafe { set_access(again.range(), Access::ReadOnly) }.unwrap();
+            assert!(cache.check(&mut again.as_mut_slice()[..100]).is_err());
+        }
     }
 }
