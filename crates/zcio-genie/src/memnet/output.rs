@@ -170,7 +170,7 @@ impl MemnetEndpoint {
             _ => return Ok(None),
         };
         self.check_ring_peer();
-        if !self.ring_room(buf.len()) {
+        if !self.ring_room(buf.len()) && !self.wait_ring_room(buf.len()) {
             return Ok(None);
         }
         time(Op::Copyin, || self.ring_put(buf));

@@ -14,8 +14,12 @@
 //! Each direction has a ring of [`RING_BYTES`] and a few control words:
 //!
 //! - `consumed`, written by the receiver: the ring position up to which it has copied
-//!   messages out. The sender writes only ahead of it, and takes the wire when the ring has no
-//!   room for a message (the receiver is behind): output never waits for the ring.
+//!   messages out. The sender writes only ahead of it. When the ring has no room for a
+//!   message, the sender waits for it while the receiver takes messages out (a stream of
+//!   messages keeps to the ring, whose copies cost less than the wire's); when the receiver
+//!   takes nothing out for a while (100 µs, and 1 ns a byte of the message), the message takes
+//!   the wire, and so do the next ones until the receiver moves on: a sender never waits long
+//!   for a busy receiver.
 //! - `sleeping`, the receiver's doorbell flag ([`Doorbell`]): set just before it sleeps for a
 //!   message, so that the sender rings its doorbell only then, and `watched`: set once the
 //!   application watches the endpoint's descriptor itself (an event loop sleeps outside zcio),
@@ -91,6 +95,12 @@ fn after(pos: u64, len: usize) -> u64 {
     (place(pos, len) + len as u64).div_ceil(ALIGN) * ALIGN
 }
 
+/// How long a sender waits for room in the ring while the receiver takes nothing out, for a
+/// message of `len` bytes: 100 µs, and 1 ns a byte (the receiver may be copying a long one).
+fn patience(len: usize) -> std::time::Duration {
+    std::time::Duration::from_nanos(100_000 + len as u64)
+}
+
 /// Say that the receiving end of direction `1 - side` is watched from outside zcio (an event
 /// loop polls its descriptor): every message in the ring then rings its doorbell.
 pub(super) fn watched_from_outside(arena: &SharedArena, side: usize, pipes: usize) {
@@ -108,6 +118,9 @@ pub(super) struct RingEnd {
     peer_bell: OwnedFd,
     /// The next output's position, and the next input's.
     head: u64,
+    /// Where the receiver's position stood when a sender last gave up waiting for room: no
+    /// wait again until it moves.
+    stalled_at: Option<u64>,
     tail: u64,
     /// The receiver claimed more of the ring than it was sent: outputs take the wire.
     refused: bool,
@@ -119,6 +132,7 @@ impl RingEnd {
             bell,
             peer_bell,
             head: 0,
+            stalled_at: None,
             tail: 0,
             refused: false,
         }
@@ -140,6 +154,40 @@ impl MemnetEndpoint {
             .atomic_u64(consumed_offset(self.side, self.pipes()))
             .load(Ordering::Acquire);
         consumed <= self.ring.head && after(self.ring.head, len) - consumed <= RING_BYTES as u64
+    }
+
+    /// Wait for room for `len` bytes while the receiver takes messages out (spinning: its
+    /// copies take microseconds); `false` when it took nothing out for [`patience`], or had
+    /// not since the last such wait.
+    pub(super) fn wait_ring_room(&mut self, len: usize) -> bool {
+        if len > RING_MAX || self.ring.refused {
+            return false;
+        }
+        let consumed = || {
+            self.arena
+                .atomic_u64(consumed_offset(self.side, self.out_tx.len()))
+                .load(Ordering::Acquire)
+        };
+        let mut last = (consumed(), std::time::Instant::now());
+        if self.ring.stalled_at == Some(last.0) {
+            return false;
+        }
+        loop {
+            if self.ring_room(len) {
+                self.ring.stalled_at = None;
+                return true;
+            }
+            let c = consumed();
+            if c != last.0 {
+                last = (c, std::time::Instant::now());
+            } else if last.1.elapsed() >= patience(len) {
+                self.ring.stalled_at = Some(c);
+                return false;
+            }
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     /// Copy `buf` into the shared ring, where [`MemnetEndpoint::ring_room`] said there is
