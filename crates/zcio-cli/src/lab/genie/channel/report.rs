@@ -107,16 +107,36 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         ],
         rows,
     ));
+    let mut curves = series(s, |r| r.throughput_gbps, |r| r.throughput_spread_gbps);
+    curves.extend(crossover_marks(s, &curves));
     b.push(figure(
         "channel-throughput",
-        "Streamed throughput against message size (both axes logarithmic), per contender: solid with huge-page buffers (2m), dashed with 4 KiB pages (4k); the band is the lowest–highest round.".into(),
+        "Streamed throughput against message size (both axes logarithmic), per contender: solid with huge-page buffers (2m), dashed with 4 KiB pages (4k); the band is the lowest–highest round. The vertical lines mark, per granule, the longest message emulated copy sent through the link's shared ring in this run (copied in and out); longer ones went on the wire (page references into pipes).".into(),
         against_length(
             "Channels between two processes: throughput".into(),
             "throughput (GB/s)",
             Scale::Log,
-            series(s, |r| r.throughput_gbps, |r| r.throughput_spread_gbps),
+            curves,
         ),
     ));
+    let reach: Vec<String> = s
+        .plan
+        .granules
+        .iter()
+        .map(|&g| match ring_reach(s, g) {
+            Some((last, next)) => format!(
+                "{}: through the shared ring up to {}{}",
+                g.name(),
+                size(last),
+                next.map_or(String::new(), |n| format!(", on the wire from {}", size(n)))
+            ),
+            None => format!("{}: on the wire at every size measured", g.name()),
+        })
+        .collect();
+    b.push(p(format!(
+        "Where zcio's emulated copy changed paths in this run (its calibrated crossover, the sizes its rows' paths name): {}.",
+        reach.join("; ")
+    )));
     b.push(figure(
         "channel-pingpong",
         "Ping-pong latency (half the median round trip of a message and a 1-byte reply) against message size (both axes logarithmic), per contender: solid with huge-page buffers (2m), dashed with 4 KiB pages (4k); the band is the lowest–highest round.".into(),
@@ -155,6 +175,49 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         b.push(p(t));
     }
     b
+}
+
+/// The longest message zcio's emulated copy sent through the shared ring at granule `g` in
+/// this run, and the shortest longer one that went on the wire, from the rows' paths.
+fn ring_reach(s: &ChannelSection, g: Granule) -> Option<(usize, Option<usize>)> {
+    let mut rows: Vec<&Row> = s
+        .rows
+        .iter()
+        .filter(|r| r.contender == "zcio-emulated-copy" && r.granule == g && r.path.is_some())
+        .collect();
+    rows.sort_by_key(|r| r.bytes);
+    let by_ring = |r: &Row| r.path.as_deref().is_some_and(|p| p.contains("shared ring"));
+    let last = rows.iter().rev().find(|r| by_ring(r))?.bytes;
+    let next = rows
+        .iter()
+        .find(|r| r.bytes > last && !by_ring(r))
+        .map(|r| r.bytes);
+    Some((last, next))
+}
+
+/// A vertical line per granule at [`ring_reach`], over the height of `curves`.
+fn crossover_marks(s: &ChannelSection, curves: &[Series]) -> Vec<Series> {
+    let ys = curves.iter().flat_map(|c| c.points.iter().map(|p| p.1));
+    let (lo, hi) = ys
+        .filter(|y| *y > 0.0)
+        .fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    if hi <= 0.0 {
+        return Vec::new();
+    }
+    s.plan
+        .granules
+        .iter()
+        .filter_map(|&g| {
+            let (last, _) = ring_reach(s, g)?;
+            Some(Series {
+                name: format!("shared ring up to {} ({})", size(last), g.name()),
+                points: vec![(last as f64, lo), (last as f64, hi)],
+                style: Style::Dashed,
+                band: None,
+                color: Some(10 + usize::from(g == Granule::Huge)),
+            })
+        })
+        .collect()
 }
 
 /// One curve of `y` per contender and granule, over every size measured (shortest first), with
@@ -200,4 +263,72 @@ fn series(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(bytes: usize, granule: Granule, path: &str) -> Row {
+        Row {
+            contender: "zcio-emulated-copy".into(),
+            bytes,
+            granule,
+            latency_ns: None,
+            latency_spread_ns: None,
+            pingpong_ns: None,
+            pingpong_spread_ns: None,
+            throughput_gbps: Some(bytes as f64 / 1e6),
+            throughput_spread_gbps: None,
+            send_ns: None,
+            send_spread_ns: None,
+            cpu_ns: None,
+            cpu_spread_ns: None,
+            verified: true,
+            messages: 1,
+            round_trips: 0,
+            rounds: 1,
+            checked_messages: 1,
+            first_mismatch: None,
+            window_bytes: None,
+            path: Some(path.into()),
+            vm_granule: None,
+            buffer_granule: granule.name().into(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_crossover_is_read_from_the_paths_this_run_took() {
+        let ring = "output: copy: into the shared ring; input: copy: out of the shared ring";
+        let wire = "output: vmsplice+tcow(uffd-wp, uffd-move) [4k: not in huge pages]";
+        let s = ChannelSection {
+            plan: super::super::Plan {
+                sizes: vec![64, 4096, 1 << 20, 16 << 20],
+                granules: vec![Granule::Base, Granule::Huge],
+                contenders: vec!["zcio-emulated-copy".into()],
+                rounds: 1,
+                messages: None,
+            },
+            rows: vec![
+                row(16 << 20, Granule::Base, wire),
+                row(64, Granule::Base, ring),
+                row(1 << 20, Granule::Base, ring),
+                row(4096, Granule::Base, ring),
+                row(64, Granule::Huge, wire),
+            ],
+            ratios: Vec::new(),
+            cpus: None,
+        };
+        assert_eq!(
+            ring_reach(&s, Granule::Base),
+            Some((1 << 20, Some(16 << 20)))
+        );
+        assert_eq!(ring_reach(&s, Granule::Huge), None);
+        let curves = series(&s, |r| r.throughput_gbps, |r| r.throughput_spread_gbps);
+        let marks = crossover_marks(&s, &curves);
+        assert_eq!(marks.len(), 1, "one granule took the ring");
+        assert_eq!(marks[0].points[0].0, (1 << 20) as f64);
+        assert!(marks[0].points[0].1 < marks[0].points[1].1);
+    }
 }
