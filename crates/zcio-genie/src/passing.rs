@@ -15,10 +15,15 @@ use zcio_vm::{MapOptions, Mapping, RawRange, VmRuntime, page_size};
 /// Refuse an input buffer the process may not write (read-only or inaccessible memory) with
 /// an error naming it, before anything is read: Genie's access check at page referencing.
 pub(crate) fn check_writable(buf: &mut [u8]) -> Result<()> {
-    time(Op::AccessCheck, || zcio_vm::protect::check_writable(buf)).map_err(|e| match e {
+    time(Op::AccessCheck, || zcio_vm::protect::check_writable(buf)).map_err(not_writable)
+}
+
+/// A refused writable check as the error of the call's `buf`.
+fn not_writable(e: zcio_vm::VmError) -> GenieError {
+    match e {
         zcio_vm::VmError::NotWritable { .. } => GenieError::arg("buf", e.to_string()),
         e => GenieError::Vm(e),
-    })
+    }
 }
 
 /// How a system buffer of `len` bytes is mapped: in transparent huge pages from 2 MiB up,
@@ -461,10 +466,7 @@ pub(crate) struct InputBuffers {
 impl InputBuffers {
     /// [`check_writable`], looked up once for a buffer reused receive after receive.
     pub(crate) fn check_writable(&mut self, buf: &mut [u8]) -> Result<()> {
-        time(Op::AccessCheck, || self.writable.check(buf)).map_err(|e| match e {
-            zcio_vm::VmError::NotWritable { .. } => GenieError::arg("buf", e.to_string()),
-            e => GenieError::Vm(e),
-        })
+        time(Op::AccessCheck, || self.writable.check(buf)).map_err(not_writable)
     }
 }
 

@@ -161,15 +161,7 @@ impl WritableCache {
             return Ok(());
         }
         self.0 = None;
-        check_writable(buf)?;
-        let mapping = match writable_check() {
-            WritableCheck::ProcmapQuery => maps::query(start)
-                .ok()
-                .filter(|v| v.writable && v.start <= start && end <= v.end)
-                .map(|v| (v.start, v.end)),
-            _ => None,
-        };
-        let (lo, hi) = mapping.unwrap_or((start, end));
+        let (lo, hi) = writable_in(buf)?.unwrap_or((start, end));
         self.0 = Some((lo, hi, epoch));
         Ok(())
     }
@@ -188,11 +180,17 @@ impl WritableCache {
 /// Otherwise every page is populated writable with `madvise(MADV_POPULATE_WRITE)`
 /// ([`populate_writable`]).
 pub fn check_writable(buf: &mut [u8]) -> Result<()> {
+    writable_in(buf).map(|_| ())
+}
+
+/// [`check_writable`], and the one mapping that holds all of `buf`, where one does and the
+/// kernel said which (its start and end).
+fn writable_in(buf: &mut [u8]) -> Result<Option<(usize, usize)>> {
     if buf.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     if writable_check() != WritableCheck::ProcmapQuery {
-        return populate_writable(buf);
+        return populate_writable(buf).map(|_| None);
     }
     let ps = crate::page::page_size();
     let start = buf.as_ptr() as usize & !(ps - 1);
@@ -202,6 +200,7 @@ pub fn check_writable(buf: &mut [u8]) -> Result<()> {
         len: buf.len(),
     };
     let mut at = start;
+    let mut whole = None;
     while at < end {
         let vma = match maps::query(at) {
             Ok(v) => v,
@@ -211,14 +210,19 @@ pub fn check_writable(buf: &mut [u8]) -> Result<()> {
             // rest, which answers the same question page by page.
             Err(_) => {
                 maps::forget();
-                return populate_range(at, end - at).map_err(|e| match e {
-                    VmError::NotWritable { .. } => refused(),
-                    e => e,
-                });
+                return populate_range(at, end - at)
+                    .map(|_| None)
+                    .map_err(|e| match e {
+                        VmError::NotWritable { .. } => refused(),
+                        e => e,
+                    });
             }
         };
         if !vma.writable {
             return Err(refused());
+        }
+        if at == start && vma.start <= start && end <= vma.end {
+            whole = Some((vma.start, vma.end));
         }
         let piece_end = vma.end.min(end);
         // A page that is not there yet is faulted in, as a write would: the input paths read
@@ -236,7 +240,7 @@ pub fn check_writable(buf: &mut [u8]) -> Result<()> {
         }
         at = piece_end;
     }
-    Ok(())
+    Ok(whole)
 }
 
 /// Fault every page of `buf` in writable (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14), which

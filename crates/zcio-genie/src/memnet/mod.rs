@@ -635,7 +635,9 @@ impl MemnetEndpoint {
             my_bell: parts.my_bell,
             peer_bell: parts.peer_bell,
             ring: Box::new(ring::RingEnd::new(
-                Doorbell::new(parts.my_ring_bell, ring::sleeping_offset(1 - s, n)),
+                s,
+                n,
+                parts.my_ring_bell,
                 parts.peer_ring_bell,
             )),
             pending: Vec::new(),

@@ -169,8 +169,7 @@ impl MemnetEndpoint {
             }
             _ => return Ok(None),
         };
-        self.check_ring_peer();
-        if !self.ring_room(buf.len()) && !self.wait_ring_room(buf.len()) {
+        if !self.wait_ring_room(buf.len()) {
             return Ok(None);
         }
         time(Op::Copyin, || self.ring_put(buf));
@@ -407,7 +406,7 @@ impl MemnetEndpoint {
         let mut b = [0u8; 8];
         let _ = rustix::io::read(&self.my_bell, &mut b);
         // The shared ring's doorbell too, once its messages are taken.
-        let _ = rustix::io::read(self.ring.bell.fd(), &mut b);
+        self.ring.bell.woke(&self.arena);
         let announced = self
             .desc_rx
             .has_next(&self.arena)

@@ -60,7 +60,7 @@ fn consumed_offset(d: usize, pipes: usize) -> usize {
 }
 
 /// The receiver's doorbell flag of direction `d` ([`Doorbell`](zcio_vm::arena::Doorbell)).
-pub(super) fn sleeping_offset(d: usize, pipes: usize) -> usize {
+fn sleeping_offset(d: usize, pipes: usize) -> usize {
     ctl_offset(d, pipes) + 64
 }
 
@@ -114,8 +114,8 @@ pub(super) fn watched_from_outside(arena: &SharedArena, side: usize, pipes: usiz
 pub(super) struct RingEnd {
     /// The doorbell the peer rings for a message in the ring while this end sleeps.
     pub(super) bell: Doorbell,
-    /// The peer's.
-    peer_bell: OwnedFd,
+    /// The peer's, with its flag.
+    peer_bell: Doorbell,
     /// The next output's position, and the next input's.
     head: u64,
     /// Where the receiver's position stood when a sender last gave up waiting for room: no
@@ -127,10 +127,11 @@ pub(super) struct RingEnd {
 }
 
 impl RingEnd {
-    pub(super) fn new(bell: Doorbell, peer_bell: OwnedFd) -> RingEnd {
+    /// Side `side`'s end of a link of `pipes` pipes each way, with its doorbell and its peer's.
+    pub(super) fn new(side: usize, pipes: usize, bell: OwnedFd, peer_bell: OwnedFd) -> RingEnd {
         RingEnd {
-            bell,
-            peer_bell,
+            bell: Doorbell::new(bell, sleeping_offset(1 - side, pipes)),
+            peer_bell: Doorbell::new(peer_bell, sleeping_offset(side, pipes)),
             head: 0,
             stalled_at: None,
             tail: 0,
@@ -144,40 +145,46 @@ impl MemnetEndpoint {
         self.out_tx.len()
     }
 
-    /// Whether the shared ring has room now for a message of `len` bytes this end sends.
-    pub(super) fn ring_room(&self, len: usize) -> bool {
-        if len > RING_MAX || self.ring.refused {
-            return false;
-        }
-        let consumed = self
-            .arena
+    /// The receiver's position in this end's output ring.
+    fn consumed(&self) -> u64 {
+        self.arena
             .atomic_u64(consumed_offset(self.side, self.pipes()))
-            .load(Ordering::Acquire);
-        consumed <= self.ring.head && after(self.ring.head, len) - consumed <= RING_BYTES as u64
+            .load(Ordering::Acquire)
     }
 
-    /// Wait for room for `len` bytes while the receiver takes messages out (spinning: its
-    /// copies take microseconds); `false` when it took nothing out for [`patience`], or had
-    /// not since the last such wait.
-    pub(super) fn wait_ring_room(&mut self, len: usize) -> bool {
+    /// Whether the shared ring has room now for a message of `len` bytes this end sends. A
+    /// receiver that claims more than it was sent turns the ring off from then on.
+    fn ring_room(&mut self, len: usize) -> bool {
         if len > RING_MAX || self.ring.refused {
             return false;
         }
-        let consumed = || {
-            self.arena
-                .atomic_u64(consumed_offset(self.side, self.out_tx.len()))
-                .load(Ordering::Acquire)
-        };
-        let mut last = (consumed(), std::time::Instant::now());
-        if self.ring.stalled_at == Some(last.0) {
+        let consumed = self.consumed();
+        if consumed > self.ring.head {
+            self.ring.refused = true;
             return false;
         }
+        after(self.ring.head, len) - consumed <= RING_BYTES as u64
+    }
+
+    /// Whether the ring has room for `len` bytes, now or once the receiver has taken messages
+    /// out (spinning: its copies take microseconds); `false` when it took nothing out for
+    /// [`patience`], and from then on until it does.
+    pub(super) fn wait_ring_room(&mut self, len: usize) -> bool {
+        let mut last = (self.consumed(), std::time::Instant::now());
+        let mut first = true;
         loop {
             if self.ring_room(len) {
                 self.ring.stalled_at = None;
                 return true;
             }
-            let c = consumed();
+            if self.ring.refused
+                || len > RING_MAX
+                || (first && self.ring.stalled_at == Some(last.0))
+            {
+                return false;
+            }
+            first = false;
+            let c = self.consumed();
             if c != last.0 {
                 last = (c, std::time::Instant::now());
             } else if last.1.elapsed() >= patience(len) {
@@ -202,23 +209,14 @@ impl MemnetEndpoint {
     /// After a message's descriptor is published: ring the receiver's doorbell if it said it
     /// sleeps, or is watched from outside.
     pub(super) fn ring_wake(&self) {
-        let n = self.pipes();
         fence(Ordering::SeqCst);
-        let flag = self.arena.atomic_u32(sleeping_offset(self.side, n));
-        let watched = self.arena.atomic_u64(watched_offset(self.side, n));
-        if flag.swap(0, Ordering::SeqCst) != 0 || watched.load(Ordering::Relaxed) != 0 {
-            let _ = rustix::io::write(&self.ring.peer_bell, &1u64.to_ne_bytes());
-        }
-    }
-
-    /// Notice that the receiver claims more than it was sent: the ring refuses from then on.
-    pub(super) fn check_ring_peer(&mut self) {
-        let consumed = self
+        let watched = self
             .arena
-            .atomic_u64(consumed_offset(self.side, self.pipes()))
-            .load(Ordering::Acquire);
-        if consumed > self.ring.head {
-            self.ring.refused = true;
+            .atomic_u64(watched_offset(self.side, self.pipes()));
+        if watched.load(Ordering::Relaxed) != 0 {
+            let _ = rustix::io::write(self.ring.peer_bell.fd(), &1u64.to_ne_bytes());
+        } else {
+            self.ring.peer_bell.ring(&self.arena);
         }
     }
 
