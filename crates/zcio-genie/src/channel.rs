@@ -31,6 +31,7 @@
 
 use crate::AppBuffer;
 use crate::error::{GenieError, Result};
+use crate::memnet::loan::{Loan, Received};
 use crate::memnet::{self, LinkOptions, MemnetEndpoint, Ticket, Waits};
 use crate::semantics::{Accounting, InputBuffering, Semantics};
 use crate::stream::{ModuleKind, StreamEnd};
@@ -367,6 +368,41 @@ impl Channel {
                 let mut buf = AppBuffer::for_message(len)?;
                 let (_, acc) = self.recv(sem, &mut buf, buffering)?;
                 Ok((buf, acc))
+            }
+        }
+    }
+
+    /// A buffer of `len` bytes to fill and send with [`Channel::send_loan`]: on this host a
+    /// memory file whose pages move to the receiver without a copy
+    /// ([`memnet::loan`](crate::memnet::loan)), in 2 MiB pages from 2 MiB where the kernel
+    /// gives them; over TCP private memory, sent by copy.
+    pub fn loan(&self, len: usize) -> Result<Loan> {
+        match &self.inner {
+            ChannelKind::Local(_) => Loan::new(len),
+            ChannelKind::Tcp(_) => Loan::owned(len),
+        }
+    }
+
+    /// Send a loan: on this host its pages go to the receiver, sealed so that nobody can
+    /// change them again, and the loan is this process's no more; over TCP its bytes are
+    /// sent. Returns without waiting for the receiver; the ticket is complete.
+    pub fn send_loan(&mut self, loan: Loan) -> Result<(Ticket, Accounting)> {
+        match &mut self.inner {
+            ChannelKind::Local(m) => m.send_loan(loan),
+            ChannelKind::Tcp(_) => self.send(Semantics::Copy, loan.bytes()),
+        }
+    }
+
+    /// Receive the next message as bytes of this process's own, to read and write: a loan's
+    /// pages mapped here without a copy ([`Received::is_mapped`]), any other message
+    /// received into a buffer made for it. Waits within the channel's waits.
+    pub fn recv_loan(&mut self) -> Result<(Received, Accounting)> {
+        match &mut self.inner {
+            ChannelKind::Local(m) => m.recv_loan(),
+            ChannelKind::Tcp(_) => {
+                let (buf, acc) =
+                    self.recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)?;
+                Ok((Received::owned(buf), acc))
             }
         }
     }

@@ -109,6 +109,15 @@ pub enum DataPath {
         /// Whether this is the sender's side.
         out: bool,
     },
+    /// A loan shipped as a sealed memory file (container shipping, paper 003): its pages
+    /// handed over by the sender (`out`), or taken by the receiver: mapped privately
+    /// (`mapped`), or copied out into the application's buffer.
+    Shipped {
+        /// Whether this is the sender's side.
+        out: bool,
+        /// On the receiver's side, whether the pages were mapped (else copied out).
+        mapped: bool,
+    },
     /// A phrase this version does not know (read from an older results file).
     Other(String),
 }
@@ -406,6 +415,17 @@ impl fmt::Display for DataPath {
             }
             DataPath::SharedRing { out: true } => f.write_str("copy: into the shared ring"),
             DataPath::SharedRing { out: false } => f.write_str("copy: out of the shared ring"),
+            DataPath::Shipped { out: true, .. } => {
+                f.write_str("move: a sealed memory file's pages handed over")
+            }
+            DataPath::Shipped {
+                out: false,
+                mapped: true,
+            } => f.write_str("move: a sealed memory file mapped privately"),
+            DataPath::Shipped {
+                out: false,
+                mapped: false,
+            } => f.write_str("copy: out of a sealed memory file"),
             DataPath::Other(s) => f.write_str(s),
         }
     }
@@ -433,6 +453,18 @@ fn fixed() -> Vec<DataPath> {
         DataPath::Assembled { copied_out: true },
         DataPath::SharedRing { out: true },
         DataPath::SharedRing { out: false },
+        DataPath::Shipped {
+            out: true,
+            mapped: false,
+        },
+        DataPath::Shipped {
+            out: false,
+            mapped: true,
+        },
+        DataPath::Shipped {
+            out: false,
+            mapped: false,
+        },
         DataPath::CopyFallback(CopyFallback::NoFullPage),
         DataPath::CopyFallback(CopyFallback::SwapCostsMore),
     ];

@@ -99,6 +99,7 @@ fn honest_slots() -> ([u64; SLOT_WORDS], [u64; SLOT_WORDS]) {
         total: 100,
         at: 0,
         ring: false,
+        file: false,
     };
     assert_eq!(decode_descriptor(&d).unwrap(), want, "ring layout");
     assert_eq!(decode_completion(&c).unwrap(), t.0, "ring layout");

@@ -271,6 +271,27 @@ impl Mapping {
         len: usize,
         access: crate::protect::Access,
     ) -> Result<Mapping> {
+        Mapping::fd_huge_aligned(fd, len, access, libc::MAP_SHARED)
+    }
+
+    /// [`Mapping::shared_fd_huge_aligned`], but private: what this process writes becomes
+    /// its own copy of the page, and the file never changes (a sealed file's view,
+    /// [`crate::sealed::SealedFile::view`]). Its bytes are handed out by the owner of the file's
+    /// guarantee, not by [`Mapping::as_slice`].
+    pub(crate) fn private_fd_huge_aligned(
+        fd: BorrowedFd<'_>,
+        len: usize,
+        access: crate::protect::Access,
+    ) -> Result<Mapping> {
+        Mapping::fd_huge_aligned(fd, len, access, libc::MAP_PRIVATE)
+    }
+
+    fn fd_huge_aligned(
+        fd: BorrowedFd<'_>,
+        len: usize,
+        access: crate::protect::Access,
+        kind: libc::c_int,
+    ) -> Result<Mapping> {
         let len = page_rounded(len, "mapping length")?;
         let room = len
             .checked_add(HUGE_PAGE_SIZE - page_size())
@@ -304,7 +325,7 @@ impl Mapping {
                 start as *mut libc::c_void,
                 len,
                 access.prot(),
-                libc::MAP_SHARED | libc::MAP_FIXED,
+                kind | libc::MAP_FIXED,
                 fd.as_raw_fd(),
                 0,
             )
@@ -315,7 +336,12 @@ impl Mapping {
             // SAFETY: the room is this function's placeholder, referenced by nothing.
             unsafe { libc::munmap(p, room) };
             crate::protect::layout_changed();
-            return Err(VmError::sys("mmap(shared, aligned to 2 MiB)", source));
+            let op = if kind == libc::MAP_SHARED {
+                "mmap(shared, aligned to 2 MiB)"
+            } else {
+                "mmap(private, aligned to 2 MiB)"
+            };
+            return Err(VmError::sys(op, source));
         }
         // SAFETY: the room's head and tail are this function's placeholder, referenced by
         // nothing; the file is mapped over its middle.

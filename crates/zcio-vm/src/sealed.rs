@@ -381,8 +381,21 @@ impl SealedFile {
         }
     }
 
-    /// Map it privately.
+    /// Map it privately: aligned to 2 MiB where its length is whole 2 MiB, so that a file held
+    /// in 2 MiB pages is mapped a page-table entry per 2 MiB (read faults map a whole page).
     pub fn view(&self) -> Result<PrivateView> {
+        if self.len % HUGE_PAGE_SIZE == 0 {
+            let map = Mapping::private_fd_huge_aligned(
+                self.fd.as_fd(),
+                self.len,
+                crate::protect::Access::ReadWrite,
+            )?;
+            return Ok(PrivateView {
+                ptr: NonNull::new(map.as_ptr()).expect("a mapping is never at null"),
+                len: self.len,
+                map: Some(map),
+            });
+        }
         // SAFETY: a new private mapping of a file this object owns, anywhere the kernel
         // chooses; it replaces nothing.
         let p = unsafe {
@@ -402,6 +415,7 @@ impl SealedFile {
         Ok(PrivateView {
             ptr: NonNull::new(p as *mut u8).expect("mmap never returns null"),
             len: self.len,
+            map: None,
         })
     }
 }
@@ -412,10 +426,16 @@ impl SealedFile {
 pub struct PrivateView {
     ptr: NonNull<u8>,
     len: usize,
+    /// The mapping, where it was aligned to 2 MiB (it unmaps itself); else `ptr` is unmapped
+    /// here.
+    map: Option<Mapping>,
 }
 
 // SAFETY: the view owns its mapping; nothing else refers to it.
 unsafe impl Send for PrivateView {}
+// SAFETY: a shared reference hands out only `&[u8]` of pages nobody can change (the file is
+// sealed; the private copies are this mapping's alone, changed only through `&mut self`).
+unsafe impl Sync for PrivateView {}
 
 impl PrivateView {
     /// The bytes.
@@ -434,6 +454,9 @@ impl PrivateView {
 
 impl Drop for PrivateView {
     fn drop(&mut self) {
+        if self.map.take().is_some() {
+            return;
+        }
         // SAFETY: the view's own mapping; no reference into it outlives `self`.
         unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
         crate::protect::layout_changed();

@@ -69,6 +69,7 @@ pub use zcio_vm as vm;
 pub use zcio_vmmr as vmmr;
 
 pub use zcio_genie::channel::{Channel, ChannelListener};
+pub use zcio_genie::memnet::loan::{Loan, Received};
 pub use zcio_genie::memnet::{LinkOptions, MemnetEndpoint, Ticket, WindowFull};
 pub use zcio_genie::{
     Accounting, AppBuffer, ErrorKind, Fallback, GenieError, InputBuffering, Semantics, Waits,

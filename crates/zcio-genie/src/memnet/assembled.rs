@@ -56,6 +56,12 @@ impl MemnetEndpoint {
                 d.at, d.total, m.got, m.total
             )));
         }
+        if d.file {
+            let r = self.file_copy_out(&d, &mut m.buf[d.at..d.at + d.len]);
+            m.got += d.len;
+            self.assembled.push_back(m);
+            return r.map(|_| ());
+        }
         if d.ring {
             let r = self.ring_take(&mut m.buf[d.at..d.at + d.len]);
             m.got += d.len;
@@ -154,13 +160,19 @@ impl MemnetEndpoint {
                     .pop(&self.arena)
                     .map_err(|e| GenieError::Protocol(e.to_string()))?
                 {
-                    Some(w) => decode_descriptor(&w)?,
+                    Some(w) => {
+                        let d = decode_descriptor(&w)?;
+                        if d.file {
+                            self.take_file(&d)?;
+                        }
+                        d
+                    }
                     None => return Ok(()),
                 },
             };
             // Only what has arrived whole: a peer that announces and sends nothing does not
             // hold this end up.
-            if !d.ring && !self.arrived(d.len)? {
+            if !d.ring && !d.file && !self.arrived(d.len)? {
                 self.held = Some(d);
                 return Ok(());
             }

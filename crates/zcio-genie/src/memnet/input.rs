@@ -97,7 +97,9 @@ impl MemnetEndpoint {
                 Ok(Some(w)) => {
                     self.descriptor_taken();
                     let d = decode_descriptor(&w)?;
-                    if !d.ring {
+                    if d.file {
+                        self.take_file(&d)?;
+                    } else if !d.ring {
                         // The data follows its descriptor closely: spin for it rather than
                         // sleep in the read.
                         let fd = self.next_pipe();
@@ -264,6 +266,10 @@ impl MemnetEndpoint {
             self.inputs = inputs;
             return Ok((len, r?));
         }
+        if d.file {
+            let acc = self.file_copy_out(&d, &mut buf[..len])?;
+            return Ok((len, acc));
+        }
         if d.ring {
             time(Op::Copyout, || self.ring_take(&mut buf[..len]))?;
             return Ok((len, ring_accounting(len)));
@@ -323,6 +329,12 @@ impl MemnetEndpoint {
             return Ok((region, acc));
         }
         let d = self.take_descriptor(Wait::FOREVER)?;
+        if d.file {
+            fill(&mut region)?;
+            let acc = self.file_copy_out(&d, &mut region.as_mut_slice()[..len])?;
+            mark(&mut region, RegionState::MovedIn);
+            return Ok((region, acc));
+        }
         if d.ring {
             fill(&mut region)?;
             time(Op::Copyout, || {
@@ -396,7 +408,7 @@ impl Source for SegmentSource<'_> {
                 Some(d) => d,
                 None => self.ep.take_descriptor(Wait::FOREVER)?,
             };
-            if d.ring || d.at != self.pos || d.total != self.total || d.len > out.len() - k {
+            if d.ring || d.file || d.at != self.pos || d.total != self.total || d.len > out.len() - k {
                 return Err(GenieError::Protocol(format!(
                     "a segment of {} bytes at {} of a message of {}, where {} of {} came so far",
                     d.len, d.at, d.total, self.pos, self.total

@@ -39,10 +39,16 @@ use zcio_vm::wire::{MIN_STRIPES, Pace, Pipe, Striped};
 mod assembled;
 pub mod channel;
 mod input;
+pub mod loan;
 mod output;
 pub mod ring;
 
 const RING_SLOTS: usize = 256;
+/// Where a descriptor's message lies (its word 7): on the wire, in the shared ring, in a loan's
+/// memory file.
+const PLACE_WIRE: u64 = 0;
+const PLACE_RING: u64 = 1;
+const PLACE_FILE: u64 = 2;
 const DESC_MAGIC: u64 = 0x7a63_696f_4445_5343; // "zcioDESC"
 const DONE_MAGIC: u64 = 0x7a63_696f_444f_4e45; // "zcioDONE"
 /// How long a waiting side spins on the shared rings before it sleeps: a wake-up across vCPUs
@@ -129,6 +135,9 @@ pub struct Descriptor {
     /// Whether the message's bytes are in the link's shared ring ([`ring`]), not on the wire:
     /// a whole message of at most [`ring::RING_MAX`] bytes.
     pub ring: bool,
+    /// Whether the message is a loan shipped as a sealed memory file ([`loan`]), its
+    /// descriptor sent ahead on the link's file socket: a whole message.
+    pub file: bool,
 }
 
 impl Descriptor {
@@ -170,10 +179,18 @@ pub fn decode_descriptor(w: &[u64; SLOT_WORDS]) -> Result<Descriptor> {
             w[6]
         ));
     }
-    let ring = match w[7] {
-        0 => false,
-        1 if total == len && w[6] == 0 && len <= ring::RING_MAX as u64 => true,
-        1 => {
+    let (ring, file) = match w[7] {
+        PLACE_WIRE => (false, false),
+        PLACE_RING if total == len && w[6] == 0 && len <= ring::RING_MAX as u64 => (true, false),
+        PLACE_FILE if total == len && w[6] == 0 && w[3] == 0 => (false, true),
+        PLACE_FILE => {
+            return bad(format!(
+                "a loan of {len} bytes (segment at {} of {total}, page offset {}), which \
+                 travels whole, at offset 0",
+                w[6], w[3]
+            ));
+        }
+        PLACE_RING => {
             return bad(format!(
                 "a message of {len} bytes (segment at {} of {total}) said to be in the shared \
                  ring, which carries whole messages of at most {} bytes",
@@ -181,7 +198,11 @@ pub fn decode_descriptor(w: &[u64; SLOT_WORDS]) -> Result<Descriptor> {
                 ring::RING_MAX
             ));
         }
-        x => return bad(format!("data place {x}, want 0 (wire) or 1 (shared ring)")),
+        x => {
+            return bad(format!(
+                "data place {x}, want 0 (wire), 1 (shared ring) or 2 (a loan's memory file)"
+            ));
+        }
     };
     Ok(Descriptor {
         ticket: w[1],
@@ -190,6 +211,7 @@ pub fn decode_descriptor(w: &[u64; SLOT_WORDS]) -> Result<Descriptor> {
         total: total as usize,
         at: w[6] as usize,
         ring,
+        file,
     })
 }
 
@@ -242,6 +264,8 @@ pub struct LinkParts {
     peer_bell: OwnedFd,
     my_ring_bell: OwnedFd,
     peer_ring_bell: OwnedFd,
+    /// This side's end of the socket loans' memory files travel on ([`loan`]).
+    files: OwnedFd,
 }
 
 /// One end of a memory-network link.
@@ -320,6 +344,9 @@ pub struct MemnetEndpoint {
     /// Messages taken in whole before the application asked (assembled from segments, or
     /// taken in while an output waited), the last perhaps still being assembled.
     assembled: std::collections::VecDeque<assembled::Assembled>,
+    /// Loans' memory files: the socket they travel on, and those received whose messages
+    /// are not yet delivered ([`loan`]).
+    loans: Box<loan::LoanEnd>,
 }
 
 zcio_vm::debug_summary!(MemnetEndpoint, |s| arena: s.arena, pending: s.pending.len());
@@ -417,6 +444,7 @@ pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<S
     let e1 = Doorbell::eventfd()?;
     let r0 = Doorbell::eventfd()?;
     let r1 = Doorbell::eventfd()?;
+    let (f0, f1) = UnixStream::pair().map_err(|e| GenieError::io("socketpair (loans)", e))?;
     let s0 = LinkParts {
         side: 0,
         arena_fd: dup(arena.fd())?,
@@ -428,6 +456,7 @@ pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<S
         peer_bell: dup(e1.as_fd())?,
         my_ring_bell: dup(r0.as_fd())?,
         peer_ring_bell: dup(r1.as_fd())?,
+        files: f0.into(),
     };
     let s1 = LinkParts {
         side: 1,
@@ -440,6 +469,7 @@ pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<S
         peer_bell: e0,
         my_ring_bell: r1,
         peer_ring_bell: r0,
+        files: f1.into(),
     };
     Ok((s0, s1, Arc::new(arena)))
 }
@@ -510,6 +540,7 @@ impl LinkParts {
             self.peer_bell.as_fd(),
             self.my_ring_bell.as_fd(),
             self.peer_ring_bell.as_fd(),
+            self.files.as_fd(),
         ];
         zcio_vm::wire::send_with_fds(sock.as_fd(), &bytes, &fds)?;
         let pipes: Vec<BorrowedFd<'_>> = self
@@ -529,9 +560,9 @@ impl LinkParts {
         let bad = |what: String| GenieError::Protocol(format!("link setup: {what}"));
         let mut bytes = [0u8; 32];
         let (n, fds) = zcio_vm::wire::recv_with_fds(sock.as_fd(), &mut bytes)?;
-        if n != 32 || fds.len() != 5 {
+        if n != 32 || fds.len() != 6 {
             return Err(bad(format!(
-                "got {n} bytes and {} descriptors, want 32 and 5",
+                "got {n} bytes and {} descriptors, want 32 and 6",
                 fds.len()
             )));
         }
@@ -563,7 +594,7 @@ impl LinkParts {
         let mut it = fds.into_iter();
         let mut next = || it.next().expect("counted above");
         let (arena_fd, my_bell, peer_bell) = (next(), next(), next());
-        let (my_ring_bell, peer_ring_bell) = (next(), next());
+        let (my_ring_bell, peer_ring_bell, files) = (next(), next(), next());
         let (mut out_tx, mut in_rx) = (Vec::new(), Vec::new());
         let mut ends = rest.into_iter();
         while let (Some(o), Some(i)) = (ends.next(), ends.next()) {
@@ -581,6 +612,7 @@ impl LinkParts {
             peer_bell,
             my_ring_bell,
             peer_ring_bell,
+            files,
         })
     }
 }
@@ -654,6 +686,7 @@ impl MemnetEndpoint {
             held: None,
             assembled: std::collections::VecDeque::new(),
             waits: Waits::default(),
+            loans: Box::new(loan::LoanEnd::new(parts.files)),
         })
     }
 

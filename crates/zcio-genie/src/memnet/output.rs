@@ -16,7 +16,7 @@ use zcio_vm::wire::{PACE_STALL, Room};
 
 /// What one descriptor announces: a whole message, or a segment of one.
 #[derive(Debug, Clone, Copy)]
-struct Segment {
+pub(super) struct Segment {
     len: usize,
     /// The page offset of its first byte in this process.
     offset: usize,
@@ -25,7 +25,7 @@ struct Segment {
 }
 
 impl Segment {
-    fn whole(len: usize, offset: usize) -> Segment {
+    pub(super) fn whole(len: usize, offset: usize) -> Segment {
         Segment {
             len,
             offset,
@@ -102,17 +102,18 @@ impl MemnetEndpoint {
     }
 
     fn publish(&mut self, ticket: u64, seg: Segment, sem: Semantics, wait: Wait) -> Result<()> {
-        self.publish_at(ticket, seg, sem, false, wait)
+        self.publish_at(ticket, seg, sem, super::PLACE_WIRE, wait)
     }
 
-    /// Publish a descriptor; `ring`: its message is in the shared ring. A full descriptor ring
-    /// is waited out: spinning a while, then asleep until the receiver takes a descriptor.
-    fn publish_at(
+    /// Publish a descriptor; `place`: where its message's bytes are (the wire, the shared
+    /// ring, a loan's file). A full descriptor ring is waited out: spinning a while, then
+    /// asleep until the receiver takes a descriptor.
+    pub(super) fn publish_at(
         &mut self,
         ticket: u64,
         seg: Segment,
         sem: Semantics,
-        ring: bool,
+        place: u64,
         wait: Wait,
     ) -> Result<()> {
         let mut w = [0u64; SLOT_WORDS];
@@ -123,7 +124,7 @@ impl MemnetEndpoint {
         w[4] = Semantics::ALL.iter().position(|s| *s == sem).unwrap_or(0) as u64;
         w[5] = seg.total as u64;
         w[6] = seg.at as u64;
-        w[7] = ring as u64;
+        w[7] = place;
         let push = |me: &mut Self| {
             me.desc_tx
                 .push(&me.arena, &w)
@@ -178,7 +179,7 @@ impl MemnetEndpoint {
         let wait = self.waits.start();
         // A descriptor not published leaves the ring's bytes unannounced while this end has
         // counted them: nothing more may follow.
-        self.publish_at(ticket, Segment::whole(buf.len(), 0), sem, true, wait)
+        self.publish_at(ticket, Segment::whole(buf.len(), 0), sem, super::PLACE_RING, wait)
             .inspect_err(|e| self.broken_out = Some(e.to_string()))?;
         self.ring_wake();
         let out = DataPath::SharedRing { out: true };
@@ -420,7 +421,7 @@ impl MemnetEndpoint {
     }
 
     /// [`MemnetEndpoint::reap`] without the doorbell (the output calls' own reaping).
-    fn reap_completions(&mut self) -> Result<usize> {
+    pub(super) fn reap_completions(&mut self) -> Result<usize> {
         let mut n = 0;
         loop {
             let w = match self.comp_rx.pop(&self.arena) {
