@@ -374,7 +374,7 @@ impl Channel {
 
     /// A buffer of `len` bytes to fill and send with [`Channel::send_loan`]: on this host a
     /// memory file whose pages move to the receiver without a copy
-    /// ([`memnet::loan`](crate::memnet::loan)), in 2 MiB pages from 2 MiB where the kernel
+    /// ([`memnet::loan`]), in 2 MiB pages from 2 MiB where the kernel
     /// gives them; over TCP private memory, sent by copy.
     pub fn loan(&self, len: usize) -> Result<Loan> {
         match &self.inner {

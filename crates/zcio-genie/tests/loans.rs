@@ -10,7 +10,8 @@ use zcio_genie::channel::Channel;
 use zcio_genie::memnet::{Waits, pair};
 use zcio_genie::{AppBuffer, DataPath, ErrorKind, Granule, InputBuffering, Semantics};
 
-const TEST: &str = "a_process_started_on_its_own_sends_loans_by_name_and_their_pages_stay_after_it_exits";
+const TEST: &str =
+    "a_process_started_on_its_own_sends_loans_by_name_and_their_pages_stay_after_it_exits";
 const SENDER_ENV: &str = "ZCIO_LOAN_TEST_SENDER";
 /// The loans the other process sends: 4 KiB pages, 2 MiB pages, odd lengths.
 const LOANS: [(usize, Granule); 4] = [
@@ -207,7 +208,10 @@ fn a_loan_in_2_mib_pages_is_mapped_a_page_table_entry_per_2_mib_at_the_receiver(
     if loan.granule() != Granule::Huge {
         // The kernel refused 2 MiB pages for the file (memory too fragmented, or denied to
         // shared memory): a fact of this moment, which the probe cannot say ahead.
-        println!("the loan came in {:?} pages; nothing to check", loan.granule());
+        println!(
+            "the loan came in {:?} pages; nothing to check",
+            loan.granule()
+        );
         return;
     }
     fill(&mut loan, 7);
@@ -241,4 +245,19 @@ fn the_same_loans_run_over_tcp_by_copy() {
         tx.send_loan(loan).unwrap();
     }
     receiver.join().unwrap();
+}
+
+#[test]
+fn a_loan_to_a_receiver_that_is_gone_fails_with_peer_gone_and_so_does_the_next_call() {
+    let (mut tx, rx) = pair().unwrap();
+    drop(rx);
+    for _ in 0..2 {
+        let mut loan = tx.loan(4096).unwrap();
+        fill(&mut loan, 0);
+        let e = tx.send_loan(loan).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::PeerGone | ErrorKind::Refused),
+            "{e}"
+        );
+    }
 }

@@ -32,6 +32,24 @@
 //! example `memnet_emulated_copy` (`cargo run -p zcio --example memnet_emulated_copy`); the
 //! crate's other examples show one paper's interface each.
 //!
+//! Where the sender can write its data straight into a buffer the channel gives it, a
+//! [`Loan`] moves without a byte copied: a memory file mapped for the sender alone, sealed
+//! and passed by [`Channel::send_loan`], mapped privately by [`Channel::recv_loan`] as the
+//! receiver's own bytes ([`Received`]), which nobody else can change.
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use zcio::Channel;
+//! # let mut tx = Channel::connect("frames", Duration::from_secs(5))?;
+//! # let mut rx = Channel::connect("frames", Duration::from_secs(5))?;
+//! let mut loan = tx.loan(64 << 20)?;
+//! loan.fill(7);
+//! tx.send_loan(loan)?;
+//! let (frame, _path) = rx.recv_loan()?;
+//! assert!(frame.iter().all(|&b| b == 7));
+//! # Ok::<(), zcio::GenieError>(())
+//! ```
+//!
 //! ## Where each mechanism lives
 //!
 //! - [`genie`] (paper 000, Genie): the eight data-passing semantics over the memory network,

@@ -408,7 +408,12 @@ impl Source for SegmentSource<'_> {
                 Some(d) => d,
                 None => self.ep.take_descriptor(Wait::FOREVER)?,
             };
-            if d.ring || d.file || d.at != self.pos || d.total != self.total || d.len > out.len() - k {
+            if d.ring
+                || d.file
+                || d.at != self.pos
+                || d.total != self.total
+                || d.len > out.len() - k
+            {
                 return Err(GenieError::Protocol(format!(
                     "a segment of {} bytes at {} of a message of {}, where {} of {} came so far",
                     d.len, d.at, d.total, self.pos, self.total

@@ -231,7 +231,7 @@ impl MemnetEndpoint {
     }
 
     /// Send a loan without copying it: its pages go to the receiver, sealed, and the loan is
-    /// this process's no more ([`loan`](self)). Returns once the file is sealed and on its
+    /// this process's no more ([`super::loan`]). Returns once the file is sealed and on its
     /// way, with a ticket already complete. A loan in private memory (made for a TCP channel)
     /// is sent by copy.
     ///
@@ -276,17 +276,19 @@ impl MemnetEndpoint {
         let len = self.peek_len()?;
         if !self.next_is_assembled() && self.held.is_some_and(|d| d.file) {
             let d = self.held.take().expect("held above");
-            let (_, file) = self.loans.files_in.pop_front().expect("taken with its descriptor");
+            let (_, file) = self
+                .loans
+                .files_in
+                .pop_front()
+                .expect("taken with its descriptor");
             return match time(Op::RegionCreate, || file.view()) {
-                Ok(view) => {
-                    Ok((
-                        Received {
-                            pages: ReceivedPages::File(view),
-                            len,
-                        },
-                        shipped(false, true, len, None),
-                    ))
-                }
+                Ok(view) => Ok((
+                    Received {
+                        pages: ReceivedPages::File(view),
+                        len,
+                    },
+                    shipped(false, true, len, None),
+                )),
                 Err(e) => {
                     // Not mapped: the message is the next one still.
                     self.loans.files_in.push_front((d.ticket, file));
@@ -311,7 +313,10 @@ impl MemnetEndpoint {
             Err(e)
         };
         let sock = self.loans.sock.as_fd();
-        let mut fds = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            &sock,
+            rustix::event::PollFlags::IN,
+        )];
         let timeout = rustix::event::Timespec {
             tv_sec: i64::from(FILE_PATIENCE_MS / 1000),
             tv_nsec: i64::from(FILE_PATIENCE_MS % 1000) * 1_000_000,
@@ -386,5 +391,110 @@ impl MemnetEndpoint {
         debug_assert_eq!(ticket, d.ticket);
         time(Op::Copyout, || read_file(&file, out))?;
         Ok(shipped(false, false, out.len(), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A hostile sender's loans: files it can still write, files that never come, files that
+    //! do not match their announcement. Each is refused with an error that names it, and the
+    //! link then either delivers the next message whole or refuses every later input.
+
+    use super::*;
+    use crate::ErrorKind;
+    use crate::memnet::{PLACE_FILE, pair};
+    use std::os::fd::BorrowedFd;
+
+    /// Announce a loan of `len` bytes as `tx` would, its file `file` (none: not sent) under a
+    /// header that says `ticket_delta` more than the announcement's ticket.
+    fn forge(tx: &mut MemnetEndpoint, file: Option<BorrowedFd<'_>>, len: usize, ticket_delta: u64) {
+        let ticket = tx.next_ticket;
+        tx.next_ticket += 1;
+        if let Some(fd) = file {
+            let mut head = [0u8; HEADER];
+            for (i, w) in [FILE_MAGIC, ticket + ticket_delta, len as u64]
+                .iter()
+                .enumerate()
+            {
+                head[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+            }
+            zcio_vm::wire::send_with_fds(tx.loans.sock.as_fd(), &head, &[fd]).unwrap();
+        }
+        let wait = tx.waits.start();
+        tx.publish_at(
+            ticket,
+            Segment::whole(len, 0),
+            Semantics::Move,
+            PLACE_FILE,
+            wait,
+        )
+        .unwrap();
+    }
+
+    fn memfd_with(len: usize, byte: u8) -> OwnedFd {
+        let fd = zcio_vm::mapping::memfd("zcio-test-forged", len).unwrap();
+        rustix::io::pwrite(&fd, &vec![byte; len], 0).unwrap();
+        fd
+    }
+
+    /// An ordinary message after the refusal arrives whole.
+    fn next_arrives(tx: &mut MemnetEndpoint, rx: &mut MemnetEndpoint) {
+        let out = vec![0x5au8; 10_000];
+        tx.send(Semantics::Copy, &out).unwrap();
+        let (m, _) = rx.recv_loan().unwrap();
+        assert_eq!(&m[..], &out[..]);
+    }
+
+    #[test]
+    fn a_file_its_sender_still_maps_for_writing_is_refused_and_the_link_goes_on() {
+        let (mut tx, mut rx) = pair().unwrap();
+        let fd = memfd_with(8192, 3);
+        let _writable = zcio_vm::mapping::Mapping::shared_fd(fd.as_fd(), 0, 8192, None).unwrap();
+        forge(&mut tx, Some(fd.as_fd()), 8192, 0);
+        let e = rx.recv_loan().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+        assert!(e.to_string().contains("mapped for writing"), "{e}");
+        next_arrives(&mut tx, &mut rx);
+    }
+
+    #[test]
+    fn an_unsealed_file_nobody_maps_is_sealed_on_arrival_and_its_sender_can_write_it_no_more() {
+        let (mut tx, mut rx) = pair().unwrap();
+        let fd = memfd_with(4096, 9);
+        forge(&mut tx, Some(fd.as_fd()), 4096, 0);
+        let (m, _) = rx.recv_loan().unwrap();
+        assert!(m.iter().all(|&b| b == 9));
+        let e = rustix::io::pwrite(&fd, &[1], 0).unwrap_err();
+        assert_eq!(
+            e,
+            rustix::io::Errno::PERM,
+            "the seal holds against its sender"
+        );
+        assert!(m.iter().all(|&b| b == 9));
+        next_arrives(&mut tx, &mut rx);
+    }
+
+    #[test]
+    fn a_file_shorter_than_its_announcement_is_refused_and_the_link_goes_on() {
+        let (mut tx, mut rx) = pair().unwrap();
+        let fd = memfd_with(4096, 1);
+        forge(&mut tx, Some(fd.as_fd()), 4096 * 3, 0);
+        let e = rx.recv_loan().unwrap_err();
+        assert!(e.to_string().contains("holds 4096"), "{e}");
+        next_arrives(&mut tx, &mut rx);
+    }
+
+    #[test]
+    fn a_loan_announced_without_its_file_or_with_another_refuses_every_later_input() {
+        for delta in [None, Some(1)] {
+            let (mut tx, mut rx) = pair().unwrap();
+            let fd = memfd_with(4096, 1);
+            forge(&mut tx, delta.map(|_| fd.as_fd()), 4096, delta.unwrap_or(0));
+            let e = rx.recv_loan().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+            tx.send(Semantics::Copy, &[1u8; 100]).unwrap();
+            let e = rx.recv_loan().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Refused, "{e}");
+        }
     }
 }

@@ -6,6 +6,8 @@
 //! - **Short data** (below the copy crossover) goes through a ring of bytes in the arena
 //!   ([`ring`]): the sender copies the message in, the receiver copies it out, no system call
 //!   on the way (the receiver's doorbell is rung only when it said it sleeps).
+//! - **Loans** ([`loan`]) go as sealed memory files passed on the link's socket: the pages move,
+//!   nothing is copied.
 //! - **Data** goes by page reference through a pipe: the sender's `vmsplice` queues references to
 //!   its pages (Genie's *reference pages*; the kernel keeps them alive if the sender unmaps them:
 //!   *I/O-deferred deallocation*), and the receiver's `read` is the wire, the one copy every

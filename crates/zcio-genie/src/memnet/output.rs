@@ -179,8 +179,14 @@ impl MemnetEndpoint {
         let wait = self.waits.start();
         // A descriptor not published leaves the ring's bytes unannounced while this end has
         // counted them: nothing more may follow.
-        self.publish_at(ticket, Segment::whole(buf.len(), 0), sem, super::PLACE_RING, wait)
-            .inspect_err(|e| self.broken_out = Some(e.to_string()))?;
+        self.publish_at(
+            ticket,
+            Segment::whole(buf.len(), 0),
+            sem,
+            super::PLACE_RING,
+            wait,
+        )
+        .inspect_err(|e| self.broken_out = Some(e.to_string()))?;
         self.ring_wake();
         let out = DataPath::SharedRing { out: true };
         let path = match why {
