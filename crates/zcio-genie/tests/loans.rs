@@ -261,3 +261,18 @@ fn a_loan_to_a_receiver_that_is_gone_fails_with_peer_gone_and_so_does_the_next_c
         );
     }
 }
+
+#[test]
+fn a_loan_from_a_blank_file_made_ahead_arrives_and_one_too_small_is_refused() {
+    let (mut tx, mut rx) = pair().unwrap();
+    let blank = zcio_vm::sealed::BlankFile::new("zcio-test-blank", 3 * 4096).unwrap();
+    let e = zcio_genie::memnet::loan::Loan::from_blank(blank, 4 * 4096).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    let blank = zcio_vm::sealed::BlankFile::new("zcio-test-blank", 3 * 4096).unwrap();
+    let mut loan = zcio_genie::memnet::loan::Loan::from_blank(blank, 10_000).unwrap();
+    fill(&mut loan, 3);
+    tx.send_loan(loan).unwrap();
+    let (m, acc) = rx.recv_loan().unwrap();
+    assert!(m.is_mapped());
+    check(&m, 3, 10_000, &acc.path);
+}

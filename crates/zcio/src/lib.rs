@@ -90,5 +90,6 @@ pub use zcio_genie::channel::{Channel, ChannelListener};
 pub use zcio_genie::memnet::loan::{Loan, Received};
 pub use zcio_genie::memnet::{LinkOptions, MemnetEndpoint, Ticket, WindowFull};
 pub use zcio_genie::{
-    Accounting, AppBuffer, ErrorKind, Fallback, GenieError, InputBuffering, Semantics, Waits,
+    Accounting, AppBuffer, ErrorKind, Fallback, GenieError, Granule, InputBuffering, Semantics,
+    Waits,
 };

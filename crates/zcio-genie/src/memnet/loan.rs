@@ -42,6 +42,12 @@ const FILE_PATIENCE_MS: u16 = 10;
 /// A buffer to fill and send without a copy ([`MemnetEndpoint::send_loan`], or
 /// `Channel::send_loan`): a memory file mapped for this process alone until it is sent. Its
 /// bytes start zeroed.
+///
+/// A loan is fresh memory every time (a sealed file is never written again, so its pages are
+/// never reused): making one costs the kernel's allocating and zeroing its pages. In 2 MiB
+/// pages that is about what writing the bytes once costs; in 4 KiB pages the kernel's work per
+/// page costs more than copying them, which is why [`Loan::new`] takes 2 MiB pages from
+/// 2 MiB. [`Loan::from_blank`] takes a file made ahead, on another thread.
 #[derive(Debug)]
 pub struct Loan {
     pages: LoanPages,
@@ -76,6 +82,28 @@ impl Loan {
             Granule::Huge => BlankFile::new_huge("zcio-loan", len)?,
             _ => BlankFile::new("zcio-loan", len)?,
         };
+        let granule = blank.granule();
+        Ok(Loan {
+            pages: LoanPages::File(blank.map()?),
+            len,
+            granule,
+        })
+    }
+
+    /// A loan of `len` bytes in a blank memory file made ahead (for example by a pool that
+    /// makes them on a thread of its own, `zcio::sequoia::pool::Pool::take`), so that the
+    /// kernel's work on fresh pages is off the sender's path. The file must hold `len` bytes.
+    pub fn from_blank(blank: BlankFile, len: usize) -> Result<Loan> {
+        MemnetEndpoint::check_len(len)?;
+        if len > blank.len() {
+            return Err(GenieError::arg(
+                "len",
+                format!(
+                    "{len} bytes in a blank file of {}: it must hold them",
+                    blank.len()
+                ),
+            ));
+        }
         let granule = blank.granule();
         Ok(Loan {
             pages: LoanPages::File(blank.map()?),
