@@ -203,6 +203,9 @@ impl std::str::FromStr for Granule {
 /// The contenders besides zcio's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Baseline {
+    /// zcio's loans: each message a fresh memory file the sender fills, sealed and passed
+    /// whole, mapped by the receiver (no byte copied; the making of each loan is timed).
+    ZcioLoan,
     /// iceoryx2 publish-subscribe.
     Iceoryx2,
     /// A Unix stream socket.
@@ -214,6 +217,8 @@ pub enum Baseline {
 pub enum Contender {
     /// zcio's [`Channel`] under a semantics.
     Zcio(Semantics),
+    /// zcio's [`Channel`], each message a loan ([`zcio_genie::memnet::loan`]).
+    Loan,
     /// iceoryx2 publish-subscribe.
     Iceoryx2,
     /// A Unix stream socket.
@@ -225,6 +230,7 @@ impl Contender {
     pub fn name(self) -> String {
         match self {
             Contender::Zcio(s) => format!("zcio-{}", s.name()),
+            Contender::Loan => "zcio-loan".into(),
             Contender::Iceoryx2 => "iceoryx2".into(),
             Contender::Unix => "unix".into(),
         }
@@ -234,6 +240,7 @@ impl Contender {
     pub fn parse(s: &str) -> Res<Contender> {
         match s {
             "iceoryx2" => Ok(Contender::Iceoryx2),
+            "zcio-loan" => Ok(Contender::Loan),
             "unix" => Ok(Contender::Unix),
             _ => match s.strip_prefix("zcio-") {
                 Some(sem) => Ok(Contender::Zcio(sem.parse::<Semantics>()?)),
@@ -260,8 +267,12 @@ pub struct ChannelArgs {
     /// application allocates the buffers: copy, emulated-copy, share, emulated-share).
     #[arg(long, value_delimiter = ',', default_values_t = [Semantics::Copy, Semantics::EmulatedCopy])]
     pub semantics: Vec<Semantics>,
-    /// The other contenders, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values = ["iceoryx2", "unix"])]
+    /// The other contenders, comma-separated: `zcio-loan` (each message a loan: a fresh memory
+    /// file the sender fills in place, sealed and passed, mapped by the receiver, which
+    /// touches every page of it inside its receive; the making of each loan is added to the
+    /// latency, round trip and stream times; in 2 MiB pages from 2 MiB, as `Loan::new` makes
+    /// them, else 4 KiB pages), `iceoryx2`, `unix`.
+    #[arg(long, value_delimiter = ',', default_values = ["zcio-loan", "iceoryx2", "unix"])]
     pub baselines: Vec<Baseline>,
     /// Rounds (each runs every contender once, in an order that rotates).
     #[arg(long, default_value_t = 3)]
@@ -369,6 +380,7 @@ impl Plan {
         for b in &a.baselines {
             contenders.push(
                 match b {
+                    Baseline::ZcioLoan => Contender::Loan,
                     Baseline::Iceoryx2 => Contender::Iceoryx2,
                     Baseline::Unix => Contender::Unix,
                 }
@@ -406,11 +418,12 @@ impl Plan {
     }
 }
 
-/// `zcio-copy`, `zcio-emulated-copy`, `iceoryx2`, `unix`.
+/// `zcio-copy`, `zcio-emulated-copy`, `zcio-loan`, `iceoryx2`, `unix`.
 fn default_contenders() -> Vec<String> {
     [
         Contender::Zcio(Semantics::Copy),
         Contender::Zcio(Semantics::EmulatedCopy),
+        Contender::Loan,
         Contender::Iceoryx2,
         Contender::Unix,
     ]

@@ -15,6 +15,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Child;
 use std::time::{Duration, Instant};
 use zcio_genie::channel::Channel;
+use zcio_genie::memnet::loan::Received;
 use zcio_genie::memnet::{LinkOptions, Ticket};
 use zcio_genie::{AppBuffer, InputBuffering, Semantics};
 
@@ -58,6 +59,9 @@ enum RxEnd {
 struct ZcioRx {
     ch: Channel,
     sem: Semantics,
+    /// Loans: each message received by `recv_loan`, held (by the address of the ring slot it
+    /// stands for) until the next message for that slot, or the end of the run.
+    loans: Option<std::collections::HashMap<usize, Received>>,
     last: Option<zcio_genie::Accounting>,
     reply: Option<Ticket>,
 }
@@ -91,7 +95,7 @@ struct IceoryxRx {
 
 /// The data transport a run sets up before the sender starts.
 enum Setup {
-    Zcio(zcio_genie::channel::ChannelListener, Semantics),
+    Zcio(zcio_genie::channel::ChannelListener, Semantics, bool),
     Iceoryx2(Box<IceoryxRx>),
     Unix(UnixListener),
 }
@@ -177,13 +181,16 @@ pub(super) fn reply_service(name: &str) -> Res<ServiceName> {
 
 fn setup(c: Contender, bytes: usize, dir: &std::path::Path) -> Res<(Setup, String)> {
     Ok(match c {
-        Contender::Zcio(sem) => {
+        Contender::Zcio(_) | Contender::Loan => {
             let name = unique_name("zcio");
             let mut l = Channel::listen(&name)?;
             l.set_link_options(LinkOptions {
                 window: window(bytes),
             });
-            (Setup::Zcio(l, sem), name)
+            match c {
+                Contender::Zcio(sem) => (Setup::Zcio(l, sem, false), name),
+                _ => (Setup::Zcio(l, Semantics::Copy, true), name),
+            }
         }
         Contender::Iceoryx2 => {
             let name = unique_name("iceoryx2");
@@ -396,10 +403,47 @@ fn pool_warm_up(rx: &IceoryxRx, ctl: &UnixStream, buf: &mut [u8]) -> Res<u64> {
 }
 
 impl RxEnd {
+    /// The bytes of the message last received for the ring slot `slot`: the slot, or the loan
+    /// held for it.
+    fn bytes_of<'a>(&'a self, slot: &'a [u8]) -> &'a [u8] {
+        match self {
+            RxEnd::Zcio(z) => match z
+                .loans
+                .as_ref()
+                .and_then(|h| h.get(&(slot.as_ptr() as usize)))
+            {
+                Some(m) => m,
+                None => slot,
+            },
+            _ => slot,
+        }
+    }
+
     /// Take the next message into `buf` (all of it: `buf` is its length).
     fn recv(&mut self, buf: &mut [u8], ctl: &UnixStream) -> Res<()> {
         match self {
             RxEnd::Zcio(z) => {
+                if let Some(held) = &mut z.loans {
+                    // The message this slot held before goes now (its pages freed), as a
+                    // buffer received into again is overwritten.
+                    held.remove(&(buf.as_ptr() as usize));
+                    let (m, acc) = z.ch.recv_loan()?;
+                    if m.len() != buf.len() {
+                        return Err(
+                            format!("a message of {} bytes, not {}", m.len(), buf.len()).into()
+                        );
+                    }
+                    // A loan is mapped lazily: the receiver's first touch of each page is
+                    // part of receiving it, as writing every page is for the others.
+                    let mut sum = 0u8;
+                    for k in (0..m.len()).step_by(4096) {
+                        sum = sum.wrapping_add(m[k]);
+                    }
+                    std::hint::black_box(sum);
+                    held.insert(buf.as_ptr() as usize, m);
+                    z.last = Some(acc);
+                    return Ok(());
+                }
                 let (len, acc) = z.ch.recv(z.sem, buf, InputBuffering::EarlyDemux)?;
                 if len != buf.len() {
                     return Err(format!("a message of {len} bytes, not {}", buf.len()).into());
@@ -500,13 +544,14 @@ pub(super) fn run(
         let ctl = accept(&ctl_listener, child, "control socket")?;
         ctl.set_read_timeout(Some(STALL))?;
         let mut end = match setup {
-            Setup::Zcio(l, sem) => {
+            Setup::Zcio(l, sem, loans) => {
                 await_client(&l, child)?;
                 let mut ch = l.accept(Some(STALL))?;
                 ch.set_waits(waits());
                 RxEnd::Zcio(Box::new(ZcioRx {
                     ch,
                     sem,
+                    loans: loans.then(std::collections::HashMap::new),
                     last: None,
                     reply: None,
                 }))
@@ -580,7 +625,7 @@ fn receive(
         take(end, ring.slot_mut(i), i)?;
     }
     for i in 0..w {
-        checks.check(ring.slot(i), i);
+        checks.check(end.bytes_of(ring.slot(i)), i);
     }
     // One at a time: go-ahead, receipt, check.
     let mut receipt = vec![0u64; total];
@@ -588,7 +633,7 @@ fn receive(
         say(ctl, b"g")?;
         take(end, ring.slot_mut(0), i)?;
         *at = monotonic_ns();
-        checks.check(ring.slot(0), i);
+        checks.check(end.bytes_of(ring.slot(0)), i);
     }
     // Ping-pong: the reply written, go-ahead, receipt, reply, check.
     let mut reply = AppBuffer::new(1)?;
@@ -599,7 +644,7 @@ fn receive(
         take(end, ring.slot_mut(0), i)?;
         end.reply(&reply)
             .with_context(|| format!("the reply to message {i}"))?;
-        checks.check(ring.slot(0), i);
+        checks.check(end.bytes_of(ring.slot(0)), i);
     }
     end.finish_replies()?;
     // Streamed, once the sender has written its messages: into the ring, checked afterwards.
@@ -613,7 +658,7 @@ fn receive(
     }
     let cpu = process_cpu_ns() - cpu0;
     for k in 0..n {
-        checks.check(ring.slot(k), stream + k);
+        checks.check(end.bytes_of(ring.slot(k)), stream + k);
     }
     say(ctl, b"d")?;
     let mut text = Vec::new();
@@ -633,12 +678,15 @@ fn receive(
     if checks.first_mismatch.is_none() {
         checks.first_mismatch = rep.reply_mismatch;
     }
+    // A loan's making is part of each message's cost (a buffer the others reuse).
+    let alloc = |i: usize| rep.alloc_ns.get(i).copied().unwrap_or(0);
     let lat: Vec<f64> = (w..w + s)
-        .map(|i| receipt[i].saturating_sub(rep.start_ns[i]) as f64)
+        .map(|i| (receipt[i].saturating_sub(rep.start_ns[i]) + alloc(i)) as f64)
         .collect();
     let send: Vec<f64> = (w..w + s).map(|i| rep.send_ns[i] as f64).collect();
     let rtt: Vec<f64> = rep.round_trip_ns.iter().map(|t| *t as f64).collect();
-    let stream_ns = receipt[total - 1].saturating_sub(rep.start_ns[stream]);
+    let stream_ns = receipt[total - 1].saturating_sub(rep.start_ns[stream])
+        + (stream..total).map(alloc).sum::<u64>();
     let (window, path, vm_granule) = match end {
         RxEnd::Zcio(z) => (
             z.ch.memnet().map(|m| m.window()),

@@ -163,8 +163,81 @@ pub(super) fn target_sentences(s: &ChannelSection) -> Vec<String> {
             parts.join("; ")
         ));
     }
+    out.extend(loan_sentences(s));
     out.extend(short_message_sentences(s));
     out
+}
+
+/// The sentences on loans from 2 MiB up, per granule, from this run's numbers: their
+/// throughput against iceoryx2's and the Unix socket's, the targets emulated copy is held
+/// to, and what their rows' paths say was copied.
+pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
+    let loan = Contender::Loan.name();
+    let mut out = Vec::new();
+    for &g in &s.plan.granules {
+        let ratios = |of: &str| -> Vec<f64> {
+            ratios_of(s, &loan, of, (2 << 20)..=usize::MAX, |r| r.throughput_gbps)
+                .into_iter()
+                .filter(|(_, rg)| *rg == g)
+                .map(|(x, _)| x)
+                .collect()
+        };
+        let (iox, unix) = (ratios("iceoryx2"), ratios("unix"));
+        if iox.is_empty() && unix.is_empty() {
+            continue;
+        }
+        let say = |xs: &[f64], target: f64| match range(xs.iter().copied()) {
+            Some((lo, hi)) => format!(
+                "{lo:.2}–{hi:.2}× (target ≥ {target:.0}×: met at {} of {})",
+                xs.iter().filter(|x| **x >= target).count(),
+                xs.len()
+            ),
+            None => "not measured".into(),
+        };
+        out.push(format!(
+            "Loans from 2 MiB up in {g} pages (the making of each loan counted in the stream's time): {} iceoryx2's throughput, {} the Unix socket's.",
+            say(&iox, 1.0),
+            say(&unix, TARGET_VS_UNIX),
+        ));
+    }
+    let paths: std::collections::BTreeSet<&str> = s
+        .rows
+        .iter()
+        .filter(|r| r.contender == loan && r.verified)
+        .filter_map(|r| r.path.as_deref())
+        .collect();
+    if !paths.is_empty() {
+        let copied = paths.iter().any(|p| !p.contains("mapped privately"));
+        out.push(format!(
+            "The loans' paths in this run: {} — {}.",
+            paths.into_iter().collect::<Vec<_>>().join("; "),
+            if copied {
+                "some loans were received by a copy"
+            } else {
+                "no byte of a loan was copied: their time is making, sealing, passing and mapping files, and the receiver's first touch of each page"
+            }
+        ));
+    }
+    out
+}
+
+/// `who`'s `y` over `of`'s at every size of `sizes` and granule both measured (verified),
+/// with the granule.
+fn ratios_of(
+    s: &ChannelSection,
+    who: &str,
+    of: &str,
+    sizes: std::ops::RangeInclusive<usize>,
+    y: fn(&Row) -> Option<f64>,
+) -> Vec<(f64, Granule)> {
+    s.rows
+        .iter()
+        .filter(|r| r.contender == who && sizes.contains(&r.bytes) && r.verified)
+        .filter_map(|r| {
+            let o = s.row(of, r.bytes, r.granule).filter(|o| o.verified)?;
+            Some((y(r)? / y(o)?, r.granule))
+        })
+        .collect()
 }
 
 /// Emulated copy's `y` over `of`'s at every size and granule of `sizes` both measured.
@@ -174,10 +247,9 @@ fn ratios_where(
     sizes: std::ops::RangeInclusive<usize>,
     y: fn(&Row) -> Option<f64>,
 ) -> Vec<f64> {
-    s.rows
-        .iter()
-        .filter(|r| r.contender == ec() && sizes.contains(&r.bytes) && r.verified)
-        .filter_map(|r| Some(y(r)? / y(s.row(of, r.bytes, r.granule)?)?))
+    ratios_of(s, &ec(), of, sizes, y)
+        .into_iter()
+        .map(|(x, _)| x)
         .collect()
 }
 

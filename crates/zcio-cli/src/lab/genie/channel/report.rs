@@ -45,7 +45,7 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         "Channels between two processes: zcio against iceoryx2 and a Unix socket",
     )];
     b.push(p(format!(
-        "zcio's channel API (Channel::send and Channel::recv over the memory network, early demultiplexing, this machine's calibrated thresholds, a window of the message at least, as listed) between two processes, against iceoryx2 publish-subscribe (loan a sample, copy the sender's buffer into it, send and notify; the receiver copies the sample into its own buffer) and a Unix stream socket with its default buffers (one writev of a length and the buffer, one readv of both): each message, of any length, starts in the sender's own buffer and ends in a buffer the receiver owns and may write, both in 4 KiB pages (4k) or in transparent huge pages (2m); below 4 KiB the messages are slots of one such buffer, and more of them are streamed (up to 2000 × 4 KiB / size, 16384 at most). The two processes are pinned to a CPU each{}. Each run streams a warm-up first (iceoryx2 also writes and reads every sample of its pool once), and the receiver checks every byte of every message, always outside the times taken. Latency: messages one at a time, from the send's start at the sender to the message in the receiver's buffer, both read on CLOCK_MONOTONIC (one host, one clock: no return leg). Ping-pong: at a go-ahead the sender sends a message and waits for a 1-byte reply over the same transport the other way (zcio: the same channel; the socket: the same socket; iceoryx2: a second publish-subscribe and event service, used alike), timed from the send's start to the reply in the sender's buffer; half the median round trip. Send: the time inside the send of those messages (zcio's send call; iceoryx2's loan, copy and send, without the notification that follows; the socket's writes). Throughput: the sender writes a run's messages into buffers of its own first, then sends them back to back into the receiver's buffers; their bytes over the time from the first send's start to the last receipt. CPU: both processes' CPU time over that stream, per message (no data written or checked in it). Medians over {} round{} (contenders in rotating order), spread lowest–highest round.",
+        "zcio's channel API (Channel::send and Channel::recv over the memory network, early demultiplexing, this machine's calibrated thresholds, a window of the message at least, as listed) between two processes, against iceoryx2 publish-subscribe (loan a sample, copy the sender's buffer into it, send and notify; the receiver copies the sample into its own buffer) and a Unix stream socket with its default buffers (one writev of a length and the buffer, one readv of both), and zcio's loans (zcio-loan: each message a fresh memory file the sender fills in place, in 2 MiB pages from 2 MiB, sealed and passed by Channel::send_loan, mapped by Channel::recv_loan and every page of it touched by the receiver inside its receive; the time taken to make each loan is added to its message's latency, round trip and stream time, since the others' buffers are made once): each message, of any length, starts in the sender's own buffer and ends in a buffer the receiver owns and may write, both in 4 KiB pages (4k) or in transparent huge pages (2m); below 4 KiB the messages are slots of one such buffer, and more of them are streamed (up to 2000 × 4 KiB / size, 16384 at most). The two processes are pinned to a CPU each{}. Each run streams a warm-up first (iceoryx2 also writes and reads every sample of its pool once), and the receiver checks every byte of every message, always outside the times taken. Latency: messages one at a time, from the send's start at the sender to the message in the receiver's buffer, both read on CLOCK_MONOTONIC (one host, one clock: no return leg). Ping-pong: at a go-ahead the sender sends a message and waits for a 1-byte reply over the same transport the other way (zcio: the same channel; the socket: the same socket; iceoryx2: a second publish-subscribe and event service, used alike), timed from the send's start to the reply in the sender's buffer; half the median round trip. Send: the time inside the send of those messages (zcio's send call; iceoryx2's loan, copy and send, without the notification that follows; the socket's writes). Throughput: the sender writes a run's messages into buffers of its own first, then sends them back to back into the receiver's buffers; their bytes over the time from the first send's start to the last receipt. CPU: both processes' CPU time over that stream, per message (no data written or checked in it). Medians over {} round{} (contenders in rotating order), spread lowest–highest round.",
         s.cpus
             .map_or(" (not here: the bench could run on one CPU only)".into(), |[r, t]| format!(
                 " (receiver on CPU {r}, sender on CPU {t})"
@@ -296,6 +296,56 @@ mod tests {
             buffer_granule: granule.name().into(),
             error: None,
         }
+    }
+
+    #[test]
+    fn loan_sentences_are_computed_from_the_rows_of_this_run() {
+        let of = |who: &str, bytes: usize, gbps: f64, path: &str| {
+            let mut r = row(bytes, Granule::Huge, path);
+            r.contender = who.into();
+            r.throughput_gbps = Some(gbps);
+            r
+        };
+        let mapped = "output: move: a sealed memory file's pages handed over; input: move: a sealed memory file mapped privately";
+        let s = ChannelSection {
+            plan: super::super::Plan {
+                sizes: vec![1 << 20, 4 << 20, 16 << 20],
+                granules: vec![Granule::Huge],
+                contenders: vec!["zcio-loan".into(), "iceoryx2".into(), "unix".into()],
+                rounds: 1,
+                messages: None,
+            },
+            rows: vec![
+                of("zcio-loan", 1 << 20, 100.0, mapped),
+                of("iceoryx2", 1 << 20, 1.0, ""),
+                of("zcio-loan", 4 << 20, 20.0, mapped),
+                of("iceoryx2", 4 << 20, 8.0, ""),
+                of("unix", 4 << 20, 5.0, ""),
+                of("zcio-loan", 16 << 20, 12.0, mapped),
+                of("iceoryx2", 16 << 20, 6.0, ""),
+                of("unix", 16 << 20, 6.0, ""),
+            ],
+            ratios: Vec::new(),
+            cpus: None,
+        };
+        let said = super::super::render::loan_sentences(&s);
+        assert_eq!(said.len(), 2, "{said:?}");
+        // 1 MiB is below the sizes the targets hold for; 4 and 16 MiB count.
+        assert!(
+            said[0].contains("2.00–2.50× (target ≥ 1×: met at 2 of 2) iceoryx2"),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[0].contains("2.00–4.00× (target ≥ 3×: met at 1 of 2) the Unix socket"),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[1].contains("no byte of a loan was copied"),
+            "{}",
+            said[1]
+        );
     }
 
     #[test]

@@ -41,6 +41,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use zcio_genie::channel::Channel;
 use zcio_genie::memnet::Ticket;
+use zcio_genie::memnet::loan::Loan;
 use zcio_genie::{AppBuffer, InputBuffering, Semantics};
 
 /// Arguments of the hidden `zcio channel-sender`.
@@ -96,6 +97,10 @@ pub struct Report {
     pub path: Option<String>,
     /// zcio: the granule of the last output's VM work.
     pub vm_granule: Option<String>,
+    /// zcio's loans: the time taken to make each message's loan (ns), every message of the
+    /// run (empty for the other contenders, whose buffers are made once).
+    #[serde(default)]
+    pub alloc_ns: Vec<u64>,
 }
 
 /// The sending end of a contender's transport.
@@ -110,6 +115,8 @@ enum TxEnd {
 struct ZcioTx {
     ch: Channel,
     sem: Semantics,
+    /// Loans: the granule they are made at, and those made and not yet sent, by message.
+    loans: Option<(zcio_genie::Granule, std::collections::HashMap<usize, Loan>)>,
     prev: Option<Ticket>,
     last: Option<zcio_genie::Accounting>,
 }
@@ -185,9 +192,22 @@ impl IceoryxTx {
 impl TxEnd {
     fn open(c: Contender, a: &SenderArgs, ctl: &UnixStream) -> Res<TxEnd> {
         Ok(match c {
-            Contender::Zcio(sem) => TxEnd::Zcio(Box::new(ZcioTx {
+            Contender::Zcio(_) | Contender::Loan => TxEnd::Zcio(Box::new(ZcioTx {
                 ch: connect(&a.name)?,
-                sem,
+                sem: match c {
+                    Contender::Zcio(sem) => sem,
+                    _ => Semantics::Copy,
+                },
+                loans: (c == Contender::Loan).then(|| {
+                    // A loan in 2 MiB pages holds whole ones: below 2 MiB it takes 4 KiB pages
+                    // (as `Loan::new` does), or thousands of small messages would hold
+                    // gigabytes.
+                    let g = match a.granule {
+                        Granule::Huge if a.bytes >= 2 << 20 => zcio_genie::Granule::Huge,
+                        _ => zcio_genie::Granule::Base,
+                    };
+                    (g, std::collections::HashMap::new())
+                }),
                 prev: None,
                 last: None,
             })),
@@ -257,10 +277,39 @@ impl TxEnd {
         Ok(())
     }
 
+    /// The buffer message `i` is written into: ring slot `k`, or for loans a fresh loan,
+    /// the time taken to make it written to `alloc[i]`.
+    fn buffer<'a>(
+        &'a mut self,
+        ring: &'a mut Ring,
+        k: usize,
+        i: usize,
+        alloc: &mut [u64],
+    ) -> Res<&'a mut [u8]> {
+        if let TxEnd::Zcio(z) = self
+            && let Some((g, made)) = &mut z.loans
+        {
+            let t0 = monotonic_ns();
+            let loan = Loan::with_granule(ring.bytes(), *g)?;
+            alloc[i] = monotonic_ns() - t0;
+            return Ok(&mut made.entry(i).insert_entry(loan).into_mut()[..]);
+        }
+        Ok(ring.slot_mut(k))
+    }
+
     /// Send `buf` as message `i`; `CLOCK_MONOTONIC` when the send was done (for iceoryx2 the
-    /// loan, the copy and the send, not the notification after them).
+    /// loan, the copy and the send, not the notification after them; for zcio's loans, the
+    /// loan made for message `i`, not `buf`).
     fn send(&mut self, buf: &[u8], i: usize) -> Res<u64> {
         match self {
+            TxEnd::Zcio(z) if z.loans.is_some() => {
+                let made = &mut z.loans.as_mut().expect("loans").1;
+                let loan = made
+                    .remove(&i)
+                    .ok_or_else(|| format!("no loan made for message {i}"))?;
+                let (_, acc) = z.ch.send_loan(loan)?;
+                z.last = Some(acc);
+            }
             TxEnd::Zcio(z) => {
                 let (t, acc) = z.ch.send(z.sem, buf)?;
                 z.prev = Some(t);
@@ -331,6 +380,7 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     let total = stream + n;
     let mut start = vec![0u64; total];
     let mut send = vec![0u64; total];
+    let mut alloc = vec![0u64; total];
     let mut one = |end: &mut TxEnd, buf: &[u8], i: usize| -> Res<()> {
         let t0 = monotonic_ns();
         let t1 = end.send(buf, i)?;
@@ -340,7 +390,7 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     };
     // Warm-up: written into the ring, then streamed.
     for i in 0..w {
-        fill(ring.slot_mut(i), i as u64);
+        fill(end.buffer(&mut ring, i, i, &mut alloc)?, i as u64);
     }
     for i in 0..w {
         one(&mut end, ring.slot(i), i)?;
@@ -350,7 +400,7 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     for i in w..pingpong {
         expect(&ctl, b'g', "the go-ahead")?;
         end.prepare()?;
-        fill(ring.slot_mut(0), i as u64);
+        fill(end.buffer(&mut ring, 0, i, &mut alloc)?, i as u64);
         one(&mut end, ring.slot(0), i)?;
     }
     end.finish()?;
@@ -361,12 +411,12 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     for i in pingpong..stream {
         expect(&ctl, b'g', "the go-ahead of a round trip")?;
         end.prepare()?;
-        fill(ring.slot_mut(0), i as u64);
+        fill(end.buffer(&mut ring, 0, i, &mut alloc)?, i as u64);
         let t0 = monotonic_ns();
         one(&mut end, ring.slot(0), i)?;
         end.take_reply(&mut reply, &ctl)
             .with_context(|| format!("the reply to message {i}"))?;
-        round_trip_ns.push(monotonic_ns() - t0);
+        round_trip_ns.push(monotonic_ns() - t0 + alloc[i]);
         let r = reply_message(i as u64);
         if let (None, Some(at)) = (reply_mismatch, check(&reply, r)) {
             reply_mismatch = Some((r, at));
@@ -376,7 +426,10 @@ pub fn run(a: &SenderArgs) -> Res<()> {
     end.finish()?;
     // Streamed: every message written into the ring first.
     for k in 0..n {
-        fill(ring.slot_mut(k), (stream + k) as u64);
+        fill(
+            end.buffer(&mut ring, k, stream + k, &mut alloc)?,
+            (stream + k) as u64,
+        );
     }
     say(&ctl, b"s")?;
     expect(&ctl, b'g', "the go-ahead of the stream")?;
@@ -405,6 +458,7 @@ pub fn run(a: &SenderArgs) -> Res<()> {
         stream_cpu_ns,
         path,
         vm_granule,
+        alloc_ns: alloc,
     };
     let mut out = &ctl;
     out.write_all(&serde_json::to_vec(&report)?)?;
