@@ -22,7 +22,13 @@ fn every_contender_runs_at_every_size_and_granule_and_every_byte_is_checked() {
         ],
     );
     let rows = v["rows"].as_array().expect("rows");
-    let contenders = ["zcio-copy", "zcio-emulated-copy", "iceoryx2", "unix"];
+    let contenders = [
+        "zcio-copy",
+        "zcio-emulated-copy",
+        "zcio-loan",
+        "iceoryx2",
+        "unix",
+    ];
     assert_eq!(rows.len(), contenders.len() * sizes.len(), "{v:#}");
     for c in contenders {
         for bytes in sizes {
@@ -65,6 +71,15 @@ fn every_contender_runs_at_every_size_and_granule_and_every_byte_is_checked() {
                 // The window holds the message, so that a send need not wait for the receiver.
                 assert!(r["window_bytes"].as_u64().unwrap() >= bytes, "{r:#}");
                 assert!(!r["path"].as_str().unwrap().is_empty(), "{r:#}");
+            }
+            if c == "zcio-loan" {
+                // Every loan's pages passed and mapped: no byte copied.
+                let path = r["path"].as_str().unwrap();
+                assert!(
+                    path.contains("sealed memory file's pages handed over")
+                        && path.contains("sealed memory file mapped privately"),
+                    "{r:#}"
+                );
             }
         }
     }
