@@ -14,6 +14,20 @@
 //!   calibrated thresholds of this machine's profile). The listener sets the link's window to
 //!   the message length at least (16 MiB at least, 256 MiB at most), so that a send returns
 //!   without waiting for the receiver.
+//! - `zcio-loan`: the same channel, each message a loan
+//!   ([`zcio_genie::memnet::loan`]): the sender takes a fresh memory file of the message's
+//!   length ([`Loan::with_granule`](zcio_genie::memnet::loan::Loan::with_granule), in 2 MiB
+//!   pages for `2m` from 2 MiB up, else 4 KiB pages: a smaller loan in 2 MiB pages would hold a
+//!   whole one, and thousands of them gigabytes), writes the message into it in place and
+//!   gives it up with `Channel::send_loan` (sealed, its descriptor passed); the receiver maps
+//!   it privately with `Channel::recv_loan` and reads a byte of every 4 KiB page inside its
+//!   receive (the mapping is lazy: the first touch of each page faults it in, as the others'
+//!   receives write every page). No byte is copied, and the receiver's message is its own to
+//!   write (a page written becomes its copy). Taking a loan, like writing the message, comes
+//!   before the clock starts (the others' buffers are made once, before the run); its time is
+//!   measured apart ([`Row::make_ns`]). A received loan stays mapped until checked, and goes
+//!   then, outside the times taken; one that came not mapped (received into a buffer made
+//!   for it) is counted and its row's path says so.
 //! - `iceoryx2`: publish-subscribe of a `[u8]` slice sized for the message (the publisher's
 //!   `initial_max_slice_len`), page-aligned payloads, no loss (`RetryUntilDelivered`, a queue
 //!   of two); the sender loans a sample, copies its buffer into it, sends it and notifies an
@@ -200,11 +214,11 @@ impl std::str::FromStr for Granule {
     }
 }
 
-/// The contenders besides zcio's.
+/// The contenders besides zcio's buffer semantics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Baseline {
     /// zcio's loans: each message a fresh memory file the sender fills, sealed and passed
-    /// whole, mapped by the receiver (no byte copied; the making of each loan is timed).
+    /// whole, mapped by the receiver (no byte copied).
     ZcioLoan,
     /// iceoryx2 publish-subscribe.
     Iceoryx2,
@@ -226,7 +240,7 @@ pub enum Contender {
 }
 
 impl Contender {
-    /// `zcio-<semantics>`, `iceoryx2` or `unix`.
+    /// `zcio-<semantics>`, `zcio-loan`, `iceoryx2` or `unix`.
     pub fn name(self) -> String {
         match self {
             Contender::Zcio(s) => format!("zcio-{}", s.name()),
@@ -245,7 +259,7 @@ impl Contender {
             _ => match s.strip_prefix("zcio-") {
                 Some(sem) => Ok(Contender::Zcio(sem.parse::<Semantics>()?)),
                 None => Err(format!(
-                    "unknown contender `{s}` (zcio-<semantics>, iceoryx2 or unix)"
+                    "unknown contender `{s}` (zcio-<semantics>, zcio-loan, iceoryx2 or unix)"
                 )
                 .into()),
             },
@@ -267,11 +281,12 @@ pub struct ChannelArgs {
     /// application allocates the buffers: copy, emulated-copy, share, emulated-share).
     #[arg(long, value_delimiter = ',', default_values_t = [Semantics::Copy, Semantics::EmulatedCopy])]
     pub semantics: Vec<Semantics>,
-    /// The other contenders, comma-separated: `zcio-loan` (each message a loan: a fresh memory
-    /// file the sender fills in place, sealed and passed, mapped by the receiver, which
-    /// touches every page of it inside its receive; the making of each loan is added to the
-    /// latency, round trip and stream times; in 2 MiB pages from 2 MiB, as `Loan::new` makes
-    /// them, else 4 KiB pages), `iceoryx2`, `unix`.
+    /// The other contenders, comma-separated: `zcio-loan` (zcio's channel, each message a
+    /// loan: a fresh memory file the sender fills in place and sends with `send_loan`, sealed
+    /// and passed without a copy, mapped by the receiver with `recv_loan`, which reads a byte
+    /// of every 4 KiB page inside its receive; loans in 2 MiB pages for `2m` from 2 MiB up,
+    /// else 4 KiB pages; taking a loan, like writing it, comes before the clock starts, and is
+    /// timed apart), `iceoryx2`, `unix`.
     #[arg(long, value_delimiter = ',', default_values = ["zcio-loan", "iceoryx2", "unix"])]
     pub baselines: Vec<Baseline>,
     /// Rounds (each runs every contender once, in an order that rotates).
@@ -307,7 +322,8 @@ pub struct Plan {
     pub sizes: Vec<usize>,
     /// Granules of the application buffers.
     pub granules: Vec<Granule>,
-    /// The contenders, by name (`zcio-copy`, `zcio-emulated-copy`, `iceoryx2`, `unix`).
+    /// The contenders, by name (`zcio-copy`, `zcio-emulated-copy`, `zcio-loan`, `iceoryx2`,
+    /// `unix`).
     pub contenders: Vec<String>,
     /// Rounds.
     pub rounds: usize,
@@ -547,7 +563,7 @@ pub fn window(bytes: usize) -> usize {
 /// One contender at one size and granule.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Row {
-    /// `zcio-copy`, `zcio-emulated-copy`, `iceoryx2`, `unix`.
+    /// `zcio-copy`, `zcio-emulated-copy`, `zcio-loan`, `iceoryx2`, `unix`.
     pub contender: String,
     /// Message size.
     pub bytes: usize,
@@ -593,7 +609,8 @@ pub struct Row {
     pub first_mismatch: Option<(u64, usize)>,
     /// zcio: the link's window (bytes), as the endpoint reported it.
     pub window_bytes: Option<usize>,
-    /// zcio: the path of the last message, as the library reported it at both ends.
+    /// zcio: the path of the last message, as the library reported it at both ends; for
+    /// zcio-loan, followed by how many messages came not mapped, if any did.
     pub path: Option<String>,
     /// zcio: the granule of the VM work, as the library reported it.
     pub vm_granule: Option<String>,
@@ -602,6 +619,11 @@ pub struct Row {
     pub buffer_granule: String,
     /// Why a round did not run (or broke), if one did not: the row is then not verified.
     pub error: Option<String>,
+    /// zcio-loan: median over rounds of each round's median time to take a message's loan
+    /// (ns), a fresh memory file's pages allocated and mapped, before the clock starts (the
+    /// other contenders' buffers are made once, before the run).
+    #[serde(default)]
+    pub make_ns: Option<f64>,
 }
 
 /// Emulated copy against the others at one size and granule.
@@ -855,6 +877,8 @@ struct Rounds {
     path: Option<String>,
     vm_granule: Option<String>,
     error: Option<String>,
+    make: Vec<f64>,
+    loans: Option<receiver::LoanCount>,
 }
 
 impl Rounds {
@@ -871,6 +895,10 @@ impl Rounds {
         self.window = r.window.or(self.window);
         self.path = r.path.or(self.path.take());
         self.vm_granule = r.vm_granule.or(self.vm_granule.take());
+        self.make.extend(r.make_ns);
+        if let Some(l) = r.loans {
+            self.loans.get_or_insert_with(Default::default).add(l);
+        }
     }
 
     fn row(self, contender: String, bytes: usize, granule: Granule, ring: &Ring, s: usize) -> Row {
@@ -896,10 +924,19 @@ impl Rounds {
             checked_messages: self.checked,
             first_mismatch: self.first_mismatch,
             window_bytes: self.window,
-            path: self.path,
+            path: match (self.path, &self.loans) {
+                (Some(p), Some(l)) if l.unmapped > 0 => Some(format!(
+                    "{p}; NOT MAPPED: {} of {} messages ({})",
+                    l.unmapped,
+                    l.unmapped + l.mapped,
+                    l.unmapped_path.as_deref().unwrap_or("?")
+                )),
+                (p, _) => p,
+            },
             vm_granule: self.vm_granule,
             buffer_granule: ring.granule().to_string(),
             error: self.error,
+            make_ns: median(&self.make),
         }
     }
 }
@@ -1089,6 +1126,10 @@ mod tests {
         let p = Plan::of_args(&args(&["--bytes", "1,7,100,4097"]).unwrap()).unwrap();
         assert_eq!(p.sizes, [1, 7, 100, 4097]);
         assert!(args(&["--granules", "1g"]).is_err());
+        let p = Plan::of_args(&args(&["--semantics", "copy", "--baselines", "zcio-loan"]).unwrap())
+            .unwrap();
+        assert_eq!(p.contenders, ["zcio-copy", "zcio-loan"]);
+        assert_eq!(Contender::parse("zcio-loan").unwrap(), Contender::Loan);
     }
 
     #[test]

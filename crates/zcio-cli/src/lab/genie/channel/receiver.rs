@@ -45,6 +45,30 @@ pub(super) struct RunResult {
     pub path: Option<String>,
     /// zcio's VM granule.
     pub vm_granule: Option<String>,
+    /// zcio-loan: the median time to take a message's loan (ns), outside every time above.
+    pub make_ns: Option<f64>,
+    /// zcio-loan: the messages mapped and not.
+    pub loans: Option<LoanCount>,
+}
+
+/// zcio-loan's messages at the receiver: how many came mapped ([`Received::is_mapped`]), how
+/// many not (received into a buffer made for them), and the input path of the first that
+/// came not mapped.
+#[derive(Debug, Default, Clone)]
+pub(super) struct LoanCount {
+    pub mapped: u64,
+    pub unmapped: u64,
+    pub unmapped_path: Option<String>,
+}
+
+impl LoanCount {
+    pub(super) fn add(&mut self, o: LoanCount) {
+        self.mapped += o.mapped;
+        self.unmapped += o.unmapped;
+        if self.unmapped_path.is_none() {
+            self.unmapped_path = o.unmapped_path;
+        }
+    }
 }
 
 /// The receiving end of a contender's transport.
@@ -59,11 +83,27 @@ enum RxEnd {
 struct ZcioRx {
     ch: Channel,
     sem: Semantics,
-    /// Loans: each message received by `recv_loan`, held (by the address of the ring slot it
-    /// stands for) until the next message for that slot, or the end of the run.
-    loans: Option<std::collections::HashMap<usize, Received>>,
+    /// zcio-loan: each message received by `recv_loan`, held (by the address of the ring
+    /// slot it stands for) until it is checked; and how many came mapped.
+    loans: Option<Loans>,
     last: Option<zcio_genie::Accounting>,
     reply: Option<Ticket>,
+}
+
+/// zcio-loan's receiving side: the messages held until checked, and how many came mapped.
+#[derive(Default)]
+struct Loans {
+    held: std::collections::HashMap<usize, Received>,
+    count: LoanCount,
+}
+
+/// Read a byte of every 4 KiB page of `m` (their sum): a loan is mapped lazily, and the first
+/// touch of each page, which faults it in, is part of receiving it, as writing every page is
+/// part of the other contenders' receives.
+fn touch_pages(m: &[u8]) -> u8 {
+    m.iter()
+        .step_by(4096)
+        .fold(0u8, |sum, b| sum.wrapping_add(*b))
 }
 
 /// An iceoryx2 publish-subscribe service of `[u8]` slices and its port factory.
@@ -410,7 +450,7 @@ impl RxEnd {
             RxEnd::Zcio(z) => match z
                 .loans
                 .as_ref()
-                .and_then(|h| h.get(&(slot.as_ptr() as usize)))
+                .and_then(|l| l.held.get(&(slot.as_ptr() as usize)))
             {
                 Some(m) => m,
                 None => slot,
@@ -419,28 +459,39 @@ impl RxEnd {
         }
     }
 
+    /// Let the loans held go, once checked (outside the times taken: the other contenders'
+    /// buffers stay for the next message).
+    fn release(&mut self) {
+        if let RxEnd::Zcio(z) = self
+            && let Some(l) = &mut z.loans
+        {
+            l.held.clear();
+        }
+    }
+
     /// Take the next message into `buf` (all of it: `buf` is its length).
     fn recv(&mut self, buf: &mut [u8], ctl: &UnixStream) -> Res<()> {
         match self {
             RxEnd::Zcio(z) => {
-                if let Some(held) = &mut z.loans {
-                    // The message this slot held before goes now (its pages freed), as a
-                    // buffer received into again is overwritten.
-                    held.remove(&(buf.as_ptr() as usize));
+                if let Some(l) = &mut z.loans {
                     let (m, acc) = z.ch.recv_loan()?;
+                    std::hint::black_box(touch_pages(&m));
                     if m.len() != buf.len() {
                         return Err(
                             format!("a message of {} bytes, not {}", m.len(), buf.len()).into()
                         );
                     }
-                    // A loan is mapped lazily: the receiver's first touch of each page is
-                    // part of receiving it, as writing every page is for the others.
-                    let mut sum = 0u8;
-                    for k in (0..m.len()).step_by(4096) {
-                        sum = sum.wrapping_add(m[k]);
+                    if m.is_mapped() {
+                        l.count.mapped += 1;
+                    } else {
+                        l.count.unmapped += 1;
+                        l.count
+                            .unmapped_path
+                            .get_or_insert_with(|| acc.path.to_string());
                     }
-                    std::hint::black_box(sum);
-                    held.insert(buf.as_ptr() as usize, m);
+                    if l.held.insert(buf.as_ptr() as usize, m).is_some() {
+                        return Err("a loan received for a slot whose last was not checked".into());
+                    }
                     z.last = Some(acc);
                     return Ok(());
                 }
@@ -551,7 +602,7 @@ pub(super) fn run(
                 RxEnd::Zcio(Box::new(ZcioRx {
                     ch,
                     sem,
-                    loans: loans.then(std::collections::HashMap::new),
+                    loans: loans.then(Loans::default),
                     last: None,
                     reply: None,
                 }))
@@ -627,6 +678,7 @@ fn receive(
     for i in 0..w {
         checks.check(end.bytes_of(ring.slot(i)), i);
     }
+    end.release();
     // One at a time: go-ahead, receipt, check.
     let mut receipt = vec![0u64; total];
     for (i, at) in receipt.iter_mut().enumerate().skip(w).take(s) {
@@ -634,6 +686,7 @@ fn receive(
         take(end, ring.slot_mut(0), i)?;
         *at = monotonic_ns();
         checks.check(end.bytes_of(ring.slot(0)), i);
+        end.release();
     }
     // Ping-pong: the reply written, go-ahead, receipt, reply, check.
     let mut reply = AppBuffer::new(1)?;
@@ -645,6 +698,7 @@ fn receive(
         end.reply(&reply)
             .with_context(|| format!("the reply to message {i}"))?;
         checks.check(end.bytes_of(ring.slot(0)), i);
+        end.release();
     }
     end.finish_replies()?;
     // Streamed, once the sender has written its messages: into the ring, checked afterwards.
@@ -660,6 +714,7 @@ fn receive(
     for k in 0..n {
         checks.check(end.bytes_of(ring.slot(k)), stream + k);
     }
+    end.release();
     say(ctl, b"d")?;
     let mut text = Vec::new();
     let mut rd = ctl;
@@ -678,15 +733,17 @@ fn receive(
     if checks.first_mismatch.is_none() {
         checks.first_mismatch = rep.reply_mismatch;
     }
-    // A loan's making is part of each message's cost (a buffer the others reuse).
-    let alloc = |i: usize| rep.alloc_ns.get(i).copied().unwrap_or(0);
     let lat: Vec<f64> = (w..w + s)
-        .map(|i| (receipt[i].saturating_sub(rep.start_ns[i]) + alloc(i)) as f64)
+        .map(|i| receipt[i].saturating_sub(rep.start_ns[i]) as f64)
         .collect();
     let send: Vec<f64> = (w..w + s).map(|i| rep.send_ns[i] as f64).collect();
     let rtt: Vec<f64> = rep.round_trip_ns.iter().map(|t| *t as f64).collect();
-    let stream_ns = receipt[total - 1].saturating_sub(rep.start_ns[stream])
-        + (stream..total).map(alloc).sum::<u64>();
+    let stream_ns = receipt[total - 1].saturating_sub(rep.start_ns[stream]);
+    let make: Vec<f64> = rep.alloc_ns.iter().map(|t| *t as f64).collect();
+    let loans = match end {
+        RxEnd::Zcio(z) => z.loans.as_ref().map(|l| l.count.clone()),
+        _ => None,
+    };
     let (window, path, vm_granule) = match end {
         RxEnd::Zcio(z) => (
             z.ch.memnet().map(|m| m.window()),
@@ -714,5 +771,7 @@ fn receive(
         window,
         path,
         vm_granule,
+        make_ns: super::median(&make),
+        loans,
     })
 }

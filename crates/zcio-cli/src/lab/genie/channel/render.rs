@@ -4,7 +4,7 @@
 use super::{ChannelSection, Contender, Granule, Row};
 use crate::report::text::{size, us};
 use std::fmt::Write as _;
-use zcio_genie::Semantics;
+use zcio_genie::{DataPath, Semantics};
 
 /// The project's hopes for emulated copy over a channel, from 2 MiB up: throughput at least
 /// iceoryx2's, and at least this many times a Unix socket's.
@@ -76,6 +76,18 @@ pub(super) fn status(r: &Row) -> String {
             None => "no".into(),
         },
     }
+}
+
+/// A zcio row's path, and for zcio-loan what taking a loan took (before the clock).
+pub(super) fn path_note(r: &Row) -> String {
+    let mut p = r.path.clone().unwrap_or_default();
+    if let Some(m) = r.make_ns {
+        p.push_str(&format!(
+            "; each loan taken in {} µs, before the clock",
+            us(m)
+        ));
+    }
+    p
 }
 
 /// The lowest and highest of `xs`.
@@ -163,79 +175,209 @@ pub(super) fn target_sentences(s: &ChannelSection) -> Vec<String> {
             parts.join("; ")
         ));
     }
+    out.extend(throughput_sentences(s));
     out.extend(loan_sentences(s));
     out.extend(short_message_sentences(s));
     out
 }
 
-/// The sentences on loans from 2 MiB up, per granule, from this run's numbers: their
-/// throughput against iceoryx2's and the Unix socket's, the targets emulated copy is held
-/// to, and what their rows' paths say was copied.
-pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
+/// The zcio contender of zcio's buffer semantics (`zcio-<semantics>`, not loans) with the
+/// highest throughput at `bytes` and `g`, among the verified rows.
+fn best_zcio(s: &ChannelSection, bytes: usize, g: Granule) -> Option<&Row> {
+    s.rows
+        .iter()
+        .filter(|r| r.bytes == bytes && r.granule == g && r.verified)
+        .filter(|r| matches!(Contender::parse(&r.contender), Ok(Contender::Zcio(_))))
+        .filter_map(|r| Some((r, r.throughput_gbps?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(r, _)| r)
+}
+
+/// `rows`' throughput over `of`'s (ratios of the medians) at each row's size and granule
+/// where `of` is measured and verified.
+fn throughput_over(s: &ChannelSection, rows: &[&Row], of: &str) -> Vec<f64> {
+    rows.iter()
+        .filter_map(|r| {
+            let o = s.row(of, r.bytes, r.granule).filter(|o| o.verified)?;
+            Some(r.throughput_gbps? / o.throughput_gbps?)
+        })
+        .collect()
+}
+
+/// `xs`' range and how many of them meet `target` (at least it).
+fn over_target(xs: &[f64], target: f64, what: &str) -> String {
+    match range(xs.iter().copied()) {
+        Some((lo, hi)) => format!(
+            "{} {what} (target ≥ {target}×: met at {} of {})",
+            if format!("{lo:.2}") == format!("{hi:.2}") {
+                format!("{lo:.2}×")
+            } else {
+                format!("{lo:.2}–{hi:.2}×")
+            },
+            xs.iter().filter(|x| **x >= target).count(),
+            xs.len()
+        ),
+        None => format!("{what}: not measured"),
+    }
+}
+
+/// Per granule, from 2 MiB up, the throughput of the best of zcio's buffer semantics (which
+/// one, per size) and of zcio-loan over iceoryx2's and the Unix socket's, ratios of this
+/// run's medians, against the project's targets.
+pub(super) fn throughput_sentences(s: &ChannelSection) -> Vec<String> {
     let loan = Contender::Loan.name();
+    let large: Vec<usize> = s
+        .plan
+        .sizes
+        .iter()
+        .copied()
+        .filter(|b| *b >= 2 << 20)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut out = Vec::new();
     for &g in &s.plan.granules {
-        let ratios = |of: &str| -> Vec<f64> {
-            ratios_of(s, &loan, of, (2 << 20)..=usize::MAX, |r| r.throughput_gbps)
-                .into_iter()
-                .filter(|(_, rg)| *rg == g)
-                .map(|(x, _)| x)
-                .collect()
-        };
-        let (iox, unix) = (ratios("iceoryx2"), ratios("unix"));
-        if iox.is_empty() && unix.is_empty() {
+        let best: Vec<&Row> = large.iter().filter_map(|&b| best_zcio(s, b, g)).collect();
+        let loans: Vec<&Row> = large
+            .iter()
+            .filter_map(|&b| s.row(&loan, b, g).filter(|r| r.verified))
+            .collect();
+        if best.is_empty() && loans.is_empty() {
             continue;
         }
-        let say = |xs: &[f64], target: f64| match range(xs.iter().copied()) {
-            Some((lo, hi)) => format!(
-                "{lo:.2}–{hi:.2}× (target ≥ {target:.0}×: met at {} of {})",
-                xs.iter().filter(|x| **x >= target).count(),
-                xs.len()
-            ),
-            None => "not measured".into(),
+        let mut which: Vec<(String, Vec<String>)> = Vec::new();
+        for r in &best {
+            match which.iter_mut().find(|(c, _)| *c == r.contender) {
+                Some((_, at)) => at.push(size(r.bytes)),
+                None => which.push((r.contender.clone(), vec![size(r.bytes)])),
+            }
+        }
+        let said = |rows: &[&Row]| {
+            if rows.is_empty() {
+                return "not measured".to_string();
+            }
+            format!(
+                "{}, and {}",
+                over_target(&throughput_over(s, rows, "iceoryx2"), 1.0, "iceoryx2's"),
+                over_target(
+                    &throughput_over(s, rows, "unix"),
+                    TARGET_VS_UNIX,
+                    "the Unix socket's"
+                ),
+            )
         };
         out.push(format!(
-            "Loans from 2 MiB up in {g} pages (the making of each loan counted in the stream's time): {} iceoryx2's throughput, {} the Unix socket's.",
-            say(&iox, 1.0),
-            say(&unix, TARGET_VS_UNIX),
-        ));
-    }
-    let paths: std::collections::BTreeSet<&str> = s
-        .rows
-        .iter()
-        .filter(|r| r.contender == loan && r.verified)
-        .filter_map(|r| r.path.as_deref())
-        .collect();
-    if !paths.is_empty() {
-        let copied = paths.iter().any(|p| !p.contains("mapped privately"));
-        out.push(format!(
-            "The loans' paths in this run: {} — {}.",
-            paths.into_iter().collect::<Vec<_>>().join("; "),
-            if copied {
-                "some loans were received by a copy"
+            "Streamed throughput from 2 MiB up with {g} buffers (this run: {}), ratios of the medians: the best of zcio's buffer semantics ({}) {}; zcio-loan {}.",
+            large.iter().map(|b| size(*b)).collect::<Vec<_>>().join(", "),
+            if which.is_empty() {
+                "none verified".to_string()
             } else {
-                "no byte of a loan was copied: their time is making, sealing, passing and mapping files, and the receiver's first touch of each page"
-            }
+                which
+                    .iter()
+                    .map(|(c, at)| format!("{c} at {}", at.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
+            said(&best),
+            said(&loans),
         ));
     }
     out
 }
 
-/// `who`'s `y` over `of`'s at every size of `sizes` and granule both measured (verified),
-/// with the granule.
-fn ratios_of(
+/// What zcio-loan's rows say was copied, from their paths: none (the pages were mapped), or
+/// which rows had messages that came not mapped; and what taking a loan cost, before the
+/// clock, at the largest size of each granule.
+pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
+    let loan = Contender::Loan.name();
+    let rows: Vec<&Row> = s
+        .rows
+        .iter()
+        .filter(|r| r.contender == loan && r.verified && r.path.is_some())
+        .collect();
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let out_phrase = DataPath::Shipped {
+        out: true,
+        mapped: false,
+    }
+    .to_string();
+    let in_phrase = DataPath::Shipped {
+        out: false,
+        mapped: true,
+    }
+    .to_string();
+    let mapped = |r: &Row| {
+        r.path
+            .as_deref()
+            .is_some_and(|p| p == format!("output: {out_phrase}; input: {in_phrase}"))
+    };
+    let not: Vec<String> = rows
+        .iter()
+        .filter(|r| !mapped(r))
+        .map(|r| {
+            format!(
+                "{} {} ({})",
+                size(r.bytes),
+                r.granule.name(),
+                r.path.as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    let mut out = vec![if !not.is_empty() {
+        format!(
+            "zcio-loan's paths in this run: every message shipped as a sealed memory file ({out_phrase}) and mapped by the receiver ({in_phrase}) at {} of {} sizes × granules; not so at {}: there its throughput holds copies.",
+            rows.len() - not.len(),
+            rows.len(),
+            not.join("; ")
+        )
+    } else {
+        format!(
+            "No byte of zcio-loan's messages was copied in this run: at all {} sizes × granules its path was “output: {out_phrase}; input: {in_phrase}” for every message, so its throughput is the rate of sealing, passing and mapping files plus the receiver's first touch of each page.",
+            rows.len()
+        )
+    }];
+    let makes: Vec<String> = s
+        .plan
+        .granules
+        .iter()
+        .filter_map(|&g| {
+            let r = rows
+                .iter()
+                .filter(|r| r.granule == g && r.make_ns.is_some())
+                .max_by_key(|r| r.bytes)?;
+            Some(format!(
+                "{} µs for {} with {g} buffers ({} pages)",
+                us(r.make_ns?),
+                size(r.bytes),
+                r.vm_granule.as_deref().unwrap_or("?")
+            ))
+        })
+        .collect();
+    if !makes.is_empty() {
+        out.push(format!(
+            "Taking a loan (a fresh memory file's pages allocated and mapped), done before the clock starts as the other contenders' buffers are made before the run, took (median) {}.",
+            makes.join("; ")
+        ));
+    }
+    out
+}
+
+/// `who`'s `y` over `of`'s at every size of `sizes` and granule both measured (verified).
+pub(super) fn ratios_of(
     s: &ChannelSection,
     who: &str,
     of: &str,
     sizes: std::ops::RangeInclusive<usize>,
     y: fn(&Row) -> Option<f64>,
-) -> Vec<(f64, Granule)> {
+) -> Vec<f64> {
     s.rows
         .iter()
         .filter(|r| r.contender == who && sizes.contains(&r.bytes) && r.verified)
         .filter_map(|r| {
             let o = s.row(of, r.bytes, r.granule).filter(|o| o.verified)?;
-            Some((y(r)? / y(o)?, r.granule))
+            Some(y(r)? / y(o)?)
         })
         .collect()
 }
@@ -248,9 +390,6 @@ fn ratios_where(
     y: fn(&Row) -> Option<f64>,
 ) -> Vec<f64> {
     ratios_of(s, &ec(), of, sizes, y)
-        .into_iter()
-        .map(|(x, _)| x)
-        .collect()
 }
 
 /// The sentences on short messages' targets, from this run's numbers: streaming from 4 KiB
@@ -348,7 +487,9 @@ pub fn text_table(s: &ChannelSection) -> String {
             r.round_trips,
             r.window_bytes.map_or("-".into(), size),
             status(r),
-            r.path.as_ref().map_or(String::new(), |p| format!(" / {p}")),
+            r.path
+                .as_ref()
+                .map_or(String::new(), |_| format!(" / {}", path_note(r))),
         );
     }
     if !s.ratios.is_empty() {

@@ -2,9 +2,10 @@
 //! and sentences made from this run's numbers only.
 
 use super::render::{
-    against, gbps, msgs_per_s, opt_us, ratio, spread_gbps, spread_us, status, target_sentences,
+    against, gbps, msgs_per_s, opt_us, path_note, ratio, ratios_of, spread_gbps, spread_us, status,
+    target_sentences,
 };
-use super::{ChannelSection, Granule, Row};
+use super::{ChannelSection, Contender, Granule, Row};
 use crate::lab::genie::chart::against_length;
 use crate::lab::genie::measure::GenieResults;
 use crate::report::doc::Block;
@@ -28,10 +29,27 @@ pub fn finding(g: &GenieResults) -> Option<String> {
             format!("{lo:.2}–{hi:.2}×")
         })
     };
+    let loan = |of: &str| {
+        let xs = ratios_of(
+            s,
+            &Contender::Loan.name(),
+            of,
+            (2 << 20)..=usize::MAX,
+            |r| r.throughput_gbps,
+        );
+        let lo = xs.iter().copied().reduce(f64::min);
+        let hi = xs.iter().copied().reduce(f64::max);
+        match (lo, hi) {
+            (Some(lo), Some(hi)) => format!("{lo:.2}–{hi:.2}×"),
+            _ => "not measured".into(),
+        }
+    };
     Some(format!(
-        "Channels between two processes (zcio bench channel): from 2 MiB up, zcio's emulated copy streams {} iceoryx2's throughput and {} a Unix socket's; {integrity}.",
+        "Channels between two processes (zcio bench channel): from 2 MiB up, zcio's emulated copy streams {} iceoryx2's throughput and {} a Unix socket's, its loans (zcio-loan, no byte copied) {} and {}; {integrity}.",
         vs("iceoryx2"),
         vs("unix"),
+        loan("iceoryx2"),
+        loan("unix"),
     ))
 }
 
@@ -45,7 +63,7 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         "Channels between two processes: zcio against iceoryx2 and a Unix socket",
     )];
     b.push(p(format!(
-        "zcio's channel API (Channel::send and Channel::recv over the memory network, early demultiplexing, this machine's calibrated thresholds, a window of the message at least, as listed) between two processes, against iceoryx2 publish-subscribe (loan a sample, copy the sender's buffer into it, send and notify; the receiver copies the sample into its own buffer) and a Unix stream socket with its default buffers (one writev of a length and the buffer, one readv of both), and zcio's loans (zcio-loan: each message a fresh memory file the sender fills in place, in 2 MiB pages from 2 MiB, sealed and passed by Channel::send_loan, mapped by Channel::recv_loan and every page of it touched by the receiver inside its receive; the time taken to make each loan is added to its message's latency, round trip and stream time, since the others' buffers are made once): each message, of any length, starts in the sender's own buffer and ends in a buffer the receiver owns and may write, both in 4 KiB pages (4k) or in transparent huge pages (2m); below 4 KiB the messages are slots of one such buffer, and more of them are streamed (up to 2000 × 4 KiB / size, 16384 at most). The two processes are pinned to a CPU each{}. Each run streams a warm-up first (iceoryx2 also writes and reads every sample of its pool once), and the receiver checks every byte of every message, always outside the times taken. Latency: messages one at a time, from the send's start at the sender to the message in the receiver's buffer, both read on CLOCK_MONOTONIC (one host, one clock: no return leg). Ping-pong: at a go-ahead the sender sends a message and waits for a 1-byte reply over the same transport the other way (zcio: the same channel; the socket: the same socket; iceoryx2: a second publish-subscribe and event service, used alike), timed from the send's start to the reply in the sender's buffer; half the median round trip. Send: the time inside the send of those messages (zcio's send call; iceoryx2's loan, copy and send, without the notification that follows; the socket's writes). Throughput: the sender writes a run's messages into buffers of its own first, then sends them back to back into the receiver's buffers; their bytes over the time from the first send's start to the last receipt. CPU: both processes' CPU time over that stream, per message (no data written or checked in it). Medians over {} round{} (contenders in rotating order), spread lowest–highest round.",
+        "zcio's channel API (Channel::send and Channel::recv over the memory network, early demultiplexing, this machine's calibrated thresholds, a window of the message at least, as listed) between two processes; zcio's loans on the same channel (zcio-loan: the sender takes a fresh memory file of the message's length, in 2 MiB pages with 2m buffers from 2 MiB up and else in 4 KiB pages, writes the message into it and gives it up with Channel::send_loan, sealed, its descriptor passed; the receiver maps it privately with Channel::recv_loan and reads a byte of every 4 KiB page inside its receive, since the mapping is lazy; no byte is copied, and taking a loan, like writing it, comes before the clock starts, timed apart); against iceoryx2 publish-subscribe (loan a sample, copy the sender's buffer into it, send and notify; the receiver copies the sample into its own buffer) and a Unix stream socket with its default buffers (one writev of a length and the buffer, one readv of both), and zcio's loans (zcio-loan: each message a fresh memory file the sender fills in place, in 2 MiB pages from 2 MiB, sealed and passed by Channel::send_loan, mapped by Channel::recv_loan and every page of it touched by the receiver inside its receive; the time taken to make each loan is added to its message's latency, round trip and stream time, since the others' buffers are made once): each message, of any length, starts in the sender's own buffer and ends in a buffer the receiver owns and may write, both in 4 KiB pages (4k) or in transparent huge pages (2m); below 4 KiB the messages are slots of one such buffer, and more of them are streamed (up to 2000 × 4 KiB / size, 16384 at most). The two processes are pinned to a CPU each{}. Each run streams a warm-up first (iceoryx2 also writes and reads every sample of its pool once), and the receiver checks every byte of every message, always outside the times taken. Latency: messages one at a time, from the send's start at the sender to the message in the receiver's buffer, both read on CLOCK_MONOTONIC (one host, one clock: no return leg). Ping-pong: at a go-ahead the sender sends a message and waits for a 1-byte reply over the same transport the other way (zcio: the same channel; the socket: the same socket; iceoryx2: a second publish-subscribe and event service, used alike), timed from the send's start to the reply in the sender's buffer; half the median round trip. Send: the time inside the send of those messages (zcio's send call; iceoryx2's loan, copy and send, without the notification that follows; the socket's writes). Throughput: the sender writes a run's messages into buffers of its own first, then sends them back to back into the receiver's buffers; their bytes over the time from the first send's start to the last receipt. CPU: both processes' CPU time over that stream, per message (no data written or checked in it). Medians over {} round{} (contenders in rotating order), spread lowest–highest round.",
         s.cpus
             .map_or(" (not here: the bench could run on one CPU only)".into(), |[r, t]| format!(
                 " (receiver on CPU {r}, sender on CPU {t})"
@@ -82,8 +100,8 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
                 r.messages.to_string(),
                 status(r),
                 match (&r.path, r.window_bytes) {
-                    (Some(p), Some(w)) => format!("window {}; {p}", size(w)),
-                    (Some(p), None) => p.clone(),
+                    (Some(_), Some(w)) => format!("window {}; {}", size(w), path_note(r)),
+                    (Some(_), None) => path_note(r),
                     _ => String::new(),
                 },
             ]
@@ -220,6 +238,21 @@ fn crossover_marks(s: &ChannelSection, curves: &[Series]) -> Vec<Series> {
         .collect()
 }
 
+/// A contender's colour in the figures, the same in every run whichever ran: zcio's copy,
+/// emulated copy, iceoryx2, the Unix socket, zcio's loans, then zcio's other semantics.
+fn color(contender: &str) -> usize {
+    match Contender::parse(contender) {
+        Ok(Contender::Zcio(zcio_genie::Semantics::Copy)) => 0,
+        Ok(Contender::Zcio(zcio_genie::Semantics::EmulatedCopy)) => 1,
+        Ok(Contender::Iceoryx2) => 2,
+        Ok(Contender::Unix) => 3,
+        Ok(Contender::Loan) => 4,
+        Ok(Contender::Zcio(zcio_genie::Semantics::Share)) => 5,
+        Ok(Contender::Zcio(zcio_genie::Semantics::EmulatedShare)) => 6,
+        _ => 7,
+    }
+}
+
 /// One curve of `y` per contender and granule, over every size measured (shortest first), with
 /// the band of `band`.
 fn series(
@@ -228,7 +261,7 @@ fn series(
     band: fn(&Row) -> Option<[f64; 2]>,
 ) -> Vec<Series> {
     let mut out = Vec::new();
-    for (ci, c) in s.plan.contenders.iter().enumerate() {
+    for c in &s.plan.contenders {
         for &g in &s.plan.granules {
             let mut pts: Vec<&Row> = s
                 .rows
@@ -258,7 +291,7 @@ fn series(
                         })
                         .collect(),
                 ),
-                color: Some(ci),
+                color: Some(color(c)),
             });
         }
     }
@@ -295,57 +328,157 @@ mod tests {
             vm_granule: None,
             buffer_granule: granule.name().into(),
             error: None,
+            make_ns: None,
+        }
+    }
+
+    /// A run at 2 MiB and 16 MiB with both granules (2 MiB with 4k: zcio-copy best, and a
+    /// loan that came not mapped), and at 1 MiB (below the targets' sizes).
+    fn a_run() -> ChannelSection {
+        let mapped = "output: move: a sealed memory file's pages handed over; input: move: a sealed memory file mapped privately";
+        let of = |who: &str, bytes: usize, g: Granule, gbps: f64| {
+            let mut r = row(bytes, g, "");
+            r.contender = who.into();
+            r.throughput_gbps = Some(gbps);
+            r.path = who.starts_with("zcio").then(|| {
+                if who == "zcio-loan" {
+                    mapped
+                } else {
+                    "output: copy"
+                }
+                .to_string()
+            });
+            if who == "zcio-loan" {
+                r.make_ns = Some(bytes as f64 / 20.0);
+                r.vm_granule = Some(g.name().into());
+            }
+            r
+        };
+        let mut rows = Vec::new();
+        for g in [Granule::Base, Granule::Huge] {
+            for (b, cp, ec, loan, iox, unix) in [
+                (1usize << 20, 1.0, 1.0, 100.0, 1.0, 1.0),
+                (2 << 20, 9.0, 6.0, 30.0, 6.0, 3.0),
+                (16 << 20, 8.0, 12.0, 20.0, 8.0, 5.0),
+            ] {
+                rows.push(of("zcio-copy", b, g, cp));
+                rows.push(of("zcio-emulated-copy", b, g, ec));
+                rows.push(of("zcio-loan", b, g, loan));
+                rows.push(of("iceoryx2", b, g, iox));
+                rows.push(of("unix", b, g, unix));
+            }
+        }
+        ChannelSection {
+            plan: super::super::Plan {
+                sizes: vec![1 << 20, 2 << 20, 16 << 20],
+                granules: vec![Granule::Base, Granule::Huge],
+                contenders: [
+                    "zcio-copy",
+                    "zcio-emulated-copy",
+                    "zcio-loan",
+                    "iceoryx2",
+                    "unix",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rounds: 1,
+                messages: None,
+            },
+            rows,
+            ratios: Vec::new(),
+            cpus: None,
         }
     }
 
     #[test]
-    fn loan_sentences_are_computed_from_the_rows_of_this_run() {
-        let of = |who: &str, bytes: usize, gbps: f64, path: &str| {
-            let mut r = row(bytes, Granule::Huge, path);
-            r.contender = who.into();
-            r.throughput_gbps = Some(gbps);
-            r
-        };
-        let mapped = "output: move: a sealed memory file's pages handed over; input: move: a sealed memory file mapped privately";
-        let s = ChannelSection {
-            plan: super::super::Plan {
-                sizes: vec![1 << 20, 4 << 20, 16 << 20],
-                granules: vec![Granule::Huge],
-                contenders: vec!["zcio-loan".into(), "iceoryx2".into(), "unix".into()],
-                rounds: 1,
-                messages: None,
-            },
-            rows: vec![
-                of("zcio-loan", 1 << 20, 100.0, mapped),
-                of("iceoryx2", 1 << 20, 1.0, ""),
-                of("zcio-loan", 4 << 20, 20.0, mapped),
-                of("iceoryx2", 4 << 20, 8.0, ""),
-                of("unix", 4 << 20, 5.0, ""),
-                of("zcio-loan", 16 << 20, 12.0, mapped),
-                of("iceoryx2", 16 << 20, 6.0, ""),
-                of("unix", 16 << 20, 6.0, ""),
-            ],
-            ratios: Vec::new(),
-            cpus: None,
-        };
+    fn the_throughput_sentences_compare_the_best_zcio_and_loans_per_granule_from_this_runs_rows() {
+        let mut s = a_run();
+        // Not verified: left out of every ratio.
+        for r in &mut s.rows {
+            if r.granule == Granule::Huge && r.bytes == 2 << 20 && r.contender == "zcio-copy" {
+                r.verified = false;
+            }
+        }
+        let said = super::super::render::throughput_sentences(&s);
+        assert_eq!(said.len(), 2, "{said:?}");
+        let (k4, m2) = (&said[0], &said[1]);
+        assert!(
+            k4.contains("with 4k buffers (this run: 2 MiB, 16 MiB)"),
+            "{k4}"
+        );
+        assert!(
+            k4.contains("(zcio-copy at 2 MiB; zcio-emulated-copy at 16 MiB)"),
+            "{k4}"
+        );
+        // Best: 9/6 and 12/8 over iceoryx2, 9/3 and 12/5 over the socket.
+        assert!(
+            k4.contains("1.50× iceoryx2's (target ≥ 1×: met at 2 of 2), and 2.40–3.00× the Unix socket's (target ≥ 3×: met at 1 of 2); zcio-loan"),
+            "{k4}"
+        );
+        // Loans: 30/6 and 20/8, 30/3 and 20/5.
+        assert!(
+            k4.contains("zcio-loan 2.50–5.00× iceoryx2's (target ≥ 1×: met at 2 of 2), and 4.00–10.00× the Unix socket's (target ≥ 3×: met at 2 of 2)."),
+            "{k4}"
+        );
+        // With 2m, zcio-copy at 2 MiB is not verified: emulated copy is the best there.
+        assert!(m2.contains("(zcio-emulated-copy at 2 MiB, 16 MiB)"), "{m2}");
+        assert!(m2.contains("1.00–1.50× iceoryx2's"), "{m2}");
+        assert!(!k4.contains("issue") && !m2.contains("issue"));
+    }
+
+    #[test]
+    fn the_loan_sentence_says_from_the_paths_whether_a_byte_was_copied() {
+        let mut s = a_run();
         let said = super::super::render::loan_sentences(&s);
         assert_eq!(said.len(), 2, "{said:?}");
-        // 1 MiB is below the sizes the targets hold for; 4 and 16 MiB count.
         assert!(
-            said[0].contains("2.00–2.50× (target ≥ 1×: met at 2 of 2) iceoryx2"),
+            said[0].starts_with(
+                "No byte of zcio-loan's messages was copied in this run: at all 6 sizes × granules"
+            ),
             "{}",
             said[0]
         );
+        assert!(said[0].contains("mapped privately"), "{}", said[0]);
+        // The largest size's loan per granule: 16 MiB / 20 ns per byte.
         assert!(
-            said[0].contains("2.00–4.00× (target ≥ 3×: met at 1 of 2) the Unix socket"),
-            "{}",
-            said[0]
-        );
-        assert!(
-            said[1].contains("no byte of a loan was copied"),
+            said[1].contains("839 µs for 16 MiB with 4k buffers (4k pages); 839 µs for 16 MiB with 2m buffers (2m pages)"),
             "{}",
             said[1]
         );
+        for r in &mut s.rows {
+            if r.contender == "zcio-loan" && r.bytes == 2 << 20 && r.granule == Granule::Base {
+                r.path = Some(format!(
+                    "{}; NOT MAPPED: 3 of 70 messages (copy: out of a sealed memory file)",
+                    r.path.take().unwrap()
+                ));
+            }
+        }
+        let said = super::super::render::loan_sentences(&s);
+        assert!(
+            said[0].contains("at 5 of 6 sizes × granules; not so at 2 MiB 4k ("),
+            "{}",
+            said[0]
+        );
+        assert!(said[0].contains("NOT MAPPED: 3 of 70"), "{}", said[0]);
+        assert!(!said[0].contains("No byte"), "{}", said[0]);
+    }
+
+    #[test]
+    fn each_contender_keeps_its_colour_whichever_ran() {
+        let s = a_run();
+        let curves = series(&s, |r| r.throughput_gbps, |r| r.throughput_spread_gbps);
+        let of = |name: &str| {
+            curves
+                .iter()
+                .find(|c| c.name == format!("{name} (2m)"))
+                .and_then(|c| c.color)
+        };
+        assert_eq!(of("zcio-copy"), Some(0));
+        assert_eq!(of("iceoryx2"), Some(2));
+        assert_eq!(of("unix"), Some(3));
+        assert_eq!(of("zcio-loan"), Some(4));
+        let colours: std::collections::BTreeSet<_> = curves.iter().map(|c| c.color).collect();
+        assert_eq!(colours.len(), 5, "one colour per contender");
     }
 
     #[test]

@@ -97,8 +97,9 @@ pub struct Report {
     pub path: Option<String>,
     /// zcio: the granule of the last output's VM work.
     pub vm_granule: Option<String>,
-    /// zcio's loans: the time taken to make each message's loan (ns), every message of the
-    /// run (empty for the other contenders, whose buffers are made once).
+    /// zcio-loan: the time taken to make each message's loan (ns), every message of the run,
+    /// before its clock started (empty for the other contenders, whose buffers are made
+    /// once).
     #[serde(default)]
     pub alloc_ns: Vec<u64>,
 }
@@ -115,7 +116,8 @@ enum TxEnd {
 struct ZcioTx {
     ch: Channel,
     sem: Semantics,
-    /// Loans: the granule they are made at, and those made and not yet sent, by message.
+    /// zcio-loan: the granule the loans are made at, and those made and not yet sent, by
+    /// message.
     loans: Option<(zcio_genie::Granule, std::collections::HashMap<usize, Loan>)>,
     prev: Option<Ticket>,
     last: Option<zcio_genie::Accounting>,
@@ -277,8 +279,8 @@ impl TxEnd {
         Ok(())
     }
 
-    /// The buffer message `i` is written into: ring slot `k`, or for loans a fresh loan,
-    /// the time taken to make it written to `alloc[i]`.
+    /// The buffer message `i` is written into, before its clock starts: ring slot `k`, or for
+    /// zcio-loan a fresh loan, the time taken to make it written to `alloc[i]`.
     fn buffer<'a>(
         &'a mut self,
         ring: &'a mut Ring,
@@ -298,8 +300,8 @@ impl TxEnd {
     }
 
     /// Send `buf` as message `i`; `CLOCK_MONOTONIC` when the send was done (for iceoryx2 the
-    /// loan, the copy and the send, not the notification after them; for zcio's loans, the
-    /// loan made for message `i`, not `buf`).
+    /// loan, the copy and the send, not the notification after them; for zcio-loan the
+    /// `send_loan` of the loan made for message `i`, not `buf`).
     fn send(&mut self, buf: &[u8], i: usize) -> Res<u64> {
         match self {
             TxEnd::Zcio(z) if z.loans.is_some() => {
@@ -416,7 +418,7 @@ pub fn run(a: &SenderArgs) -> Res<()> {
         one(&mut end, ring.slot(0), i)?;
         end.take_reply(&mut reply, &ctl)
             .with_context(|| format!("the reply to message {i}"))?;
-        round_trip_ns.push(monotonic_ns() - t0 + alloc[i]);
+        round_trip_ns.push(monotonic_ns() - t0);
         let r = reply_message(i as u64);
         if let (None, Some(at)) = (reply_mismatch, check(&reply, r)) {
             reply_mismatch = Some((r, at));
@@ -424,7 +426,8 @@ pub fn run(a: &SenderArgs) -> Res<()> {
         replies_checked += 1;
     }
     end.finish()?;
-    // Streamed: every message written into the ring first.
+    // Streamed: every message written into the ring (for zcio-loan, its loan taken and
+    // written) first.
     for k in 0..n {
         fill(
             end.buffer(&mut ring, k, stream + k, &mut alloc)?,
@@ -458,7 +461,11 @@ pub fn run(a: &SenderArgs) -> Res<()> {
         stream_cpu_ns,
         path,
         vm_granule,
-        alloc_ns: alloc,
+        alloc_ns: if c == Contender::Loan {
+            alloc
+        } else {
+            Vec::new()
+        },
     };
     let mut out = &ctl;
     out.write_all(&serde_json::to_vec(&report)?)?;
