@@ -23,9 +23,9 @@
 //!   it privately with `Channel::recv_loan` and reads a byte of every 4 KiB page inside its
 //!   receive (the mapping is lazy: the first touch of each page faults it in, as the others'
 //!   receives write every page). No byte is copied, and the receiver's message is its own to
-//!   write (a page written becomes its copy). Taking a loan, like writing the message, comes
-//!   before the clock starts (the others' buffers are made once, before the run); its time is
-//!   measured apart ([`Row::make_ns`]). A received loan stays mapped until checked, and goes
+//!   write (a page written becomes its copy). Taking a loan is inside the clock, writing it outside: a sealed loan is never reused, so every message needs a fresh one (the
+//!   others' buffers are made once, before the run); it is added to the message's latency,
+//!   round trip and stream time, and also given apart ([`Row::make_ns`]). A received loan stays mapped until checked, and goes
 //!   then, outside the times taken; one that came not mapped (received into a buffer made
 //!   for it) is counted and its row's path says so.
 //! - `iceoryx2`: publish-subscribe of a `[u8]` slice sized for the message (the publisher's
@@ -285,8 +285,8 @@ pub struct ChannelArgs {
     /// loan: a fresh memory file the sender fills in place and sends with `send_loan`, sealed
     /// and passed without a copy, mapped by the receiver with `recv_loan`, which reads a byte
     /// of every 4 KiB page inside its receive; loans in 2 MiB pages for `2m` from 2 MiB up,
-    /// else 4 KiB pages; taking a loan, like writing it, comes before the clock starts, and is
-    /// timed apart), `iceoryx2`, `unix`.
+    /// else 4 KiB pages; taking a loan is timed and added to its message's latency, round trip and
+    /// stream time, since a sealed loan is never reused), `iceoryx2`, `unix`.
     #[arg(long, value_delimiter = ',', default_values = ["zcio-loan", "iceoryx2", "unix"])]
     pub baselines: Vec<Baseline>,
     /// Rounds (each runs every contender once, in an order that rotates).
@@ -620,8 +620,9 @@ pub struct Row {
     /// Why a round did not run (or broke), if one did not: the row is then not verified.
     pub error: Option<String>,
     /// zcio-loan: median over rounds of each round's median time to take a message's loan
-    /// (ns), a fresh memory file's pages allocated and mapped, before the clock starts (the
-    /// other contenders' buffers are made once, before the run).
+    /// (ns), a fresh memory file's pages allocated and mapped; also counted in the row's
+    /// latency, round trip and throughput (a sealed loan is never reused, where the other
+    /// contenders' buffers are made once, before the run).
     #[serde(default)]
     pub make_ns: Option<f64>,
 }

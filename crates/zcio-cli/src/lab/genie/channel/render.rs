@@ -78,12 +78,12 @@ pub(super) fn status(r: &Row) -> String {
     }
 }
 
-/// A zcio row's path, and for zcio-loan what taking a loan took (before the clock).
+/// A zcio row's path, and for zcio-loan what taking a loan took (counted in its times).
 pub(super) fn path_note(r: &Row) -> String {
     let mut p = r.path.clone().unwrap_or_default();
     if let Some(m) = r.make_ns {
         p.push_str(&format!(
-            "; each loan taken in {} µs, before the clock",
+            "; each loan taken in {} µs, counted in its times",
             us(m)
         ));
     }
@@ -286,8 +286,8 @@ pub(super) fn throughput_sentences(s: &ChannelSection) -> Vec<String> {
 }
 
 /// What zcio-loan's rows say was copied, from their paths: none (the pages were mapped), or
-/// which rows had messages that came not mapped; and what taking a loan cost, before the
-/// clock, at the largest size of each granule.
+/// which rows had messages that came not mapped; and what taking a loan cost, counted in its
+/// times, at the largest size of each granule.
 pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
     let loan = Contender::Loan.name();
     let rows: Vec<&Row> = s
@@ -334,7 +334,7 @@ pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
         )
     } else {
         format!(
-            "No byte of zcio-loan's messages was copied in this run: at all {} sizes × granules its path was “output: {out_phrase}; input: {in_phrase}” for every message, so its throughput is the rate of sealing, passing and mapping files plus the receiver's first touch of each page.",
+            "No byte of zcio-loan's messages was copied in this run: at all {} sizes × granules its path was “output: {out_phrase}; input: {in_phrase}” for every message, so its throughput is the rate of making, sealing, passing and mapping files plus the receiver's first touch of each page.",
             rows.len()
         )
     }];
@@ -357,7 +357,7 @@ pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
         .collect();
     if !makes.is_empty() {
         out.push(format!(
-            "Taking a loan (a fresh memory file's pages allocated and mapped), done before the clock starts as the other contenders' buffers are made before the run, took (median) {}.",
+            "Taking a loan (a fresh memory file's pages allocated and mapped), counted in its message's latency, round trip and stream time because a sealed loan is never reused where the other contenders' buffers are made once, took (median) {}.",
             makes.join("; ")
         ));
     }
