@@ -389,7 +389,7 @@ impl Channel {
     pub fn send_loan(&mut self, loan: Loan) -> Result<(Ticket, Accounting)> {
         match &mut self.inner {
             ChannelKind::Local(m) => m.send_loan(loan),
-            ChannelKind::Tcp(_) => self.send(Semantics::Copy, loan.bytes()),
+            ChannelKind::Tcp(_) => self.send(Semantics::Copy, &loan),
         }
     }
 

@@ -6,6 +6,9 @@
 //! TCP (`tcp://host:port`): every message whole, a too-small buffer, a peer that breaks the
 //! framing.
 
+mod common;
+
+use common::unique;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use zcio_genie::channel::Channel;
@@ -23,14 +26,6 @@ fn byte(i: usize, k: usize) -> u8 {
         .wrapping_mul(29)
         .wrapping_add(i as u8)
         .wrapping_add((k >> 12) as u8)
-}
-
-fn unique(what: &str) -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("test-{what}-{}-{t}", std::process::id())
 }
 
 /// The sender, in the child: connect by name, send two messages, overwrite each right after.

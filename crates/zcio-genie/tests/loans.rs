@@ -4,6 +4,9 @@
 //! stay so after the sender is gone. Loans and ordinary messages keep their order whichever
 //! call receives them; what each path copied is counted; the same program runs over TCP.
 
+mod common;
+
+use common::{fill_message as fill, message_byte as byte, unique};
 use std::process::Command;
 use std::time::Duration;
 use zcio_genie::channel::Channel;
@@ -21,20 +24,6 @@ const LOANS: [(usize, Granule); 4] = [
     (1, Granule::Huge),
 ];
 
-/// Byte `k` of message `i`.
-fn byte(i: usize, k: usize) -> u8 {
-    (k as u8)
-        .wrapping_mul(31)
-        .wrapping_add(i as u8)
-        .wrapping_add((k >> 12) as u8)
-}
-
-fn fill(buf: &mut [u8], i: usize) {
-    for (k, b) in buf.iter_mut().enumerate() {
-        *b = byte(i, k);
-    }
-}
-
 fn check(got: &[u8], i: usize, len: usize, path: &DataPath) {
     assert_eq!(got.len(), len, "message {i}: its length ({path})");
     if let Some(k) = got.iter().enumerate().position(|(k, &b)| b != byte(i, k)) {
@@ -44,14 +33,6 @@ fn check(got: &[u8], i: usize, len: usize, path: &DataPath) {
             byte(i, k)
         );
     }
-}
-
-fn unique(what: &str) -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("test-{what}-{}-{t}", std::process::id())
 }
 
 /// The sender, in the child: connect by name, send every loan, and exit without waiting.

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::bounded;
+use common::{bounded, fill_message as fill, message_byte as byte};
 use std::sync::mpsc;
 use std::time::Duration;
 use zcio_genie::memnet::{LinkOptions, MemnetEndpoint, Waits, WindowFull, pair_with};
@@ -20,20 +20,6 @@ fn forced_pair(window: usize) -> (MemnetEndpoint, MemnetEndpoint) {
     a.set_profile(Profile::zero_copy());
     b.set_profile(Profile::zero_copy());
     (a, b)
-}
-
-/// Byte `k` of message `i`.
-fn byte(i: usize, k: usize) -> u8 {
-    (k as u8)
-        .wrapping_mul(31)
-        .wrapping_add(i as u8)
-        .wrapping_add((k >> 12) as u8)
-}
-
-fn fill(buf: &mut [u8], i: usize) {
-    for (k, b) in buf.iter_mut().enumerate() {
-        *b = byte(i, k);
-    }
 }
 
 /// The index of the first byte that is not message `i`'s, if any.

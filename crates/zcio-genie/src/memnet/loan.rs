@@ -128,11 +128,6 @@ impl Loan {
     pub fn granule(&self) -> Granule {
         self.granule
     }
-
-    /// Its bytes, for a channel that sends them by copy.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        self
-    }
 }
 
 impl Deref for Loan {

@@ -62,3 +62,30 @@ pub fn recv_copy(rx: &mut MemnetEndpoint, len: usize) -> Vec<u8> {
     .unwrap();
     got
 }
+
+/// Byte `k` of message `i`: a pattern that differs by message and from page to page.
+#[allow(dead_code)] // not every test file uses it
+pub fn message_byte(i: usize, k: usize) -> u8 {
+    (k as u8)
+        .wrapping_mul(31)
+        .wrapping_add(i as u8)
+        .wrapping_add((k >> 12) as u8)
+}
+
+/// Write message `i` ([`message_byte`]) into `buf`.
+#[allow(dead_code)] // not every test file uses it
+pub fn fill_message(buf: &mut [u8], i: usize) {
+    for (k, b) in buf.iter_mut().enumerate() {
+        *b = message_byte(i, k);
+    }
+}
+
+/// A name no other test (or run) uses: `what`, this process and the time.
+#[allow(dead_code)] // not every test file uses it
+pub fn unique(what: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("test-{what}-{}-{t}", std::process::id())
+}

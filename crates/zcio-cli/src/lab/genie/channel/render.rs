@@ -91,7 +91,7 @@ pub(super) fn path_note(r: &Row) -> String {
 }
 
 /// The lowest and highest of `xs`.
-fn range(xs: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+pub(super) fn range(xs: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     xs.fold(None, |acc, x| match acc {
         None => Some((x, x)),
         Some((lo, hi)) => Some((f64::min(lo, x), f64::max(hi, x))),
@@ -193,15 +193,25 @@ fn best_zcio(s: &ChannelSection, bytes: usize, g: Granule) -> Option<&Row> {
         .map(|(r, _)| r)
 }
 
-/// `rows`' throughput over `of`'s (ratios of the medians) at each row's size and granule
+/// `y` of each of `rows` over `of`'s (ratios of the medians) at the row's size and granule,
 /// where `of` is measured and verified.
-fn throughput_over(s: &ChannelSection, rows: &[&Row], of: &str) -> Vec<f64> {
-    rows.iter()
+fn over<'a>(
+    s: &ChannelSection,
+    rows: impl IntoIterator<Item = &'a Row>,
+    of: &str,
+    y: fn(&Row) -> Option<f64>,
+) -> Vec<f64> {
+    rows.into_iter()
         .filter_map(|r| {
             let o = s.row(of, r.bytes, r.granule).filter(|o| o.verified)?;
-            Some(r.throughput_gbps? / o.throughput_gbps?)
+            Some(y(r)? / y(o)?)
         })
         .collect()
+}
+
+/// `rows`' throughput over `of`'s ([`over`]).
+fn throughput_over(s: &ChannelSection, rows: &[&Row], of: &str) -> Vec<f64> {
+    over(s, rows.iter().copied(), of, |r| r.throughput_gbps)
 }
 
 /// `xs`' range and how many of them meet `target` (at least it).
@@ -372,24 +382,11 @@ pub(super) fn ratios_of(
     sizes: std::ops::RangeInclusive<usize>,
     y: fn(&Row) -> Option<f64>,
 ) -> Vec<f64> {
-    s.rows
+    let rows = s
+        .rows
         .iter()
-        .filter(|r| r.contender == who && sizes.contains(&r.bytes) && r.verified)
-        .filter_map(|r| {
-            let o = s.row(of, r.bytes, r.granule).filter(|o| o.verified)?;
-            Some(y(r)? / y(o)?)
-        })
-        .collect()
-}
-
-/// Emulated copy's `y` over `of`'s at every size and granule of `sizes` both measured.
-fn ratios_where(
-    s: &ChannelSection,
-    of: &str,
-    sizes: std::ops::RangeInclusive<usize>,
-    y: fn(&Row) -> Option<f64>,
-) -> Vec<f64> {
-    ratios_of(s, &ec(), of, sizes, y)
+        .filter(|r| r.contender == who && sizes.contains(&r.bytes) && r.verified);
+    over(s, rows, of, y)
 }
 
 /// The sentences on short messages' targets, from this run's numbers: streaming from 4 KiB
@@ -418,8 +415,8 @@ fn short_message_sentences(s: &ChannelSection) -> Vec<String> {
     };
     let mut out = Vec::new();
     let mid = 4096..=(1 << 20);
-    let vs_unix = ratios_where(s, "unix", mid.clone(), |r| r.throughput_gbps);
-    let vs_iox = ratios_where(s, "iceoryx2", mid, |r| r.throughput_gbps);
+    let vs_unix = ratios_of(s, &ec(), "unix", mid.clone(), |r| r.throughput_gbps);
+    let vs_iox = ratios_of(s, &ec(), "iceoryx2", mid, |r| r.throughput_gbps);
     if !vs_unix.is_empty() || !vs_iox.is_empty() {
         out.push(format!(
             "Emulated copy's streamed throughput from 4 KiB to 1 MiB, over the Unix socket's: {}; over iceoryx2's: {}.",
@@ -427,7 +424,7 @@ fn short_message_sentences(s: &ChannelSection) -> Vec<String> {
             say(&vs_iox, 0.8, true),
         ));
     }
-    let short = ratios_where(s, "iceoryx2", 64..=4096, |r| r.pingpong_ns);
+    let short = ratios_of(s, &ec(), "iceoryx2", 64..=4096, |r| r.pingpong_ns);
     if !short.is_empty() {
         out.push(format!(
             "Emulated copy's ping-pong latency at 64 B to 4 KiB over iceoryx2's: {}.",

@@ -2,8 +2,8 @@
 //! and sentences made from this run's numbers only.
 
 use super::render::{
-    against, gbps, msgs_per_s, opt_us, path_note, ratio, ratios_of, spread_gbps, spread_us, status,
-    target_sentences,
+    against, gbps, msgs_per_s, opt_us, path_note, range, ratio, ratios_of, spread_gbps, spread_us,
+    status, target_sentences,
 };
 use super::{ChannelSection, Contender, Granule, Row};
 use crate::lab::genie::chart::against_length;
@@ -37,12 +37,9 @@ pub fn finding(g: &GenieResults) -> Option<String> {
             (2 << 20)..=usize::MAX,
             |r| r.throughput_gbps,
         );
-        let lo = xs.iter().copied().reduce(f64::min);
-        let hi = xs.iter().copied().reduce(f64::max);
-        match (lo, hi) {
-            (Some(lo), Some(hi)) => format!("{lo:.2}–{hi:.2}×"),
-            _ => "not measured".into(),
-        }
+        range(xs.into_iter()).map_or("not measured".into(), |(lo, hi)| {
+            format!("{lo:.2}–{hi:.2}×")
+        })
     };
     Some(format!(
         "Channels between two processes (zcio bench channel): from 2 MiB up, zcio's emulated copy streams {} iceoryx2's throughput and {} a Unix socket's, its loans (zcio-loan, no byte copied) {} and {}; {integrity}.",

@@ -304,17 +304,20 @@ impl TxEnd {
     /// `send_loan` of the loan made for message `i`, not `buf`).
     fn send(&mut self, buf: &[u8], i: usize) -> Res<u64> {
         match self {
-            TxEnd::Zcio(z) if z.loans.is_some() => {
-                let made = &mut z.loans.as_mut().expect("loans").1;
-                let loan = made
-                    .remove(&i)
-                    .ok_or_else(|| format!("no loan made for message {i}"))?;
-                let (_, acc) = z.ch.send_loan(loan)?;
-                z.last = Some(acc);
-            }
             TxEnd::Zcio(z) => {
-                let (t, acc) = z.ch.send(z.sem, buf)?;
-                z.prev = Some(t);
+                let acc = match &mut z.loans {
+                    Some((_, made)) => {
+                        let loan = made
+                            .remove(&i)
+                            .ok_or_else(|| format!("no loan made for message {i}"))?;
+                        z.ch.send_loan(loan)?.1
+                    }
+                    None => {
+                        let (t, acc) = z.ch.send(z.sem, buf)?;
+                        z.prev = Some(t);
+                        acc
+                    }
+                };
                 z.last = Some(acc);
             }
             TxEnd::Iceoryx2(tx) => {
