@@ -375,17 +375,29 @@ impl Channel {
     /// A buffer of `len` bytes to fill and send with [`Channel::send_loan`]: on this host a
     /// memory file whose pages move to the receiver without a copy
     /// ([`memnet::loan`]), in 2 MiB pages from 2 MiB where the kernel
-    /// gives them; over TCP private memory, sent by copy.
-    pub fn loan(&self, len: usize) -> Result<Loan> {
-        match &self.inner {
-            ChannelKind::Local(_) => Loan::new(len),
+    /// gives them (sealed, or volatile and reused: [`Channel::set_volatile_loans`]); over TCP
+    /// private memory, sent by copy.
+    pub fn loan(&mut self, len: usize) -> Result<Loan> {
+        match &mut self.inner {
+            ChannelKind::Local(m) => m.loan(len),
             ChannelKind::Tcp(_) => Loan::owned(len),
         }
     }
 
-    /// Send a loan: on this host its pages go to the receiver, sealed so that nobody can
-    /// change them again, and the loan is this process's no more; over TCP its bytes are
-    /// sent. Returns without waiting for the receiver; the ticket is complete.
+    /// Trust the peer with volatile loans, or stop: on this host this end's loans become
+    /// memory files reused from loan to loan (lent to the receiver, given back when it drops
+    /// them), and the peer's are mapped here in place; both ends must say so
+    /// ([`MemnetEndpoint::set_volatile_loans`] says what is given up). No effect over TCP.
+    pub fn set_volatile_loans(&mut self, yes: bool) {
+        if let ChannelKind::Local(m) = &mut self.inner {
+            m.set_volatile_loans(yes);
+        }
+    }
+
+    /// Send a loan: on this host its pages go to the receiver (sealed so that nobody can
+    /// change them again, or lent where volatile), and the loan is this process's no more;
+    /// over TCP its bytes are sent. Returns without waiting for the receiver; the ticket is
+    /// complete.
     pub fn send_loan(&mut self, loan: Loan) -> Result<(Ticket, Accounting)> {
         match &mut self.inner {
             ChannelKind::Local(m) => m.send_loan(loan),

@@ -118,6 +118,14 @@ pub enum DataPath {
         /// On the receiver's side, whether the pages were mapped (else copied out).
         mapped: bool,
     },
+    /// A volatile loan (`memnet::loan`): a memory file reused from loan to loan, lent to the
+    /// receiver and given back.
+    Lent {
+        /// Whether this is the sender's side.
+        out: bool,
+        /// On the receiver's side, whether the file was mapped in place (else copied out).
+        mapped: bool,
+    },
     /// A phrase this version does not know (read from an older results file).
     Other(String),
 }
@@ -426,6 +434,17 @@ impl fmt::Display for DataPath {
                 out: false,
                 mapped: false,
             } => f.write_str("copy: out of a sealed memory file"),
+            DataPath::Lent { out: true, .. } => {
+                f.write_str("weak move: a volatile memory file lent, its mapping kept")
+            }
+            DataPath::Lent {
+                out: false,
+                mapped: true,
+            } => f.write_str("weak move: a volatile memory file mapped in place, its mapping kept"),
+            DataPath::Lent {
+                out: false,
+                mapped: false,
+            } => f.write_str("copy: out of a volatile memory file"),
             DataPath::Other(s) => f.write_str(s),
         }
     }
@@ -462,6 +481,18 @@ fn fixed() -> Vec<DataPath> {
             mapped: true,
         },
         DataPath::Shipped {
+            out: false,
+            mapped: false,
+        },
+        DataPath::Lent {
+            out: true,
+            mapped: false,
+        },
+        DataPath::Lent {
+            out: false,
+            mapped: true,
+        },
+        DataPath::Lent {
             out: false,
             mapped: false,
         },

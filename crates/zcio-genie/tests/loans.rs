@@ -170,7 +170,7 @@ fn loans_and_ordinary_messages_keep_their_order_whichever_call_receives_them() {
 
 #[test]
 fn a_loan_is_refused_at_zero_bytes_and_beyond_the_largest_message() {
-    let (tx, _rx) = pair().unwrap();
+    let (mut tx, _rx) = pair().unwrap();
     let e = tx.loan(0).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     let e = tx.loan((1 << 30) + 1).unwrap_err();
@@ -257,4 +257,121 @@ fn a_loan_from_a_blank_file_made_ahead_arrives_and_one_too_small_is_refused() {
     let (m, acc) = rx.recv_loan().unwrap();
     assert!(m.is_mapped());
     check(&m, 3, 10_000, &acc.path);
+}
+
+const VOLATILE_TEST: &str =
+    "volatile_loans_between_processes_started_apart_arrive_whole_and_a_held_one_never_changes";
+const VOLATILE_ENV: &str = "ZCIO_VOLATILE_LOAN_TEST_SENDER";
+/// The volatile loans' lengths, in turn: 2 MiB pages, 4 KiB pages, an odd length.
+const VOLATILE_LENS: [usize; 3] = [3 << 20, 4096, (1 << 20) + 3];
+const VOLATILE_MESSAGES: usize = 30;
+
+/// The volatile sender, in the child: each loan sent, then the receiver's 1-byte answer
+/// taken (it has given the loan back by then, so the next loan of that length reuses a file).
+fn volatile_sender(name: &str) {
+    let mut tx = Channel::connect(name, Duration::from_secs(30)).unwrap();
+    tx.set_volatile_loans(true);
+    let mut answer = [0u8; 1];
+    for i in 0..VOLATILE_MESSAGES {
+        let len = VOLATILE_LENS[i % 3];
+        let mut loan = tx.loan(len).unwrap();
+        assert!(loan.is_volatile(), "loan {i}");
+        fill(&mut loan, i);
+        let (_, acc) = tx.send_loan(loan).unwrap();
+        assert_eq!(
+            acc.path,
+            DataPath::Lent {
+                out: true,
+                mapped: false
+            }
+        );
+        assert_eq!(
+            (acc.cpu_copied_bytes, acc.kernel_copied_bytes),
+            (0, Some(0))
+        );
+        tx.recv(Semantics::Copy, &mut answer, InputBuffering::EarlyDemux)
+            .unwrap();
+        assert_eq!(answer[0], i as u8);
+    }
+    println!("volatile sender done");
+}
+
+#[test]
+fn volatile_loans_between_processes_started_apart_arrive_whole_and_a_held_one_never_changes() {
+    if let Ok(name) = std::env::var(VOLATILE_ENV) {
+        volatile_sender(&name);
+        return;
+    }
+    let name = unique("volatile-loans");
+    let listener = Channel::listen(&name).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([VOLATILE_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(VOLATILE_ENV, &name)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rx = listener.accept(Some(Duration::from_secs(60))).unwrap();
+    rx.set_volatile_loans(true);
+    rx.set_waits(Waits {
+        timeout: Some(Duration::from_secs(60)),
+        interruptible: false,
+    });
+    let mut held = Vec::new();
+    for i in 0..VOLATILE_MESSAGES {
+        let len = VOLATILE_LENS[i % 3];
+        let (mut m, acc) = rx.recv_loan().unwrap();
+        assert!(
+            m.is_volatile() && m.is_mapped(),
+            "message {i}: {}",
+            acc.path
+        );
+        assert_eq!(acc.kernel_copied_bytes, Some(0));
+        check(&m, i, len, &acc.path);
+        // The receiver's to write while it holds it.
+        m[len - 1] = !byte(i, len - 1);
+        m[len - 1] = byte(i, len - 1);
+        if i % 10 == 0 {
+            held.push((i, m));
+        } else {
+            drop(m);
+        }
+        rx.send(Semantics::Copy, &[i as u8]).unwrap();
+    }
+    let out = child.wait().unwrap();
+    assert!(out.success(), "the sender failed");
+    // Held while the sender lent files again and exited: each one as it was sent.
+    for (i, m) in &held {
+        check(
+            m,
+            *i,
+            VOLATILE_LENS[i % 3],
+            &DataPath::Lent {
+                out: false,
+                mapped: true,
+            },
+        );
+    }
+    let e = rx.recv_loan().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PeerGone, "{e}");
+    drop(held);
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(stdout.contains("volatile sender done"), "{stdout}");
+}
+
+#[test]
+fn a_volatile_loan_to_a_receiver_that_is_gone_fails_with_peer_gone_and_is_not_lent_again() {
+    let (mut tx, rx) = pair().unwrap();
+    tx.set_volatile_loans(true);
+    drop(rx);
+    for _ in 0..2 {
+        let mut loan = tx.loan(4096).unwrap();
+        assert!(loan.is_volatile());
+        fill(&mut loan, 0);
+        let e = tx.send_loan(loan).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::PeerGone | ErrorKind::Refused),
+            "{e}"
+        );
+    }
 }

@@ -259,6 +259,19 @@ impl BlankFile {
         })
     }
 
+    /// Make it a volatile file ([`VolatileFile`]): sealed against size changes, its pages
+    /// (2 MiB ones included) kept, unmapped.
+    pub fn into_volatile(self) -> Result<VolatileFile> {
+        rustix::fs::fcntl_add_seals(&self.fd, size_seals())
+            .map_err(|e| VmError::sys("fcntl(F_ADD_SEALS)", e.into()))?;
+        Ok(VolatileFile {
+            fd: self.fd,
+            len: self.len,
+            map: None,
+            hidden: false,
+        })
+    }
+
     /// Map it for its owner alone to fill in place (its pages are there: touching them
     /// allocates nothing; in 2 MiB pages, the mapping is aligned to them).
     pub fn map(self) -> Result<ExclusiveFile> {
@@ -548,7 +561,17 @@ impl VolatileFile {
     pub fn map(&mut self) -> Result<&[std::sync::atomic::AtomicU64]> {
         match &self.map {
             None => {
-                self.map = Some(Mapping::shared_fd(self.fd.as_fd(), 0, self.len, None)?);
+                // Aligned to 2 MiB where it is whole 2 MiB pages: a file held in them is then
+                // mapped an entry per 2 MiB.
+                self.map = Some(if self.len % HUGE_PAGE_SIZE == 0 {
+                    Mapping::shared_fd_huge_aligned(
+                        self.fd.as_fd(),
+                        self.len,
+                        crate::protect::Access::ReadWrite,
+                    )?
+                } else {
+                    Mapping::shared_fd(self.fd.as_fd(), 0, self.len, None)?
+                });
             }
             Some(m) if self.hidden => {
                 // SAFETY: this file's own mapping; while hidden no reference into it existed
@@ -577,6 +600,28 @@ impl VolatileFile {
                 self.len / 8,
             )
         })
+    }
+
+    /// Its bytes, if mapped and shown, for a holder that trusts every other holder of the
+    /// file not to write it while it holds it (a volatile loan's sender and receiver, which
+    /// take turns by protocol). Nothing enforces that trust: a holder that breaks it makes the
+    /// bytes change under this one, as any shared memory would (every bit pattern is a valid
+    /// byte, so a change is seen, never an invalid value). Where that trust is missing, use
+    /// [`VolatileFile::words`].
+    pub fn trusted_bytes(&self) -> Option<&[u8]> {
+        let m = self.map.as_ref().filter(|_| !self.hidden)?;
+        // SAFETY: the mapping is `len` bytes, readable while shown, alive as long as `self`
+        // (the slice borrows it); the other holders do not write it meanwhile (the caller's
+        // trust, documented above).
+        Some(unsafe { std::slice::from_raw_parts(m.as_ptr(), self.len) })
+    }
+
+    /// [`VolatileFile::trusted_bytes`], to write them (the other holders see the writes).
+    pub fn trusted_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let m = self.map.as_ref().filter(|_| !self.hidden)?;
+        // SAFETY: as `trusted_bytes`, writable while shown; `&mut self` makes this the only
+        // slice of the mapping in this process.
+        Some(unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), self.len) })
     }
 
     /// Hide the mapping (`PROT_NONE`): any touch faults until [`VolatileFile::map`] shows it

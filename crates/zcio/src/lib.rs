@@ -50,6 +50,11 @@
 //! # Ok::<(), zcio::GenieError>(())
 //! ```
 //!
+//! Between two ends that trust each other, `set_volatile_loans(true)` at both makes loans
+//! volatile: memory files reused from message to message, lent to the receiver, mapped there
+//! in place and given back when it drops the message, so that after a file's first trip a loan
+//! costs no fresh page and no page-table work ([`genie::memnet::loan`] says what is given up).
+//!
 //! ## Where each mechanism lives
 //!
 //! - [`genie`] (paper 000, Genie): the eight data-passing semantics over the memory network,
