@@ -220,6 +220,10 @@ pub enum Baseline {
     /// zcio's loans: each message a fresh memory file the sender fills, sealed and passed
     /// whole, mapped by the receiver (no byte copied).
     ZcioLoan,
+    /// zcio's volatile loans between ends that trust each other: memory files reused from
+    /// message to message, lent to the receiver, mapped in place at both ends and given back
+    /// (no byte copied, no fresh page once a file has made a trip).
+    ZcioLoanVolatile,
     /// iceoryx2 publish-subscribe.
     Iceoryx2,
     /// A Unix stream socket.
@@ -231,8 +235,10 @@ pub enum Baseline {
 pub enum Contender {
     /// zcio's [`Channel`] under a semantics.
     Zcio(Semantics),
-    /// zcio's [`Channel`], each message a loan ([`zcio_genie::memnet::loan`]).
+    /// zcio's [`Channel`], each message a sealed loan ([`zcio_genie::memnet::loan`]).
     Loan,
+    /// zcio's [`Channel`] between ends that trust each other, each message a volatile loan.
+    VolatileLoan,
     /// iceoryx2 publish-subscribe.
     Iceoryx2,
     /// A Unix stream socket.
@@ -245,9 +251,15 @@ impl Contender {
         match self {
             Contender::Zcio(s) => format!("zcio-{}", s.name()),
             Contender::Loan => "zcio-loan".into(),
+            Contender::VolatileLoan => "zcio-loan-volatile".into(),
             Contender::Iceoryx2 => "iceoryx2".into(),
             Contender::Unix => "unix".into(),
         }
+    }
+
+    /// Whether its messages are loans.
+    pub fn is_loan(self) -> bool {
+        matches!(self, Contender::Loan | Contender::VolatileLoan)
     }
 
     /// The contender named `s` ([`Contender::name`]).
@@ -255,11 +267,12 @@ impl Contender {
         match s {
             "iceoryx2" => Ok(Contender::Iceoryx2),
             "zcio-loan" => Ok(Contender::Loan),
+            "zcio-loan-volatile" => Ok(Contender::VolatileLoan),
             "unix" => Ok(Contender::Unix),
             _ => match s.strip_prefix("zcio-") {
                 Some(sem) => Ok(Contender::Zcio(sem.parse::<Semantics>()?)),
                 None => Err(format!(
-                    "unknown contender `{s}` (zcio-<semantics>, zcio-loan, iceoryx2 or unix)"
+                    "unknown contender `{s}` (zcio-<semantics>, zcio-loan, zcio-loan-volatile, iceoryx2 or unix)"
                 )
                 .into()),
             },
@@ -286,8 +299,11 @@ pub struct ChannelArgs {
     /// and passed without a copy, mapped by the receiver with `recv_loan`, which reads a byte
     /// of every 4 KiB page inside its receive; loans in 2 MiB pages for `2m` from 2 MiB up,
     /// else 4 KiB pages; taking a loan is timed and added to its message's latency, round trip and
-    /// stream time, since a sealed loan is never reused), `iceoryx2`, `unix`.
-    #[arg(long, value_delimiter = ',', default_values = ["zcio-loan", "iceoryx2", "unix"])]
+    /// stream time, since a sealed loan is never reused), `zcio-loan-volatile` (the same
+    /// between ends that trust each other: memory files reused from message to message, lent
+    /// to the receiver, mapped in place and given back; the warm-up streams the whole ring so
+    /// that the files are made and lent once), `iceoryx2`, `unix`.
+    #[arg(long, value_delimiter = ',', default_values = ["zcio-loan", "zcio-loan-volatile", "iceoryx2", "unix"])]
     pub baselines: Vec<Baseline>,
     /// Rounds (each runs every contender once, in an order that rotates).
     #[arg(long, default_value_t = 3)]
@@ -397,6 +413,7 @@ impl Plan {
             contenders.push(
                 match b {
                     Baseline::ZcioLoan => Contender::Loan,
+                    Baseline::ZcioLoanVolatile => Contender::VolatileLoan,
                     Baseline::Iceoryx2 => Contender::Iceoryx2,
                     Baseline::Unix => Contender::Unix,
                 }
@@ -434,12 +451,13 @@ impl Plan {
     }
 }
 
-/// `zcio-copy`, `zcio-emulated-copy`, `zcio-loan`, `iceoryx2`, `unix`.
+/// `zcio-copy`, `zcio-emulated-copy`, `zcio-loan`, `zcio-loan-volatile`, `iceoryx2`, `unix`.
 fn default_contenders() -> Vec<String> {
     [
         Contender::Zcio(Semantics::Copy),
         Contender::Zcio(Semantics::EmulatedCopy),
         Contender::Loan,
+        Contender::VolatileLoan,
         Contender::Iceoryx2,
         Contender::Unix,
     ]
@@ -904,6 +922,7 @@ impl Rounds {
 
     fn row(self, contender: String, bytes: usize, granule: Granule, ring: &Ring, s: usize) -> Row {
         let ran = self.latency.len();
+        let volatile = contender == Contender::VolatileLoan.name();
         Row {
             contender,
             bytes,
@@ -932,6 +951,15 @@ impl Rounds {
                     l.unmapped + l.mapped,
                     l.unmapped_path.as_deref().unwrap_or("?")
                 )),
+                (Some(p), Some(l)) if volatile && l.volatile < l.mapped + l.unmapped => {
+                    Some(format!(
+                        "{p}; volatile: {} of {} messages (the others sealed: more than {} \
+                         were held at once)",
+                        l.volatile,
+                        l.mapped + l.unmapped,
+                        zcio_genie::memnet::loan::LENT_FILES
+                    ))
+                }
                 (p, _) => p,
             },
             vm_granule: self.vm_granule,

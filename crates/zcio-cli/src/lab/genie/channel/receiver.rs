@@ -52,20 +52,22 @@ pub(super) struct RunResult {
     pub loans: Option<LoanCount>,
 }
 
-/// zcio-loan's messages at the receiver: how many came mapped ([`Received::is_mapped`]), how
-/// many not (received into a buffer made for them), and the input path of the first that
-/// came not mapped.
+/// The loans' messages at the receiver: how many came mapped ([`Received::is_mapped`]), how
+/// many not (received into a buffer made for them), the input path of the first that came
+/// not mapped, and how many were volatile ([`Received::is_volatile`]).
 #[derive(Debug, Default, Clone)]
 pub(super) struct LoanCount {
     pub mapped: u64,
     pub unmapped: u64,
     pub unmapped_path: Option<String>,
+    pub volatile: u64,
 }
 
 impl LoanCount {
     pub(super) fn add(&mut self, o: LoanCount) {
         self.mapped += o.mapped;
         self.unmapped += o.unmapped;
+        self.volatile += o.volatile;
         if self.unmapped_path.is_none() {
             self.unmapped_path = o.unmapped_path;
         }
@@ -136,7 +138,12 @@ struct IceoryxRx {
 
 /// The data transport a run sets up before the sender starts.
 enum Setup {
-    Zcio(zcio_genie::channel::ChannelListener, Semantics, bool),
+    /// The listener, the semantics, and for the loans whether they are volatile.
+    Zcio(
+        zcio_genie::channel::ChannelListener,
+        Semantics,
+        Option<bool>,
+    ),
     Iceoryx2(Box<IceoryxRx>),
     Unix(UnixListener),
 }
@@ -222,15 +229,18 @@ pub(super) fn reply_service(name: &str) -> Res<ServiceName> {
 
 fn setup(c: Contender, bytes: usize, dir: &std::path::Path) -> Res<(Setup, String)> {
     Ok(match c {
-        Contender::Zcio(_) | Contender::Loan => {
+        Contender::Zcio(_) | Contender::Loan | Contender::VolatileLoan => {
             let name = unique_name("zcio");
             let mut l = Channel::listen(&name)?;
             l.set_link_options(LinkOptions {
                 window: window(bytes),
             });
             match c {
-                Contender::Zcio(sem) => (Setup::Zcio(l, sem, false), name),
-                _ => (Setup::Zcio(l, Semantics::Copy, true), name),
+                Contender::Zcio(sem) => (Setup::Zcio(l, sem, None), name),
+                _ => (
+                    Setup::Zcio(l, Semantics::Copy, Some(c == Contender::VolatileLoan)),
+                    name,
+                ),
             }
         }
         Contender::Iceoryx2 => {
@@ -482,6 +492,7 @@ impl RxEnd {
                             format!("a message of {} bytes, not {}", m.len(), buf.len()).into()
                         );
                     }
+                    l.count.volatile += u64::from(m.is_volatile());
                     if m.is_mapped() {
                         l.count.mapped += 1;
                     } else {
@@ -573,7 +584,13 @@ pub(super) fn run(
     let ctl_path = dir.path().join("ctl");
     let ctl_listener = UnixListener::bind(&ctl_path)?;
     let (setup, name) = setup(c, bytes, dir.path()).context("setting up")?;
-    let w = warm_up(bytes, n);
+    // Volatile loans come from a pool of files, which the warm-up fills as iceoryx2's is:
+    // every file a stream needs made and lent once.
+    let w = if c == Contender::VolatileLoan {
+        n
+    } else {
+        warm_up(bytes, n)
+    };
     let mut cmd = zcio_command()?;
     cmd.arg("channel-sender");
     if let Some([_, them]) = cpus {
@@ -600,10 +617,11 @@ pub(super) fn run(
                 await_client(&l, child)?;
                 let mut ch = l.accept(Some(STALL))?;
                 ch.set_waits(waits());
+                ch.set_volatile_loans(loans == Some(true));
                 RxEnd::Zcio(Box::new(ZcioRx {
                     ch,
                     sem,
-                    loans: loans.then(Loans::default),
+                    loans: loans.map(|_| Loans::default()),
                     last: None,
                     reply: None,
                 }))

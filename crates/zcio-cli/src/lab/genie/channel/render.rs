@@ -231,11 +231,19 @@ fn over_target(xs: &[f64], target: f64, what: &str) -> String {
     }
 }
 
+/// The loan contenders (`zcio-loan`, `zcio-loan-volatile`) this run's plan has.
+fn loan_contenders(s: &ChannelSection) -> Vec<Contender> {
+    [Contender::Loan, Contender::VolatileLoan]
+        .into_iter()
+        .filter(|c| s.plan.contenders.contains(&c.name()))
+        .collect()
+}
+
 /// Per granule, from 2 MiB up, the throughput of the best of zcio's buffer semantics (which
-/// one, per size) and of zcio-loan over iceoryx2's and the Unix socket's, ratios of this
-/// run's medians, against the project's targets.
+/// one, per size) and of each loan contender over iceoryx2's and the Unix socket's, ratios
+/// of this run's medians, against the project's targets.
 pub(super) fn throughput_sentences(s: &ChannelSection) -> Vec<String> {
-    let loan = Contender::Loan.name();
+    let loans = loan_contenders(s);
     let large: Vec<usize> = s
         .plan
         .sizes
@@ -248,11 +256,18 @@ pub(super) fn throughput_sentences(s: &ChannelSection) -> Vec<String> {
     let mut out = Vec::new();
     for &g in &s.plan.granules {
         let best: Vec<&Row> = large.iter().filter_map(|&b| best_zcio(s, b, g)).collect();
-        let loans: Vec<&Row> = large
+        let loan_rows: Vec<(String, Vec<&Row>)> = loans
             .iter()
-            .filter_map(|&b| s.row(&loan, b, g).filter(|r| r.verified))
+            .map(|c| {
+                let name = c.name();
+                let rows = large
+                    .iter()
+                    .filter_map(|&b| s.row(&name, b, g).filter(|r| r.verified))
+                    .collect();
+                (name, rows)
+            })
             .collect();
-        if best.is_empty() && loans.is_empty() {
+        if best.is_empty() && loan_rows.iter().all(|(_, r)| r.is_empty()) {
             continue;
         }
         let mut which: Vec<(String, Vec<String>)> = Vec::new();
@@ -276,8 +291,12 @@ pub(super) fn throughput_sentences(s: &ChannelSection) -> Vec<String> {
                 ),
             )
         };
+        let loans_said: String = loan_rows
+            .iter()
+            .map(|(name, rows)| format!("; {name} {}", said(rows)))
+            .collect();
         out.push(format!(
-            "Streamed throughput from 2 MiB up with {g} buffers (this run: {}), ratios of the medians: the best of zcio's buffer semantics ({}) {}; zcio-loan {}.",
+            "Streamed throughput from 2 MiB up with {g} buffers (this run: {}), ratios of the medians: the best of zcio's buffer semantics ({}) {}{loans_said}.",
             large.iter().map(|b| size(*b)).collect::<Vec<_>>().join(", "),
             if which.is_empty() {
                 "none verified".to_string()
@@ -289,17 +308,24 @@ pub(super) fn throughput_sentences(s: &ChannelSection) -> Vec<String> {
                     .join("; ")
             },
             said(&best),
-            said(&loans),
         ));
     }
     out
 }
 
-/// What zcio-loan's rows say was copied, from their paths: none (the pages were mapped), or
-/// which rows had messages that came not mapped; and what taking a loan cost, counted in its
-/// times, at the largest size of each granule.
+/// What each loan contender's rows say was copied, from their paths: none (the pages were
+/// mapped), or which rows had messages that came not mapped; and what taking a loan cost,
+/// counted in its times, at the largest size of each granule.
 pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
-    let loan = Contender::Loan.name();
+    loan_contenders(s)
+        .into_iter()
+        .flat_map(|c| loan_sentences_of(s, c))
+        .collect()
+}
+
+fn loan_sentences_of(s: &ChannelSection, c: Contender) -> Vec<String> {
+    let loan = c.name();
+    let volatile = c == Contender::VolatileLoan;
     let rows: Vec<&Row> = s
         .rows
         .iter()
@@ -308,16 +334,30 @@ pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
     if rows.is_empty() {
         return Vec::new();
     }
-    let out_phrase = DataPath::Shipped {
-        out: true,
-        mapped: false,
-    }
-    .to_string();
-    let in_phrase = DataPath::Shipped {
-        out: false,
-        mapped: true,
-    }
-    .to_string();
+    let (out_path, in_path) = if volatile {
+        (
+            DataPath::Lent {
+                out: true,
+                mapped: false,
+            },
+            DataPath::Lent {
+                out: false,
+                mapped: true,
+            },
+        )
+    } else {
+        (
+            DataPath::Shipped {
+                out: true,
+                mapped: false,
+            },
+            DataPath::Shipped {
+                out: false,
+                mapped: true,
+            },
+        )
+    };
+    let (out_phrase, in_phrase) = (out_path.to_string(), in_path.to_string());
     let mapped = |r: &Row| {
         r.path
             .as_deref()
@@ -335,16 +375,27 @@ pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
             )
         })
         .collect();
+    let (how, rate) = if volatile {
+        (
+            "lent as a volatile memory file",
+            "passing files both ends already hold mapped (once a file has made a trip) plus the receiver's read of a byte of each page",
+        )
+    } else {
+        (
+            "shipped as a sealed memory file",
+            "making, sealing, passing and mapping files plus the receiver's first touch of each page",
+        )
+    };
     let mut out = vec![if !not.is_empty() {
         format!(
-            "zcio-loan's paths in this run: every message shipped as a sealed memory file ({out_phrase}) and mapped by the receiver ({in_phrase}) at {} of {} sizes × granules; not so at {}: there its throughput holds copies.",
+            "{loan}'s paths in this run: every message {how} ({out_phrase}) and mapped by the receiver ({in_phrase}) at {} of {} sizes × granules; not so at {}.",
             rows.len() - not.len(),
             rows.len(),
             not.join("; ")
         )
     } else {
         format!(
-            "No byte of zcio-loan's messages was copied in this run: at all {} sizes × granules its path was “output: {out_phrase}; input: {in_phrase}” for every message, so its throughput is the rate of making, sealing, passing and mapping files plus the receiver's first touch of each page.",
+            "No byte of {loan}'s messages was copied in this run: at all {} sizes × granules its path was “output: {out_phrase}; input: {in_phrase}” for every message, so its throughput is the rate of {rate}.",
             rows.len()
         )
     }];
@@ -366,10 +417,18 @@ pub(super) fn loan_sentences(s: &ChannelSection) -> Vec<String> {
         })
         .collect();
     if !makes.is_empty() {
-        out.push(format!(
-            "Taking a loan (a fresh memory file's pages allocated and mapped), counted in its message's latency, round trip and stream time because a sealed loan is never reused where the other contenders' buffers are made once, took (median) {}.",
-            makes.join("; ")
-        ));
+        out.push(if volatile {
+            format!(
+                "Taking a volatile loan (a file given back by the receiver; a new one only while fewer than {} are lent), counted in its message's times like a sealed one's, took (median) {}.",
+                zcio_genie::memnet::loan::LENT_FILES,
+                makes.join("; ")
+            )
+        } else {
+            format!(
+                "Taking a loan (a fresh memory file's pages allocated and mapped), counted in its message's latency, round trip and stream time because a sealed loan is never reused where the other contenders' buffers are made once, took (median) {}.",
+                makes.join("; ")
+            )
+        });
     }
     out
 }

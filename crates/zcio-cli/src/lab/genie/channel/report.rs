@@ -29,24 +29,22 @@ pub fn finding(g: &GenieResults) -> Option<String> {
             format!("{lo:.2}–{hi:.2}×")
         })
     };
-    let loan = |of: &str| {
-        let xs = ratios_of(
-            s,
-            &Contender::Loan.name(),
-            of,
-            (2 << 20)..=usize::MAX,
-            |r| r.throughput_gbps,
-        );
+    let loan = |who: Contender, of: &str| {
+        let xs = ratios_of(s, &who.name(), of, (2 << 20)..=usize::MAX, |r| {
+            r.throughput_gbps
+        });
         range(xs.into_iter()).map_or("not measured".into(), |(lo, hi)| {
             format!("{lo:.2}–{hi:.2}×")
         })
     };
     Some(format!(
-        "Channels between two processes (zcio bench channel): from 2 MiB up, zcio's emulated copy streams {} iceoryx2's throughput and {} a Unix socket's, its loans (zcio-loan, no byte copied) {} and {}; {integrity}.",
+        "Channels between two processes (zcio bench channel): from 2 MiB up, zcio's emulated copy streams {} iceoryx2's throughput and {} a Unix socket's, its sealed loans (zcio-loan, no byte copied) {} and {}, its volatile loans between ends that trust each other (zcio-loan-volatile, no byte copied, files reused) {} and {}; {integrity}.",
         vs("iceoryx2"),
         vs("unix"),
-        loan("iceoryx2"),
-        loan("unix"),
+        loan(Contender::Loan, "iceoryx2"),
+        loan(Contender::Loan, "unix"),
+        loan(Contender::VolatileLoan, "iceoryx2"),
+        loan(Contender::VolatileLoan, "unix"),
     ))
 }
 
@@ -60,7 +58,8 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         "Channels between two processes: zcio against iceoryx2 and a Unix socket",
     )];
     b.push(p(format!(
-        "zcio's channel API (Channel::send and Channel::recv over the memory network, early demultiplexing, this machine's calibrated thresholds, a window of the message at least, as listed) between two processes; zcio's loans on the same channel (zcio-loan: the sender takes a fresh memory file of the message's length, in 2 MiB pages with 2m buffers from 2 MiB up and else in 4 KiB pages, writes the message into it and gives it up with Channel::send_loan, sealed, its descriptor passed; the receiver maps it privately with Channel::recv_loan and reads a byte of every 4 KiB page inside its receive, since the mapping is lazy; no byte is copied; taking a loan is added to its message's latency, round trip and stream time, since a sealed loan is never reused where the others' buffers are made once, and is also given apart); against iceoryx2 publish-subscribe (loan a sample, copy the sender's buffer into it, send and notify; the receiver copies the sample into its own buffer) and a Unix stream socket with its default buffers (one writev of a length and the buffer, one readv of both): each message, of any length, starts in the sender's own buffer and ends in a buffer the receiver owns and may write, both in 4 KiB pages (4k) or in transparent huge pages (2m); below 4 KiB the messages are slots of one such buffer, and more of them are streamed (up to 2000 × 4 KiB / size, 16384 at most). The two processes are pinned to a CPU each{}. Each run streams a warm-up first (iceoryx2 also writes and reads every sample of its pool once), and the receiver checks every byte of every message, always outside the times taken. Latency: messages one at a time, from the send's start at the sender to the message in the receiver's buffer, both read on CLOCK_MONOTONIC (one host, one clock: no return leg). Ping-pong: at a go-ahead the sender sends a message and waits for a 1-byte reply over the same transport the other way (zcio: the same channel; the socket: the same socket; iceoryx2: a second publish-subscribe and event service, used alike), timed from the send's start to the reply in the sender's buffer; half the median round trip. Send: the time inside the send of those messages (zcio's send call; iceoryx2's loan, copy and send, without the notification that follows; the socket's writes). Throughput: the sender writes a run's messages into buffers of its own first, then sends them back to back into the receiver's buffers; their bytes over the time from the first send's start to the last receipt. CPU: both processes' CPU time over that stream, per message (no data written or checked in it). Medians over {} round{} (contenders in rotating order), spread lowest–highest round.",
+        "zcio's channel API (Channel::send and Channel::recv over the memory network, early demultiplexing, this machine's calibrated thresholds, a window of the message at least, as listed) between two processes; zcio's loans on the same channel (zcio-loan: the sender takes a fresh memory file of the message's length, in 2 MiB pages with 2m buffers from 2 MiB up and else in 4 KiB pages, writes the message into it and gives it up with Channel::send_loan, sealed, its descriptor passed; the receiver maps it privately with Channel::recv_loan and reads a byte of every 4 KiB page inside its receive, since the mapping is lazy; no byte is copied; taking a loan is added to its message's latency, round trip and stream time, since a sealed loan is never reused where the others' buffers are made once, and is also given apart); zcio's volatile loans on the same channel, both ends trusting each other (zcio-loan-volatile: Channel::set_volatile_loans at both ends; the sender's loans are memory files reused from message to message, each lent to the receiver, mapped shared in place by it and given back when it drops the message, both ends keeping their mappings, so once a file has made a trip a loan costs no page-table work and no fresh page; the warm-up streams a run's whole ring, as iceoryx2's pool warm-up does, so that the files a stream needs are made and lent once; at most {} files per end are lent, beyond them a loan is sealed; taking a loan is counted as for zcio-loan); against iceoryx2 publish-subscribe (loan a sample, copy the sender's buffer into it, send and notify; the receiver copies the sample into its own buffer, as iceoryx2's subscribers get read-only samples) and a Unix stream socket with its default buffers (one writev of a length and the buffer, one readv of both): each message, of any length, starts in the sender's own buffer and ends in a buffer the receiver owns and may write, both in 4 KiB pages (4k) or in transparent huge pages (2m); below 4 KiB the messages are slots of one such buffer, and more of them are streamed (up to 2000 × 4 KiB / size, 16384 at most). The two processes are pinned to a CPU each{}. Each run streams a warm-up first (iceoryx2 also writes and reads every sample of its pool once), and the receiver checks every byte of every message, always outside the times taken. Latency: messages one at a time, from the send's start at the sender to the message in the receiver's buffer, both read on CLOCK_MONOTONIC (one host, one clock: no return leg). Ping-pong: at a go-ahead the sender sends a message and waits for a 1-byte reply over the same transport the other way (zcio: the same channel; the socket: the same socket; iceoryx2: a second publish-subscribe and event service, used alike), timed from the send's start to the reply in the sender's buffer; half the median round trip. Send: the time inside the send of those messages (zcio's send call; iceoryx2's loan, copy and send, without the notification that follows; the socket's writes). Throughput: the sender writes a run's messages into buffers of its own first, then sends them back to back into the receiver's buffers; their bytes over the time from the first send's start to the last receipt. CPU: both processes' CPU time over that stream, per message (no data written or checked in it). Medians over {} round{} (contenders in rotating order), spread lowest–highest round.",
+        zcio_genie::memnet::loan::LENT_FILES,
         s.cpus
             .map_or(" (not here: the bench could run on one CPU only)".into(), |[r, t]| format!(
                 " (receiver on CPU {r}, sender on CPU {t})"
@@ -236,7 +235,8 @@ fn crossover_marks(s: &ChannelSection, curves: &[Series]) -> Vec<Series> {
 }
 
 /// A contender's colour in the figures, the same in every run whichever ran: zcio's copy,
-/// emulated copy, iceoryx2, the Unix socket, zcio's loans, then zcio's other semantics.
+/// emulated copy, iceoryx2, the Unix socket, zcio's sealed loans, zcio's other semantics,
+/// zcio's volatile loans.
 fn color(contender: &str) -> usize {
     match Contender::parse(contender) {
         Ok(Contender::Zcio(zcio_genie::Semantics::Copy)) => 0,
@@ -244,9 +244,10 @@ fn color(contender: &str) -> usize {
         Ok(Contender::Iceoryx2) => 2,
         Ok(Contender::Unix) => 3,
         Ok(Contender::Loan) => 4,
+        Ok(Contender::VolatileLoan) => 7,
         Ok(Contender::Zcio(zcio_genie::Semantics::Share)) => 5,
         Ok(Contender::Zcio(zcio_genie::Semantics::EmulatedShare)) => 6,
-        _ => 7,
+        _ => 8,
     }
 }
 
@@ -333,19 +334,20 @@ mod tests {
     /// loan that came not mapped), and at 1 MiB (below the targets' sizes).
     fn a_run() -> ChannelSection {
         let mapped = "output: move: a sealed memory file's pages handed over; input: move: a sealed memory file mapped privately";
+        let lent = "output: weak move: a volatile memory file lent, its mapping kept; input: weak move: a volatile memory file mapped in place, its mapping kept";
         let of = |who: &str, bytes: usize, g: Granule, gbps: f64| {
             let mut r = row(bytes, g, "");
             r.contender = who.into();
             r.throughput_gbps = Some(gbps);
             r.path = who.starts_with("zcio").then(|| {
-                if who == "zcio-loan" {
-                    mapped
-                } else {
-                    "output: copy"
+                match who {
+                    "zcio-loan" => mapped,
+                    "zcio-loan-volatile" => lent,
+                    _ => "output: copy",
                 }
                 .to_string()
             });
-            if who == "zcio-loan" {
+            if who.starts_with("zcio-loan") {
                 r.make_ns = Some(bytes as f64 / 20.0);
                 r.vm_granule = Some(g.name().into());
             }
@@ -361,6 +363,7 @@ mod tests {
                 rows.push(of("zcio-copy", b, g, cp));
                 rows.push(of("zcio-emulated-copy", b, g, ec));
                 rows.push(of("zcio-loan", b, g, loan));
+                rows.push(of("zcio-loan-volatile", b, g, 10.0 * loan));
                 rows.push(of("iceoryx2", b, g, iox));
                 rows.push(of("unix", b, g, unix));
             }
@@ -373,6 +376,7 @@ mod tests {
                     "zcio-copy",
                     "zcio-emulated-copy",
                     "zcio-loan",
+                    "zcio-loan-volatile",
                     "iceoryx2",
                     "unix",
                 ]
@@ -414,7 +418,7 @@ mod tests {
         );
         // Loans: 30/6 and 20/8, 30/3 and 20/5.
         assert!(
-            k4.contains("zcio-loan 2.50–5.00× iceoryx2's (target ≥ 1×: met at 2 of 2), and 4.00–10.00× the Unix socket's (target ≥ 3×: met at 2 of 2)."),
+            k4.contains("zcio-loan 2.50–5.00× iceoryx2's (target ≥ 1×: met at 2 of 2), and 4.00–10.00× the Unix socket's (target ≥ 3×: met at 2 of 2); zcio-loan-volatile 25.00–50.00× iceoryx2's (target ≥ 1×: met at 2 of 2), and 40.00–100.00× the Unix socket's (target ≥ 3×: met at 2 of 2)."),
             "{k4}"
         );
         // With 2m, zcio-copy at 2 MiB is not verified: emulated copy is the best there.
@@ -427,7 +431,15 @@ mod tests {
     fn the_loan_sentence_says_from_the_paths_whether_a_byte_was_copied() {
         let mut s = a_run();
         let said = super::super::render::loan_sentences(&s);
-        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(said.len(), 4, "{said:?}");
+        assert!(
+            said[2].starts_with(
+                "No byte of zcio-loan-volatile's messages was copied in this run: at all 6 sizes × granules"
+            ) && said[2].contains("mapped in place"),
+            "{}",
+            said[2]
+        );
+        assert!(said[3].starts_with("Taking a volatile loan"), "{}", said[3]);
         assert!(
             said[0].starts_with(
                 "No byte of zcio-loan's messages was copied in this run: at all 6 sizes × granules"
@@ -474,8 +486,9 @@ mod tests {
         assert_eq!(of("iceoryx2"), Some(2));
         assert_eq!(of("unix"), Some(3));
         assert_eq!(of("zcio-loan"), Some(4));
+        assert_eq!(of("zcio-loan-volatile"), Some(7));
         let colours: std::collections::BTreeSet<_> = curves.iter().map(|c| c.color).collect();
-        assert_eq!(colours.len(), 5, "one colour per contender");
+        assert_eq!(colours.len(), 6, "one colour per contender");
     }
 
     #[test]

@@ -194,25 +194,31 @@ impl IceoryxTx {
 impl TxEnd {
     fn open(c: Contender, a: &SenderArgs, ctl: &UnixStream) -> Res<TxEnd> {
         Ok(match c {
-            Contender::Zcio(_) | Contender::Loan => TxEnd::Zcio(Box::new(ZcioTx {
-                ch: connect(&a.name)?,
-                sem: match c {
-                    Contender::Zcio(sem) => sem,
-                    _ => Semantics::Copy,
-                },
-                loans: (c == Contender::Loan).then(|| {
-                    // A loan in 2 MiB pages holds whole ones: below 2 MiB it takes 4 KiB pages
-                    // (as `Loan::new` does), or thousands of small messages would hold
-                    // gigabytes.
-                    let g = match a.granule {
-                        Granule::Huge if a.bytes >= 2 << 20 => zcio_genie::Granule::Huge,
-                        _ => zcio_genie::Granule::Base,
-                    };
-                    (g, std::collections::HashMap::new())
-                }),
-                prev: None,
-                last: None,
-            })),
+            Contender::Zcio(_) | Contender::Loan | Contender::VolatileLoan => {
+                TxEnd::Zcio(Box::new(ZcioTx {
+                    ch: {
+                        let mut ch = connect(&a.name)?;
+                        ch.set_volatile_loans(c == Contender::VolatileLoan);
+                        ch
+                    },
+                    sem: match c {
+                        Contender::Zcio(sem) => sem,
+                        _ => Semantics::Copy,
+                    },
+                    loans: c.is_loan().then(|| {
+                        // A loan in 2 MiB pages holds whole ones: below 2 MiB it takes 4 KiB pages
+                        // (as `Loan::new` does), or thousands of small messages would hold
+                        // gigabytes.
+                        let g = match a.granule {
+                            Granule::Huge if a.bytes >= 2 << 20 => zcio_genie::Granule::Huge,
+                            _ => zcio_genie::Granule::Base,
+                        };
+                        (g, std::collections::HashMap::new())
+                    }),
+                    prev: None,
+                    last: None,
+                }))
+            }
             Contender::Iceoryx2 => {
                 let node = node()?;
                 let sname = ServiceName::new(&a.name)?;
@@ -292,7 +298,10 @@ impl TxEnd {
             && let Some((g, made)) = &mut z.loans
         {
             let t0 = monotonic_ns();
-            let loan = Loan::with_granule(ring.bytes(), *g)?;
+            let loan = match z.ch.memnet() {
+                Some(m) => m.loan_with_granule(ring.bytes(), *g)?,
+                None => Loan::with_granule(ring.bytes(), *g)?,
+            };
             alloc[i] = monotonic_ns() - t0;
             return Ok(&mut made.entry(i).insert_entry(loan).into_mut()[..]);
         }
@@ -466,11 +475,7 @@ pub fn run(a: &SenderArgs) -> Res<()> {
         stream_cpu_ns,
         path,
         vm_granule,
-        alloc_ns: if c == Contender::Loan {
-            alloc
-        } else {
-            Vec::new()
-        },
+        alloc_ns: if c.is_loan() { alloc } else { Vec::new() },
     };
     let mut out = &ctl;
     out.write_all(&serde_json::to_vec(&report)?)?;
