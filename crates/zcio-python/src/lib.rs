@@ -1,0 +1,667 @@
+//! zcio for Python: the extension module `zcio`.
+//!
+//! Two Python processes find each other by a name and pass large buffers (`bytes`,
+//! `bytearray`, `memoryview`, `array.array`, `mmap`, numpy arrays: anything with the buffer
+//! protocol, C-contiguous) under Genie's emulated copy: [`Channel::send`] returns once the
+//! message is queued and the caller may change its object at once; the receiver gets the bytes
+//! as they were at the call, in a [`Buffer`] of its own that numpy views without a copy.
+//!
+//! ```python
+//! import zcio, numpy as np
+//! # one process
+//! with zcio.listen("frames") as l, l.accept() as ch:
+//!     a = np.frombuffer(ch.recv(), dtype=np.float32)   # writable, no copy
+//! # another
+//! with zcio.connect("frames", timeout=5) as ch:
+//!     ch.send(np.ones(1 << 28, dtype=np.float32))
+//! ```
+//!
+//! Every blocking call releases the GIL ([`Python::detach`]) and ends at a signal whose handler
+//! raises (Ctrl-C: `KeyboardInterrupt`), at its timeout (`TimeoutError`), or when the peer is
+//! gone ([`PeerGone`], a `ConnectionError`). The module is a thin layer over `zcio`'s
+//! [`zcio::Channel`]: this file is the ABI edge, and its `unsafe` is the buffer protocol's.
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyBufferError, PyConnectionError, PyException, PyTimeoutError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::{create_exception, ffi};
+use std::ffi::{CString, c_int, c_void};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use zcio::{ErrorKind, GenieError, InputBuffering, Received, Semantics, Waits};
+
+create_exception!(
+    zcio,
+    Error,
+    PyException,
+    "A zcio call failed; the message says what was wrong."
+);
+create_exception!(
+    zcio,
+    PeerGone,
+    PyConnectionError,
+    "The process at the other end of the channel is gone."
+);
+create_exception!(
+    zcio,
+    TooSmall,
+    PyValueError,
+    "The buffer is smaller than the next message, which stays queued; `needed` is its length."
+);
+
+/// "zcioPKL5": the first word of `send_obj`'s header message.
+const OBJ_MAGIC: u64 = 0x7a63_696f_504b_4c35;
+
+/// From this length up, an emulated-copy send on this host copies the bytes once into a loan
+/// (a sealed memory file in 2 MiB pages from 2 MiB) that the receiver maps without a copy: a
+/// Python object's memory is rarely page-aligned (numpy's is 16 bytes past a page), which the
+/// page-protection path pays for in faults at every later write, and the loan returns whatever
+/// the receiver does, with no window to wait for.
+const LOAN_FROM: usize = 1 << 20;
+
+/// The Python exception for a zcio error.
+fn to_py(e: GenieError) -> PyErr {
+    let msg = e.to_string();
+    match e.kind() {
+        ErrorKind::PeerGone => PeerGone::new_err(msg),
+        ErrorKind::TimedOut => PyTimeoutError::new_err(msg),
+        ErrorKind::InvalidArgument => PyValueError::new_err(msg),
+        ErrorKind::TooSmall { needed } => Python::attach(|py| {
+            let err = TooSmall::new_err(msg);
+            // The length needed, as an attribute the caller can read.
+            let _ = err.value(py).setattr("needed", needed);
+            err
+        }),
+        _ => Error::new_err(msg),
+    }
+}
+
+/// A semantics by its name (`"emulated-copy"` or `"emulated_copy"`); the channel's buffer calls
+/// take those whose application owns the buffers.
+fn semantics(name: &str) -> PyResult<Semantics> {
+    let s: Semantics = name
+        .replace('_', "-")
+        .parse()
+        .map_err(|e: String| PyValueError::new_err(e))?;
+    if s.allocation() == zcio::genie::semantics::Allocation::System {
+        return Err(PyValueError::new_err(format!(
+            "semantics {name:?}: a channel's send takes copy, emulated-copy, share or \
+             emulated-share (the others pass the system's regions, not your buffer)"
+        )));
+    }
+    Ok(s)
+}
+
+/// A timeout in seconds (`None`: none), checked.
+fn timeout_of(t: Option<f64>) -> PyResult<Option<Duration>> {
+    match t {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(PyValueError::new_err(format!(
+            "timeout {s}: seconds, 0 or more, or None"
+        ))),
+    }
+}
+
+/// Run `call` without the GIL, within `timeout`, ending at a signal whose Python handler
+/// raises (the handler runs with the GIL back, then the call goes on for what is left of its
+/// time).
+fn blocking<T: Send>(
+    py: Python<'_>,
+    timeout: Option<Duration>,
+    mut call: impl FnMut(Waits) -> Result<T, GenieError> + Send,
+) -> PyResult<T> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let waits = Waits {
+            timeout: deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            interruptible: true,
+        };
+        match py.detach(|| call(waits)) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => py.check_signals()?,
+            r => return r.map_err(to_py),
+        }
+    }
+}
+
+/// A C-contiguous buffer of `obj`'s bytes, for reading (or writing: `writable`), with a clear
+/// error for what cannot be one. An exporter whose items are not bytes (a numpy array of
+/// floats, an `array.array('d')`) is taken as its bytes, through `memoryview(obj).cast("B")`.
+fn buffer_of(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<PyBuffer<u8>> {
+    let no_buffer = |e: PyErr| {
+        PyTypeError::new_err(format!(
+            "{}: zcio takes an object with the buffer protocol (bytes, bytearray, memoryview,              array.array, mmap, a numpy array): {e}",
+            type_name(obj)
+        ))
+    };
+    let not_contiguous = || {
+        PyBufferError::new_err(format!(
+            "{}: not C-contiguous (a strided view or a transposed array); pass a contiguous \
+             copy, numpy.ascontiguousarray(a)",
+            type_name(obj)
+        ))
+    };
+    let buf = match PyBuffer::<u8>::get(obj) {
+        Ok(b) => b,
+        Err(e) => {
+            let py = obj.py();
+            let mv = py
+                .import("builtins")?
+                .getattr("memoryview")?
+                .call1((obj,))
+                .map_err(|_| no_buffer(e))?;
+            if !mv.getattr("c_contiguous")?.is_truthy()? {
+                return Err(not_contiguous());
+            }
+            PyBuffer::<u8>::get(&mv.call_method1("cast", ("B",))?)?
+        }
+    };
+    if !buf.is_c_contiguous() {
+        return Err(not_contiguous());
+    }
+    if writable && buf.readonly() {
+        return Err(PyBufferError::new_err(format!(
+            "{}: read-only; receive into a writable object (a bytearray, a writable numpy \
+             array) or use recv()",
+            type_name(obj)
+        )));
+    }
+    Ok(buf)
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "object".into(), |n| n.to_string())
+}
+
+/// The bytes of `buf`, to read without the GIL.
+fn bytes_of(buf: &PyBuffer<u8>) -> &[u8] {
+    if buf.len_bytes() == 0 {
+        return &[];
+    }
+    // SAFETY: `buf` holds the exporter's buffer (PEP 3118: its memory stays and is not resized
+    // while a view exists) and is C-contiguous (checked by `buffer_of`), so `len_bytes` bytes
+    // from `buf_ptr` are its memory, alive as long as the borrow of `buf`. Other Python threads
+    // may write it meanwhile, as with any C extension that releases the GIL over a buffer.
+    unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) }
+}
+
+/// The bytes of `buf`, to write without the GIL (the memory is the exporter's, not the
+/// `PyBuffer`'s: a shared borrow of the handle gives writable bytes, as the C API does).
+#[expect(
+    clippy::mut_from_ref,
+    reason = "the bytes belong to the exporter, not the handle"
+)]
+fn bytes_of_mut(buf: &PyBuffer<u8>) -> &mut [u8] {
+    if buf.len_bytes() == 0 {
+        return &mut [];
+    }
+    // SAFETY: as `bytes_of`; the buffer is writable (checked by `buffer_of`), and this call is
+    // its only writer in this extension while the slice lives.
+    unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut u8, buf.len_bytes()) }
+}
+
+/// Send `bytes` under `sem` ([`LOAN_FROM`] says when an emulated copy goes as a loan).
+fn send_one(
+    ch: &mut zcio::Channel,
+    sem: Semantics,
+    bytes: &[u8],
+) -> Result<(zcio::Ticket, zcio::Accounting), GenieError> {
+    if sem == Semantics::EmulatedCopy && bytes.len() >= LOAN_FROM && ch.transport() == "memnet" {
+        let mut loan = ch.loan(bytes.len())?;
+        loan.copy_from_slice(bytes);
+        let (t, mut acc) = ch.send_loan(loan)?;
+        acc.cpu_copied_bytes = bytes.len() as u64;
+        return Ok((t, acc));
+    }
+    ch.send(sem, bytes)
+}
+
+/// Listens on a name: `zcio.listen(name)`; each `accept()` is a channel to one client.
+#[pyclass(module = "zcio")]
+struct Listener {
+    inner: Mutex<Option<zcio::ChannelListener>>,
+    name: String,
+}
+
+#[pymethods]
+impl Listener {
+    /// Wait for the next client (at most `timeout` seconds) and return its channel.
+    #[pyo3(signature = (timeout=None))]
+    fn accept(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Channel> {
+        let timeout = timeout_of(timeout)?;
+        let ch = blocking(py, timeout, |w| {
+            let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            match g.as_ref() {
+                Some(l) => l.accept(w.timeout.or(Some(Duration::from_secs(3600 * 24 * 365)))),
+                None => Err(closed()),
+            }
+        })?;
+        Ok(Channel::new(ch))
+    }
+
+    /// The name clients connect to.
+    #[getter]
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// Stop listening (the name is free again).
+    fn close(&self) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _t: &Bound<'_, PyAny>,
+        _v: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("zcio.Listener({:?})", self.name)
+    }
+}
+
+/// What a call on a closed channel or listener gets (`ValueError`, as a closed file's calls).
+fn closed() -> GenieError {
+    GenieError::InvalidArgument {
+        arg: "self",
+        rule: "the channel (or listener) is closed".into(),
+    }
+}
+
+/// One end of a channel (`zcio.connect`, `Listener.accept`).
+#[pyclass(module = "zcio")]
+struct Channel {
+    inner: Mutex<Option<zcio::Channel>>,
+    /// The path the last call's data took, as the library said.
+    last_path: Mutex<String>,
+}
+
+impl Channel {
+    fn new(ch: zcio::Channel) -> Channel {
+        Channel {
+            inner: Mutex::new(Some(ch)),
+            last_path: Mutex::new(String::new()),
+        }
+    }
+
+    fn said(&self, acc: &zcio::Accounting) {
+        *self.last_path.lock().unwrap_or_else(|e| e.into_inner()) = acc.path.to_string();
+    }
+
+    /// Run `f` on the channel, without the GIL ([`blocking`]).
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(&mut zcio::Channel) -> Result<T, GenieError> + Send,
+    ) -> PyResult<T> {
+        blocking(py, timeout, |w| {
+            let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let ch = g.as_mut().ok_or_else(closed)?;
+            ch.set_waits(w);
+            f(ch)
+        })
+    }
+
+    fn send_bytes(&self, py: Python<'_>, sem: Semantics, buf: &PyBuffer<u8>) -> PyResult<u64> {
+        let bytes = bytes_of(buf);
+        let (t, acc) = self.call(py, None, |ch| send_one(ch, sem, bytes))?;
+        self.said(&acc);
+        Ok(t.0)
+    }
+
+    fn recv_buffer(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Buffer> {
+        let (data, acc) = self.call(py, timeout, |ch| ch.recv_loan())?;
+        self.said(&acc);
+        Ok(Buffer { data })
+    }
+}
+
+#[pymethods]
+impl Channel {
+    /// Send the bytes of `obj` (any C-contiguous object with the buffer protocol) under
+    /// `semantics` (default emulated copy: the call returns once the message is queued, and
+    /// `obj` may be changed at once; the receiver gets its bytes as they were at the call).
+    /// Returns a ticket for `wait`. With "share" or "emulated-share", `obj` must not change
+    /// until `wait(ticket)` returns.
+    #[pyo3(signature = (obj, semantics="emulated-copy"))]
+    fn send(&self, py: Python<'_>, obj: &Bound<'_, PyAny>, semantics: &str) -> PyResult<u64> {
+        let sem = self::semantics(semantics)?;
+        let buf = buffer_of(obj, false)?;
+        self.send_bytes(py, sem, &buf)
+    }
+
+    /// Receive the next message into a `zcio.Buffer` of its own length: writable, with the
+    /// buffer protocol (`numpy.frombuffer(buf, dtype)` views it without a copy), freed when
+    /// the last view of it is gone.
+    #[pyo3(signature = (timeout=None))]
+    fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Buffer> {
+        let timeout = timeout_of(timeout)?;
+        self.recv_buffer(py, timeout)
+    }
+
+    /// Receive the next message into `obj` (writable, C-contiguous); returns its length. A
+    /// message longer than `obj` stays queued, and `zcio.TooSmall` says its length (`needed`).
+    #[pyo3(signature = (obj, timeout=None))]
+    fn recv_into(
+        &self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<usize> {
+        let timeout = timeout_of(timeout)?;
+        let buf = buffer_of(obj, true)?;
+        let out = bytes_of_mut(&buf);
+        let (n, acc) = self.call(py, timeout, |ch| {
+            ch.recv(Semantics::EmulatedCopy, out, InputBuffering::EarlyDemux)
+        })?;
+        self.said(&acc);
+        Ok(n)
+    }
+
+    /// The path the last send or receive's data took, as zcio reported it (which mechanism,
+    /// or which fallback and why).
+    #[getter]
+    fn last_path(&self) -> String {
+        self.last_path
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The length of the next message, waiting for it; the message stays queued.
+    #[pyo3(signature = (timeout=None))]
+    fn peek_len(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
+        let timeout = timeout_of(timeout)?;
+        self.call(py, timeout, |ch| ch.peek_len())
+    }
+
+    /// Wait until the output `ticket` has reached the receiver.
+    #[pyo3(signature = (ticket, timeout=None))]
+    fn wait(&self, py: Python<'_>, ticket: u64, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = timeout_of(timeout)?;
+        self.call(py, timeout, |ch| ch.wait(zcio::Ticket(ticket)))
+    }
+
+    /// Wait until every output has reached the receiver.
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = timeout_of(timeout)?;
+        self.call(py, timeout, |ch| ch.flush())
+    }
+
+    /// Send any picklable object (pickle protocol 5): the large buffers it holds (numpy
+    /// arrays, `bytearray`, `pickle.PickleBuffer`) go out of band, each a message of its own
+    /// under emulated copy, so their bytes are never pickled.
+    fn send_obj(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+        let pickle = py.import("pickle")?;
+        let bufs = PyList::empty(py);
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("protocol", 5)?;
+        kwargs.set_item("buffer_callback", bufs.getattr("append")?)?;
+        let data = pickle.getattr("dumps")?.call((obj,), Some(&kwargs))?;
+        let data = data.cast::<PyBytes>()?;
+        let mut views = Vec::with_capacity(bufs.len());
+        for b in bufs.iter() {
+            let raw = b.call_method0("raw")?;
+            views.push(buffer_of(&raw, false)?);
+        }
+        // Header: magic, the pickle's length, then each buffer's length (empty ones are not
+        // sent: a message holds one byte at least).
+        let mut head = Vec::with_capacity(8 * (3 + views.len()));
+        head.extend_from_slice(&OBJ_MAGIC.to_le_bytes());
+        head.extend_from_slice(&(views.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(data.as_bytes().len() as u64).to_le_bytes());
+        for v in &views {
+            head.extend_from_slice(&(v.len_bytes() as u64).to_le_bytes());
+        }
+        let pickled = data.as_bytes();
+        self.call(py, None, |ch| {
+            ch.send(Semantics::Copy, &head)?;
+            ch.send(Semantics::EmulatedCopy, pickled)?;
+            for v in &views {
+                if v.len_bytes() > 0 {
+                    send_one(ch, Semantics::EmulatedCopy, bytes_of(v))?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Receive an object sent by `send_obj`; its out-of-band buffers are `zcio.Buffer`s
+    /// (numpy arrays built on them are writable).
+    #[pyo3(signature = (timeout=None))]
+    fn recv_obj<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = timeout_of(timeout)?;
+        let head = self.recv_buffer(py, timeout)?;
+        let word = |i: usize| -> Option<u64> {
+            let b = head.data.get(i * 8..i * 8 + 8)?;
+            Some(u64::from_le_bytes(b.try_into().ok()?))
+        };
+        let n = match (word(0), word(1)) {
+            (Some(OBJ_MAGIC), Some(n)) if head.data.len() as u64 == 8 * (3 + n) => n as usize,
+            _ => {
+                return Err(Error::new_err(format!(
+                    "recv_obj: the next message ({} bytes) is not a send_obj header; it was \
+                     taken off the channel",
+                    head.data.len()
+                )));
+            }
+        };
+        let data = self.recv_buffer(py, None)?;
+        if Some(data.data.len() as u64) != word(2) {
+            return Err(Error::new_err(format!(
+                "recv_obj: a pickle of {} bytes where the header said {:?}",
+                data.data.len(),
+                word(2)
+            )));
+        }
+        let mut bufs: Vec<Bound<'py, PyAny>> = Vec::with_capacity(n);
+        for i in 0..n {
+            let len = word(3 + i).unwrap_or(0) as usize;
+            if len == 0 {
+                bufs.push(pyo3::types::PyByteArray::new(py, &[]).into_any());
+                continue;
+            }
+            let b = self.recv_buffer(py, None)?;
+            if b.data.len() != len {
+                return Err(Error::new_err(format!(
+                    "recv_obj: buffer {i} of {} bytes where the header said {len}",
+                    b.data.len()
+                )));
+            }
+            bufs.push(Bound::new(py, b)?.into_any());
+        }
+        let data = Bound::new(py, data)?;
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("buffers", PyTuple::new(py, bufs)?)?;
+        py.import("pickle")?
+            .getattr("loads")?
+            .call((data,), Some(&kwargs))
+    }
+
+    /// The channel's file descriptor, readable when a message is ready (for `select`,
+    /// `selectors`, `asyncio`'s `add_reader`).
+    fn fileno(&self) -> PyResult<i32> {
+        use std::os::fd::AsRawFd;
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref()
+            .map(|ch| ch.as_raw_fd())
+            .ok_or_else(|| to_py(closed()))
+    }
+
+    /// Close this end (the peer's next call fails with `zcio.PeerGone`).
+    fn close(&self) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Whether this end is closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _t: &Bound<'_, PyAny>,
+        _v: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(ch) => format!("zcio.Channel(transport={:?})", ch.transport()),
+            None => "zcio.Channel(closed)".into(),
+        }
+    }
+}
+
+/// A received message: bytes of this process's own, writable, with the buffer protocol.
+#[pyclass(module = "zcio", weakref)]
+struct Buffer {
+    data: Received,
+}
+
+#[pymethods]
+impl Buffer {
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Export the bytes, writable, one dimension of unsigned bytes (`"B"`).
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("a null Py_buffer"));
+        }
+        let (ptr, len) = {
+            let mut b = slf.borrow_mut();
+            let bytes: &mut [u8] = &mut b.data;
+            (bytes.as_mut_ptr(), bytes.len())
+        };
+        // SAFETY: `view` is the caller's Py_buffer (not null, checked); the bytes are the
+        // received message's (its pages do not move while it lives), which lives as long as
+        // the Buffer object, and `view.obj` holds a strong
+        // reference to that object until the view is released. `shape` and `strides` point
+        // into the view itself, as CPython's own exporters do for one dimension.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = ptr as *mut c_void;
+            (*view).len = len as isize;
+            (*view).readonly = 0;
+            (*view).itemsize = 1;
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                CString::new("B").expect("no nul").into_raw()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+                &mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: `view` is a view `__getbuffer__` filled; its format is null or the CString
+        // made there, freed once here.
+        unsafe {
+            if !(*view).format.is_null() {
+                drop(CString::from_raw((*view).format));
+            }
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("zcio.Buffer({} bytes)", self.data.len())
+    }
+}
+
+/// `zcio.listen(name, window=None)`: listen on `name` (a plain name on this host;
+/// `tcp://address:port` for peers on other hosts). Only this user's processes may connect on
+/// this host. `window`: the bytes of messages each end of a channel may have in flight before
+/// `send` waits for the receiver (16 MiB unless given).
+#[pyfunction]
+#[pyo3(signature = (name, window=None))]
+fn listen(name: &str, window: Option<usize>) -> PyResult<Listener> {
+    let mut l = zcio::Channel::listen(name).map_err(to_py)?;
+    if let Some(w) = window {
+        if w == 0 {
+            return Err(PyValueError::new_err(
+                "window 0: a window holds one byte at least",
+            ));
+        }
+        l.set_link_options(zcio::LinkOptions { window: w });
+    }
+    let name = l.name().map_err(to_py)?;
+    Ok(Listener {
+        inner: Mutex::new(Some(l)),
+        name,
+    })
+}
+
+/// `zcio.connect(name, timeout=None)`: connect to the listener of `name`, waiting up to
+/// `timeout` seconds (None: a minute) for it to be there.
+#[pyfunction]
+#[pyo3(signature = (name, timeout=None))]
+fn connect(py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Channel> {
+    let t = timeout_of(timeout)?.unwrap_or(Duration::from_secs(60));
+    let name = name.to_string();
+    let ch = py
+        .detach(|| zcio::Channel::connect(&name, t))
+        .map_err(to_py)?;
+    Ok(Channel::new(ch))
+}
+
+/// The extension module.
+#[pymodule]
+#[pyo3(name = "zcio")]
+fn zcio_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_function(wrap_pyfunction!(listen, m)?)?;
+    m.add_function(wrap_pyfunction!(connect, m)?)?;
+    m.add_class::<Listener>()?;
+    m.add_class::<Channel>()?;
+    m.add_class::<Buffer>()?;
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("PeerGone", py.get_type::<PeerGone>())?;
+    m.add("TooSmall", py.get_type::<TooSmall>())?;
+    Ok(())
+}

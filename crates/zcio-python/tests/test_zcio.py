@@ -1,0 +1,352 @@
+"""zcio from Python: the tests `cargo test -p zcio-python` runs with the machine's python3.
+
+Each test passes real messages between real processes (a child started with
+`subprocess` or `multiprocessing`) or between two ends in this process, and checks the
+bytes one by one. The numpy tests run where numpy is importable (CI installs it).
+"""
+
+import array
+import mmap
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import unittest
+import uuid
+import weakref
+
+import zcio
+
+try:
+    import numpy as np
+except ImportError:  # the tests that need it say so
+    np = None
+
+NEED_NUMPY = unittest.skipUnless(np is not None, "numpy is not importable here")
+
+
+def unique(what):
+    return f"zcio-py-{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def pattern(n, seed):
+    return bytes((i * 7 + seed) % 251 for i in range(min(n, 251))) * (n // 251 + 1)
+
+
+def pair():
+    """Two connected ends in this process: a listener's accepted end and a client's."""
+    name = unique("pair")
+    lst = zcio.listen(name)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("rx", lst.accept(timeout=30)))
+    t.start()
+    tx = zcio.connect(name, timeout=30)
+    t.join()
+    lst.close()
+    return tx, got["rx"]
+
+
+def child(code, *args):
+    """A separate Python process running `code` (with this module importable)."""
+    env = dict(os.environ)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+class Buffers(unittest.TestCase):
+    def test_every_buffer_type_changed_after_send_arrives_as_it_was(self):
+        tx, rx = pair()
+        with tx, rx:
+            n = 3 * 4096 + 17
+            m = mmap.mmap(-1, n)
+            m.write(pattern(n, 5)[:n])
+            objs = {
+                "bytes": pattern(n, 1)[:n],
+                "bytearray": bytearray(pattern(n, 2)[:n]),
+                "memoryview": memoryview(bytearray(pattern(n, 3)[:n])),
+                "array": array.array("B", pattern(n, 4)[:n]),
+                "mmap": m,
+            }
+            if np is not None:
+                objs["numpy"] = np.frombuffer(pattern(n, 6)[:n], dtype=np.uint8).copy()
+            for name, obj in objs.items():
+                want = bytes(memoryview(obj).cast("B"))
+                tx.send(obj)
+                # Change it at once (bytes cannot change).
+                if name != "bytes":
+                    view = memoryview(obj).cast("B")
+                    view[:] = b"\xee" * len(view)
+                got = rx.recv(timeout=30)
+                self.assertEqual(len(got), n, name)
+                self.assertEqual(bytes(got), want, f"{name}: the receiver's bytes")
+
+    def test_a_float_array_goes_as_its_bytes(self):
+        tx, rx = pair()
+        with tx, rx:
+            a = array.array("d", [float(i) / 3 for i in range(100_000)])
+            want = a.tobytes()
+            tx.send(a)
+            a[0] = -1.0
+            got = rx.recv(timeout=30)
+            self.assertEqual(bytes(got), want)
+            back = array.array("d")
+            back.frombytes(bytes(got))
+            self.assertEqual(back[1], 1 / 3)
+
+    def test_the_received_buffer_is_writable_its_own_and_freed_with_its_last_view(self):
+        tx, rx = pair()
+        with tx, rx:
+            tx.send(b"\x01" * 10_000)
+            buf = rx.recv(timeout=30)
+            self.assertIsInstance(buf, zcio.Buffer)
+            view = memoryview(buf)
+            self.assertFalse(view.readonly)
+            self.assertEqual(view.format, "B")
+            view[0] = 9
+            self.assertEqual(bytes(buf)[:2], b"\x09\x01")
+            gone = weakref.ref(buf)
+            del buf
+            self.assertIsNotNone(gone(), "a view still holds it")
+            view.release()
+            del view
+            self.assertIsNone(gone(), "freed with its last view")
+
+    def test_recv_into_fills_a_buffer_of_the_callers_and_a_small_one_keeps_the_message(self):
+        tx, rx = pair()
+        with tx, rx:
+            tx.send(pattern(50_000, 9)[:50_000])
+            small = bytearray(1000)
+            with self.assertRaises(zcio.TooSmall) as e:
+                rx.recv_into(small, timeout=30)
+            self.assertEqual(e.exception.needed, 50_000)
+            self.assertIn("50000", str(e.exception))
+            self.assertEqual(rx.peek_len(timeout=30), 50_000)
+            big = bytearray(60_000)
+            n = rx.recv_into(big, timeout=30)
+            self.assertEqual(n, 50_000)
+            self.assertEqual(bytes(big[:n]), pattern(50_000, 9)[:50_000])
+
+    def test_a_read_only_target_or_a_non_buffer_is_refused_by_name(self):
+        tx, rx = pair()
+        with tx, rx:
+            tx.send(b"abc")
+            with self.assertRaises(BufferError) as e:
+                rx.recv_into(b"xyz", timeout=30)
+            self.assertIn("read-only", str(e.exception))
+            # The message is still there.
+            self.assertEqual(bytes(rx.recv(timeout=30)), b"abc")
+            with self.assertRaises(TypeError) as e:
+                tx.send("a str has no buffer")
+            self.assertIn("buffer protocol", str(e.exception))
+            with self.assertRaises(ValueError):
+                tx.send(b"")
+            with self.assertRaises(ValueError) as e:
+                tx.send(b"x", semantics="move")
+            self.assertIn("move", str(e.exception))
+
+    @NEED_NUMPY
+    def test_a_non_contiguous_array_is_refused_with_a_clear_message(self):
+        tx, rx = pair()
+        with tx, rx:
+            a = np.arange(1000, dtype=np.float64).reshape(10, 100)
+            for bad in (a[:, ::2], a.T):
+                with self.assertRaises(BufferError) as e:
+                    tx.send(bad)
+                self.assertIn("not C-contiguous", str(e.exception))
+            tx.send(np.ascontiguousarray(a.T))
+            got = np.frombuffer(rx.recv(timeout=30), dtype=np.float64).reshape(100, 10)
+            self.assertTrue((got == a.T).all())
+
+    @NEED_NUMPY
+    def test_numpy_views_a_received_buffer_writable_without_a_copy(self):
+        tx, rx = pair()
+        with tx, rx:
+            a = np.arange(1 << 20, dtype=np.float32)
+            tx.send(a)
+            # 4 MiB: copied once into a sealed memory file, which the receiver maps.
+            self.assertIn("sealed memory file", tx.last_path)
+            a[:] = -1
+            buf = rx.recv(timeout=30)
+            self.assertIn("mapped privately", rx.last_path)
+            b = np.frombuffer(buf, dtype=np.float32)
+            self.assertTrue(b.flags.writeable)
+            self.assertEqual(b[12345], 12345.0)
+            b[0] = 42
+            self.assertEqual(np.frombuffer(buf, dtype=np.float32)[0], 42, "the same memory")
+            self.assertEqual(np.asarray(buf).dtype, np.uint8)
+
+
+class Objects(unittest.TestCase):
+    @NEED_NUMPY
+    def test_send_obj_carries_a_dict_of_arrays_out_of_band(self):
+        tx, rx = pair()
+        with tx, rx:
+            obj = {
+                "x": np.arange(1 << 18, dtype=np.int64),
+                "y": np.ones((64, 64), dtype=np.float32),
+                "empty": np.zeros(0, dtype=np.uint8),
+                "name": "frames",
+                "n": [1, 2, 3],
+            }
+            tx.send_obj(obj)
+            obj["x"][:] = 0
+            got = rx.recv_obj(timeout=30)
+            self.assertEqual(got["name"], "frames")
+            self.assertEqual(got["n"], [1, 2, 3])
+            self.assertTrue((got["x"] == np.arange(1 << 18)).all())
+            self.assertTrue(got["x"].flags.writeable)
+            self.assertEqual(got["y"].shape, (64, 64))
+            self.assertEqual(got["empty"].size, 0)
+
+    def test_send_obj_of_plain_objects_and_bytearrays(self):
+        tx, rx = pair()
+        with tx, rx:
+            big = bytearray(pattern(1 << 20, 3)[: 1 << 20])
+            tx.send_obj({"a": pickle.PickleBuffer(big), "b": (1, "two")})
+            big[:10] = b"\0" * 10
+            got = rx.recv_obj(timeout=30)
+            self.assertEqual(bytes(got["a"]), pattern(1 << 20, 3)[: 1 << 20])
+            self.assertEqual(got["b"], (1, "two"))
+
+    def test_recv_obj_of_an_ordinary_message_says_so(self):
+        tx, rx = pair()
+        with tx, rx:
+            tx.send(b"not a header")
+            with self.assertRaises(zcio.Error) as e:
+                rx.recv_obj(timeout=30)
+            self.assertIn("not a send_obj header", str(e.exception))
+            tx.send_obj([1])
+            self.assertEqual(rx.recv_obj(timeout=30), [1])
+
+
+class Processes(unittest.TestCase):
+    def test_two_processes_started_apart_find_each_other_by_name_and_pass_1_gib(self):
+        name = unique("gib")
+        n = 1 << 30
+        lst = zcio.listen(name)
+        p = child(
+            """
+            import sys, zcio
+            n = 1 << 30
+            with zcio.connect(sys.argv[1], timeout=60) as ch:
+                a = bytearray(n)
+                for k in range(0, n, 1 << 20):
+                    a[k] = (k >> 20) % 251
+                ch.send(a)
+                # Changed at once: the receiver must see the bytes of the call.
+                for k in range(0, n, 1 << 20):
+                    a[k] = 0xFF
+                ch.flush(timeout=60)
+            print("sent")
+            """,
+            name,
+        )
+        with lst, lst.accept(timeout=60) as ch:
+            buf = ch.recv(timeout=120)
+            self.assertEqual(len(buf), n)
+            view = memoryview(buf)
+            for k in range(0, n, 1 << 20):
+                self.assertEqual(view[k], (k >> 20) % 251, f"byte {k}")
+            self.assertEqual(view[1], 0)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("sent", out)
+
+    def test_multiprocessing_children_connect_by_name_under_spawn_and_fork(self):
+        import multiprocessing as mp
+
+        for method in ("spawn", "fork", "forkserver"):
+            ctx = mp.get_context(method)
+            name = unique(method)
+            with zcio.listen(name) as lst:
+                proc = ctx.Process(target=_mp_sender, args=(name, method))
+                proc.start()
+                with lst.accept(timeout=60) as ch:
+                    got = ch.recv_obj(timeout=60)
+                proc.join(60)
+                self.assertEqual(proc.exitcode, 0, method)
+                self.assertEqual(got["method"], method)
+                self.assertEqual(bytes(got["data"]), pattern(300_000, 7)[:300_000])
+
+    def test_a_killed_peer_raises_peer_gone_a_connection_error(self):
+        name = unique("killed")
+        with zcio.listen(name) as lst:
+            p = child(
+                """
+                import sys, time, zcio
+                ch = zcio.connect(sys.argv[1], timeout=60)
+                print("connected", flush=True)
+                time.sleep(600)
+                """,
+                name,
+            )
+            with lst.accept(timeout=60) as ch:
+                self.assertEqual(p.stdout.readline().strip(), "connected")
+                p.kill()
+                p.communicate()
+                with self.assertRaises(zcio.PeerGone) as e:
+                    ch.recv(timeout=30)
+                self.assertIsInstance(e.exception, ConnectionError)
+
+    def test_a_wait_times_out_and_ctrl_c_raises_keyboard_interrupt(self):
+        tx, rx = pair()
+        with tx, rx:
+            t0 = time.monotonic()
+            with self.assertRaises(TimeoutError):
+                rx.recv(timeout=0.2)
+            self.assertGreaterEqual(time.monotonic() - t0, 0.2)
+            tx.send(b"after the timeout")
+            self.assertEqual(bytes(rx.recv(timeout=30)), b"after the timeout")
+        p = child(
+            """
+            import sys, threading, time, zcio, uuid
+            name = "zcio-py-int-" + uuid.uuid4().hex
+            l = zcio.listen(name)
+            got = {}
+            t = threading.Thread(target=lambda: got.setdefault("rx", l.accept()))
+            t.start()
+            tx = zcio.connect(name)
+            t.join()
+            print("waiting", flush=True)
+            try:
+                got["rx"].recv()
+            except KeyboardInterrupt:
+                print("interrupted %.0f" % (time.monotonic() * 1000), flush=True)
+            """
+        )
+        self.assertEqual(p.stdout.readline().strip(), "waiting")
+        time.sleep(0.3)
+        sent = time.monotonic() * 1000
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        self.assertIn("interrupted", out, err)
+        took = float(out.split("interrupted")[1]) - sent
+        print(f"\nKeyboardInterrupt {took:.1f} ms after SIGINT", file=sys.stderr)
+        self.assertEqual(p.returncode, 0, err)
+
+    def test_connect_to_a_name_nobody_listens_on_times_out(self):
+        t0 = time.monotonic()
+        with self.assertRaises(TimeoutError):
+            zcio.connect(unique("nobody"), timeout=0.3)
+        self.assertLess(time.monotonic() - t0, 30)
+
+
+def _mp_sender(name, method):
+    with zcio.connect(name, timeout=60) as ch:
+        data = bytearray(pattern(300_000, 7)[:300_000])
+        ch.send_obj({"method": method, "data": pickle.PickleBuffer(data)})
+        data[:] = b"\0" * len(data)
+        ch.flush(timeout=60)
+
+
+if __name__ == "__main__":
+    unittest.main()

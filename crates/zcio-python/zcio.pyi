@@ -1,0 +1,96 @@
+"""zcio: large buffers between processes with copy semantics at zero-copy speed (Linux).
+
+Two processes find each other by a name. `Channel.send` takes any C-contiguous object with
+the buffer protocol under emulated copy: it returns once the message is queued, the caller may
+change its object at once, and the receiver gets the bytes as they were at the call, in a
+`Buffer` of its own (writable; `numpy.frombuffer(buf, dtype)` views it without a copy).
+
+Every blocking call releases the GIL; a signal whose handler raises (Ctrl-C) ends it, a
+timeout raises `TimeoutError`, a peer that is gone raises `PeerGone`.
+"""
+
+from collections.abc import Buffer as _Buffer
+from types import TracebackType
+from typing import Any
+
+class Error(Exception):
+    """A zcio call failed; the message says what was wrong."""
+
+class PeerGone(ConnectionError):
+    """The process at the other end of the channel is gone."""
+
+class TooSmall(ValueError):
+    """The buffer is smaller than the next message, which stays queued."""
+
+    needed: int
+    """The next message's length."""
+
+class Buffer:
+    """A received message: bytes of this process's own, writable, with the buffer protocol.
+    Freed when the last view of it is gone."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+class Channel:
+    """One end of a channel (`connect`, `Listener.accept`)."""
+
+    def send(self, obj: _Buffer, semantics: str = "emulated-copy") -> int:
+        """Send the bytes of `obj` (C-contiguous, any buffer-protocol object) under
+        `semantics`: "emulated-copy" (default: `obj` may change at once), "copy", or "share"
+        and "emulated-share" (`obj` must not change until `wait(ticket)`). Returns a ticket."""
+    def recv(self, timeout: float | None = None) -> Buffer:
+        """Receive the next message into a `Buffer` of its own length."""
+    def recv_into(self, obj: _Buffer, timeout: float | None = None) -> int:
+        """Receive the next message into `obj` (writable, C-contiguous); returns its length.
+        A longer message stays queued and `TooSmall.needed` says its length."""
+    def peek_len(self, timeout: float | None = None) -> int:
+        """The next message's length, waiting for it; the message stays queued."""
+    def wait(self, ticket: int, timeout: float | None = None) -> None:
+        """Wait until output `ticket` has reached the receiver."""
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every output has reached the receiver."""
+    def send_obj(self, obj: Any) -> None:
+        """Send a picklable object (pickle protocol 5); the large buffers it holds go out of
+        band under emulated copy, never pickled."""
+    def recv_obj(self, timeout: float | None = None) -> Any:
+        """Receive an object sent by `send_obj`; its buffers are `Buffer`s (numpy arrays on
+        them are writable)."""
+    def fileno(self) -> int:
+        """A descriptor readable when a message is ready (select, selectors, asyncio)."""
+    def close(self) -> None:
+        """Close this end; the peer's next call raises `PeerGone`."""
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Channel: ...
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        v: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+class Listener:
+    """Listens on a name; each `accept()` is a channel to one client."""
+
+    @property
+    def name(self) -> str: ...
+    def accept(self, timeout: float | None = None) -> Channel:
+        """Wait for the next client (at most `timeout` seconds) and return its channel."""
+    def close(self) -> None:
+        """Stop listening; the name is free again."""
+    def __enter__(self) -> Listener: ...
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        v: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+def listen(name: str, window: int | None = None) -> Listener:
+    """Listen on `name`: a plain name on this host (only this user's processes may connect),
+    or "tcp://address:port" for peers on other hosts. `window`: the bytes of messages each end
+    may have in flight before `send` waits for the receiver (16 MiB unless given)."""
+
+def connect(name: str, timeout: float | None = None) -> Channel:
+    """Connect to the listener of `name`, waiting up to `timeout` seconds (None: a minute)."""
