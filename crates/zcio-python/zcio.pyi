@@ -33,7 +33,11 @@ class Buffer:
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
 class Channel:
-    """One end of a channel (`connect`, `Listener.accept`)."""
+    """One end of a channel (`connect`, `Listener.accept`, `Pipe`)."""
+
+    @property
+    def last_path(self) -> str:
+        """The path the last send or receive's data took, as zcio reported it."""
 
     def send(self, obj: _Buffer, semantics: str = "emulated-copy") -> int:
         """Send the bytes of `obj` (C-contiguous, any buffer-protocol object) under
@@ -94,3 +98,7 @@ def listen(name: str, window: int | None = None) -> Listener:
 
 def connect(name: str, timeout: float | None = None) -> Channel:
     """Connect to the listener of `name`, waiting up to `timeout` seconds (None: a minute)."""
+
+def Pipe() -> tuple[Channel, Channel]:
+    """Two connected ends, like `multiprocessing.Pipe()`: either may go to a child process
+    (`multiprocessing` with spawn, forkserver or fork) before its first use."""

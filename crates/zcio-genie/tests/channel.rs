@@ -234,3 +234,26 @@ fn a_tcp_peer_that_breaks_the_framing_is_refused_from_then_on() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Refused, "{e}");
 }
+
+#[test]
+fn both_ends_in_one_program_connect_by_name_and_share_one_arena_mapping() {
+    let name = unique("same-process");
+    let listener = Channel::listen(&name).unwrap();
+    let accepted = std::thread::spawn(move || listener.accept(Some(Duration::from_secs(30))));
+    let mut tx = Channel::connect(&name, Duration::from_secs(30)).unwrap();
+    let mut rx = accepted.join().unwrap().unwrap();
+    for turn in 0..2 {
+        let (a, b) = if turn == 0 {
+            (&mut tx, &mut rx)
+        } else {
+            (&mut rx, &mut tx)
+        };
+        let msg = vec![0x5au8; 3 << 20];
+        let (t, _) = a.send(Semantics::EmulatedCopy, &msg).unwrap();
+        let (got, _) = b
+            .recv_alloc(Semantics::EmulatedCopy, InputBuffering::EarlyDemux)
+            .unwrap();
+        a.wait(t).unwrap();
+        assert!(got.len() == msg.len() && got.iter().all(|&x| x == 0x5a));
+    }
+}

@@ -28,8 +28,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::{create_exception, ffi};
 use std::ffi::{CString, c_int, c_void};
-use std::sync::Mutex;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use zcio::genie::memnet::LinkParts;
+use zcio::vm::arena::SharedArena;
 use zcio::{ErrorKind, GenieError, InputBuffering, Received, Semantics, Waits};
 
 create_exception!(
@@ -281,18 +284,57 @@ fn closed() -> GenieError {
     }
 }
 
-/// One end of a channel (`zcio.connect`, `Listener.accept`).
+/// One end of a channel (`zcio.connect`, `Listener.accept`, `zcio.Pipe`).
 #[pyclass(module = "zcio")]
 struct Channel {
-    inner: Mutex<Option<zcio::Channel>>,
+    inner: Mutex<End>,
     /// The path the last call's data took, as the library said.
     last_path: Mutex<String>,
 }
 
+/// What a channel object holds.
+enum End {
+    Open(Box<zcio::Channel>),
+    /// An end of `zcio.Pipe()` not used yet: its link's parts, and the link's arena where it
+    /// is mapped in this process (a child made by fork has the mapping too). Joined at its
+    /// first use, in whichever process that is.
+    Parts(Box<LinkParts>, Option<Arc<SharedArena>>),
+    /// An end pickled to another process: the socket its parts wait on, kept until the child
+    /// has it.
+    Given(#[allow(dead_code)] UnixStream),
+    Closed,
+}
+
+impl End {
+    /// The channel, joining a pipe's end at its first use.
+    fn open(&mut self) -> Result<&mut zcio::Channel, GenieError> {
+        if let End::Parts(..) = self {
+            let End::Parts(parts, arena) = std::mem::replace(self, End::Closed) else {
+                unreachable!("matched above")
+            };
+            *self = End::Open(Box::new(zcio::Channel::local(zcio::MemnetEndpoint::join(
+                *parts, arena,
+            )?)));
+        }
+        match self {
+            End::Open(ch) => Ok(ch),
+            End::Given(_) => Err(GenieError::InvalidArgument {
+                arg: "self",
+                rule: "this end of the pipe was sent to another process".into(),
+            }),
+            _ => Err(closed()),
+        }
+    }
+}
+
 impl Channel {
     fn new(ch: zcio::Channel) -> Channel {
+        Channel::of(End::Open(Box::new(ch)))
+    }
+
+    fn of(end: End) -> Channel {
         Channel {
-            inner: Mutex::new(Some(ch)),
+            inner: Mutex::new(end),
             last_path: Mutex::new(String::new()),
         }
     }
@@ -310,7 +352,7 @@ impl Channel {
     ) -> PyResult<T> {
         blocking(py, timeout, |w| {
             let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            let ch = g.as_mut().ok_or_else(closed)?;
+            let ch = g.open()?;
             ch.set_waits(w);
             f(ch)
         })
@@ -497,24 +539,51 @@ impl Channel {
     /// `selectors`, `asyncio`'s `add_reader`).
     fn fileno(&self) -> PyResult<i32> {
         use std::os::fd::AsRawFd;
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.as_ref()
-            .map(|ch| ch.as_raw_fd())
-            .ok_or_else(|| to_py(closed()))
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.open().map(|ch| ch.as_raw_fd()).map_err(to_py)
     }
 
     /// Close this end (the peer's next call fails with `zcio.PeerGone`).
     fn close(&self) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = End::Closed;
     }
 
     /// Whether this end is closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none()
+        matches!(
+            *self.inner.lock().unwrap_or_else(|e| e.into_inner()),
+            End::Closed
+        )
+    }
+
+    /// Pickle an end of `zcio.Pipe()` not used yet, for another process (`multiprocessing`
+    /// does this when it starts a child with spawn or forkserver): its link's parts travel by
+    /// descriptor passing (`multiprocessing.reduction.DupFd`), and this object is done.
+    fn __reduce__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*g, End::Parts(..)) {
+            return Err(PyTypeError::new_err(
+                "a zcio channel in use cannot be pickled: only an end of zcio.Pipe() not used \
+                 yet goes to another process (or connect there by name)",
+            ));
+        }
+        let End::Parts(parts, _) = std::mem::replace(&mut *g, End::Closed) else {
+            unreachable!("matched above")
+        };
+        let (mine, theirs) = UnixStream::pair()?;
+        parts.send_over(&mine).map_err(to_py)?;
+        use std::os::fd::AsRawFd;
+        let dup = py
+            .import("multiprocessing.reduction")?
+            .getattr("DupFd")?
+            .call1((theirs.as_raw_fd(),))?;
+        *g = End::Given(theirs);
+        let rebuild = py.import("zcio")?.getattr("_rebuild_pipe_end")?;
+        Ok((rebuild, PyTuple::new(py, [dup])?))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -533,9 +602,11 @@ impl Channel {
 
     fn __repr__(&self) -> String {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
-            Some(ch) => format!("zcio.Channel(transport={:?})", ch.transport()),
-            None => "zcio.Channel(closed)".into(),
+        match &*g {
+            End::Open(ch) => format!("zcio.Channel(transport={:?})", ch.transport()),
+            End::Parts(..) => "zcio.Channel(a pipe's end, not used yet)".into(),
+            End::Given(_) => "zcio.Channel(sent to another process)".into(),
+            End::Closed => "zcio.Channel(closed)".into(),
         }
     }
 }
@@ -650,6 +721,35 @@ fn connect(py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Channel
     Ok(Channel::new(ch))
 }
 
+/// `zcio.Pipe()`: two connected ends, like `multiprocessing.Pipe()`: either may go to a child
+/// process (`multiprocessing` with spawn, forkserver or fork) before its first use.
+#[pyfunction]
+#[pyo3(name = "Pipe")]
+fn pipe() -> PyResult<(Channel, Channel)> {
+    let (a, b, arena) = zcio::genie::memnet::link_parts().map_err(to_py)?;
+    Ok((
+        Channel::of(End::Parts(Box::new(a), Some(arena.clone()))),
+        Channel::of(End::Parts(Box::new(b), Some(arena))),
+    ))
+}
+
+/// Rebuild a pipe's end pickled by `Channel.__reduce__` (its parts wait on the socket `dup`
+/// hands over).
+#[pyfunction]
+fn _rebuild_pipe_end(dup: &Bound<'_, PyAny>) -> PyResult<Channel> {
+    let fd: i32 = dup.call_method0("detach")?.extract()?;
+    if fd < 0 {
+        return Err(PyValueError::new_err(format!(
+            "a pipe's end: descriptor {fd}"
+        )));
+    }
+    // SAFETY: `DupFd.detach()` hands this process a descriptor of its own (a duplicate made for
+    // it), which nothing else owns or closes; it is a Unix socket (the pickled end's).
+    let sock = unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let parts = LinkParts::recv_from(&sock).map_err(to_py)?;
+    Ok(Channel::of(End::Parts(Box::new(parts), None)))
+}
+
 /// The extension module.
 #[pymodule]
 #[pyo3(name = "zcio")]
@@ -657,6 +757,8 @@ fn zcio_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(listen, m)?)?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
+    m.add_function(wrap_pyfunction!(pipe, m)?)?;
+    m.add_function(wrap_pyfunction!(_rebuild_pipe_end, m)?)?;
     m.add_class::<Listener>()?;
     m.add_class::<Channel>()?;
     m.add_class::<Buffer>()?;

@@ -340,6 +340,60 @@ class Processes(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 30)
 
 
+class Pipes(unittest.TestCase):
+    def test_a_pipe_in_one_process_carries_both_ways(self):
+        a, b = zcio.Pipe()
+        with a, b:
+            a.send(b"ping" * 100_000)
+            self.assertEqual(bytes(b.recv(timeout=30)), b"ping" * 100_000)
+            b.send(b"pong")
+            self.assertEqual(bytes(a.recv(timeout=30)), b"pong")
+
+    def test_a_pipes_end_goes_to_a_child_under_spawn_forkserver_and_fork(self):
+        import multiprocessing as mp
+
+        for method in ("spawn", "forkserver", "fork"):
+            ctx = mp.get_context(method)
+            a, b = zcio.Pipe()
+            proc = ctx.Process(target=_pipe_echo, args=(b,))
+            proc.start()
+            n = (3 << 20) + 5
+            data = bytearray(pattern(n, 11)[:n])
+            with a:
+                a.send(data)
+                data[:] = b"\0" * n
+                got = a.recv(timeout=60)
+                self.assertEqual(bytes(got), pattern(n, 11)[:n], method)
+                a.send(b"bye")
+                self.assertEqual(bytes(a.recv(timeout=60)), b"bye", method)
+            proc.join(60)
+            self.assertEqual(proc.exitcode, 0, method)
+
+    def test_a_channel_in_use_cannot_be_pickled_and_an_end_sent_away_is_not_used_here(self):
+        a, b = zcio.Pipe()
+        with a, b:
+            a.send(b"x")
+            with self.assertRaises(TypeError) as e:
+                pickle.dumps(a)
+            self.assertIn("cannot be pickled", str(e.exception))
+            c = pickle.loads(pickle.dumps(b))
+            with self.assertRaises(ValueError) as e:
+                b.recv(timeout=1)
+            self.assertIn("another process", str(e.exception))
+            with c:
+                self.assertEqual(bytes(c.recv(timeout=30)), b"x")
+
+
+def _pipe_echo(ch):
+    with ch:
+        while True:
+            m = ch.recv(timeout=60)
+            ch.send(m)
+            if bytes(m) == b"bye":
+                ch.flush(timeout=60)
+                return
+
+
 def _mp_sender(name, method):
     with zcio.connect(name, timeout=60) as ch:
         data = bytearray(pattern(300_000, 7)[:300_000])

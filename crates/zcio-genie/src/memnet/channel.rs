@@ -31,9 +31,7 @@ use crate::error::{GenieError, Result};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use zcio_vm::arena::SharedArena;
 use zcio_vm::rendezvous::{self, NamedListener};
 
 /// The space of memory-network names among zcio's names ([`zcio_vm::rendezvous`]).
@@ -49,28 +47,6 @@ const PLACE_TAKEN: u8 = 2;
 /// How long a step of the setup may take once a client is connected (a client that connects
 /// and then does nothing must not hold the listener for ever).
 const SETUP: Duration = Duration::from_secs(10);
-
-/// The arenas this process's listeners offered to a client and have not heard back about, by
-/// address: a client in this same process (both ends in one program) shares the listener's
-/// mapping, where mapping the arena again at the address it already holds could never work.
-static OFFERED: Mutex<Vec<(usize, Weak<SharedArena>)>> = Mutex::new(Vec::new());
-
-fn offered() -> std::sync::MutexGuard<'static, Vec<(usize, Weak<SharedArena>)>> {
-    OFFERED.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The arena this process offered at `addr`, if `fd` is the same file (so the same arena).
-fn offered_here(addr: usize, fd: std::os::fd::BorrowedFd<'_>) -> Option<Arc<SharedArena>> {
-    fn key(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64)> {
-        rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
-    }
-    let theirs = key(fd)?;
-    offered()
-        .iter()
-        .filter(|(a, _)| *a == addr)
-        .filter_map(|(_, w)| w.upgrade())
-        .find(|a| key(a.fd()) == Some(theirs))
-}
 
 /// A name other processes connect to, each getting a memory-network link of its own.
 #[derive(Debug)]
@@ -113,18 +89,11 @@ impl Listener {
         setup_timeouts(&conn)?;
         for _ in 0..PLACEMENT_TRIES {
             let (mine, theirs, arena) = link_parts_with(self.link)?;
-            let addr = arena.addr();
-            offered().push((addr, Arc::downgrade(&arena)));
+            theirs.send_over(&conn)?;
             let mut word = [0u8; 1];
-            let said = theirs.send_over(&conn).and_then(|()| {
-                (&conn)
-                    .read_exact(&mut word)
-                    .map_err(|e| GenieError::io("channel setup (the client's word)", e))
-            });
-            offered().retain(|(a, w)| {
-                *a != addr || w.upgrade().is_some_and(|o| !Arc::ptr_eq(&o, &arena))
-            });
-            said?;
+            (&conn)
+                .read_exact(&mut word)
+                .map_err(|e| GenieError::io("channel setup (the client's word)", e))?;
             match word[0] {
                 JOINED => return MemnetEndpoint::join(mine, Some(arena)),
                 PLACE_TAKEN => continue,
@@ -161,8 +130,7 @@ pub fn connect(name: &str, timeout: Duration) -> Result<MemnetEndpoint> {
     setup_timeouts(&conn)?;
     for _ in 0..PLACEMENT_TRIES {
         let parts = LinkParts::recv_from(&conn)?;
-        let here = offered_here(parts.arena_addr, parts.arena_fd.as_fd());
-        match MemnetEndpoint::join(parts, here) {
+        match MemnetEndpoint::join(parts, None) {
             Ok(end) => {
                 (&conn)
                     .write_all(&[JOINED])

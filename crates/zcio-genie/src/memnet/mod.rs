@@ -117,6 +117,37 @@ impl Default for LinkOptions {
     }
 }
 
+/// The link arenas mapped in this process, by address: an end joined in a process that
+/// already maps its link's arena (both ends of a channel or a pipe in one program, or a child
+/// made by fork) shares that mapping, where mapping the arena again at an address it holds
+/// could never work.
+static ARENAS: std::sync::Mutex<Vec<(usize, std::sync::Weak<SharedArena>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn arenas() -> std::sync::MutexGuard<'static, Vec<(usize, std::sync::Weak<SharedArena>)>> {
+    ARENAS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Note `a` as mapped in this process.
+fn mapped(a: &Arc<SharedArena>) {
+    let mut g = arenas();
+    g.retain(|(_, w)| w.strong_count() > 0);
+    g.push((a.addr(), Arc::downgrade(a)));
+}
+
+/// The arena mapped in this process at `addr`, if `fd` is its file.
+fn mapped_here(addr: usize, fd: BorrowedFd<'_>) -> Option<Arc<SharedArena>> {
+    fn key(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+        rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
+    }
+    let theirs = key(fd)?;
+    arenas()
+        .iter()
+        .filter(|(a, _)| *a == addr)
+        .filter_map(|(_, w)| w.upgrade())
+        .find(|a| key(a.fd()) == Some(theirs))
+}
+
 /// A descriptor as the receiver takes it from the ring, every word checked
 /// ([`decode_descriptor`]).
 #[doc(hidden)]
@@ -473,7 +504,9 @@ pub fn link_parts_with(opts: LinkOptions) -> Result<(LinkParts, LinkParts, Arc<S
         peer_ring_bell: r0,
         files: f1.into(),
     };
-    Ok((s0, s1, Arc::new(arena)))
+    let arena = Arc::new(arena);
+    mapped(&arena);
+    Ok((s0, s1, arena))
 }
 
 /// An epoll instance readable while a pipe of `wire` (the wire in) or a doorbell (`bell` for
@@ -639,11 +672,18 @@ impl MemnetEndpoint {
         }
         let arena = match arena {
             Some(a) => a,
-            None => Arc::new(SharedArena::attach(
-                parts.arena_fd,
-                parts.arena_addr,
-                parts.arena_len,
-            )?),
+            None => match mapped_here(parts.arena_addr, parts.arena_fd.as_fd()) {
+                Some(a) => a,
+                None => {
+                    let a = Arc::new(SharedArena::attach(
+                        parts.arena_fd,
+                        parts.arena_addr,
+                        parts.arena_len,
+                    )?);
+                    mapped(&a);
+                    a
+                }
+            },
         };
         let s = parts.side;
         let ring = |i: usize| SharedRing::new(&arena, ring_offset(i), RING_SLOTS);
