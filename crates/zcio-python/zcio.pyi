@@ -60,6 +60,10 @@ class Channel:
     def recv_obj(self, timeout: float | None = None) -> Any:
         """Receive an object sent by `send_obj`; its buffers are `Buffer`s (numpy arrays on
         them are writable)."""
+    def set_volatile_loans(self, yes: bool) -> None:
+        """Trust the peer with volatile loans (both ends must): large sends reuse memory files
+        lent to the receiver and given back when its `Buffer` is freed. Only for a peer you
+        trust like your own process: nothing stops it writing a file while you hold it."""
     def fileno(self) -> int:
         """A descriptor readable when a message is ready (select, selectors, asyncio)."""
     def close(self) -> None:

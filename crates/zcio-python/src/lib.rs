@@ -414,6 +414,18 @@ impl Channel {
         Ok(n)
     }
 
+    /// Trust the peer with volatile loans, or stop (both ends must say so): the memory files
+    /// large sends are copied into are then reused from message to message, lent to the
+    /// receiver and given back when its `Buffer` is freed, so a send costs one copy into pages
+    /// already there; but nothing stops the peer's process from writing a file it lent while
+    /// this end holds it, so say so only for a peer you trust like your own process.
+    fn set_volatile_loans(&self, py: Python<'_>, yes: bool) -> PyResult<()> {
+        self.call(py, None, |ch| {
+            ch.set_volatile_loans(yes);
+            Ok(())
+        })
+    }
+
     /// The path the last send or receive's data took, as zcio reported it (which mechanism,
     /// or which fallback and why).
     #[getter]

@@ -185,6 +185,33 @@ class Buffers(unittest.TestCase):
             self.assertEqual(np.asarray(buf).dtype, np.uint8)
 
 
+class Semantics(unittest.TestCase):
+    def test_share_keeps_the_buffer_until_the_ticket_completes(self):
+        tx, rx = pair()
+        with tx, rx:
+            data = bytearray(pattern(5 * 4096, 4)[: 5 * 4096])
+            t = tx.send(data, semantics="share")
+            got = rx.recv(timeout=30)
+            tx.wait(t, timeout=30)
+            data[:] = b"\0" * len(data)
+            self.assertEqual(bytes(got), pattern(5 * 4096, 4)[: 5 * 4096])
+
+    def test_volatile_loans_between_trusting_ends_reuse_their_files(self):
+        tx, rx = pair()
+        with tx, rx:
+            tx.set_volatile_loans(True)
+            rx.set_volatile_loans(True)
+            for i in range(4):
+                data = bytearray(pattern(3 << 20, i)[: 3 << 20])
+                tx.send(data)
+                self.assertIn("volatile memory file lent", tx.last_path)
+                data[:] = b"\0" * len(data)
+                got = rx.recv(timeout=30)
+                self.assertIn("volatile memory file mapped in place", rx.last_path)
+                self.assertEqual(bytes(got), pattern(3 << 20, i)[: 3 << 20], f"message {i}")
+                del got  # given back: the next send reuses its file
+
+
 class Objects(unittest.TestCase):
     @NEED_NUMPY
     def test_send_obj_carries_a_dict_of_arrays_out_of_band(self):
