@@ -2,9 +2,9 @@
 //!
 //! Two Python processes find each other by a name and pass large buffers (`bytes`,
 //! `bytearray`, `memoryview`, `array.array`, `mmap`, numpy arrays: anything with the buffer
-//! protocol, C-contiguous) under Genie's emulated copy: [`Channel::send`] returns once the
+//! protocol, C-contiguous) under Genie's emulated copy: `Channel.send` returns once the
 //! message is queued and the caller may change its object at once; the receiver gets the bytes
-//! as they were at the call, in a [`Buffer`] of its own that numpy views without a copy.
+//! as they were at the call, in a `zcio.Buffer` of its own that numpy views without a copy.
 //!
 //! ```python
 //! import zcio, numpy as np
@@ -18,7 +18,7 @@
 //!
 //! Every blocking call releases the GIL ([`Python::detach`]) and ends at a signal whose handler
 //! raises (Ctrl-C: `KeyboardInterrupt`), at its timeout (`TimeoutError`), or when the peer is
-//! gone ([`PeerGone`], a `ConnectionError`). The module is a thin layer over `zcio`'s
+//! gone (`zcio.PeerGone`, a `ConnectionError`). The module is a thin layer over `zcio`'s
 //! [`zcio::Channel`]: this file is the ABI edge, and its `unsafe` is the buffer protocol's.
 
 use pyo3::buffer::PyBuffer;
