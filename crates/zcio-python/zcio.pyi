@@ -106,3 +106,7 @@ def connect(name: str, timeout: float | None = None) -> Channel:
 def Pipe() -> tuple[Channel, Channel]:
     """Two connected ends, like `multiprocessing.Pipe()`: either may go to a child process
     (`multiprocessing` with spawn, forkserver or fork) before its first use."""
+
+def alloc(n: int) -> Buffer:
+    """`n` zeroed bytes of zcio's (2 MiB pages from 2 MiB), for an array to fill and send: an
+    emulated-copy send of it protects its pages instead of copying them."""

@@ -196,6 +196,20 @@ class Semantics(unittest.TestCase):
             data[:] = b"\0" * len(data)
             self.assertEqual(bytes(got), pattern(5 * 4096, 4)[: 5 * 4096])
 
+    @NEED_NUMPY
+    def test_an_array_on_zcios_memory_goes_by_page_protection_and_keeps_its_promise(self):
+        tx, rx = pair()
+        with tx, rx:
+            a = np.frombuffer(zcio.alloc(8 << 20), dtype=np.uint32)
+            self.assertTrue(a.flags.writeable)
+            a[:] = np.arange(a.size, dtype=np.uint32)
+            tx.send(a)
+            self.assertIn("tcow", tx.last_path)
+            a[:] = 0  # at once: the pages are protected, a write copies them first
+            got = np.frombuffer(rx.recv(timeout=30), dtype=np.uint32)
+            self.assertTrue((got == np.arange(a.size, dtype=np.uint32)).all())
+            self.assertEqual(int(a.max()), 0)
+
     def test_volatile_loans_between_trusting_ends_reuse_their_files(self):
         tx, rx = pair()
         with tx, rx:
