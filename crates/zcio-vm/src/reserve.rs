@@ -125,12 +125,26 @@ pub(crate) fn placeholder(addr: usize, len: usize, replace: bool) -> std::io::Re
 
 impl ReservedRegion {
     /// A fresh random 2 MiB-aligned address in the region for `len` bytes (the creator of a
-    /// path picks it; the other processes map the path there).
+    /// path picks it; the other processes map the path there), clear of the ranges this
+    /// process maps in the region now (two paths made at once in one process, say, would
+    /// otherwise meet now and then).
     pub fn random_address(&self, len: usize) -> usize {
-        let mut b = [0u8; 8];
-        let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
-        let span = REGION_LEN.saturating_sub(len).max(1);
-        (REGION_ADDR + u64::from_ne_bytes(b) as usize % span) & !(HUGE_PAGE_SIZE - 1)
+        let pick = || {
+            let mut b = [0u8; 8];
+            let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
+            let span = REGION_LEN.saturating_sub(len).max(1);
+            (REGION_ADDR + u64::from_ne_bytes(b) as usize % span) & !(HUGE_PAGE_SIZE - 1)
+        };
+        let in_use = self.lock().clone();
+        let clear = |addr: usize| !in_use.iter().any(|(a, l)| *a < addr + len && addr < a + l);
+        let mut addr = pick();
+        for _ in 0..64 {
+            if clear(addr) {
+                break;
+            }
+            addr = pick();
+        }
+        addr
     }
 
     /// Ranges mapped in the region now.
