@@ -88,6 +88,10 @@ pub enum BenchCmd {
     /// 256 MiB messages in 4 KiB or huge-page buffers, every byte checked: one-way latency,
     /// streamed throughput, time inside the send, CPU time.
     Channel(zcio_cli::lab::genie::channel::ChannelArgs),
+    /// A numpy array from one Python process to another (8 and 128 MiB): zcio's Python
+    /// module against multiprocessing's Pipe and Queue, shared_memory and iceoryx2; end-to-end
+    /// time, time in the send, CPU, peak RSS, and whether the receiver saw a later change.
+    Python(zcio_cli::lab::genie::python::PythonArgs),
     /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping,
     /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
     /// throughput.
@@ -208,6 +212,7 @@ impl BenchCmd {
             BenchCmd::Memnet(a) => a.json,
             BenchCmd::Genie(a) => a.json,
             BenchCmd::Channel(a) => a.json,
+            BenchCmd::Python(a) => a.json,
             BenchCmd::Fbufs(a) => a.json,
             BenchCmd::FbufsStack(a) => a.json,
             BenchCmd::Vmmr(a) => a.json,

@@ -142,6 +142,7 @@ pub const LABS: &[Lab] = &[
     genie::HUGE,
     genie::REGIONS,
     genie::CHANNEL,
+    genie::PYTHON,
     genie::THROUGHPUT,
     Lab::of::<fbufs::Fbufs>(),
     Lab::of::<fbufs::stack::FbufsStack>(),

@@ -258,6 +258,10 @@ pub struct GenieResults {
     /// (`zcio bench channel`).
     #[serde(default)]
     pub channel: Option<crate::lab::genie::channel::ChannelSection>,
+    /// A numpy array between two Python processes, zcio's module against the others
+    /// (`zcio bench python`).
+    #[serde(default)]
+    pub python: Option<crate::lab::genie::python::PythonSection>,
 }
 
 /// The sizes and repetitions of each experiment, by preset.

@@ -9,6 +9,7 @@ pub mod claims;
 pub mod huge;
 pub mod measure;
 pub mod model;
+pub mod python;
 pub mod regions;
 pub mod render;
 pub mod render_model;
@@ -88,6 +89,14 @@ pub const CHANNEL: Lab = part(
     &[],
 );
 
+/// A numpy array between two Python processes, zcio's module against the standard library's
+/// ways and iceoryx2's.
+pub const PYTHON: Lab = part(
+    "genie-python",
+    "From Python: a numpy array between two processes, zcio against multiprocessing, shared_memory and iceoryx2",
+    &[],
+);
+
 /// §8.2.
 pub const THROUGHPUT: Lab = part(
     "genie-throughput",
@@ -142,6 +151,10 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
     if r.on("genie-channel") {
         total += channel_plan.units();
     }
+    let python_plan = python::Plan::of(r.preset);
+    if r.on("genie-python") {
+        total += python_plan.units();
+    }
     if total == 0 {
         return Ok(Vec::new());
     }
@@ -170,6 +183,7 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
             "genie-huge" => genie_huge::measure(&plan, &mut g, &p)?,
             "genie-regions" => regions::measure(&plan, &mut g, &p)?,
             "genie-channel" => g.channel = Some(channel::measure(&channel_plan, &p)?),
+            "genie-python" => g.python = Some(python::measure(&python_plan, &p)?),
             other => return Err(format!("experiment {other} has no runner").into()),
         }
         records.push(finished(e, t0, r.bar));

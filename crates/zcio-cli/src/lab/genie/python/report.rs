@@ -1,0 +1,406 @@
+//! The Python bench's part of the report's Genie section: what is measured, the table, a
+//! figure, and sentences made from this run's numbers only.
+
+use super::{PythonSection, Row, TARGET_SIZE};
+use crate::lab::genie::chart::against_length;
+use crate::lab::genie::measure::GenieResults;
+use crate::report::doc::Block;
+use crate::report::plot::{Scale, Series, Style};
+use crate::report::text::{figure, h, p, size, table};
+use std::fmt::Write as _;
+
+/// Milliseconds, three significant digits at least.
+fn ms(ns: f64) -> String {
+    let x = ns / 1e6;
+    if x >= 10.0 {
+        format!("{x:.1}")
+    } else if x >= 0.1 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn opt_ms(x: Option<f64>) -> String {
+    x.map_or("-".into(), ms)
+}
+
+fn spread_ms(x: Option<[f64; 2]>) -> String {
+    x.map_or("-".into(), |[a, b]| format!("{}–{}", ms(a), ms(b)))
+}
+
+fn mib(kib: Option<f64>) -> String {
+    kib.map_or("-".into(), |k| format!("{:.0}", k / 1024.0))
+}
+
+/// `yes`, `no: why`, or `not run: why`.
+fn status(r: &Row) -> String {
+    match (&r.error, r.verified) {
+        (Some(e), _) if r.rounds == 0 => format!("not run: {e}"),
+        (Some(e), _) => format!("failed: {e}"),
+        (None, true) => "yes".into(),
+        (None, false) => "no".into(),
+    }
+}
+
+fn saw(r: &Row) -> &'static str {
+    match (r.rounds, r.saw_later_change) {
+        (0, _) => "-",
+        (_, true) => "YES",
+        (_, false) => "no",
+    }
+}
+
+/// The bench's table as text, for `zcio bench python`.
+pub fn text_table(s: &PythonSection) -> String {
+    let mut o = String::new();
+    if let Some(why) = &s.unavailable {
+        let _ = writeln!(o, "Not measured: {why}.");
+        return o;
+    }
+    let _ = writeln!(
+        o,
+        "A numpy array from Python process A to Python process B, which ends with a writable array of its own; A changes its array right after the send. Latency: A's send start to B holding its array (CLOCK_MONOTONIC at both). Send: A blocked in its send. CPU: both processes. RSS: peak, whole process. Medians over {} round(s), a fresh pair of processes each, spread lowest–highest. {}",
+        s.plan.rounds,
+        s.python.as_deref().unwrap_or("")
+    );
+    let _ = writeln!(
+        o,
+        "{:>8} {:<14} {:>11} {:>19} {:>10} {:>9} {:>8} {:>8} {:>10}  verified",
+        "size",
+        "contender",
+        "latency ms",
+        "(spread)",
+        "send ms",
+        "CPU ms",
+        "RSS A MiB",
+        "RSS B",
+        "saw change"
+    );
+    for r in &s.rows {
+        let _ = writeln!(
+            o,
+            "{:>8} {:<14} {:>11} {:>19} {:>10} {:>9} {:>9} {:>8} {:>10}  {}",
+            size(r.bytes),
+            r.contender,
+            opt_ms(r.latency_ns),
+            spread_ms(r.latency_spread_ns),
+            opt_ms(r.send_ns),
+            opt_ms(r.cpu_ns),
+            mib(r.rss_a_kib),
+            mib(r.rss_b_kib),
+            saw(r),
+            status(r)
+        );
+    }
+    for t in target_sentences(s) {
+        let _ = writeln!(o, "{t}");
+    }
+    o
+}
+
+/// The finding that heads Genie's section, if the Python bench ran.
+pub fn finding(g: &GenieResults) -> Option<String> {
+    let s = g.python.as_ref()?;
+    if let Some(why) = &s.unavailable {
+        return Some(format!(
+            "Python (zcio bench python): not measured here: {why}."
+        ));
+    }
+    Some(format!(
+        "Python (zcio bench python): {}",
+        target_sentences(s).join(" ")
+    ))
+}
+
+/// The section's blocks, if the Python bench ran.
+pub fn blocks(g: &GenieResults) -> Vec<Block> {
+    let Some(s) = g.python.as_ref() else {
+        return Vec::new();
+    };
+    let mut b = vec![h(
+        3,
+        "From Python: a numpy array between two processes, zcio against multiprocessing, shared_memory and iceoryx2",
+    )];
+    if let Some(why) = &s.unavailable {
+        b.push(p(format!(
+            "Not measured in this run: {why}. No rows are recorded."
+        )));
+        return b;
+    }
+    b.push(p(format!(
+        "Process A, in Python ({}), holds a numpy array of the size listed (a pattern that depends on each byte's offset), hands it to process B and changes it right after its send (one byte in every 4 KiB page, and the last); B must end with a writable array of its own holding the bytes of the moment of the send. zcio: B listens on a unique name with a window of the array (256 MiB at most), A connects and calls ch.send(a) (emulated copy; from 1 MiB the bytes are copied once into a sealed memory file that B maps privately), B holds numpy.frombuffer(ch.recv()). zcio-alloc: the same, A's array made in zcio.alloc memory (filled before the clock), whose send protects the pages instead of copying them, so A's change then copies the pages it writes. pipe and queue: multiprocessing.Pipe's send and recv, multiprocessing.Queue's put and get, of the array (pickled). shared_memory: a multiprocessing.shared_memory block of the array's size, made and touched by A and opened by B before the clock (a block that is reused; B's handle kept out of the resource tracker so that it never unlinks A's block); A copies its array in and says so over a Pipe, B copies it out into an array of its own. iceoryx2 (its Python package, where installed): publish-subscribe of a slice of bytes sized for the array, service and ports made before the clock; A loans a sample, copies its array in and sends it; B, polling its subscriber every 50 µs, copies the sample out into an array of its own. Every run is a fresh pair of processes (A started by the bench, B by A with multiprocessing's spawn), contenders in an order that rotates from round to round. Latency: from A's send start to B holding its array, both on CLOCK_MONOTONIC (B reports its time back). Send: A's time blocked in its send (shared_memory: the copy in and the notice; iceoryx2: loan, copy, send). CPU: A's CPU time from the send start to the end of its change plus B's from its wait start to holding its array. RSS: each process's peak resident set over its life (ru_maxrss; the interpreter and numpy are some 35 MiB of it). Once A says it has changed its array, B checks its own at every 4096th byte and at the first and last (the bytes A changes): verified means each held the original or A's change of it; saw A's change means one held the change. Medians over {} round{}, spread lowest–highest round.",
+        s.python.as_deref().unwrap_or("python3"),
+        s.plan.rounds,
+        if s.plan.rounds == 1 { "" } else { "s" }
+    )));
+    let rows = s
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                size(r.bytes),
+                r.contender.clone(),
+                format!(
+                    "{} ({})",
+                    opt_ms(r.latency_ns),
+                    spread_ms(r.latency_spread_ns)
+                ),
+                opt_ms(r.send_ns),
+                opt_ms(r.cpu_ns),
+                mib(r.rss_a_kib),
+                mib(r.rss_b_kib),
+                saw(r).to_string(),
+                status(r),
+            ]
+        })
+        .collect();
+    b.push(table(
+        "A numpy array from Python process A to Python process B: end-to-end time, A's time in its send, CPU time of both, peak RSS of both, whether B saw A's later change",
+        &[
+            "size",
+            "contender",
+            "latency ms (spread)",
+            "send ms",
+            "CPU ms",
+            "RSS A MiB",
+            "RSS B MiB",
+            "B saw A's change",
+            "verified",
+        ],
+        rows,
+    ));
+    b.push(figure(
+        "python-latency",
+        "End-to-end time of a numpy array from Python process A to B (A's send start to B holding its array) against its size, per contender, both axes logarithmic; the bars are the lowest–highest round.".into(),
+        against_length(
+            "From Python: a numpy array between two processes".into(),
+            "end-to-end time (ms)",
+            Scale::Log,
+            series(s),
+        ),
+    ));
+    for t in target_sentences(s) {
+        b.push(p(t));
+    }
+    b
+}
+
+/// One latency curve (ms) per contender over the sizes it ran at.
+fn series(s: &PythonSection) -> Vec<Series> {
+    s.plan
+        .contenders
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let mut pts: Vec<&Row> = s
+                .rows
+                .iter()
+                .filter(|r| &r.contender == c && r.latency_ns.is_some())
+                .collect();
+            if pts.is_empty() {
+                return None;
+            }
+            pts.sort_by_key(|r| r.bytes);
+            Some(Series {
+                name: c.clone(),
+                points: pts
+                    .iter()
+                    .map(|r| (r.bytes as f64, r.latency_ns.unwrap_or(0.0) / 1e6))
+                    .collect(),
+                style: if c.starts_with("zcio") {
+                    Style::Line
+                } else {
+                    Style::Dashed
+                },
+                band: Some(
+                    pts.iter()
+                        .filter_map(|r| {
+                            let [lo, hi] = r.latency_spread_ns?;
+                            Some((r.bytes as f64, lo / 1e6, hi / 1e6))
+                        })
+                        .collect(),
+                ),
+                color: Some(i),
+            })
+        })
+        .collect()
+}
+
+/// A verified row's value of `f`.
+fn of(s: &PythonSection, c: &str, bytes: usize, f: fn(&Row) -> Option<f64>) -> Option<f64> {
+    s.row(c, bytes).filter(|r| r.verified).and_then(f)
+}
+
+/// The sentences on the targets and on A's later change, from this run's rows.
+pub fn target_sentences(s: &PythonSection) -> Vec<String> {
+    let n = TARGET_SIZE;
+    let at = size(n);
+    let mut out = Vec::new();
+    let lat = |c: &str| of(s, c, n, |r| r.latency_ns);
+    let over = |other: &str, what: &str, target: f64| -> String {
+        let zcio = ["zcio", "zcio-alloc"]
+            .iter()
+            .filter_map(|z| Some((*z, lat(z)?)))
+            .collect::<Vec<_>>();
+        let Some(o) = lat(other) else {
+            return format!(
+                "zcio against {what} at {at}: not measured in this run (target ≥ {target}×)."
+            );
+        };
+        if zcio.is_empty() {
+            return format!(
+                "zcio against {what} at {at}: zcio not measured in this run (target ≥ {target}×)."
+            );
+        }
+        let parts: Vec<String> = zcio
+            .iter()
+            .map(|(z, x)| {
+                let q = o / x;
+                format!(
+                    "{z} {q:.2}× ({} ms against {} ms: target ≥ {target}×, {})",
+                    ms(*x),
+                    ms(o),
+                    if q >= target {
+                        "met".to_string()
+                    } else {
+                        format!("MISSED, short by {:.2}×", target / q)
+                    }
+                )
+            })
+            .collect();
+        format!(
+            "End-to-end time at {at}, {what}'s over zcio's: {}.",
+            parts.join("; ")
+        )
+    };
+    out.push(over("pipe", "multiprocessing.Pipe", 10.0));
+    out.push(over(
+        "shared_memory",
+        "shared_memory with a private copy",
+        1.5,
+    ));
+    let sends: Vec<String> = ["zcio", "zcio-alloc"]
+        .iter()
+        .filter_map(|z| {
+            let x = of(s, z, n, |r| r.send_ns)?;
+            Some(if x <= 1e6 {
+                format!("{z}'s {} ms (target ≤ 1 ms: met)", ms(x))
+            } else {
+                format!(
+                    "{z}'s {} ms (target ≤ 1 ms: MISSED, by {} ms, {:.0}× the target)",
+                    ms(x),
+                    ms(x - 1e6),
+                    x / 1e6
+                )
+            })
+        })
+        .collect();
+    out.push(if sends.is_empty() {
+        format!("A's time blocked in zcio's send at {at}: not measured in this run.")
+    } else {
+        format!(
+            "A's time blocked in its send at {at}: {}.",
+            sends.join("; ")
+        )
+    });
+    let ran: Vec<&Row> = s.rows.iter().filter(|r| r.rounds > 0).collect();
+    let saw: Vec<String> = ran
+        .iter()
+        .filter(|r| r.saw_later_change)
+        .map(|r| format!("{} at {}", r.contender, size(r.bytes)))
+        .collect();
+    out.push(if ran.is_empty() {
+        "No contender ran.".into()
+    } else if saw.is_empty() {
+        format!(
+            "No contender let B see A's later change ({} rows, every round checked).",
+            ran.len()
+        )
+    } else {
+        format!(
+            "B saw A's later change with {} (the send returned before the bytes were taken: the array must not be changed until it has gone); with no other contender.",
+            saw.join(", ")
+        )
+    });
+    let missing: Vec<String> = s
+        .rows
+        .iter()
+        .filter(|r| r.unavailable())
+        .map(|r| format!("{} ({})", r.contender, r.error.as_deref().unwrap_or("")))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !missing.is_empty() {
+        out.push(format!("Not run here: {}.", missing.join("; ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Plan;
+    use super::*;
+
+    fn row(c: &str, bytes: usize, lat_ms: f64, send_ms: f64) -> Row {
+        Row {
+            contender: c.into(),
+            bytes,
+            latency_ns: Some(lat_ms * 1e6),
+            latency_spread_ns: Some([lat_ms * 1e6, lat_ms * 1e6]),
+            send_ns: Some(send_ms * 1e6),
+            cpu_ns: Some(1e6),
+            rss_a_kib: Some(1024.0),
+            rss_b_kib: Some(1024.0),
+            verified: true,
+            saw_later_change: false,
+            rounds: 3,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_sentences_are_computed_from_the_rows_and_say_a_missed_target_plainly() {
+        let n = TARGET_SIZE;
+        let mut q = row("queue", n, 50.0, 0.5);
+        q.saw_later_change = true;
+        let mut ice = row("iceoryx2", n, 0.0, 0.0);
+        ice.error = Some("unavailable: iceoryx2 is not importable here".into());
+        ice.verified = false;
+        ice.rounds = 0;
+        ice.latency_ns = None;
+        let s = PythonSection {
+            plan: Plan::of(crate::report::preset::Preset::Quick),
+            rows: vec![
+                row("zcio", n, 20.0, 3.0),
+                row("pipe", n, 400.0, 300.0),
+                row("shared_memory", n, 25.0, 10.0),
+                q,
+                ice,
+            ],
+            unavailable: None,
+            python: None,
+        };
+        let t = target_sentences(&s);
+        assert!(
+            t[0].contains("zcio 20.00× (20.0 ms against 400.0 ms: target ≥ 10×, met)"),
+            "{}",
+            t[0]
+        );
+        assert!(
+            t[1].contains("zcio 1.25× ") && t[1].contains("MISSED, short by 1.20×"),
+            "{}",
+            t[1]
+        );
+        assert!(
+            t[2].contains("zcio's 3.00 ms (target ≤ 1 ms: MISSED, by 2.00 ms, 3× the target)"),
+            "{}",
+            t[2]
+        );
+        assert!(t[3].contains("queue at 128 MiB"), "{}", t[3]);
+        assert!(t[4].starts_with("Not run here: iceoryx2"), "{}", t[4]);
+        assert!(s.failures().is_empty(), "{:?}", s.failures());
+        let text = text_table(&s);
+        assert!(text.contains("YES"), "{text}");
+    }
+}

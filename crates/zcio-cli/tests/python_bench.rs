@@ -1,0 +1,64 @@
+//! `zcio bench python` end to end: a 1 MiB numpy array from one Python process to another by
+//! every contender that can run here, one round; every row that ran verified, and zcio's
+//! receiver never seeing the sender's later change. No timing is asserted. Where python3 or
+//! numpy is missing, the bench says so and has no rows (checked too).
+
+mod common;
+
+use common::bench_json;
+
+#[test]
+fn every_contender_that_runs_is_verified_and_zcios_receiver_never_sees_the_later_change() {
+    let v = bench_json("python", &["--bytes", "1048576", "--rounds", "1"]);
+    let rows = v["rows"].as_array().expect("rows");
+    if let Some(why) = v["unavailable"].as_str() {
+        assert!(rows.is_empty(), "{v:#}");
+        eprintln!("not measured here: {why}");
+        return;
+    }
+    let contenders = [
+        "zcio",
+        "zcio-alloc",
+        "pipe",
+        "queue",
+        "shared_memory",
+        "iceoryx2",
+    ];
+    assert_eq!(rows.len(), contenders.len(), "{v:#}");
+    for c in contenders {
+        let r = rows
+            .iter()
+            .find(|r| r["contender"] == c && r["bytes"] == 1048576)
+            .unwrap_or_else(|| panic!("no row for {c}: {v:#}"));
+        if r["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("unavailable"))
+        {
+            // Only a package that is not installed may be missing; zcio never.
+            assert!(!c.starts_with("zcio") && c == "iceoryx2", "{r:#}");
+            assert_eq!(r["rounds"], 0, "{r:#}");
+            continue;
+        }
+        assert_eq!(r["verified"], true, "{r:#}");
+        assert_eq!(r["rounds"], 1, "{r:#}");
+        assert!(r["error"].is_null(), "{r:#}");
+        for f in ["latency_ns", "send_ns", "cpu_ns", "rss_a_kib", "rss_b_kib"] {
+            let x = r[f]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{f} missing: {r:#}"));
+            assert!(x > 0.0 && x.is_finite(), "{f} = {x}: {r:#}");
+        }
+        let [lo, hi] = [0, 1].map(|k| r["latency_spread_ns"][k].as_f64().unwrap());
+        assert!(lo <= hi && lo > 0.0, "{r:#}");
+        if c.starts_with("zcio") {
+            assert_eq!(r["saw_later_change"], false, "{r:#}");
+        }
+    }
+}
+
+#[test]
+fn an_array_size_the_script_cannot_take_is_refused_by_name() {
+    let out = common::run(&["bench", "python", "--bytes", "1001", "--json"]);
+    let err = common::failure(&out);
+    assert!(err.contains("--bytes 1001"), "{err}");
+}
