@@ -302,6 +302,16 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<PythonSection> {
     })
 }
 
+/// `PYTHONPATH` with `dir` (the module's) ahead of what the caller's already held (a virtual
+/// environment's packages, say).
+fn with_pythonpath(dir: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![dir.to_path_buf()];
+    if let Some(p) = std::env::var_os("PYTHONPATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(dirs).unwrap_or_else(|_| dir.as_os_str().to_owned())
+}
+
 /// The script's rows for `plan`, its progress lines counted on `p`.
 fn run_script(script: &Path, pythonpath: &Path, plan: &Plan, p: &dyn Progress) -> Res<Vec<Row>> {
     let join = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(",");
@@ -313,7 +323,7 @@ fn run_script(script: &Path, pythonpath: &Path, plan: &Plan, p: &dyn Progress) -
         .arg(join(&mut plan.contenders.iter().cloned()))
         .arg("--rounds")
         .arg(plan.rounds.to_string())
-        .env("PYTHONPATH", pythonpath)
+        .env("PYTHONPATH", with_pythonpath(pythonpath))
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .current_dir(pythonpath)
         .stdin(Stdio::null())
