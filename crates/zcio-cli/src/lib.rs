@@ -52,12 +52,58 @@ pub fn run_bench<S: serde::Serialize>(
     Ok(Some(s))
 }
 
-/// Print a bench's results as JSON, with `"bench": name` added.
-pub fn print_bench_json(name: &str, section: &impl serde::Serialize) -> Res<()> {
+/// A bench's results as JSON, with `"bench": name` added.
+fn bench_json(name: &str, section: &impl serde::Serialize) -> Res<serde_json::Value> {
     let mut v = serde_json::to_value(section)?;
     if let Some(o) = v.as_object_mut() {
         o.insert("bench".into(), name.into());
     }
-    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(v)
+}
+
+/// Print a bench's results as JSON, with `"bench": name` added.
+pub fn print_bench_json(name: &str, section: &impl serde::Serialize) -> Res<()> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&bench_json(name, section)?)?
+    );
+    Ok(())
+}
+
+/// The end of a bench whose rows are checked: its results as JSON ([`print_bench_json`]) or
+/// `table()`, then, if some of its `rows` rows failed, a failure that says `"bench {name}: {n}
+/// of {rows} rows {what}: {failures}"`. With JSON, the results travel in the error
+/// ([`error::FailedWith`]), printed all the same.
+pub fn finish_checked_bench(
+    name: &str,
+    section: &impl serde::Serialize,
+    rows: usize,
+    what: &str,
+    failures: &[String],
+    json: bool,
+    table: impl FnOnce() -> String,
+) -> Res<()> {
+    let reason = || {
+        format!(
+            "bench {name}: {} of {rows} rows {what}: {}",
+            failures.len(),
+            failures.join("; ")
+        )
+    };
+    if json {
+        let v = bench_json(name, section)?;
+        if !failures.is_empty() {
+            return Err(error::Error::new(error::FailedWith {
+                result: v,
+                reason: reason(),
+            }));
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    print!("{}", table());
+    if !failures.is_empty() {
+        return Err(reason().into());
+    }
     Ok(())
 }

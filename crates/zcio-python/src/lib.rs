@@ -243,7 +243,7 @@ impl Listener {
         let ch = blocking(py, timeout, |w| {
             let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             match g.as_ref() {
-                Some(l) => l.accept(w.timeout.or(Some(Duration::from_secs(3600 * 24 * 365)))),
+                Some(l) => l.accept(w.timeout),
                 None => Err(closed()),
             }
         })?;

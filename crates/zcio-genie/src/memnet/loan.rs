@@ -399,7 +399,7 @@ impl LentHome {
         }
         st.idle.insert(id, file);
         st.unsent.push(id);
-        Self::flush(self, &mut st);
+        self.flush(&mut st);
     }
 
     fn flush(&self, st: &mut LentState) {

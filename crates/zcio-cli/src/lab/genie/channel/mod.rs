@@ -113,7 +113,7 @@ pub mod render;
 pub mod report;
 pub mod sender;
 
-use crate::error::{Context, FailedWith};
+use crate::error::Context;
 use crate::lab::genie::measure::Progress;
 use crate::report::preset::Preset;
 use crate::transfer::Res;
@@ -1027,34 +1027,15 @@ pub fn run(a: ChannelArgs) -> Res<()> {
     let bar = crate::bench_bar(plan.units());
     let s = measure(&plan, &bar)?;
     bar.finish_and_clear();
-    let failures = s.failures();
-    let mut v = serde_json::to_value(&s)?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("bench".into(), "channel".into());
-    }
-    let reason = || {
-        format!(
-            "bench channel: {} of {} rows not verified: {}",
-            failures.len(),
-            s.rows.len(),
-            failures.join("; ")
-        )
-    };
-    if a.json {
-        if !failures.is_empty() {
-            return Err(crate::error::Error::new(FailedWith {
-                result: v,
-                reason: reason(),
-            }));
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
-    print!("{}", render::text_table(&s));
-    if !failures.is_empty() {
-        return Err(reason().into());
-    }
-    Ok(())
+    crate::finish_checked_bench(
+        "channel",
+        &s,
+        s.rows.len(),
+        "not verified",
+        &s.failures(),
+        a.json,
+        || render::text_table(&s),
+    )
 }
 
 /// Whether the zcio listener `l` has a client waiting, watching `child` meanwhile: `Ok(())`

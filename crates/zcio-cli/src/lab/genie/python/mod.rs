@@ -22,7 +22,6 @@
 
 pub mod report;
 
-use crate::error::FailedWith;
 use crate::lab::genie::measure::Progress;
 use crate::report::preset::Preset;
 use crate::transfer::Res;
@@ -370,34 +369,15 @@ pub fn run(a: PythonArgs) -> Res<()> {
     let bar = crate::bench_bar(plan.units());
     let s = measure(&plan, &bar)?;
     bar.finish_and_clear();
-    let failures = s.failures();
-    let mut v = serde_json::to_value(&s)?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("bench".into(), "python".into());
-    }
-    let reason = || {
-        format!(
-            "bench python: {} of {} rows failed: {}",
-            failures.len(),
-            s.rows.len(),
-            failures.join("; ")
-        )
-    };
-    if a.json {
-        if !failures.is_empty() {
-            return Err(crate::error::Error::new(FailedWith {
-                result: v,
-                reason: reason(),
-            }));
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
-    print!("{}", report::text_table(&s));
-    if !failures.is_empty() {
-        return Err(reason().into());
-    }
-    Ok(())
+    crate::finish_checked_bench(
+        "python",
+        &s,
+        s.rows.len(),
+        "failed",
+        &s.failures(),
+        a.json,
+        || report::text_table(&s),
+    )
 }
 
 #[cfg(test)]
