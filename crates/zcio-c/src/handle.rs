@@ -84,3 +84,16 @@ pub(crate) fn free<T: Handle>(p: *mut T, arg: &str) -> Result<(), Error> {
     drop(take(p, arg)?);
     Ok(())
 }
+
+/// Every handle may be used from any thread (the C interface's promise): each is `Send` and
+/// `Sync`, checked here at compile time.
+const _: () = {
+    const fn threads<T: Send + Sync>() {}
+    threads::<crate::zcio_channel>();
+    threads::<crate::zcio_listener>();
+    threads::<crate::zcio_buffer>();
+    threads::<crate::zcio_fbuf_path>();
+    threads::<crate::zcio_fbuf>();
+    threads::<crate::zcio_fbuf_receiver>();
+    threads::<crate::zcio_fbuf_view>();
+};
