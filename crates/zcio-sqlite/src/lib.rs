@@ -7,7 +7,14 @@
 //! - [`pool`]: the engine's own buffer pool, chunks kept in the layer's buffers across reads
 //!   and connections.
 //! - [`tables`]: the Wisconsin `tenk1` tables and the paper's scan query.
+//! - [`extension`]: the VFS as a SQLite loadable extension (`crates/zcio-sqlite-ext`), built
+//!   from this checkout for the shell's tests and bench.
+//!
+//! SQLite itself is bundled (the `bundled` feature, the default), or, with
+//! `loadable_extension` instead, reached through the API table of the program that loads the
+//! extension.
 
+pub mod extension;
 pub mod pool;
 pub mod readahead;
 pub mod tables;

@@ -162,6 +162,17 @@ impl UioVfs {
         self.name.to_str().expect("made from a str")
     }
 
+    /// Make it SQLite's default VFS, the one databases opened without naming a VFS use.
+    pub fn make_default(&self) -> Result<(), VfsError> {
+        // SAFETY: registering again a VFS registered in `register_with`, alive until `drop`
+        // unregisters it; SQLite only moves it to the head of its list.
+        let rc = unsafe { ffi::sqlite3_vfs_register(self.vfs, 1) };
+        if rc != ffi::SQLITE_OK {
+            return Err(VfsError::Register(rc));
+        }
+        Ok(())
+    }
+
     /// The buffer pool its reads go through, if any.
     pub fn pool(&self) -> Option<&BufferPool> {
         self.pool.as_deref()
@@ -201,12 +212,46 @@ impl Drop for UioVfs {
 struct FileState {
     ra: ReadAhead,
     close: unsafe extern "C" fn(*mut ffi::sqlite3_file) -> c_int,
+    file_control: unsafe extern "C" fn(*mut ffi::sqlite3_file, c_int, *mut c_void) -> c_int,
     stats: Arc<Mutex<ReadStats>>,
+    pool: Option<Arc<BufferPool>>,
 }
+
+impl FileState {
+    /// What [`STATS_PRAGMA`] answers: the VFS's counts so far (this file's included) and its
+    /// pool's, as one JSON object.
+    fn stats_json(&self) -> String {
+        let mut st = *self.stats.lock().expect("stats");
+        st.add(&self.ra.stats());
+        let p = self.pool.as_ref().map(|p| p.stats()).unwrap_or_default();
+        format!(
+            "{{\"files\":{},\"fallback_files\":{},\"reads\":{},\"requests\":{},\
+             \"bytes_transferred\":{},\"bytes_copied\":{},\"bytes_fetched\":{},\
+             \"pool_hits\":{},\"bytes_pooled\":{},\"pool_chunks\":{},\"pool_bytes\":{}}}",
+            st.files,
+            st.fallback_files,
+            st.reads,
+            st.requests,
+            st.bytes_transferred,
+            st.bytes_copied,
+            st.bytes_fetched,
+            st.pool_hits,
+            st.bytes_pooled,
+            p.chunks,
+            p.bytes,
+        )
+    }
+}
+
+/// The pragma a connection whose main database the layer reads answers with what the VFS did
+/// so far (`pragma zcio_stats`: one row, a JSON object of [`ReadStats`]' counts and the pool's
+/// chunks and bytes); through any other file, SQLite ignores it as an unknown pragma.
+pub const STATS_PRAGMA: &str = "zcio_stats";
 
 unsafe extern "C" fn x_open(
     vfs: *mut ffi::sqlite3_vfs,
-    name: ffi::sqlite3_filename,
+    // `sqlite3_filename` in SQLite's headers from 3.41; a plain C string in those before.
+    name: *const c_char,
     file: *mut ffi::sqlite3_file,
     flags: c_int,
     out_flags: *mut c_int,
@@ -226,7 +271,7 @@ unsafe extern "C" fn x_open(
         return rc;
     }
     // SAFETY: SQLite's file name is a NUL-terminated string while the file is open.
-    let path = unsafe { CStr::from_ptr(name as *const c_char) };
+    let path = unsafe { CStr::from_ptr(name) };
     let Ok(path) = path.to_str() else {
         return rc;
     };
@@ -256,7 +301,7 @@ unsafe extern "C" fn x_open(
     };
     // SAFETY: `real` is unix's method table, static in SQLite.
     let real_methods = unsafe { &*real };
-    let Some(close) = real_methods.xClose else {
+    let (Some(close), Some(file_control)) = (real_methods.xClose, real_methods.xFileControl) else {
         return rc;
     };
     let mut methods = ctx.methods.lock().expect("methods");
@@ -264,6 +309,7 @@ unsafe extern "C" fn x_open(
         let mut m = ffi::sqlite3_io_methods {
             xClose: Some(x_close),
             xRead: Some(x_read),
+            xFileControl: Some(x_file_control),
             ..*real_methods
         };
         if m.iVersion >= 3 {
@@ -275,7 +321,9 @@ unsafe extern "C" fn x_open(
     let state = Box::into_raw(Box::new(FileState {
         ra,
         close,
+        file_control,
         stats: ctx.stats.clone(),
+        pool: ctx.pool.clone(),
     }));
     // SAFETY: `file` is ours; the method table lives in the context, as long as the VFS.
     unsafe {
@@ -314,6 +362,44 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
     drop(state);
     // SAFETY: unix's close, on the file unix opened.
     unsafe { close(file) }
+}
+
+unsafe extern "C" fn x_file_control(
+    file: *mut ffi::sqlite3_file,
+    op: c_int,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: as in `x_read`.
+    let Some(state) = (unsafe { (*slot(file)).as_ref() }) else {
+        return ffi::SQLITE_NOTFOUND;
+    };
+    if op == ffi::SQLITE_FCNTL_PRAGMA {
+        // SAFETY: for a pragma SQLite passes three C strings: the slot for the result, the
+        // pragma's name and its argument (or null).
+        let args = arg as *mut *mut c_char;
+        // SAFETY: as above: the name is a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(*args.add(1)) };
+        if name
+            .to_bytes()
+            .eq_ignore_ascii_case(STATS_PRAGMA.as_bytes())
+        {
+            let text = state.stats_json();
+            // SAFETY: SQLite's allocator, whose memory SQLite frees after the pragma.
+            let out = unsafe { ffi::sqlite3_malloc(text.len() as c_int + 1) } as *mut u8;
+            if out.is_null() {
+                return ffi::SQLITE_NOMEM;
+            }
+            // SAFETY: `out` holds the text and its NUL; the result slot is SQLite's.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), out, text.len());
+                *out.add(text.len()) = 0;
+                *args = out as *mut c_char;
+            }
+            return ffi::SQLITE_OK;
+        }
+    }
+    // SAFETY: unix's file control, on the file unix opened, with SQLite's arguments.
+    unsafe { (state.file_control)(file, op, arg) }
 }
 
 unsafe extern "C" fn x_fetch(
