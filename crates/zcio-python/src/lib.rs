@@ -73,7 +73,10 @@ const LOAN_FROM: usize = 1 << 20;
 /// The memory `zcio.alloc` made as loans, by address, so that a send of any object viewing
 /// it (a numpy array over a `zcio.Buffer`, a slice of one) finds its file. Entries whose
 /// buffer is gone are dropped as they are met.
-static ALLOCATED: Mutex<Vec<(usize, usize, Weak<Mutex<zcio::Loan>>)>> = Mutex::new(Vec::new());
+static ALLOCATED: Mutex<Vec<Allocated>> = Mutex::new(Vec::new());
+
+/// One entry of [`ALLOCATED`]: where the memory starts and ends, and its loan.
+type Allocated = (usize, usize, Weak<Mutex<zcio::Loan>>);
 
 /// The loan of `zcio.alloc` that holds all of `bytes`, and where they start in it.
 fn allocated_holding(bytes: &[u8]) -> Option<(Arc<Mutex<zcio::Loan>>, usize)> {

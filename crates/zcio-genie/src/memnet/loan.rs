@@ -1211,7 +1211,11 @@ mod tests {
         let (mut tx, mut rx) = pair().unwrap();
         let mut loan = tx.loan(8192).unwrap();
         loan.fill(4);
-        for bad in [0..8193, 8000..100, 5..5] {
+        let backwards = std::ops::Range {
+            start: 8000,
+            end: 100,
+        };
+        for bad in [0..8193, backwards, 5..5] {
             let e = tx.send_loan_copy(&mut loan, bad.clone()).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
         }
