@@ -108,5 +108,8 @@ def Pipe() -> tuple[Channel, Channel]:
     (`multiprocessing` with spawn, forkserver or fork) before its first use."""
 
 def alloc(n: int) -> Buffer:
-    """`n` zeroed bytes of zcio's (2 MiB pages from 2 MiB), for an array to fill and send: an
-    emulated-copy send of it protects its pages instead of copying them."""
+    """`n` zeroed bytes of zcio's (2 MiB pages from 2 MiB), for an array to fill and send.
+    From 1 MiB they are a memory file: the first emulated-copy send of them (or of a part)
+    ships the file without a copy and makes these pages copy-on-write, so the send takes well
+    under a millisecond at any length and each page written afterwards is copied by the kernel;
+    a later send of the same memory copies it once."""

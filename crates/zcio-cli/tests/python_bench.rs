@@ -1,7 +1,8 @@
 //! `zcio bench python` end to end: a 1 MiB numpy array from one Python process to another by
-//! every contender, one round; every row verified, and zcio's receiver never seeing the
-//! sender's later change. No timing is asserted. numpy and iceoryx2's package are installed
-//! for the run where python3 cannot import them ([`zcio_testkit::python`]).
+//! every contender (the Rust processes of the baseline among them), one round; every row
+//! verified, and zcio's receiver never seeing the sender's later change. No timing is
+//! asserted. numpy and iceoryx2's package are installed for the run where python3 cannot
+//! import them ([`zcio_testkit::python`]).
 
 mod common;
 
@@ -24,6 +25,8 @@ fn every_contender_that_runs_is_verified_and_zcios_receiver_never_sees_the_later
     let contenders = [
         "zcio",
         "zcio-alloc",
+        "rust",
+        "rust-alloc",
         "pipe",
         "queue",
         "shared_memory",
@@ -46,7 +49,7 @@ fn every_contender_that_runs_is_verified_and_zcios_receiver_never_sees_the_later
         }
         let [lo, hi] = [0, 1].map(|k| r["latency_spread_ns"][k].as_f64().unwrap());
         assert!(lo <= hi && lo > 0.0, "{r:#}");
-        if c.starts_with("zcio") {
+        if c.starts_with("zcio") || c.starts_with("rust") {
             assert_eq!(r["saw_later_change"], false, "{r:#}");
         }
     }

@@ -405,6 +405,33 @@ impl Channel {
         }
     }
 
+    /// Send the bytes `range` of a loan under emulated copy and keep the loan, to read and
+    /// write on: on this host, the first time, its file is sealed and shipped without a copy
+    /// and the sender's pages become copy-on-write ([`MemnetEndpoint::send_loan_copy`]);
+    /// over TCP the bytes are sent. Returns without waiting for the receiver; the ticket is
+    /// complete.
+    pub fn send_loan_copy(
+        &mut self,
+        loan: &mut Loan,
+        range: std::ops::Range<usize>,
+    ) -> Result<(Ticket, Accounting)> {
+        match &mut self.inner {
+            ChannelKind::Local(m) => m.send_loan_copy(loan, range),
+            ChannelKind::Tcp(_) => match loan.get(range.clone()) {
+                Some(bytes) => self.send(Semantics::Copy, bytes),
+                None => Err(crate::error::GenieError::arg(
+                    "range",
+                    format!(
+                        "bytes {}..{} of a loan of {} bytes",
+                        range.start,
+                        range.end,
+                        loan.len()
+                    ),
+                )),
+            },
+        }
+    }
+
     /// Receive the next message as bytes of this process's own, to read and write: a loan's
     /// pages mapped here without a copy ([`Received::is_mapped`]), any other message
     /// received into a buffer made for it. Waits within the channel's waits.

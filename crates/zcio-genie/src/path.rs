@@ -118,6 +118,11 @@ pub enum DataPath {
         /// On the receiver's side, whether the pages were mapped (else copied out).
         mapped: bool,
     },
+    /// A loan sent under emulated copy and kept by its sender (`memnet::loan`): its memory
+    /// file sealed and shipped as [`DataPath::Shipped`], the sender's mapping made a private
+    /// one of the same file, so that each page it writes afterwards becomes its own copy (the
+    /// kernel's copy-on-write, Genie's TCOW at the granule of the file's pages).
+    Kept,
     /// A volatile loan (`memnet::loan`): a memory file reused from loan to loan, lent to the
     /// receiver and given back.
     Lent {
@@ -434,6 +439,10 @@ impl fmt::Display for DataPath {
                 out: false,
                 mapped: false,
             } => f.write_str("copy: out of a sealed memory file"),
+            DataPath::Kept => f.write_str(
+                "emulated copy: a sealed memory file's pages handed over, the sender's mapping \
+                 made private (its writes copied by the kernel)",
+            ),
             DataPath::Lent { out: true, .. } => {
                 f.write_str("weak move: a volatile memory file lent, its mapping kept")
             }
@@ -484,6 +493,7 @@ fn fixed() -> Vec<DataPath> {
             out: false,
             mapped: false,
         },
+        DataPath::Kept,
         DataPath::Lent {
             out: true,
             mapped: false,

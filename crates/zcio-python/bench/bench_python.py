@@ -9,8 +9,14 @@ holding the bytes of the moment of the send, and must not see A's change.
 - `zcio`: B listens on a unique name, A connects; `ch.send(a)` (emulated copy), B holds
   `numpy.frombuffer(ch.recv(), dtype)`.
 - `zcio-alloc`: the same, A's array made in memory of zcio's (`numpy.frombuffer(zcio.alloc(n))`,
-  filled before the clock): the send protects its pages instead of copying them, and A's
-  change then copies the pages it writes.
+  filled before the clock): a memory file, which the send seals and hands to B without a
+  copy, A's pages becoming copy-on-write; A's change then has the kernel copy each page it
+  writes.
+- `rust`, `rust-alloc`: the same job done by two Rust processes through the Rust channel,
+  with the calls zcio's module makes for `zcio` and `zcio-alloc` (A's bytes copied into a
+  loan and sent; A's bytes in a loan sent and kept): the baseline that Python's overhead is
+  read against. Run by the executable named in `$ZCIO_BENCH_PEER` (`zcio bench python
+  --peer a`), which prints the same measures.
 - `pipe`: `multiprocessing.Pipe`, `conn.send(a)` and `conn.recv()` (the array pickled).
 - `queue`: `multiprocessing.Queue`, `q.put(a)` and `q.get()`.
 - `shared_memory`: a `multiprocessing.shared_memory` block of the array's size, made and
@@ -21,7 +27,10 @@ holding the bytes of the moment of the send, and must not see A's change.
   its subscriber, copies the sample out into an array of its own.
 
 Each run is a fresh pair of processes: the orchestrator starts A (`--role a`), A starts B
-with `multiprocessing` (spawn), so that each run's peak RSS (`ru_maxrss`) is its own. Both
+with `multiprocessing` (spawn), so that each run's peak RSS (`ru_maxrss`) is its own. A and
+B are pinned to two different CPUs (where the process may run on two), as `zcio bench
+channel` pins its processes: unpinned, the scheduler may wake B on A's CPU and queue it
+behind A's change, which measures the scheduler rather than the transfer. Both
 read `time.monotonic_ns()` (CLOCK_MONOTONIC, one clock on one host).
 
 - latency: from A's send start to B holding its array (B reports its time back);
@@ -53,7 +62,11 @@ import time
 import traceback
 import uuid
 
-CONTENDERS = ["zcio", "zcio-alloc", "pipe", "queue", "shared_memory", "iceoryx2"]
+CONTENDERS = [
+    "zcio", "zcio-alloc", "rust", "rust-alloc", "pipe", "queue", "shared_memory", "iceoryx2"
+]
+# Contenders whose A and B are Rust processes: the executable `$ZCIO_BENCH_PEER` (zcio's).
+RUST = ("rust", "rust-alloc")
 DEFAULT_SIZES = [8 << 20, 128 << 20]
 K = 0x9E3779B97F4A7C15
 SEED = 0x7A63696F
@@ -127,11 +140,24 @@ def peak_rss_kib():
 # B: the receiving process (a multiprocessing child of A).
 
 
-def b_main(contender, n, ctl, data):
+def two_cpus():
+    """The first two CPUs this process may run on, or None where it may run on one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[:2] if len(cpus) >= 2 else None
+
+
+def pin(cpu):
+    """This process on `cpu` alone (nothing where there is none to choose)."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+
+
+def b_main(contender, n, ctl, data, cpu=None):
     """B: make its end, say ready, receive, report its time, wait for A's change, check."""
     try:
         import numpy as np
 
+        pin(cpu)
         recv = b_setup(contender, n, ctl, data)
         ctl.send(("ready", None))
         c0 = cpu_ns()
@@ -287,8 +313,10 @@ def a_run(contender, n):
         data_b = f"zcio-bench-py/{os.getpid()}-{uuid.uuid4().hex[:8]}"
     else:
         raise ValueError(f"unknown contender {contender}")
-    b = ctx.Process(target=b_main, args=(contender, n, ctl_b, data_b))
+    cpus = two_cpus()
+    b = ctx.Process(target=b_main, args=(contender, n, ctl_b, data_b, cpus and cpus[1]))
     b.start()
+    pin(cpus and cpus[0])
     try:
         return a_with(contender, n, ctl, b, data_b, locals())
     finally:
@@ -399,6 +427,11 @@ def a_with(contender, n, ctl, b, data_b, env):
 
 def available(contender):
     """None, or why `contender` cannot run here."""
+    if contender in RUST:
+        exe = os.environ.get("ZCIO_BENCH_PEER")
+        if not exe or not os.access(exe, os.X_OK):
+            return "unavailable: no zcio executable in $ZCIO_BENCH_PEER to run it"
+        return None
     mod = {"zcio": "zcio", "zcio-alloc": "zcio", "iceoryx2": "iceoryx2"}.get(contender)
     if mod is None:
         return None
@@ -411,9 +444,14 @@ def available(contender):
 
 def one_run(contender, n):
     """A fresh A process for one run; its result, or an error."""
+    if contender in RUST:
+        argv = [os.environ["ZCIO_BENCH_PEER"], "bench", "python", "--peer", "a",
+                "--contenders", contender, "--bytes", str(n)]
+    else:
+        argv = [sys.executable, os.path.abspath(__file__), "--role", "a", "--contender",
+                contender, "--bytes", str(n)]
     p = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--role", "a", "--contender", contender,
-         "--bytes", str(n)],
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         timeout=TIMEOUT * 3,

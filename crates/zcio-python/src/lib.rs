@@ -29,7 +29,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::{create_exception, ffi};
 use std::ffi::{CString, c_int, c_void};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use zcio::genie::memnet::LinkParts;
 use zcio::vm::arena::SharedArena;
@@ -57,12 +57,39 @@ create_exception!(
 /// "zcioPKL5": the first word of `send_obj`'s header message.
 const OBJ_MAGIC: u64 = 0x7a63_696f_504b_4c35;
 
-/// From this length up, an emulated-copy send on this host copies the bytes once into a loan
-/// (a sealed memory file in 2 MiB pages from 2 MiB) that the receiver maps without a copy: a
-/// Python object's memory is rarely page-aligned (numpy's is 16 bytes past a page), which the
-/// page-protection path pays for in faults at every later write, and the loan returns whatever
-/// the receiver does, with no window to wait for.
+/// From this length up, an emulated-copy send on this host goes as a loan, a sealed memory
+/// file (in 2 MiB pages from 2 MiB) that the receiver maps without a copy, and which returns
+/// whatever the receiver does, with no window to wait for:
+///
+/// - memory of `zcio.alloc` is such a file already: it is sealed and shipped without a copy,
+///   and the sender's pages become copy-on-write ([`zcio::Channel::send_loan_copy`]);
+/// - any other object's bytes are copied into a fresh file once: a Python object's memory is
+///   rarely page-aligned (numpy's is 16 bytes past a page), which the page-protection path
+///   pays for in faults at every later write.
+///
+/// `zcio.alloc` makes files from this length up too.
 const LOAN_FROM: usize = 1 << 20;
+
+/// The memory `zcio.alloc` made as loans, by address, so that a send of any object viewing
+/// it (a numpy array over a `zcio.Buffer`, a slice of one) finds its file. Entries whose
+/// buffer is gone are dropped as they are met.
+static ALLOCATED: Mutex<Vec<Allocated>> = Mutex::new(Vec::new());
+
+/// One entry of [`ALLOCATED`]: where the memory starts and ends, and its loan.
+type Allocated = (usize, usize, Weak<Mutex<zcio::Loan>>);
+
+/// The loan of `zcio.alloc` that holds all of `bytes`, and where they start in it.
+fn allocated_holding(bytes: &[u8]) -> Option<(Arc<Mutex<zcio::Loan>>, usize)> {
+    let (start, end) = (
+        bytes.as_ptr() as usize,
+        bytes.as_ptr() as usize + bytes.len(),
+    );
+    let mut all = ALLOCATED.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(_, _, w)| w.strong_count() > 0);
+    all.iter()
+        .find(|(a, e, _)| *a <= start && end <= *e)
+        .and_then(|(a, _, w)| Some((w.upgrade()?, start - a)))
+}
 
 /// The Python exception for a zcio error.
 fn to_py(e: GenieError) -> PyErr {
@@ -214,9 +241,11 @@ fn send_one(
     bytes: &[u8],
 ) -> Result<(zcio::Ticket, zcio::Accounting), GenieError> {
     if sem == Semantics::EmulatedCopy && bytes.len() >= LOAN_FROM && ch.transport() == "memnet" {
-        if (bytes.as_ptr() as usize) % zcio::vm::page::HUGE_PAGE_SIZE == 0 {
-            // A buffer of zcio's (`zcio.alloc`), in 2 MiB pages: protected, not copied.
-            return ch.send(sem, bytes);
+        if let Some((loan, at)) = allocated_holding(bytes) {
+            // Memory of `zcio.alloc`: its file shipped, its pages made copy-on-write here.
+            let len = bytes.len();
+            let mut loan = loan.lock().unwrap_or_else(|e| e.into_inner());
+            return ch.send_loan_copy(&mut loan, at..at + len);
         }
         let mut loan = ch.loan(bytes.len())?;
         loan.copy_from_slice(bytes);
@@ -507,8 +536,9 @@ impl Channel {
     fn recv_obj<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         let timeout = timeout_of(timeout)?;
         let head = self.recv_buffer(py, timeout)?;
+        let header = head.data.to_vec();
         let word = |i: usize| -> Option<u64> {
-            let b = head.data.as_slice().get(i * 8..i * 8 + 8)?;
+            let b = header.get(i * 8..i * 8 + 8)?;
             Some(u64::from_le_bytes(b.try_into().ok()?))
         };
         let n = match (word(0), word(1)) {
@@ -639,13 +669,21 @@ struct Buffer {
 enum Bytes {
     Received(Received),
     Made(zcio::AppBuffer),
+    /// Memory of `zcio.alloc` from [`LOAN_FROM`]: a loan, found by address at a send
+    /// ([`ALLOCATED`]); its bytes stay where they are, sent or not.
+    Allocated(Arc<Mutex<zcio::Loan>>),
 }
 
 impl Bytes {
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// Where the bytes are and how many (they do not move while the `Buffer` lives).
+    fn place(&mut self) -> (*mut u8, usize) {
         match self {
-            Bytes::Received(r) => r,
-            Bytes::Made(b) => b,
+            Bytes::Received(r) => (r.as_mut_ptr(), r.len()),
+            Bytes::Made(b) => (b.as_mut_ptr(), b.len()),
+            Bytes::Allocated(l) => {
+                let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
+                (l.as_mut_ptr(), l.len())
+            }
         }
     }
 
@@ -653,13 +691,16 @@ impl Bytes {
         match self {
             Bytes::Received(r) => r.len(),
             Bytes::Made(b) => b.len(),
+            Bytes::Allocated(l) => l.lock().unwrap_or_else(|e| e.into_inner()).len(),
         }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    /// A copy of the bytes.
+    fn to_vec(&self) -> Vec<u8> {
         match self {
-            Bytes::Received(r) => r,
-            Bytes::Made(b) => b,
+            Bytes::Received(r) => r.to_vec(),
+            Bytes::Made(b) => b.to_vec(),
+            Bytes::Allocated(l) => l.lock().unwrap_or_else(|e| e.into_inner()).to_vec(),
         }
     }
 }
@@ -679,11 +720,7 @@ impl Buffer {
         if view.is_null() {
             return Err(PyBufferError::new_err("a null Py_buffer"));
         }
-        let (ptr, len) = {
-            let mut b = slf.borrow_mut();
-            let bytes = b.data.as_mut_slice();
-            (bytes.as_mut_ptr(), bytes.len())
-        };
+        let (ptr, len) = slf.borrow_mut().data.place();
         // SAFETY: `view` is the caller's Py_buffer (not null, checked); the bytes are the
         // received message's (its pages do not move while it lives), which lives as long as
         // the Buffer object, and `view.obj` holds a strong
@@ -769,14 +806,27 @@ fn connect(py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Channel
 }
 
 /// `zcio.alloc(n)`: `n` bytes of zcio's (zeroed; in 2 MiB pages from 2 MiB where the kernel
-/// gives them), for an array to fill and send: an emulated-copy send of such a buffer protects
-/// its pages instead of copying them (the path the Rust channel takes), where any other object
-/// is copied once into a loan.
+/// gives them), for an array to fill and send. From 1 MiB they are a memory file: the first
+/// emulated-copy send of them (or of any part of them) ships the file without copying a byte
+/// and makes the pages here copy-on-write, so the send returns in well under a millisecond
+/// whatever the length, and each page written afterwards is copied by the kernel at the
+/// write. A later send of the same memory copies it once, as a send of any other object does.
 #[pyfunction]
 fn alloc(n: usize) -> PyResult<Buffer> {
-    let b = zcio::AppBuffer::for_message(n).map_err(to_py)?;
+    if n < LOAN_FROM {
+        let b = zcio::AppBuffer::for_message(n).map_err(to_py)?;
+        return Ok(Buffer {
+            data: Bytes::Made(b),
+        });
+    }
+    let loan = Arc::new(Mutex::new(zcio::Loan::new(n).map_err(to_py)?));
+    let at = loan.lock().unwrap_or_else(|e| e.into_inner()).as_ptr() as usize;
+    ALLOCATED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((at, at + n, Arc::downgrade(&loan)));
     Ok(Buffer {
-        data: Bytes::Made(b),
+        data: Bytes::Allocated(loan),
     })
 }
 

@@ -188,18 +188,60 @@ class Semantics(unittest.TestCase):
             data[:] = b"\0" * len(data)
             self.assertEqual(bytes(got), pattern(5 * 4096, 4)[: 5 * 4096])
 
-    def test_an_array_on_zcios_memory_goes_by_page_protection_and_keeps_its_promise(self):
+    def test_an_array_on_zcios_memory_ships_its_file_and_keeps_its_promise(self):
         tx, rx = pair()
         with tx, rx:
             a = np.frombuffer(zcio.alloc(8 << 20), dtype=np.uint32)
             self.assertTrue(a.flags.writeable)
-            a[:] = np.arange(a.size, dtype=np.uint32)
-            tx.send(a)
-            self.assertIn("tcow", tx.last_path)
-            a[:] = 0  # at once: the pages are protected, a write copies them first
+            want = np.arange(a.size, dtype=np.uint32)
+            a[:] = want
+            before = a.ctypes.data
+            # A part of it, from its second page: the file goes whole, the message is the part.
+            tx.send(a[1024:])
+            self.assertIn("the sender's mapping made private", tx.last_path)
+            self.assertEqual(a.ctypes.data, before, "the array stays where it was")
+            self.assertTrue((a == want).all(), "the sender reads what it sent")
+            a[:] = 0  # at once: the kernel copies each page written
+            a[-1] = 5
             got = np.frombuffer(rx.recv(timeout=30), dtype=np.uint32)
-            self.assertTrue((got == np.arange(a.size, dtype=np.uint32)).all())
-            self.assertEqual(int(a.max()), 0)
+            self.assertTrue((got == want[1024:]).all())
+            self.assertTrue(got.flags.writeable)
+            got[0] = 9  # the receiver's own copy of the page
+            self.assertEqual(int(a[1024]), 0)
+            # Sent again: its bytes of now, copied once.
+            tx.send(a)
+            self.assertNotIn("made private", tx.last_path)
+            a[:] = 7
+            again = np.frombuffer(rx.recv(timeout=30), dtype=np.uint32)
+            self.assertEqual(int(again[:-1].max()), 0)
+            self.assertEqual(int(again[-1]), 5)
+            self.assertTrue((got[1:] == want[1025:]).all(), "the first message never changed")
+
+    def test_an_array_on_zcios_memory_reaches_another_process_as_it_was(self):
+        name = unique("alloc")
+        with zcio.listen(name) as lst:
+            p = child(
+                """
+                import sys, numpy as np, zcio
+                ch = zcio.connect(sys.argv[1], timeout=30)
+                a = np.frombuffer(zcio.alloc(64 << 20), dtype=np.uint64)
+                a[:] = np.arange(a.size, dtype=np.uint64) * 3
+                ch.send(a)
+                a[::512] = 0  # one word in every 4 KiB page, right after the send
+                ch.send(b"changed")
+                ch.recv(timeout=30)
+                print(ch.last_path)
+                """,
+                name,
+            )
+            rx = lst.accept(timeout=30)
+            got = np.frombuffer(rx.recv(timeout=30), dtype=np.uint64)
+            self.assertEqual(bytes(rx.recv(timeout=30)), b"changed")
+            self.assertTrue((got == np.arange(got.size, dtype=np.uint64) * 3).all())
+            rx.send(b"ok")
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+            rx.close()
 
     def test_volatile_loans_between_trusting_ends_reuse_their_files(self):
         tx, rx = pair()

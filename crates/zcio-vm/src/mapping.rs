@@ -495,6 +495,53 @@ impl Mapping {
         Ok(())
     }
 
+    /// Map `fd`, the file this shared mapping shows from its offset 0, over the same range
+    /// again, privately and writable: the same bytes at the same addresses (pointers into the
+    /// range stay good), and from now on each page written becomes this process's own copy,
+    /// made by the kernel at the write's fault, while the file stays as it is. On failure the
+    /// shared mapping is put back where it was, and the error says what the kernel refused.
+    pub(crate) fn remap_private(&mut self, fd: BorrowedFd<'_>) -> Result<()> {
+        if self.reserved
+            || self.backing != Backing::Shared
+            || self.ptr.as_ptr() as usize != self.map_start
+        {
+            return Err(VmError::Misuse {
+                what: "remapping privately a mapping that is not a whole shared mapping of its own",
+            });
+        }
+        let map = |flags: libc::c_int| {
+            // SAFETY: [map_start, map_start + map_len) is this mapping's own range, a shared
+            // mapping of `fd` from offset 0 (its owner's promise): MAP_FIXED replaces exactly
+            // it with a mapping of the same file showing the same bytes, so every pointer
+            // into it still reaches the same contents.
+            let p = unsafe {
+                libc::mmap(
+                    self.map_start as *mut libc::c_void,
+                    self.map_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags | libc::MAP_FIXED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            crate::protect::layout_changed();
+            p
+        };
+        if map(libc::MAP_PRIVATE) == libc::MAP_FAILED {
+            let source = std::io::Error::last_os_error();
+            // A shared mapping charges no commit: putting it back asks for nothing the kernel
+            // just refused.
+            if map(libc::MAP_SHARED) == libc::MAP_FAILED {
+                return Err(VmError::sys(
+                    "mmap(private, over a shared mapping); putting the shared one back failed too",
+                    source,
+                ));
+            }
+            return Err(VmError::sys("mmap(private, over a shared mapping)", source));
+        }
+        Ok(())
+    }
+
     /// Hide the mapping (Genie's *invalidate*, region hiding): every page becomes inaccessible
     /// with one `mprotect`, and the contents stay. The [`Hidden`] value offers no access at all.
     pub fn hide(self) -> std::result::Result<Hidden, (Mapping, VmError)> {

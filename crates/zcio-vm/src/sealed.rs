@@ -114,6 +114,45 @@ impl ExclusiveFile {
     }
 }
 
+impl ExclusiveFile {
+    /// Seal it while its creator keeps its bytes where they are: Genie's emulated copy of a
+    /// whole file, its copy-on-write done by the kernel. The mapping becomes a private one of
+    /// the same file at the same addresses (pointers into it stay good and read the same
+    /// bytes), then the file is sealed: the [`SealedFile`] may go to another process, which
+    /// reads the bytes of this moment whatever happens here afterwards, and the
+    /// [`PrivateView`] stays this process's, each page it writes becoming its own copy at the
+    /// write's fault. Nothing is copied now: the page tables of one mapping are replaced.
+    ///
+    /// On failure nothing left: the error, with the file as it was (the private mapping could
+    /// not be made) or the private view (the kernel refused the seal; the bytes are there).
+    pub fn seal_keeping(
+        self,
+    ) -> std::result::Result<(SealedFile, PrivateView), (VmError, Unsealed)> {
+        let ExclusiveFile { mut map, fd, len } = self;
+        if let Err(e) = map.remap_private(fd.as_fd()) {
+            return Err((e, Unsealed::File(ExclusiveFile { map, fd, len })));
+        }
+        let view = PrivateView {
+            ptr: NonNull::new(map.as_ptr()).expect("a mapping is never at null"),
+            len,
+            map: Some(map),
+        };
+        match seal_fresh(&fd) {
+            Ok(()) => Ok((SealedFile { fd, len }, view)),
+            Err(e) => Err((e, Unsealed::View(view))),
+        }
+    }
+}
+
+/// What [`ExclusiveFile::seal_keeping`] leaves when it fails.
+#[derive(Debug)]
+pub enum Unsealed {
+    /// The file as it was, mapped shared: the private mapping could not be made.
+    File(ExclusiveFile),
+    /// The private view made before the kernel refused the seal: the bytes, this process's.
+    View(PrivateView),
+}
+
 /// Seal a fresh file whose descriptor never left this process, and which nobody maps for
 /// writing any more, for good, trying again while the kernel holds its pages for a moment
 /// (see [`ExclusiveFile::seal`]).
@@ -684,6 +723,58 @@ mod tests {
         let (e, _) =
             SealedFile::adopt(std::fs::File::open("/dev/null").unwrap().into()).unwrap_err();
         assert!(e.to_string().contains("not a sealable memory file"), "{e}");
+    }
+
+    #[test]
+    fn a_file_sealed_while_kept_reads_the_same_where_it_was_and_writes_go_private() {
+        for f in [
+            ExclusiveFile::new("k", 3 * page_size()).unwrap(),
+            BlankFile::new_huge("k", 2 * HUGE_PAGE_SIZE)
+                .unwrap()
+                .map()
+                .unwrap(),
+        ] {
+            let mut f = f;
+            let len = f.len();
+            for (i, b) in f.bytes_mut().iter_mut().enumerate() {
+                *b = (i % 251) as u8;
+            }
+            let at = f.bytes().as_ptr();
+            let (sealed, mut kept) = f.seal_keeping().unwrap();
+            assert_eq!(kept.bytes().as_ptr(), at, "the bytes stay where they were");
+            assert!(
+                kept.bytes()
+                    .iter()
+                    .enumerate()
+                    .all(|(i, b)| *b == (i % 251) as u8)
+            );
+            // The keeper writes every page: its own copies; the file keeps the old bytes.
+            for p in (0..len).step_by(page_size()) {
+                kept.bytes_mut()[p] ^= 0xFF;
+            }
+            kept.bytes_mut()[len - 1] = 7;
+            let other = sealed.view().unwrap();
+            assert!(
+                other
+                    .bytes()
+                    .iter()
+                    .enumerate()
+                    .all(|(i, b)| *b == (i % 251) as u8),
+                "the sealed file never changed"
+            );
+            assert_eq!(kept.bytes()[0], 0xFF);
+            assert!(
+                rustix::io::pwrite(sealed.fd(), b"x", 0).is_err(),
+                "sealed against write"
+            );
+            drop(sealed);
+            // The view outlives the file's descriptor: the mapping holds the file.
+            assert_eq!(kept.bytes()[len - 1], 7);
+            assert_eq!(
+                kept.bytes()[page_size() + 1],
+                ((page_size() + 1) % 251) as u8
+            );
+        }
     }
 
     #[test]

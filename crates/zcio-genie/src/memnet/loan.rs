@@ -48,7 +48,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use zcio_vm::huge::Granule;
 use zcio_vm::page::HUGE_PAGE_SIZE;
-use zcio_vm::sealed::{BlankFile, ExclusiveFile, PrivateView, SealedFile, VolatileFile};
+use zcio_vm::sealed::{BlankFile, ExclusiveFile, PrivateView, SealedFile, Unsealed, VolatileFile};
 
 const FILE_MAGIC: u64 = 0x7a63_696f_4c4f_414e; // "zcioLOAN"
 /// A record on the file socket: magic, kind, ticket, length, file id.
@@ -94,6 +94,11 @@ enum LoanPages {
     Owned(AppBuffer),
     /// A volatile file of an endpoint's.
     Lent(LentOut),
+    /// A loan sent under emulated copy ([`MemnetEndpoint::send_loan_copy`]): its file sealed
+    /// and gone, its pages mapped privately here, the sender's own memory.
+    Kept(PrivateView),
+    /// Only for the moment `send_loan_copy` holds the file (never seen outside it).
+    Taken,
 }
 
 /// A volatile file taken for a loan: from its endpoint's `home`, under `id`; `fresh` if the
@@ -190,6 +195,12 @@ impl Loan {
     pub fn is_volatile(&self) -> bool {
         matches!(self.pages, LoanPages::Lent(_))
     }
+
+    /// Whether it was sent under emulated copy and kept ([`MemnetEndpoint::send_loan_copy`]):
+    /// its bytes are then this process's private memory, and a later send copies them.
+    pub fn is_kept(&self) -> bool {
+        matches!(self.pages, LoanPages::Kept(_))
+    }
 }
 
 /// The granule [`Loan::new`] takes for `len` bytes.
@@ -215,6 +226,8 @@ impl Deref for Loan {
             LoanPages::File(f) => &f.bytes()[..self.len],
             LoanPages::Owned(b) => &b[..self.len],
             LoanPages::Lent(l) => lent_bytes(l.file.as_ref(), self.len),
+            LoanPages::Kept(v) => &v.bytes()[..self.len],
+            LoanPages::Taken => &[],
         }
     }
 }
@@ -225,6 +238,8 @@ impl DerefMut for Loan {
             LoanPages::File(f) => &mut f.bytes_mut()[..self.len],
             LoanPages::Owned(b) => &mut b[..self.len],
             LoanPages::Lent(l) => lent_bytes_mut(l.file.as_mut(), self.len),
+            LoanPages::Kept(v) => &mut v.bytes_mut()[..self.len],
+            LoanPages::Taken => &mut [],
         }
     }
 }
@@ -251,6 +266,8 @@ fn lent_bytes_mut(f: Option<&mut VolatileFile>, len: usize) -> &mut [u8] {
 #[derive(Debug)]
 pub struct Received {
     pages: ReceivedPages,
+    /// Where the message starts in its pages (a sealed file may carry it at an offset).
+    at: usize,
     len: usize,
 }
 
@@ -294,6 +311,7 @@ impl Received {
         let len = buf.len();
         Received {
             pages: ReceivedPages::Owned(buf),
+            at: 0,
             len,
         }
     }
@@ -303,7 +321,7 @@ impl Deref for Received {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &self.pages {
-            ReceivedPages::File(v) => &v.bytes()[..self.len],
+            ReceivedPages::File(v) => &v.bytes()[self.at..self.at + self.len],
             ReceivedPages::Owned(b) => &b[..self.len],
             ReceivedPages::Lent(l) => lent_bytes(l.file.as_ref(), self.len),
         }
@@ -313,7 +331,7 @@ impl Deref for Received {
 impl DerefMut for Received {
     fn deref_mut(&mut self) -> &mut [u8] {
         match &mut self.pages {
-            ReceivedPages::File(v) => &mut v.bytes_mut()[..self.len],
+            ReceivedPages::File(v) => &mut v.bytes_mut()[self.at..self.at + self.len],
             ReceivedPages::Owned(b) => &mut b[..self.len],
             ReceivedPages::Lent(l) => lent_bytes_mut(l.file.as_mut(), self.len),
         }
@@ -415,7 +433,8 @@ impl LentHome {
 /// The file of a loan taken off the file socket, waiting for its message's delivery.
 #[derive(Debug)]
 enum InFile {
-    Sealed(SealedFile),
+    /// A sealed file, the message at this offset in it.
+    Sealed(SealedFile, usize),
     /// A peer's volatile file, by id.
     Lent(u64, VolatileFile),
 }
@@ -423,7 +442,7 @@ enum InFile {
 impl InFile {
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
-            InFile::Sealed(f) => f.fd(),
+            InFile::Sealed(f, _) => f.fd(),
             InFile::Lent(_, f) => f.fd(),
         }
     }
@@ -640,9 +659,14 @@ fn lent(out: bool, mapped: bool, len: usize, granule: Option<Granule>) -> Accoun
 
 /// Read the first `out.len()` bytes of the file `fd` into `out` (a kernel copy).
 fn read_file(fd: BorrowedFd<'_>, out: &mut [u8]) -> Result<()> {
+    read_file_at(fd, 0, out)
+}
+
+/// Read `out.len()` bytes of the file `fd` from offset `at` into `out` (a kernel copy).
+fn read_file_at(fd: BorrowedFd<'_>, at: usize, out: &mut [u8]) -> Result<()> {
     let mut k = 0;
     while k < out.len() {
-        match rustix::io::pread(fd, &mut out[k..], k as u64) {
+        match rustix::io::pread(fd, &mut out[k..], (at + k) as u64) {
             Ok(0) => {
                 return Err(GenieError::Protocol(format!(
                     "a loan's memory file ended at {k} of {} bytes",
@@ -716,6 +740,10 @@ impl MemnetEndpoint {
                 shipped(true, false, len, Some(granule))
             }
             LoanPages::Owned(b) => return self.send(Semantics::Copy, &b[..len]),
+            LoanPages::Kept(v) => return self.send_copied(&v.bytes()[..len]),
+            LoanPages::Taken => {
+                return Err(GenieError::arg("loan", "a loan whose file is on its way"));
+            }
             LoanPages::Lent(mut l) => {
                 let file = l.file.take().expect("a loan's file is taken only here");
                 let (id, fresh) = if Arc::ptr_eq(&l.home, &self.loans.home) {
@@ -767,6 +795,94 @@ impl MemnetEndpoint {
         Ok((Ticket(ticket), acc))
     }
 
+    /// Send the bytes `range` of a loan under emulated copy, and keep the loan: the receiver
+    /// gets the bytes of this moment, and the sender goes on reading and writing the loan.
+    ///
+    /// The first time, no byte is copied: the loan's file is sealed and shipped as by
+    /// [`MemnetEndpoint::send_loan`] (the receiver maps it privately; nobody can change it
+    /// any more), and the sender's mapping becomes a private one of the same file at the
+    /// same addresses ([`zcio_vm::sealed::ExclusiveFile::seal_keeping`]): each page the
+    /// sender writes afterwards becomes its own copy at the write's fault, made by the
+    /// kernel (Genie's TCOW, [`DataPath::Kept`]). The call costs replacing one mapping and
+    /// passing one descriptor, whatever the length. From then on the loan is the sender's
+    /// private memory ([`Loan::is_kept`]), and a later send of it copies the bytes once into
+    /// a fresh sealed file. A volatile loan is copied too (its file is the endpoint's).
+    ///
+    /// On an error the loan keeps its bytes, and the message was not sent.
+    pub fn send_loan_copy(
+        &mut self,
+        loan: &mut Loan,
+        range: std::ops::Range<usize>,
+    ) -> Result<(Ticket, Accounting)> {
+        if range.start > range.end || range.end > loan.len {
+            return Err(GenieError::arg(
+                "range",
+                format!(
+                    "bytes {}..{} of a loan of {} bytes",
+                    range.start, range.end, loan.len
+                ),
+            ));
+        }
+        MemnetEndpoint::check_len(range.len())?;
+        GenieError::refuse_broken(&self.broken_out, "output")?;
+        self.reap_completions()?;
+        if !matches!(loan.pages, LoanPages::File(_)) {
+            return self.send_copied(&loan[range]);
+        }
+        let LoanPages::File(f) = std::mem::replace(&mut loan.pages, LoanPages::Taken) else {
+            unreachable!("matched above")
+        };
+        let sealed = match time(Op::ReadOnly, || f.seal_keeping()) {
+            Ok((sealed, view)) => {
+                loan.pages = LoanPages::Kept(view);
+                sealed
+            }
+            Err((e, Unsealed::File(f))) => {
+                loan.pages = LoanPages::File(f);
+                return Err(e.into());
+            }
+            Err((e, Unsealed::View(v))) => {
+                loan.pages = LoanPages::Kept(v);
+                return Err(e.into());
+            }
+        };
+        let (ticket, len) = (self.next_ticket, range.len());
+        self.loans.send_record(
+            &record_bytes(KIND_SEALED, ticket, len, range.start as u64),
+            Some(sealed.fd()),
+        )?;
+        self.next_ticket += 1;
+        let wait = self.waits.start();
+        // The file is on its way: a descriptor not published would leave the receiver's next
+        // loan paired with this file. Nothing more may follow.
+        self.publish_at(
+            ticket,
+            Segment::whole(len, 0),
+            Semantics::EmulatedCopy,
+            super::PLACE_FILE,
+            wait,
+        )
+        .inspect_err(|e| self.broken_out = Some(e.to_string()))?;
+        self.ring_wake();
+        Ok((
+            Ticket(ticket),
+            Accounting {
+                path: DataPath::Kept,
+                ..shipped(true, false, len, Some(loan.granule))
+            },
+        ))
+    }
+
+    /// Send `bytes` copied once into a fresh sealed loan (what an emulated copy of memory
+    /// that cannot be shipped as it is costs: one copy, and the receiver maps the copy).
+    fn send_copied(&mut self, bytes: &[u8]) -> Result<(Ticket, Accounting)> {
+        let mut copy = Loan::new(bytes.len())?;
+        time(Op::Copyin, || copy.copy_from_slice(bytes));
+        let (t, mut acc) = self.send_loan(copy)?;
+        acc.cpu_copied_bytes = bytes.len() as u64;
+        Ok((t, acc))
+    }
+
     /// Receive the next message as bytes of this process's own, to read and write: a loan's
     /// pages mapped without a copy, or an ordinary message received into a buffer made for
     /// it (emulated copy, early demultiplexing). Waits within the endpoint's waits.
@@ -780,10 +896,14 @@ impl MemnetEndpoint {
                 .files_in
                 .pop_front()
                 .expect("taken with its descriptor");
+            let mut at = 0;
             let mapped = match file {
-                InFile::Sealed(f) => match time(Op::RegionCreate, || f.view()) {
-                    Ok(view) => Ok((ReceivedPages::File(view), shipped(false, true, len, None))),
-                    Err(e) => Err((e.into(), InFile::Sealed(f))),
+                InFile::Sealed(f, off) => match time(Op::RegionCreate, || f.view()) {
+                    Ok(view) => {
+                        at = off;
+                        Ok((ReceivedPages::File(view), shipped(false, true, len, None)))
+                    }
+                    Err(e) => Err((e.into(), InFile::Sealed(f, off))),
                 },
                 InFile::Lent(id, f) if !self.loans.volatile => {
                     // Not trusted here: copied out, and given back at once.
@@ -810,7 +930,7 @@ impl MemnetEndpoint {
                 },
             };
             return match mapped {
-                Ok((pages, acc)) => Ok((Received { pages, len }, acc)),
+                Ok((pages, acc)) => Ok((Received { pages, at, len }, acc)),
                 Err((e, file)) => {
                     // Not delivered: the message is the next one still.
                     self.loans.files_in.push_front((d.ticket, file));
@@ -870,9 +990,22 @@ impl MemnetEndpoint {
             )))
         };
         let file = match (rec.kind, rec.fd) {
+            // A sealed file's record carries the message's offset in it where others carry
+            // an id.
             (KIND_SEALED, Some(fd)) => match SealedFile::adopt(fd) {
-                Ok(f) if f.len() < d.len => return short(f.len()),
-                Ok(f) => InFile::Sealed(f),
+                Ok(f)
+                    if (rec.id as usize)
+                        .checked_add(d.len)
+                        .is_none_or(|e| e > f.len()) =>
+                {
+                    return Err(GenieError::Protocol(format!(
+                        "a loan of {} bytes at offset {} refused: its memory file holds {}",
+                        d.len,
+                        rec.id,
+                        f.len()
+                    )));
+                }
+                Ok(f) => InFile::Sealed(f, rec.id as usize),
                 Err((e, _)) => {
                     return Err(GenieError::Protocol(format!(
                         "a loan of {} bytes refused: {e}",
@@ -948,9 +1081,13 @@ impl MemnetEndpoint {
             .pop_front()
             .expect("taken with its descriptor");
         debug_assert_eq!(ticket, d.ticket);
-        let r = time(Op::Copyout, || read_file(file.fd(), out));
+        let at = match file {
+            InFile::Sealed(_, at) => at,
+            InFile::Lent(..) => 0,
+        };
+        let r = time(Op::Copyout, || read_file_at(file.fd(), at, out));
         let acc = match file {
-            InFile::Sealed(_) => shipped(false, false, out.len(), None),
+            InFile::Sealed(..) => shipped(false, false, out.len(), None),
             InFile::Lent(id, f) => {
                 self.loans.home.give_back(id, f);
                 lent(false, false, out.len(), None)
@@ -1007,6 +1144,100 @@ mod tests {
         tx.send(Semantics::Copy, &out).unwrap();
         let (m, _) = rx.recv_loan().unwrap();
         assert_eq!(&m[..], &out[..]);
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn a_loan_sent_under_emulated_copy_is_kept_and_its_later_writes_never_reach_the_receiver() {
+        let (mut tx, mut rx) = pair().unwrap();
+        // 4 KiB pages, then 2 MiB pages (a length that is not whole 2 MiB).
+        for len in [5 * 4096 + 17, 3 * HUGE_PAGE_SIZE + 5] {
+            let mut loan = tx.loan(len).unwrap();
+            let want = pattern(len, len as u8);
+            loan.copy_from_slice(&want);
+            let at = loan.as_ptr();
+            let range = 100..len - 7;
+            let (_, acc) = tx.send_loan_copy(&mut loan, range.clone()).unwrap();
+            assert_eq!(acc.path, DataPath::Kept);
+            assert_eq!(acc.cpu_copied_bytes, 0);
+            assert!(loan.is_kept());
+            assert_eq!(loan.as_ptr(), at, "the loan's bytes stay where they were");
+            assert_eq!(&loan[..], &want[..], "the sender reads what it sent");
+            // The sender writes every page of its loan at once.
+            loan.fill(0xEE);
+            let (m, acc) = rx.recv_loan().unwrap();
+            assert_eq!(
+                acc.path,
+                DataPath::Shipped {
+                    out: false,
+                    mapped: true
+                }
+            );
+            assert_eq!(
+                &m[..],
+                &want[range.clone()],
+                "the bytes of the moment of the send"
+            );
+            // Sent again: a copy of the bytes as they are now.
+            let (_, acc) = tx.send_loan_copy(&mut loan, 0..len).unwrap();
+            assert_eq!(acc.cpu_copied_bytes, len as u64);
+            loan.fill(0x11);
+            let mut out = vec![0u8; len];
+            rx.recv(Semantics::Copy, &mut out, InputBuffering::EarlyDemux)
+                .unwrap();
+            assert!(out.iter().all(|&b| b == 0xEE));
+            // The first message, held all along, never changed.
+            assert_eq!(&m[..], &want[range]);
+        }
+        // A kept loan at an offset, copied out by an ordinary receive.
+        let mut loan = tx.loan(3 * 4096).unwrap();
+        let want = pattern(3 * 4096, 1);
+        loan.copy_from_slice(&want);
+        tx.send_loan_copy(&mut loan, 4097..3 * 4096).unwrap();
+        loan.fill(0);
+        let mut out = vec![0u8; 2 * 4096 - 1];
+        rx.recv(Semantics::Copy, &mut out, InputBuffering::EarlyDemux)
+            .unwrap();
+        assert_eq!(&out[..], &want[4097..]);
+    }
+
+    #[test]
+    fn a_range_outside_the_loan_is_refused_and_the_loan_and_link_go_on() {
+        let (mut tx, mut rx) = pair().unwrap();
+        let mut loan = tx.loan(8192).unwrap();
+        loan.fill(4);
+        let backwards = std::ops::Range {
+            start: 8000,
+            end: 100,
+        };
+        for bad in [0..8193, backwards, 5..5] {
+            let e = tx.send_loan_copy(&mut loan, bad.clone()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
+        }
+        assert!(!loan.is_kept(), "nothing was sent");
+        tx.send_loan_copy(&mut loan, 0..8192).unwrap();
+        let (m, _) = rx.recv_loan().unwrap();
+        assert!(m.iter().all(|&b| b == 4));
+    }
+
+    #[test]
+    fn a_sealed_file_whose_offset_runs_past_its_end_is_refused_and_the_link_goes_on() {
+        let (mut tx, mut rx) = pair().unwrap();
+        let fd = memfd_with(8192, 3);
+        let ticket = tx.next_ticket;
+        tx.next_ticket += 1;
+        let r = record_bytes(KIND_SEALED, ticket, 4096, 4097);
+        zcio_vm::wire::send_with_fds(tx.loans.sock(), &r, &[fd.as_fd()]).unwrap();
+        announce(&mut tx, ticket, 4096);
+        let e = rx.recv_loan().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+        assert!(e.to_string().contains("at offset 4097"), "{e}");
+        next_arrives(&mut tx, &mut rx);
     }
 
     #[test]

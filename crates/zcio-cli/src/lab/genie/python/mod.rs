@@ -8,10 +8,11 @@
 //! every 4 KiB page, and the last); process B must end with a writable array of its own
 //! holding the bytes of the moment of the send, never A's change. The contenders: `zcio`
 //! (`ch.send(a)`, B `numpy.frombuffer(ch.recv())`), `zcio-alloc` (the same, A's array in
-//! `zcio.alloc` memory, whose send protects pages instead of copying them),
-//! `multiprocessing.Pipe`, `multiprocessing.Queue`, `shared_memory` (A copies in, B copies out
-//! into an array of its own) and `iceoryx2` (A copies into a loaned sample, B copies out),
-//! where its Python package is installed.
+//! `zcio.alloc` memory, a memory file whose send ships it sealed and makes A's pages
+//! copy-on-write), `rust` and `rust-alloc` (the same calls from two Rust processes, [`peer`]:
+//! what Python's overhead is read against), `multiprocessing.Pipe`, `multiprocessing.Queue`,
+//! `shared_memory` (A copies in, B copies out into an array of its own) and `iceoryx2` (A
+//! copies into a loaned sample, B copies out), where its Python package is installed.
 //!
 //! The work is the script `crates/zcio-python/bench/bench_python.py` (its docstring has the
 //! protocol and the measures), built into this executable and written into a temporary
@@ -20,6 +21,7 @@
 //! over rounds. Where `python3`, numpy or the module is missing, the section says so and has
 //! no rows.
 
+pub mod peer;
 pub mod report;
 
 use crate::lab::genie::measure::Progress;
@@ -34,10 +36,13 @@ use std::process::{Command, Stdio};
 /// The script, as built into this executable.
 pub const SCRIPT: &str = include_str!("../../../../../zcio-python/bench/bench_python.py");
 
-/// Every contender, in the script's names.
-pub const CONTENDERS: [&str; 6] = [
+/// Every contender, in the script's names (`rust` and `rust-alloc` are this executable's
+/// [`peer`]s: the same job through the Rust channel, what Python's overhead is read against).
+pub const CONTENDERS: [&str; 8] = [
     "zcio",
     "zcio-alloc",
+    "rust",
+    "rust-alloc",
     "pipe",
     "queue",
     "shared_memory",
@@ -56,8 +61,8 @@ pub struct PythonArgs {
     /// Array sizes in bytes (multiples of 8), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SIZES)]
     pub bytes: Vec<usize>,
-    /// Contenders: zcio, zcio-alloc, pipe, queue, shared_memory, iceoryx2 (one not importable
-    /// here gets a row saying so).
+    /// Contenders: zcio, zcio-alloc, rust, rust-alloc, pipe, queue, shared_memory, iceoryx2
+    /// (one not importable here gets a row saying so).
     #[arg(long, value_delimiter = ',', default_values_t = CONTENDERS.map(String::from))]
     pub contenders: Vec<String>,
     /// Rounds (each a fresh pair of processes per contender, in an order that rotates).
@@ -66,6 +71,12 @@ pub struct PythonArgs {
     /// Print JSON (`{"rows": [...], ...}`) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Run one side (`a` or `b`) of a Rust contender's run, as the script does ([`peer`]).
+    #[arg(long, hide = true)]
+    pub peer: Option<String>,
+    /// The name B listens on (with `--peer b`).
+    #[arg(long, hide = true)]
+    pub peer_name: Option<String>,
 }
 
 /// What a bench (or the report) measures.
@@ -215,7 +226,9 @@ impl PythonSection {
             .filter_map(|r| {
                 let why = if !r.verified && !r.unavailable() {
                     r.error.clone().unwrap_or_else(|| "not verified".into())
-                } else if r.contender.starts_with("zcio") && r.saw_later_change {
+                } else if (r.contender.starts_with("zcio") || r.contender.starts_with("rust"))
+                    && r.saw_later_change
+                {
                     "B saw A's later change".into()
                 } else {
                     return None;
@@ -324,6 +337,7 @@ fn run_script(script: &Path, pythonpath: &Path, plan: &Plan, p: &dyn Progress) -
         .arg(plan.rounds.to_string())
         .env("PYTHONPATH", with_pythonpath(pythonpath))
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("ZCIO_BENCH_PEER", std::env::current_exe()?)
         .current_dir(pythonpath)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -365,6 +379,12 @@ fn run_script(script: &Path, pythonpath: &Path, plan: &Plan, p: &dyn Progress) -
 /// `zcio bench python`: measure, print a table (or JSON); fail, having printed, if a row
 /// failed.
 pub fn run(a: PythonArgs) -> Res<()> {
+    if let Some(role) = &a.peer {
+        let (Some(c), Some(n)) = (a.contenders.first(), a.bytes.first()) else {
+            return Err("invalid arguments: --peer needs --contenders and --bytes".into());
+        };
+        return peer::run(role, c, *n, a.peer_name.as_deref());
+    }
     let plan = Plan::of_args(&a)?;
     let bar = crate::bench_bar(plan.units());
     let s = measure(&plan, &bar)?;
@@ -401,7 +421,7 @@ mod tests {
         let p = Plan::of_args(&args(&[]).unwrap()).unwrap();
         assert_eq!(p.sizes, DEFAULT_SIZES);
         assert_eq!(p.contenders, CONTENDERS);
-        assert_eq!(p.units(), 2 * 6 * 3);
+        assert_eq!(p.units(), 2 * 8 * 3);
         for (bad, arg) in [
             (&["--bytes", "7"][..], "--bytes 7"),
             (&["--rounds", "0"], "--rounds"),

@@ -129,7 +129,7 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         return b;
     }
     b.push(p(format!(
-        "Process A, in Python ({}), holds a numpy array of the size listed (a pattern that depends on each byte's offset), hands it to process B and changes it right after its send (one byte in every 4 KiB page, and the last); B must end with a writable array of its own holding the bytes of the moment of the send. zcio: B listens on a unique name with a window of the array (256 MiB at most), A connects and calls ch.send(a) (emulated copy; from 1 MiB the bytes are copied once into a sealed memory file that B maps privately), B holds numpy.frombuffer(ch.recv()). zcio-alloc: the same, A's array made in zcio.alloc memory (filled before the clock), whose send protects the pages instead of copying them, so A's change then copies the pages it writes. pipe and queue: multiprocessing.Pipe's send and recv, multiprocessing.Queue's put and get, of the array (pickled). shared_memory: a multiprocessing.shared_memory block of the array's size, made and touched by A and opened by B before the clock (a block that is reused; B's handle kept out of the resource tracker so that it never unlinks A's block); A copies its array in and says so over a Pipe, B copies it out into an array of its own. iceoryx2 (its Python package, where installed): publish-subscribe of a slice of bytes sized for the array, service and ports made before the clock; A loans a sample, copies its array in and sends it; B, polling its subscriber every 50 µs, copies the sample out into an array of its own. Every run is a fresh pair of processes (A started by the bench, B by A with multiprocessing's spawn), contenders in an order that rotates from round to round. Latency: from A's send start to B holding its array, both on CLOCK_MONOTONIC (B reports its time back). Send: A's time blocked in its send (shared_memory: the copy in and the notice; iceoryx2: loan, copy, send). CPU: A's CPU time from the send start to the end of its change plus B's from its wait start to holding its array. RSS: each process's peak resident set over its life (ru_maxrss; the interpreter and numpy are some 35 MiB of it). Once A says it has changed its array, B checks its own at every 4096th byte and at the first and last (the bytes A changes): verified means each held the original or A's change of it; saw A's change means one held the change. Medians over {} round{}, spread lowest–highest round.",
+        "Process A, in Python ({}), holds a numpy array of the size listed (a pattern that depends on each byte's offset), hands it to process B and changes it right after its send (one byte in every 4 KiB page, and the last); B must end with a writable array of its own holding the bytes of the moment of the send. zcio: B listens on a unique name with a window of the array (256 MiB at most), A connects and calls ch.send(a) (emulated copy; from 1 MiB the bytes are copied once into a sealed memory file that B maps privately), B holds numpy.frombuffer(ch.recv()). zcio-alloc: the same, A's array made in zcio.alloc memory (a memory file in 2 MiB pages, filled before the clock), whose send seals the file and hands it to B without copying a byte, A's mapping becoming a private one of the same file: A's change then has the kernel copy each 4 KiB page it writes (A's CPU time counts those copies). rust and rust-alloc: the same job done by two Rust processes (zcio's own executable) with the Rust channel's calls that zcio's Python module makes for zcio and zcio-alloc (a loan taken, the bytes copied in and sent; a loan filled before the clock, sent and kept), B receiving with recv_loan: what Python's overhead is read against. pipe and queue: multiprocessing.Pipe's send and recv, multiprocessing.Queue's put and get, of the array (pickled). shared_memory: a multiprocessing.shared_memory block of the array's size, made and touched by A and opened by B before the clock (a block that is reused; B's handle kept out of the resource tracker so that it never unlinks A's block); A copies its array in and says so over a Pipe, B copies it out into an array of its own. iceoryx2 (its Python package, where installed): publish-subscribe of a slice of bytes sized for the array, service and ports made before the clock; A loans a sample, copies its array in and sends it; B, polling its subscriber every 50 µs, copies the sample out into an array of its own. Every run is a fresh pair of processes (A started by the bench, B by A with multiprocessing's spawn, or by the Rust A), pinned to two different CPUs as zcio bench channel pins its processes (unpinned, the scheduler may wake B on A's CPU and queue it behind A's change), contenders in an order that rotates from round to round. Latency: from A's send start to B holding its array, both on CLOCK_MONOTONIC (B reports its time back). Send: A's time blocked in its send (shared_memory: the copy in and the notice; iceoryx2: loan, copy, send). CPU: A's CPU time from the send start to the end of its change plus B's from its wait start to holding its array. RSS: each process's peak resident set over its life (ru_maxrss; the interpreter and numpy are some 35 MiB of it). Once A says it has changed its array, B checks its own at every 4096th byte and at the first and last (the bytes A changes): verified means each held the original or A's change of it; saw A's change means one held the change. Medians over {} round{}, spread lowest–highest round.",
         s.python.as_deref().unwrap_or("python3"),
         s.plan.rounds,
         if s.plan.rounds == 1 { "" } else { "s" }
@@ -208,7 +208,7 @@ fn series(s: &PythonSection) -> Vec<Series> {
                     .iter()
                     .map(|r| (r.bytes as f64, r.latency_ns.unwrap_or(0.0) / 1e6))
                     .collect(),
-                style: if c.starts_with("zcio") {
+                style: if c.starts_with("zcio") || c.starts_with("rust") {
                     Style::Line
                 } else {
                     Style::Dashed
@@ -225,6 +225,60 @@ fn series(s: &PythonSection) -> Vec<Series> {
             })
         })
         .collect()
+}
+
+/// Python's overhead on top of the Rust channel from 8 MiB up: each Python contender's
+/// end-to-end time against the Rust processes' making the same calls, at every size both ran.
+fn overhead_sentence(s: &PythonSection) -> String {
+    const TARGET: f64 = 10.0;
+    let mut parts = Vec::new();
+    let (mut met, mut all) = (0, 0);
+    for (py, rs) in [("zcio", "rust"), ("zcio-alloc", "rust-alloc")] {
+        let mut at = Vec::new();
+        let mut sizes: Vec<usize> = s
+            .rows
+            .iter()
+            .map(|r| r.bytes)
+            .filter(|b| *b >= 8 << 20)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        for b in sizes {
+            let (Some(p), Some(r)) = (
+                of(s, py, b, |r| r.latency_ns),
+                of(s, rs, b, |r| r.latency_ns),
+            ) else {
+                continue;
+            };
+            let pct = (p / r - 1.0) * 100.0;
+            all += 1;
+            if pct <= TARGET {
+                met += 1;
+            }
+            at.push(format!(
+                "{pct:+.0} % at {} ({} ms against {} ms, {:+.0} µs)",
+                size(b),
+                ms(p),
+                ms(r),
+                (p - r) / 1e3
+            ));
+        }
+        if !at.is_empty() {
+            parts.push(format!("{py} over {rs}: {}", at.join(", ")));
+        }
+    }
+    if all == 0 {
+        return "Python's overhead on top of the Rust channel: not measured in this run (the rust contenders did not run beside zcio's from 8 MiB up).".into();
+    }
+    format!(
+        "Python's overhead on top of the Rust channel (end-to-end time, the same calls made from Rust processes): {}; target ≤ {TARGET} %: met at {met} of {all}{}.",
+        parts.join("; "),
+        if met < all {
+            " (MISSED at the others: what Python adds is a fixed cost per message, the interpreter's calls at both ends and the array made on the received buffer, which weighs on transfers that take a tenth of a millisecond)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// A verified row's value of `f`.
@@ -280,30 +334,29 @@ pub fn target_sentences(s: &PythonSection) -> Vec<String> {
         "shared_memory with a private copy",
         1.5,
     ));
-    let sends: Vec<String> = ["zcio", "zcio-alloc"]
-        .iter()
-        .filter_map(|z| {
-            let x = of(s, z, n, |r| r.send_ns)?;
-            Some(if x <= 1e6 {
-                format!("{z}'s {} ms (target ≤ 1 ms: met)", ms(x))
-            } else {
+    // The target is for an array in 2 MiB pages (zcio-alloc's); zcio's own figure, a copy of
+    // the array's bytes, is told beside it.
+    out.push(match of(s, "zcio-alloc", n, |r| r.send_ns) {
+        None => format!("A's time blocked in zcio's send at {at}: zcio-alloc not measured in this run."),
+        Some(x) => {
+            let copy = of(s, "zcio", n, |r| r.send_ns).map_or(String::new(), |c| {
                 format!(
-                    "{z}'s {} ms (target ≤ 1 ms: MISSED, by {} ms, {:.0}× the target)",
-                    ms(x),
-                    ms(x - 1e6),
-                    x / 1e6
+                    " (zcio with the array in numpy's own memory, copied once into a memory file: {} ms)",
+                    ms(c)
                 )
-            })
-        })
-        .collect();
-    out.push(if sends.is_empty() {
-        format!("A's time blocked in zcio's send at {at}: not measured in this run.")
-    } else {
-        format!(
-            "A's time blocked in its send at {at}: {}.",
-            sends.join("; ")
-        )
+            });
+            format!(
+                "A's time blocked in its send at {at}, its array in zcio.alloc's 2 MiB pages: {} ms (target ≤ 1 ms: {}){copy}.",
+                ms(x),
+                if x <= 1e6 {
+                    "met".to_string()
+                } else {
+                    format!("MISSED, by {} ms, {:.0}× the target", ms(x - 1e6), x / 1e6)
+                }
+            )
+        }
     });
+    out.push(overhead_sentence(s));
     let ran: Vec<&Row> = s.rows.iter().filter(|r| r.rounds > 0).collect();
     let saw: Vec<String> = ran
         .iter()
@@ -373,6 +426,9 @@ mod tests {
             plan: Plan::of(crate::report::preset::Preset::Quick),
             rows: vec![
                 row("zcio", n, 20.0, 3.0),
+                row("zcio-alloc", n, 0.2, 1.5),
+                row("rust", n, 19.0, 3.0),
+                row("rust-alloc", n, 0.1, 0.05),
                 row("pipe", n, 400.0, 300.0),
                 row("shared_memory", n, 25.0, 10.0),
                 q,
@@ -393,12 +449,21 @@ mod tests {
             t[1]
         );
         assert!(
-            t[2].contains("zcio's 3.00 ms (target ≤ 1 ms: MISSED, by 2.00 ms, 3× the target)"),
+            t[2].contains(
+                "2 MiB pages: 1.50 ms (target ≤ 1 ms: MISSED, by 0.50 ms, 2× the target)"
+            ) && t[2].contains("copied once into a memory file: 3.00 ms"),
             "{}",
             t[2]
         );
-        assert!(t[3].contains("queue at 128 MiB"), "{}", t[3]);
-        assert!(t[4].starts_with("Not run here: iceoryx2"), "{}", t[4]);
+        assert!(
+            t[3].contains("zcio over rust: +5 % at 128 MiB (20.0 ms against 19.0 ms, +1000 µs)")
+                && t[3].contains("zcio-alloc over rust-alloc: +100 % at 128 MiB")
+                && t[3].contains("met at 1 of 2 (MISSED at the others"),
+            "{}",
+            t[3]
+        );
+        assert!(t[4].contains("queue at 128 MiB"), "{}", t[4]);
+        assert!(t[5].starts_with("Not run here: iceoryx2"), "{}", t[5]);
         assert!(s.failures().is_empty(), "{:?}", s.failures());
         let text = text_table(&s);
         assert!(text.contains("YES"), "{text}");
