@@ -174,6 +174,50 @@ fn bench_uio_json_has_every_variant_and_n() {
             &format!("fio beside the layer: {}", v["fio_skipped"]),
         );
     }
+    // The same scans through the sqlite3 shell (which CI installs: its absence fails here),
+    // zcio's VFS loaded into it as an extension.
+    let sh = &v["shell"];
+    assert!(
+        sh["missing"].is_null(),
+        "the shell series: {}",
+        sh["missing"]
+    );
+    assert_eq!(sh["tables"], 3);
+    assert!(sh["rounds"].as_u64().unwrap() >= 5);
+    let shell_rows = sh["rows"].as_array().unwrap();
+    assert_eq!(shell_rows.len(), 2 * 3, "{sh}");
+    for cache in ["warm", "cold"] {
+        for var in ["own", "zcio", "zcio_in_place"] {
+            let r = shell_rows
+                .iter()
+                .find(|r| r["cache"] == cache && r["variant"] == var)
+                .unwrap_or_else(|| panic!("shell {cache} {var}"));
+            let secs = r["seconds"].as_f64().unwrap();
+            let [lo, hi] = [0, 1].map(|i| r["seconds_spread"][i].as_f64().unwrap());
+            assert!(lo <= secs && secs <= hi, "{r}");
+            assert!(r["process_seconds"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["over_own"].as_f64().unwrap().is_finite(), "{r}");
+            let (requests, copied, fetched) = (
+                r["requests"].as_u64().unwrap(),
+                r["bytes_copied"].as_u64().unwrap(),
+                r["bytes_fetched"].as_u64().unwrap(),
+            );
+            match (var, cache) {
+                ("own", _) => assert_eq!((requests, copied, fetched), (0, 0, 0), "{r}"),
+                // Warm in the pool: no request, every page copied out of it.
+                ("zcio", "warm") => {
+                    assert_eq!(requests, 0, "{r}");
+                    assert!(
+                        copied >= 3 * v["table_bytes"].as_u64().unwrap() * 9 / 10,
+                        "{r}"
+                    );
+                }
+                ("zcio", _) => assert!(requests > 0 && copied > 0, "{r}"),
+                (_, "warm") => assert!(requests == 0 && fetched > 0, "{r}"),
+                _ => assert!(requests > 0 && fetched > 0, "{r}"),
+            }
+        }
+    }
 }
 
 /// One row of `zcio bench uio --json` (`v`), of `var`, `cache` and `n`: its times, CPU and the

@@ -67,6 +67,10 @@ pub struct UioArgs {
     /// Leave out the per-device series (each table on a memory-backed loop device of its own).
     #[arg(long)]
     pub no_devices: bool,
+    /// Leave out the scans through the `sqlite3` shell (with zcio's VFS loaded as an
+    /// extension, built from this checkout with cargo).
+    #[arg(long)]
+    pub no_shell: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -118,6 +122,11 @@ impl UioArgs {
                 FIO_ENGINES.len() * 2
             }
             + RAW_VARIANTS.len() * 2
+            + if self.no_shell {
+                0
+            } else {
+                super::shell::steps(&self.caches(), self.rounds())
+            }
     }
 }
 
@@ -290,6 +299,10 @@ pub struct UioSection {
     pub raw: Vec<Raw>,
     /// Why fio is missing, if it is.
     pub fio_skipped: Option<String>,
+    /// The scans through the `sqlite3` shell, zcio's VFS loaded as an extension beside the
+    /// shell's own (absent from a run before it, or with `--no-shell`).
+    #[serde(default)]
+    pub shell: Option<super::shell::ShellSeries>,
     /// fio runs that failed, and why (the others stand).
     #[serde(default)]
     pub fio_failed: Vec<String>,
@@ -529,6 +542,17 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         set.cache_rows(&cache, &mut serial, &mut rows, &mut breakdown, progress)?;
     }
     drop(pooled);
+    // The same scans through the sqlite3 shell, zcio's VFS loaded into it as an extension.
+    let shell = (!a.no_shell).then(|| {
+        super::shell::series(
+            &paths,
+            table_bytes,
+            want[0].rows,
+            &a.caches(),
+            rounds,
+            progress,
+        )
+    });
     // The same scans, each table on a device of its own (with a pool of its own).
     let devices = if a.no_devices {
         Devices::missing("left out (--no-devices)")
@@ -571,6 +595,7 @@ pub fn measure(a: &UioArgs, progress: &mut dyn FnMut(String)) -> Res<UioSection>
         raw,
         fio_skipped,
         fio_failed,
+        shell,
     })
 }
 

@@ -8,6 +8,7 @@ pub mod per_device;
 mod print;
 pub mod raw;
 pub mod render;
+pub mod shell;
 
 use crate::lab::{Experiment, ReportParts};
 use crate::report::preset::Preset;

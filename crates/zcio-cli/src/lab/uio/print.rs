@@ -65,6 +65,31 @@ pub fn run(a: UioArgs) -> Res<()> {
             r.bytes_per_s / 1e6
         );
     }
+    if let Some(sh) = &s.shell {
+        match &sh.missing {
+            Some(why) => println!("sqlite3 shell: missing: {why}"),
+            None => {
+                for r in &sh.rows {
+                    println!(
+                        "shell: {:<5} {:<14} {:>8.3} s ({:.3}–{:.3})  cpu {:.3} user {:.3} sys  process {:.3} s  {:>5.2}× the shell's VFS  {} requests",
+                        r.cache,
+                        r.variant,
+                        r.seconds,
+                        r.seconds_spread[0],
+                        r.seconds_spread[1],
+                        r.cpu_user_s,
+                        r.cpu_sys_s,
+                        r.process_seconds,
+                        r.over_own,
+                        r.requests
+                    );
+                }
+            }
+        }
+        if let Some(f) = super::shell::finding(sh) {
+            println!("{f}");
+        }
+    }
     if let Some(w) = &s.layer_unavailable {
         println!("{w}");
     }

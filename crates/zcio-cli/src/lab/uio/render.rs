@@ -97,6 +97,7 @@ pub fn findings(r: &Results) -> Vec<String> {
         }
     }
     out.extend(super::per_device::finding(u));
+    out.extend(u.shell.as_ref().and_then(super::shell::finding));
     if let Some(b) = u
         .breakdown
         .iter()
@@ -338,6 +339,9 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     }
     b.push(variants_table(u, ONE_DEVICE));
     b.extend(super::per_device::blocks(u));
+    if let Some(s) = &u.shell {
+        b.extend(super::shell::blocks(s));
+    }
     b.push(kernel_cpu_table(u));
     b.push(layer_alone_table(u));
     b.push(p(super::discussion::closing(u)));
