@@ -671,7 +671,14 @@ enum Bytes {
     Made(zcio::AppBuffer),
     /// Memory of `zcio.alloc` from [`LOAN_FROM`]: a loan, found by address at a send
     /// ([`ALLOCATED`]); its bytes stay where they are, sent or not.
-    Allocated(Arc<Mutex<zcio::Loan>>),
+    ///
+    /// Where its bytes are is kept apart from the loan, so that exporting them never waits for
+    /// a send holding the loan (which may wait for a receiver that needs the GIL).
+    Allocated {
+        loan: Arc<Mutex<zcio::Loan>>,
+        ptr: usize,
+        len: usize,
+    },
 }
 
 impl Bytes {
@@ -680,10 +687,7 @@ impl Bytes {
         match self {
             Bytes::Received(r) => (r.as_mut_ptr(), r.len()),
             Bytes::Made(b) => (b.as_mut_ptr(), b.len()),
-            Bytes::Allocated(l) => {
-                let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
-                (l.as_mut_ptr(), l.len())
-            }
+            Bytes::Allocated { ptr, len, .. } => (*ptr as *mut u8, *len),
         }
     }
 
@@ -691,7 +695,7 @@ impl Bytes {
         match self {
             Bytes::Received(r) => r.len(),
             Bytes::Made(b) => b.len(),
-            Bytes::Allocated(l) => l.lock().unwrap_or_else(|e| e.into_inner()).len(),
+            Bytes::Allocated { len, .. } => *len,
         }
     }
 
@@ -700,7 +704,9 @@ impl Bytes {
         match self {
             Bytes::Received(r) => r.to_vec(),
             Bytes::Made(b) => b.to_vec(),
-            Bytes::Allocated(l) => l.lock().unwrap_or_else(|e| e.into_inner()).to_vec(),
+            Bytes::Allocated { loan, .. } => {
+                loan.lock().unwrap_or_else(|e| e.into_inner()).to_vec()
+            }
         }
     }
 }
@@ -819,14 +825,16 @@ fn alloc(n: usize) -> PyResult<Buffer> {
             data: Bytes::Made(b),
         });
     }
-    let loan = Arc::new(Mutex::new(zcio::Loan::new(n).map_err(to_py)?));
-    let at = loan.lock().unwrap_or_else(|e| e.into_inner()).as_ptr() as usize;
+    let mut loan = zcio::Loan::new(n).map_err(to_py)?;
+    // The loan's bytes stay where they are for its life, sent (kept) or not.
+    let ptr = loan.as_mut_ptr() as usize;
+    let loan = Arc::new(Mutex::new(loan));
     ALLOCATED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((at, at + n, Arc::downgrade(&loan)));
+        .push((ptr, ptr + n, Arc::downgrade(&loan)));
     Ok(Buffer {
-        data: Bytes::Allocated(loan),
+        data: Bytes::Allocated { loan, ptr, len: n },
     })
 }
 
