@@ -92,6 +92,10 @@ pub enum BenchCmd {
     /// module against multiprocessing's Pipe and Queue, shared_memory and iceoryx2; end-to-end
     /// time, time in the send, CPU, peak RSS, and whether the receiver saw a later change.
     Python(zcio_cli::lab::genie::python::PythonArgs),
+    /// A channel's throughput from C (crates/zcio-c/c/bench.c compiled at run time with `cc
+    /// -O2` against libzcio_c) against the Rust API's doing the same, two processes, every
+    /// byte checked: MiB/s per message size and C over Rust.
+    C(zcio_cli::lab::genie::c::CArgs),
     /// Fbufs (paper 001, Table 1, Figure 3): the four variants against page remapping,
     /// copies through a pipe and a Unix socket, and iceoryx2, two processes, per-page cost and
     /// throughput.
@@ -213,6 +217,7 @@ impl BenchCmd {
             BenchCmd::Genie(a) => a.json,
             BenchCmd::Channel(a) => a.json,
             BenchCmd::Python(a) => a.json,
+            BenchCmd::C(a) => a.json,
             BenchCmd::Fbufs(a) => a.json,
             BenchCmd::FbufsStack(a) => a.json,
             BenchCmd::Vmmr(a) => a.json,

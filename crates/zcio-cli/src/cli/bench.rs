@@ -12,6 +12,7 @@ pub fn run(b: BenchCmd) -> Res<()> {
         BenchCmd::Genie(a) => genie::bench::run(a),
         BenchCmd::Channel(a) => genie::channel::run(a),
         BenchCmd::Python(a) => genie::python::run(a),
+        BenchCmd::C(a) => genie::c::run(a),
         BenchCmd::Fbufs(a) => fbufs::measure::run(a),
         BenchCmd::FbufsStack(a) => fbufs::stack::measure::run(a),
         BenchCmd::Vmmr(a) => vmmr::measure::run(a),

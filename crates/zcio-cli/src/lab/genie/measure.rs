@@ -262,6 +262,9 @@ pub struct GenieResults {
     /// (`zcio bench python`).
     #[serde(default)]
     pub python: Option<crate::lab::genie::python::PythonSection>,
+    /// A channel's throughput from C against the Rust API's (`zcio bench c`).
+    #[serde(default)]
+    pub c: Option<crate::lab::genie::c::CSection>,
 }
 
 /// The sizes and repetitions of each experiment, by preset.

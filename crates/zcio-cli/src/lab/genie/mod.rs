@@ -3,6 +3,7 @@
 
 pub mod bandwidth;
 pub mod bench;
+pub mod c;
 pub mod channel;
 pub mod chart;
 pub mod claims;
@@ -97,6 +98,13 @@ pub const PYTHON: Lab = part(
     &[],
 );
 
+/// A channel's throughput from C (zcio's C interface) against the Rust API's.
+pub const C: Lab = part(
+    "genie-c",
+    "From C: a channel's throughput through libzcio_c against the Rust API's",
+    &[],
+);
+
 /// §8.2.
 pub const THROUGHPUT: Lab = part(
     "genie-throughput",
@@ -155,6 +163,10 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
     if r.on("genie-python") {
         total += python_plan.units();
     }
+    let c_plan = c::Plan::of(r.preset);
+    if r.on("genie-c") {
+        total += c_plan.units();
+    }
     if total == 0 {
         return Ok(Vec::new());
     }
@@ -184,6 +196,7 @@ pub fn run(r: &Run, results: &mut Results) -> Res<Vec<ExperimentRecord>> {
             "genie-regions" => regions::measure(&plan, &mut g, &p)?,
             "genie-channel" => g.channel = Some(channel::measure(&channel_plan, &p)?),
             "genie-python" => g.python = Some(python::measure(&python_plan, &p)?),
+            "genie-c" => g.c = Some(c::measure(&c_plan, &p)?),
             other => return Err(format!("experiment {other} has no runner").into()),
         }
         records.push(finished(e, t0, r.bar));

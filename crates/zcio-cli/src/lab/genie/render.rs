@@ -160,6 +160,7 @@ pub fn findings(r: &Results) -> Vec<String> {
     items.extend(crate::lab::genie::regions::finding(res));
     items.extend(crate::lab::genie::channel::report::finding(res));
     items.extend(crate::lab::genie::python::report::finding(res));
+    items.extend(crate::lab::genie::c::report::finding(res));
     items
 }
 
@@ -189,6 +190,7 @@ pub fn blocks(r: &Results) -> Vec<Block> {
     b.extend(crate::lab::genie::regions::blocks(res));
     b.extend(crate::lab::genie::channel::report::blocks(res));
     b.extend(crate::lab::genie::python::report::blocks(res));
+    b.extend(crate::lab::genie::c::report::blocks(res));
     if !res.short.is_empty() {
         b.extend(short_messages_figure(g));
     }
