@@ -143,6 +143,7 @@ pub const LABS: &[Lab] = &[
     genie::REGIONS,
     genie::CHANNEL,
     genie::PYTHON,
+    genie::C,
     genie::THROUGHPUT,
     Lab::of::<fbufs::Fbufs>(),
     Lab::of::<fbufs::stack::FbufsStack>(),
@@ -250,6 +251,16 @@ pub fn render(results: &Results) -> Vec<Block> {
         .collect()
 }
 
+/// Whether `--only o` picks experiment `id`: an id in full picks that one alone (`genie-c`
+/// not `genie-cpu`), anything else every id it begins (`genie`).
+fn picks(o: &str, id: &str) -> bool {
+    if LABS.iter().any(|e| e.id == o) {
+        id == o
+    } else {
+        id.starts_with(o)
+    }
+}
+
 /// Which experiments `only` selects (all when empty); an unknown id is an error naming it.
 pub fn select(only: &[String]) -> Res<Vec<&'static Lab>> {
     for o in only {
@@ -264,7 +275,7 @@ pub fn select(only: &[String]) -> Res<Vec<&'static Lab>> {
     }
     let mut wanted: Vec<&str> = LABS
         .iter()
-        .filter(|e| only.is_empty() || only.iter().any(|o| e.id.starts_with(o.as_str())))
+        .filter(|e| only.is_empty() || only.iter().any(|o| picks(o, e.id)))
         .map(|e| e.id)
         .collect();
     for e in LABS {
@@ -279,6 +290,20 @@ pub fn select(only: &[String]) -> Res<Vec<&'static Lab>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_in_full_selects_that_experiment_alone_and_a_prefix_every_one_it_begins() {
+        let ids = |o: &[&str]| -> Vec<&str> {
+            let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            select(&o).unwrap().iter().map(|e| e.id).collect()
+        };
+        assert_eq!(ids(&["genie-c"]), ["genie-c"]);
+        let cs = ids(&["genie-c"]);
+        assert!(!cs.contains(&"genie-cpu") && !cs.contains(&"genie-channel"));
+        let prefix = ids(&["genie-ch"]);
+        assert_eq!(prefix, ["genie-channel"]);
+        assert!(ids(&["genie"]).len() > 5);
+    }
 
     #[test]
     fn a_failing_experiment_leaves_a_record_naming_the_failure() {
