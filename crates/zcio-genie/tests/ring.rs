@@ -164,7 +164,10 @@ fn a_receiver_asleep_is_woken_by_a_message_in_the_ring() {
         let (_, acc) = tx.send(Semantics::Copy, &[9u8; 64]).unwrap();
         assert!(in_ring(&acc.path), "{}", acc.path);
         let returned = h.join().unwrap();
-        assert!(returned >= before_send, "returned before the message was sent");
+        assert!(
+            returned >= before_send,
+            "returned before the message was sent"
+        );
     });
 }
 
