@@ -209,6 +209,36 @@ pub struct PythonSection {
     pub unavailable: Option<String>,
     /// `python3 --version` and numpy's version, as they said.
     pub python: Option<String>,
+    /// Whether this machine hands free memory back to its hypervisor (free page reporting),
+    /// as its kernel said when the bench ran: fresh pages are then faulted in by the host at
+    /// their first touch.
+    #[serde(default)]
+    pub page_reporting: Option<PageReporting>,
+}
+
+/// Free page reporting, as `/sys/module/page_reporting/parameters` says: free blocks of
+/// `2^order` pages are handed back to the hypervisor once free for `min_free_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PageReporting {
+    /// The order of the blocks reported (9: 2 MiB).
+    pub order: u32,
+    /// How long a block stays free before it is reported (ms).
+    pub min_free_ms: u64,
+}
+
+impl PageReporting {
+    /// What this machine's kernel says, if it reports free pages.
+    pub fn here() -> Option<PageReporting> {
+        let read = |f: &str| {
+            std::fs::read_to_string(format!("/sys/module/page_reporting/parameters/{f}"))
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        Some(PageReporting {
+            order: read("page_reporting_order")? as u32,
+            min_free_ms: read("min_free_ms").unwrap_or(0),
+        })
+    }
 }
 
 impl PythonSection {
@@ -290,6 +320,7 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<PythonSection> {
             rows: Vec::new(),
             unavailable: Some(why),
             python: None,
+            page_reporting: PageReporting::here(),
         })
     };
     let python = match python_here() {
@@ -311,6 +342,7 @@ pub fn measure(plan: &Plan, p: &dyn Progress) -> Res<PythonSection> {
         rows,
         unavailable: None,
         python: Some(python),
+        page_reporting: PageReporting::here(),
     })
 }
 
