@@ -227,3 +227,18 @@ fn render_all(r: &Results) -> Vec<crate::report::doc::Block> {
     render_model::model_sections(&mut b, r);
     b
 }
+
+/// A library this build made beside the running executable: in its `deps`, its own directory,
+/// or the one above (`target/<profile>/`), where cargo leaves a dependency's cdylib.
+pub fn built_beside_exe(file: &str) -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join("deps"),
+        dir.to_path_buf(),
+        dir.parent()?.to_path_buf(),
+    ]
+    .into_iter()
+    .map(|d| d.join(file))
+    .find(|p| p.exists())
+}

@@ -276,18 +276,11 @@ fn cc_here() -> Result<String, String> {
         .to_string())
 }
 
-/// The directory holding the `libzcio_c.so` this build made: the running executable's `deps`,
-/// its own directory, or the one above (`target/<profile>/`).
+/// The directory holding the `libzcio_c.so` this build made ([`super::built_beside_exe`]).
 pub fn built_library_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [
-        dir.join("deps"),
-        dir.to_path_buf(),
-        dir.parent()?.to_path_buf(),
-    ]
-    .into_iter()
-    .find(|d| d.join("libzcio_c.so").exists())
+    super::built_beside_exe("libzcio_c.so")?
+        .parent()
+        .map(Path::to_path_buf)
 }
 
 /// Write bench.c, common.h and zcio.h into `dir` and compile bench.c there against the

@@ -269,18 +269,9 @@ impl PythonSection {
     }
 }
 
-/// The extension module this build made: beside the running executable's `deps`, or beside
-/// the executable (`target/<profile>/`).
+/// The extension module this build made ([`super::built_beside_exe`]).
 pub fn built_module() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [
-        dir.join("deps").join("libzcio_python.so"),
-        dir.join("libzcio_python.so"),
-        dir.parent()?.join("libzcio_python.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
+    super::built_beside_exe("libzcio_python.so")
 }
 
 /// `python3 --version` and numpy's version, or why they are not there.

@@ -16,7 +16,7 @@
 //! - `rust-alloc`: A's bytes are a [`Loan`] filled before the clock (as `zcio.alloc` memory
 //!   is); its send is [`Channel::send_loan_copy`], the loan kept and changed after.
 
-use crate::lab::genie::channel::{Pinned, cpus};
+use crate::lab::genie::channel::{Pinned, cpus, monotonic_ns, process_cpu_ns};
 use crate::transfer::Res;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -79,19 +79,6 @@ fn check(b: &[u8], n: usize) -> (bool, bool, Option<String>) {
         }
     }
     (true, saw, None)
-}
-
-fn clock_ns(id: rustix::time::ClockId) -> i128 {
-    let t = rustix::time::clock_gettime(id);
-    t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128
-}
-
-fn mono_ns() -> i128 {
-    clock_ns(rustix::time::ClockId::Monotonic)
-}
-
-fn cpu_ns() -> i128 {
-    clock_ns(rustix::time::ClockId::ProcessCPUTime)
 }
 
 /// This process's peak resident set (KiB).
@@ -165,10 +152,10 @@ fn b(n: usize, name: &str) -> Res<()> {
     drop(lst);
     writeln!(out, "ready")?;
     out.flush()?;
-    let c0 = cpu_ns();
+    let c0 = process_cpu_ns();
     let (mut got, _) = ch.recv_loan()?;
-    let t_b = mono_ns();
-    let c1 = cpu_ns();
+    let t_b = monotonic_ns();
+    let c1 = process_cpu_ns();
     writeln!(out, "got {t_b}")?;
     out.flush()?;
     said(&mut input, "changed")?;
@@ -237,8 +224,8 @@ fn a(contender: &str, n: usize) -> Res<serde_json::Value> {
     said(&mut peer.from, "listening")?;
     let mut ch = Channel::connect(&name, PATIENCE)?;
     said(&mut peer.from, "ready")?;
-    let c0 = cpu_ns();
-    let t0 = mono_ns();
+    let c0 = process_cpu_ns();
+    let t0 = monotonic_ns();
     match loan.as_mut() {
         Some(l) => {
             ch.send_loan_copy(l, 0..n)?;
@@ -249,19 +236,19 @@ fn a(contender: &str, n: usize) -> Res<serde_json::Value> {
             ch.send_loan(l)?;
         }
     }
-    let t1 = mono_ns();
+    let t1 = monotonic_ns();
     match loan.as_mut() {
         Some(l) => change(l),
         None => change(&mut vec),
     }
-    let c1 = cpu_ns();
-    let t_b: i128 = said(&mut peer.from, "got")?.parse()?;
+    let c1 = process_cpu_ns();
+    let t_b: u64 = said(&mut peer.from, "got")?.parse()?;
     writeln!(peer.to, "changed")?;
     peer.to.flush()?;
     let done: serde_json::Value = serde_json::from_str(&said(&mut peer.from, "done")?)?;
     let _ = peer.child.wait();
     Ok(serde_json::json!({
-        "latency_ns": (t_b - t0) as i64,
+        "latency_ns": t_b as i64 - t0 as i64,
         "send_ns": (t1 - t0) as i64,
         "cpu_ns": (c1 - c0) as i64 + done["cpu_ns"].as_i64().unwrap_or(0),
         "rss_a_kib": peak_rss_kib(),
