@@ -16,10 +16,15 @@
 //!     ch.send(np.ones(1 << 28, dtype=np.float32))
 //! ```
 //!
+//! Inside `with zcio.numpy_memory():` numpy makes its large arrays in zcio's memory (a NumPy
+//! memory handler, NEP 49: the module `numpy_memory`), so that their sends ship memory files
+//! without a copy, as those of `zcio.alloc`'s memory do.
+//!
 //! Every blocking call releases the GIL ([`Python::detach`]) and ends at a signal whose handler
 //! raises (Ctrl-C: `KeyboardInterrupt`), at its timeout (`TimeoutError`), or when the peer is
 //! gone (`zcio.PeerGone`, a `ConnectionError`). The module is a thin layer over `zcio`'s
-//! [`zcio::Channel`]: this file is the ABI edge, and its `unsafe` is the buffer protocol's.
+//! [`zcio::Channel`]: this file is the ABI edge, and its `unsafe` is the buffer protocol's
+//! (`numpy_memory`'s is numpy's C API and allocator functions).
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyBufferError, PyConnectionError, PyException, PyTimeoutError};
@@ -34,6 +39,8 @@ use std::time::{Duration, Instant};
 use zcio::genie::memnet::LinkParts;
 use zcio::vm::arena::SharedArena;
 use zcio::{ErrorKind, GenieError, InputBuffering, Received, Semantics, Waits};
+
+mod numpy_memory;
 
 create_exception!(
     zcio,
@@ -70,15 +77,25 @@ const OBJ_MAGIC: u64 = 0x7a63_696f_504b_4c35;
 /// `zcio.alloc` makes files from this length up too.
 const LOAN_FROM: usize = 1 << 20;
 
-/// The memory `zcio.alloc` made as loans, by address, so that a send of any object viewing
-/// it (a numpy array over a `zcio.Buffer`, a slice of one) finds its file. Entries whose
-/// buffer is gone are dropped as they are met.
+/// The memory `zcio.alloc` made as loans, and that of numpy's arrays made inside
+/// `zcio.numpy_memory()` ([`numpy_memory`]), by address, so that a send of any object viewing
+/// it (a numpy array over a `zcio.Buffer`, a slice of one, an array numpy made there) finds
+/// its file. Entries whose buffer is gone are dropped as they are met.
 static ALLOCATED: Mutex<Vec<Allocated>> = Mutex::new(Vec::new());
 
 /// One entry of [`ALLOCATED`]: where the memory starts and ends, and its loan.
 type Allocated = (usize, usize, Weak<Mutex<zcio::Loan>>);
 
-/// The loan of `zcio.alloc` that holds all of `bytes`, and where they start in it.
+/// Register `len` bytes from `ptr`, a loan's memory (of `zcio.alloc`, or an array numpy made
+/// inside `zcio.numpy_memory()`), for sends to find; entries whose loan is gone are dropped.
+fn register_allocated(ptr: usize, len: usize, loan: &Arc<Mutex<zcio::Loan>>) {
+    let mut all = ALLOCATED.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(_, _, w)| w.strong_count() > 0);
+    all.push((ptr, ptr + len, Arc::downgrade(loan)));
+}
+
+/// The loan of `zcio.alloc` (or `zcio.numpy_memory()`) that holds all of `bytes`, and where
+/// they start in it.
 fn allocated_holding(bytes: &[u8]) -> Option<(Arc<Mutex<zcio::Loan>>, usize)> {
     let (start, end) = (
         bytes.as_ptr() as usize,
@@ -829,10 +846,7 @@ fn alloc(n: usize) -> PyResult<Buffer> {
     // The loan's bytes stay where they are for its life, sent (kept) or not.
     let ptr = loan.as_mut_ptr() as usize;
     let loan = Arc::new(Mutex::new(loan));
-    ALLOCATED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((ptr, ptr + n, Arc::downgrade(&loan)));
+    register_allocated(ptr, n, &loan);
     Ok(Buffer {
         data: Bytes::Allocated { loan, ptr, len: n },
     })
@@ -876,10 +890,13 @@ fn zcio_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add_function(wrap_pyfunction!(pipe, m)?)?;
     m.add_function(wrap_pyfunction!(alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(numpy_memory::numpy_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(numpy_memory::numpy_memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_rebuild_pipe_end, m)?)?;
     m.add_class::<Listener>()?;
     m.add_class::<Channel>()?;
     m.add_class::<Buffer>()?;
+    m.add_class::<numpy_memory::NumpyMemory>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("PeerGone", py.get_type::<PeerGone>())?;
     m.add("TooSmall", py.get_type::<TooSmall>())?;
