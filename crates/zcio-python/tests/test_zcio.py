@@ -457,6 +457,256 @@ class Pipes(unittest.TestCase):
                 self.assertEqual(bytes(c.recv(timeout=30)), b"x")
 
 
+class NumpyMemory(unittest.TestCase):
+    """Arrays numpy makes itself inside `with zcio.numpy_memory():` (a NEP 49 handler)."""
+
+    def test_a_large_array_is_zcios_a_small_one_numpys_and_the_handler_ends_with_the_block(self):
+        outside = handler_name()
+        before = zcio.numpy_memory_stats()
+        with zcio.numpy_memory() as m:
+            self.assertEqual(m.min_bytes, 1 << 20)
+            self.assertEqual(handler_name(), "zcio")
+            big = np.empty(8 << 20, dtype=np.uint8)
+            self.assertEqual(handler_name(big), "zcio")
+            now = zcio.numpy_memory_stats()
+            self.assertEqual(now["arrays"], before["arrays"] + 1)
+            self.assertEqual(now["bytes"], before["bytes"] + (8 << 20))
+            # A small one: numpy records the handler in every array, but its bytes are the
+            # default handler's (chained to), not a memory file.
+            small = np.empty(1000, dtype=np.float64)
+            just_below = np.empty((1 << 20) - 1, dtype=np.uint8)
+            self.assertEqual(zcio.numpy_memory_stats()["arrays"], now["arrays"])
+            small[:] = 1.5
+            just_below[:] = 7
+            self.assertEqual(float(small.sum()), 1500.0)
+            at_bound = np.empty(1 << 20, dtype=np.uint8)
+            self.assertEqual(zcio.numpy_memory_stats()["arrays"], now["arrays"] + 1)
+            del at_bound
+        self.assertEqual(handler_name(), outside)
+        after = np.empty(8 << 20, dtype=np.uint8)
+        self.assertEqual(handler_name(after), outside)
+        self.assertEqual(zcio.numpy_memory_stats()["arrays"], before["arrays"] + 1, "big")
+        del big, small, just_below
+        self.assertEqual(zcio.numpy_memory_stats(), before)
+
+    def test_an_array_numpy_made_in_the_block_reaches_another_process_as_it_was(self):
+        name = unique("npmem")
+        n = (6 << 20) // 4
+        with zcio.listen(name) as lst:
+            p = child(
+                """
+                import sys, numpy as np, zcio
+                n = int(sys.argv[2])
+                want = ((np.arange(n, dtype=np.uint64) * 2654435761 + 11) % (1 << 32)).astype(np.uint32)
+                with zcio.connect(sys.argv[1], timeout=30) as ch:
+                    whole = np.frombuffer(ch.recv(timeout=30), dtype=np.uint32)
+                    part = np.frombuffer(ch.recv(timeout=30), dtype=np.uint32)
+                    print(ch.last_path)
+                    bad = []
+                    for what, got, exp in (("whole", whole, want), ("part", part, want[1001:-3] + 1)):
+                        g, e = got.view(np.uint8), exp.view(np.uint8)
+                        if g.size != e.size:
+                            bad.append(f"{what}: {g.size} bytes, want {e.size}")
+                        elif not np.array_equal(g, e):
+                            bad.append(f"{what}: byte {int(np.flatnonzero(g != e)[0])} differs")
+                    ch.send(("; ".join(bad) or "ok").encode())
+                    ch.flush(timeout=30)
+                """,
+                name,
+                str(n),
+            )
+            with lst.accept(timeout=30) as ch:
+                with zcio.numpy_memory():
+                    a = ((np.arange(n, dtype=np.uint64) * 2654435761 + 11) % (1 << 32)).astype(
+                        np.uint32
+                    )
+                    b = a + 1
+                self.assertEqual(handler_name(a), "zcio")
+                where = a.ctypes.data
+                ch.send(a)
+                self.assertIn("the sender's mapping made private", ch.last_path)
+                a[:] = 0xFFFFFFFF  # every byte, right after the send
+                # A part of another array, from an offset inside a page, to the end less three.
+                ch.send(b[1001:-3])
+                self.assertIn("the sender's mapping made private", ch.last_path)
+                b[:] = 0
+                self.assertEqual(a.ctypes.data, where, "the array stays where it was")
+                self.assertEqual(bytes(ch.recv(timeout=60)), b"ok")
+                self.assertTrue((a == 0xFFFFFFFF).all(), "the sender's own writes")
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+            self.assertIn("mapped privately", out)
+
+    def test_the_receiver_writes_its_array_and_the_senders_is_unchanged(self):
+        name = unique("npmem-w")
+        n = 4 << 20
+        with zcio.listen(name) as lst:
+            p = child(
+                """
+                import sys, numpy as np, zcio
+                with zcio.connect(sys.argv[1], timeout=30) as ch:
+                    got = np.frombuffer(ch.recv(timeout=30), dtype=np.uint8)
+                    got[:] = 0xAB
+                    ok = bool((got == 0xAB).all())
+                    ch.send(b"written" if ok else b"the write did not hold")
+                    ch.recv(timeout=30)
+                """,
+                name,
+            )
+            with lst.accept(timeout=30) as ch, zcio.numpy_memory():
+                a = np.empty(n, dtype=np.uint8)
+                a[:] = np.arange(n, dtype=np.uint64) % 253
+                want = a.copy()
+                ch.send(a)
+                self.assertIn("made private", ch.last_path)
+                self.assertEqual(bytes(ch.recv(timeout=60)), b"written")
+                self.assertTrue(np.array_equal(a, want), "the receiver's write reached the sender")
+                ch.send(b"bye")
+                ch.flush(timeout=30)
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+
+    def test_zeros_are_zeros_and_resize_keeps_the_bytes(self):
+        with zcio.numpy_memory():
+            for _ in range(3):
+                dirty = np.empty(4 << 20, dtype=np.uint8)
+                dirty[:] = 0xFF
+                del dirty
+                z = np.zeros(4 << 20, dtype=np.uint8)
+                self.assertEqual(handler_name(z), "zcio")
+                self.assertFalse(z.any())
+            count = zcio.numpy_memory_stats()["arrays"]
+            r = np.empty(3 << 20, dtype=np.uint8)
+            r[:] = np.arange(r.size, dtype=np.uint64) % 251
+            want = r.copy()
+            r.resize(9 << 20, refcheck=False)
+            self.assertEqual(r.size, 9 << 20)
+            self.assertEqual(handler_name(r), "zcio")
+            self.assertEqual(zcio.numpy_memory_stats()["arrays"], count + 2, "the old file freed")
+            self.assertTrue(np.array_equal(r[: 3 << 20], want), "grown: the bytes kept")
+            self.assertFalse(r[3 << 20 :].any(), "grown: numpy zeroes the rest")
+            r.resize(2 << 20, refcheck=False)
+            self.assertTrue(np.array_equal(r, want[: 2 << 20]), "shrunk: the bytes kept")
+            r.resize(100_000, refcheck=False)
+            self.assertTrue(np.array_equal(r, want[:100_000]), "shrunk below: the bytes kept")
+            # `want` is zcio's; `r`, under 1 MiB now, is in numpy's default memory.
+            self.assertEqual(zcio.numpy_memory_stats()["arrays"], count + 1)
+            del r, z, want
+
+    def test_arrays_outlive_the_block_and_are_freed_with_their_files(self):
+        before = zcio.numpy_memory_stats()
+        with zcio.numpy_memory():
+            kept = np.ones(4 << 20, dtype=np.uint8)
+        self.assertEqual(handler_name(kept), "zcio")
+        kept[::4096] = 3
+        self.assertEqual(int(kept.sum()), (4 << 20) + 2 * 1024)
+        self.assertEqual(zcio.numpy_memory_stats()["arrays"], before["arrays"] + 1)
+        tx, rx = pair()
+        with tx, rx:
+            tx.send(kept)
+            self.assertIn("made private", tx.last_path, "sent after the block ended")
+            kept[:] = 0
+            self.assertEqual(int(np.frombuffer(rx.recv(timeout=30), dtype=np.uint8)[4096]), 3)
+        del kept
+        self.assertEqual(zcio.numpy_memory_stats(), before)
+        fds = len(os.listdir("/proc/self/fd"))
+        for i in range(200):
+            with zcio.numpy_memory():
+                x = np.empty(2 << 20, dtype=np.uint8)
+                y = np.zeros((3 << 20) // 8)
+            x[::4096] = i % 256
+            y[-1] = i
+            del x, y
+        self.assertEqual(zcio.numpy_memory_stats(), before)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), fds, "descriptors left open")
+
+    def test_nested_blocks_chain_and_restore(self):
+        outside = handler_name()
+        before = zcio.numpy_memory_stats()["arrays"]
+
+        def count():
+            return zcio.numpy_memory_stats()["arrays"] - before
+
+        with zcio.numpy_memory():
+            with zcio.numpy_memory(8 << 20) as inner:
+                self.assertEqual(inner.min_bytes, 8 << 20)
+                self.assertEqual(handler_name(), "zcio")
+                # Below the inner block's threshold: the outer block's handler takes it.
+                mid = np.empty(2 << 20, dtype=np.uint8)
+                self.assertEqual(count(), 1)
+                large = np.empty(16 << 20, dtype=np.uint8)
+                self.assertEqual(count(), 2)
+                tiny = np.empty(10)
+                self.assertEqual(count(), 2)
+            self.assertEqual(handler_name(), "zcio")
+            again = np.empty(2 << 20, dtype=np.uint8)
+            self.assertEqual(count(), 3)
+            # The same object entered inside its own block restores each level.
+            m = zcio.numpy_memory(4 << 20)
+            with m:
+                with m:
+                    self.assertEqual(handler_name(), "zcio")
+                self.assertEqual(handler_name(), "zcio")
+        self.assertEqual(handler_name(), outside)
+        self.assertEqual(handler_name(np.empty(2 << 20, dtype=np.uint8)), outside)
+        mid[:] = 1
+        large[:] = 2
+        again[:] = 3
+        tiny[:] = 4
+        del mid, large, tiny, again
+        self.assertEqual(count(), 0)
+
+    def test_a_thread_started_in_the_block_keeps_numpys_handler(self):
+        seen = []
+        with zcio.numpy_memory():
+            t = threading.Thread(target=lambda: seen.append(handler_name()))
+            t.start()
+            t.join()
+            self.assertEqual(handler_name(), "zcio")
+        self.assertEqual(seen, ["default_allocator"], "a thread starts in a context of its own")
+
+    def test_an_array_beyond_zcios_largest_message_falls_back_to_numpys_memory(self):
+        before = zcio.numpy_memory_stats()
+        with zcio.numpy_memory():
+            huge = np.empty((1 << 30) + 1, dtype=np.uint8)
+        huge[-1] = 1
+        now = zcio.numpy_memory_stats()
+        self.assertEqual(now["fallbacks"], before["fallbacks"] + 1)
+        self.assertEqual(now["arrays"], before["arrays"])
+        del huge
+
+    def test_a_bad_min_bytes_or_no_numpy_is_refused_clearly(self):
+        for bad in (0, -1, 1000, (1 << 20) - 1, (1 << 30) + 1):
+            with self.assertRaises(ValueError) as e:
+                zcio.numpy_memory(bad)
+            self.assertIn("1048576", str(e.exception))
+        self.assertEqual(zcio.numpy_memory(1 << 30).min_bytes, 1 << 30)
+        p = child(
+            """
+            import sys
+            sys.modules["numpy"] = None
+            import zcio
+            print(zcio.numpy_memory_stats()["arrays"])
+            try:
+                zcio.numpy_memory()
+            except ImportError as e:
+                print("ImportError:", e)
+            """
+        )
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("ImportError: zcio.numpy_memory needs numpy", out)
+
+
+def handler_name(arr=None):
+    """The name of numpy's memory handler of `arr`, or of the one new arrays get now."""
+    try:
+        from numpy._core.multiarray import get_handler_name
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import get_handler_name
+    return get_handler_name() if arr is None else get_handler_name(arr)
+
+
 def _pipe_echo(ch):
     with ch:
         while True:
