@@ -5,6 +5,9 @@ the buffer protocol under emulated copy: it returns once the message is queued, 
 change its object at once, and the receiver gets the bytes as they were at the call, in a
 `Buffer` of its own (writable; `numpy.frombuffer(buf, dtype)` views it without a copy).
 
+Inside `with numpy_memory():` numpy makes its large arrays in zcio's memory, and their sends
+ship it without a copy.
+
 Every blocking call releases the GIL; a signal whose handler raises (Ctrl-C) ends it, a
 timeout raises `TimeoutError`, a peer that is gone raises `PeerGone`.
 """
@@ -113,3 +116,45 @@ def alloc(n: int) -> Buffer:
     ships the file without a copy and makes these pages copy-on-write, so the send takes well
     under a millisecond at any length and each page written afterwards is copied by the kernel;
     a later send of the same memory copies it once."""
+
+class NumpyMemory:
+    """What `numpy_memory()` returns: a context manager; at its exit, the numpy memory handler
+    current before it is back."""
+
+    @property
+    def min_bytes(self) -> int:
+        """From how many bytes numpy's arrays are zcio's."""
+    def __enter__(self) -> NumpyMemory: ...
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        v: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+def numpy_memory(min_bytes: int = 1 << 20) -> NumpyMemory:
+    """A context manager (a NumPy memory handler, NEP 49, named "zcio"): inside its `with`
+    block numpy makes every array whose data is `min_bytes` or more (1 MiB to 1 GiB, zcio's
+    largest message; else `ValueError`) in zcio's memory, as `alloc`'s: a memory file in 2 MiB
+    pages, whose first emulated-copy send ships it without a copy and makes the sender's pages
+    copy-on-write. Smaller arrays go to the handler current at the block's start (nested
+    blocks chain so).
+
+        with zcio.numpy_memory():
+            a = np.arange(1 << 26, dtype=np.float32) * 2
+        ch.send(a)          # no copy, at any size
+
+    Each such array costs a memory file of its own, its pages allocated and zeroed when numpy
+    asks (well under a millisecond for a few MiB, milliseconds for tens of MiB) and a
+    descriptor until it is sent: keep small and short-lived arrays outside. Arrays made inside
+    keep their memory after the block and are freed as usual. numpy's handler is per context
+    (`contextvars`): a thread started inside the block does not use it, and an asyncio task
+    uses the one current where it was created. Like `alloc`'s, an array's memory not yet sent
+    is shared with a child made by fork. `ImportError` where numpy (1.22 or later) is not
+    importable."""
+
+def numpy_memory_stats() -> dict[str, int]:
+    """`arrays`: how many blocks numpy holds in zcio's memory now; `bytes`: their length;
+    `fallbacks`: how many arrays of `min_bytes` or more went to numpy's own memory because no
+    memory file could be made for them (over 1 GiB, or the kernel refused), since the process
+    began."""
