@@ -4,7 +4,11 @@ library's ways (and iceoryx2's, where its Python package is installed).
 The job, the same for every contender: A holds a numpy array of `bytes` bytes (a pattern
 that depends on each byte's offset); it hands the array over and changes it at once (one
 byte in every 4 KiB page, and the last byte); B must end with a writable array of its own
-holding the bytes of the moment of the send, and must not see A's change.
+holding the bytes of the moment of the send, and must not see A's change. Each run does
+this twice, with two arrays A made before the clock: the second transfer is the one
+measured, the first runs each process's code paths once (Python's first call of anything
+costs tens of microseconds more than its next, which would be read as Python's overhead);
+its times are reported beside the second's.
 
 - `zcio`: B listens on a unique name, A connects; `ch.send(a)` (emulated copy), B holds
   `numpy.frombuffer(ch.recv(), dtype)`.
@@ -12,11 +16,19 @@ holding the bytes of the moment of the send, and must not see A's change.
   filled before the clock): a memory file, which the send seals and hands to B without a
   copy, A's pages becoming copy-on-write; A's change then has the kernel copy each page it
   writes.
-- `rust`, `rust-alloc`: the same job done by two Rust processes through the Rust channel,
-  with the calls zcio's module makes for `zcio` and `zcio-alloc` (A's bytes copied into a
-  loan and sent; A's bytes in a loan sent and kept): the baseline that Python's overhead is
-  read against. Run by the executable named in `$ZCIO_BENCH_PEER` (`zcio bench python
-  --peer a`), which prints the same measures.
+- `zcio-numpy`: the same, A's array made by numpy itself (the pattern's `numpy.arange`)
+  inside `with zcio.numpy_memory():`, which has numpy allocate large arrays in zcio's memory
+  files: the send then goes as for `zcio-alloc`.
+- `zcio-volatile`: as `zcio`, both ends having said they trust each other with volatile
+  loans (`ch.set_volatile_loans(True)`): the memory file A's bytes are copied into is lent
+  to B and given back when B drops its array, and A's next send reuses it (Fbufs' volatile
+  buffers, cached per channel) instead of fresh pages.
+- `rust`, `rust-alloc`, `rust-volatile`: the same job done by two Rust processes through the
+  Rust channel, with the calls zcio's module makes for `zcio`, `zcio-alloc` and
+  `zcio-volatile` (A's bytes, in private memory asked for in 2 MiB pages as numpy asks,
+  copied into a loan and sent; A's bytes in a loan sent and kept; volatile loans): the
+  baseline that Python's overhead is read against. Run by the executable named in
+  `$ZCIO_BENCH_PEER` (`zcio bench python --peer a`), which prints the same measures.
 - `pipe`: `multiprocessing.Pipe`, `conn.send(a)` and `conn.recv()` (the array pickled).
 - `queue`: `multiprocessing.Queue`, `q.put(a)` and `q.get()`.
 - `shared_memory`: a `multiprocessing.shared_memory` block of the array's size, made and
@@ -31,17 +43,21 @@ with `multiprocessing` (spawn), so that each run's peak RSS (`ru_maxrss`) is its
 B are pinned to two different CPUs (where the process may run on two), as `zcio bench
 channel` pins its processes: unpinned, the scheduler may wake B on A's CPU and queue it
 behind A's change, which measures the scheduler rather than the transfer. Both
-read `time.monotonic_ns()` (CLOCK_MONOTONIC, one clock on one host).
+read `time.monotonic_ns()` (CLOCK_MONOTONIC, one clock on one host). BLAS's threads are held
+to one (`OPENBLAS_NUM_THREADS=1` and its kin): the job does no linear algebra, and
+OpenBLAS's threads, started at numpy's import, spin while they wait and take the CPUs A and
+B are pinned to.
 
-- latency: from A's send start to B holding its array (B reports its time back);
+- latency: from A's send start to B holding its array (B reports its time back), for the
+  second transfer; first_latency: the same for the first;
 - send: A's time blocked in its send call(s) (shared_memory: the copy in and the notice;
-  iceoryx2: loan, copy, send);
+  iceoryx2: loan, copy, send); first_send: the same for the first;
 - cpu: A's CPU time from the send start to the end of its change, plus B's from its wait
   start to holding its array (`time.process_time_ns`, user and system, whole process);
 - rss: each process's peak resident set (KiB) over its whole life, numpy's import included;
-- verified: B's array, checked once A said it had changed its own, has the array's length,
-  is writable, and holds at every 4096th byte and at the first and last the original
-  pattern or A's change of that byte; saw_later_change: it held A's change at one of those
+- verified: at both transfers, B's array, checked once A said it had changed its own, has
+  the array's length, is writable, and holds at every 4096th byte and at the first and last
+  the original pattern or A's change of that byte; saw_later_change: it held A's change at one of those
   bytes at least (the bytes sampled are the bytes A changes), which B must not see.
 
 Usage: bench_python.py [--sizes 8388608,134217728] [--contenders zcio,pipe,...] [--rounds 3]
@@ -63,14 +79,32 @@ import traceback
 import uuid
 
 CONTENDERS = [
-    "zcio", "zcio-alloc", "rust", "rust-alloc", "pipe", "queue", "shared_memory", "iceoryx2"
+    "zcio",
+    "zcio-alloc",
+    "zcio-numpy",
+    "zcio-volatile",
+    "rust",
+    "rust-alloc",
+    "rust-volatile",
+    "pipe",
+    "queue",
+    "shared_memory",
+    "iceoryx2",
 ]
+# Contenders through zcio's Python module.
+ZCIO = ("zcio", "zcio-alloc", "zcio-numpy", "zcio-volatile")
 # Contenders whose A and B are Rust processes: the executable `$ZCIO_BENCH_PEER` (zcio's).
-RUST = ("rust", "rust-alloc")
+RUST = ("rust", "rust-alloc", "rust-volatile")
 DEFAULT_SIZES = [8 << 20, 128 << 20]
 K = 0x9E3779B97F4A7C15
 SEED = 0x7A63696F
 TIMEOUT = 120.0
+# Transfers per run, each of an array of its own: the last is measured, the first warms the
+# code paths of both processes (the first's times are reported beside it).
+TRANSFERS = 2
+# The job runs no linear algebra: BLAS's threads, started at numpy's import and spinning while
+# they wait for work, would only take the two CPUs from A and B.
+QUIET_BLAS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def pattern(n):
@@ -159,28 +193,30 @@ def b_main(contender, n, ctl, data, cpu=None):
 
         pin(cpu)
         recv = b_setup(contender, n, ctl, data)
-        ctl.send(("ready", None))
-        c0 = cpu_ns()
-        arr = recv()
-        t_b = time.monotonic_ns()
-        c1 = cpu_ns()
-        ctl.send(("got", t_b))
-        assert ctl.recv() == "changed"
-        ok, saw, why = check(arr, n)
-        # B's array is its own: it may write it.
-        arr.view(np.uint8)[0] ^= 0
-        ctl.send(
-            (
-                "done",
-                {
-                    "cpu_ns": c1 - c0,
-                    "rss_kib": peak_rss_kib(),
-                    "verified": ok,
-                    "saw_later_change": saw,
-                    "why": why,
-                },
+        for _ in range(TRANSFERS):
+            ctl.send(("ready", None))
+            c0 = cpu_ns()
+            arr = recv()
+            t_b = time.monotonic_ns()
+            c1 = cpu_ns()
+            ctl.send(("got", t_b))
+            assert ctl.recv() == "changed"
+            ok, saw, why = check(arr, n)
+            # B's array is its own: it may write it.
+            arr.view(np.uint8)[0] ^= 0
+            del arr
+            ctl.send(
+                (
+                    "done",
+                    {
+                        "cpu_ns": c1 - c0,
+                        "rss_kib": peak_rss_kib(),
+                        "verified": ok,
+                        "saw_later_change": saw,
+                        "why": why,
+                    },
+                )
             )
-        )
     except BaseException as e:  # reported to A, which records it
         try:
             ctl.send(("error", f"B: {type(e).__name__}: {e}"))
@@ -192,7 +228,7 @@ def b_setup(contender, n, ctl, data):
     """B's end of `contender`, made before the clock; the receive, as a function."""
     import numpy as np
 
-    if contender in ("zcio", "zcio-alloc"):
+    if contender in ZCIO:
         import zcio
 
         name = data
@@ -200,6 +236,7 @@ def b_setup(contender, n, ctl, data):
         lst = zcio.listen(name, window=min(max(n, 16 << 20), 256 << 20))
         ctl.send(("listening", None))
         ch = lst.accept(timeout=TIMEOUT)
+        ch.set_volatile_loans(contender == "zcio-volatile")
         lst.close()
         return lambda: np.frombuffer(ch.recv(timeout=TIMEOUT), dtype=np.uint8)
     if contender == "pipe":
@@ -293,7 +330,7 @@ def a_run(contender, n):
     ctx = mp.get_context("spawn")
     ctl, ctl_b = ctx.Pipe()
     cleanup = []
-    if contender in ("zcio", "zcio-alloc"):
+    if contender in ZCIO:
         data_b = f"zcio-bench-py-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     elif contender == "pipe":
         data_a, data_b = ctx.Pipe()
@@ -344,39 +381,34 @@ def expect(ctl, what, b):
 def a_with(contender, n, ctl, b, data_b, env):
     import numpy as np
 
-    a = pattern(n)
+    arrays = [made(contender, n) for _ in range(TRANSFERS)]
     send = None
-    if contender == "zcio-alloc":
-        import zcio
-
-        mem = np.frombuffer(zcio.alloc(n), dtype=np.uint8)
-        mem[:] = a
-        a = mem
-    if contender in ("zcio", "zcio-alloc"):
+    if contender in ZCIO:
         import zcio
 
         expect(ctl, "listening", b)
         ch = zcio.connect(data_b, timeout=TIMEOUT)
+        ch.set_volatile_loans(contender == "zcio-volatile")
 
-        def send():
+        def send(a):
             ch.send(a)
 
     elif contender == "pipe":
         conn = env["data_a"]
 
-        def send():
+        def send(a):
             conn.send(a)
 
     elif contender == "queue":
         q = env["data_a"]
 
-        def send():
+        def send(a):
             q.put(a)
 
     elif contender == "shared_memory":
         sview, note = env["sview"], env["note_a"]
 
-        def send():
+        def send(a):
             sview[:] = a
             note.send(None)
 
@@ -392,33 +424,59 @@ def a_with(contender, n, ctl, b, data_b, env):
             .create()
         )
 
-        def send():
+        def send(a):
             s = pub.loan_slice_uninit(n)
             ctypes.memmove(s.payload_ptr, a.ctypes.data, n)
             s.assume_init().send()
 
-    expect(ctl, "ready", b)
-    c0 = cpu_ns()
-    t0 = time.monotonic_ns()
-    send()
-    t1 = time.monotonic_ns()
-    change(a)
-    c1 = cpu_ns()
-    t_b = expect(ctl, "got", b)
-    ctl.send("changed")
-    done = expect(ctl, "done", b)
-    if contender in ("zcio", "zcio-alloc"):
+    runs = []
+    for a in arrays:
+        expect(ctl, "ready", b)
+        c0 = cpu_ns()
+        t0 = time.monotonic_ns()
+        send(a)
+        t1 = time.monotonic_ns()
+        change(a)
+        c1 = cpu_ns()
+        t_b = expect(ctl, "got", b)
+        ctl.send("changed")
+        done = expect(ctl, "done", b)
+        runs.append((t_b - t0, t1 - t0, (c1 - c0) + done["cpu_ns"], done))
+    if contender in ZCIO:
         ch.close()
+    # The last transfer is the one measured; the first's times are kept beside it.
+    latency, send_t, cpu, done = runs[-1]
     return {
-        "latency_ns": t_b - t0,
-        "send_ns": t1 - t0,
-        "cpu_ns": (c1 - c0) + done["cpu_ns"],
+        "latency_ns": latency,
+        "send_ns": send_t,
+        "cpu_ns": cpu,
+        "first_latency_ns": runs[0][0],
+        "first_send_ns": runs[0][1],
         "rss_a_kib": peak_rss_kib(),
         "rss_b_kib": done["rss_kib"],
-        "verified": done["verified"],
-        "saw_later_change": done["saw_later_change"],
-        "why": done["why"],
+        "verified": all(r[3]["verified"] for r in runs),
+        "saw_later_change": any(r[3]["saw_later_change"] for r in runs),
+        "why": next((r[3]["why"] for r in runs if r[3]["why"]), None),
     }
+
+
+def made(contender, n):
+    """One of A's arrays, made and filled before the clock: numpy's own memory, or zcio's
+    (`zcio.alloc`, or numpy's allocations routed to zcio by `zcio.numpy_memory()`)."""
+    import numpy as np
+
+    if contender == "zcio-alloc":
+        import zcio
+
+        mem = np.frombuffer(zcio.alloc(n), dtype=np.uint8)
+        mem[:] = pattern(n)
+        return mem
+    if contender == "zcio-numpy":
+        import zcio
+
+        with zcio.numpy_memory():
+            return pattern(n)
+    return pattern(n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,7 +490,7 @@ def available(contender):
         if not exe or not os.access(exe, os.X_OK):
             return "unavailable: no zcio executable in $ZCIO_BENCH_PEER to run it"
         return None
-    mod = {"zcio": "zcio", "zcio-alloc": "zcio", "iceoryx2": "iceoryx2"}.get(contender)
+    mod = {"iceoryx2": "iceoryx2", **{c: "zcio" for c in ZCIO}}.get(contender)
     if mod is None:
         return None
     try:
@@ -452,6 +510,7 @@ def one_run(contender, n):
                 contender, "--bytes", str(n)]
     p = subprocess.run(
         argv,
+        env={**os.environ, **QUIET_BLAS},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         timeout=TIMEOUT * 3,
@@ -466,6 +525,7 @@ def row(contender, n, runs, error):
     ok = [r for r in runs if "error" not in r]
     med = lambda k: statistics.median(r[k] for r in ok) if ok else None  # noqa: E731
     lat = [r["latency_ns"] for r in ok]
+    first = [r["first_latency_ns"] for r in ok]
     errs = [r["error"] for r in runs if "error" in r]
     why = [r["why"] for r in ok if r.get("why")]
     if error is None and errs:
@@ -478,6 +538,9 @@ def row(contender, n, runs, error):
         "latency_ns": med("latency_ns"),
         "latency_spread_ns": [min(lat), max(lat)] if lat else None,
         "send_ns": med("send_ns"),
+        "first_latency_ns": med("first_latency_ns"),
+        "first_latency_spread_ns": [min(first), max(first)] if first else None,
+        "first_send_ns": med("first_send_ns"),
         "cpu_ns": med("cpu_ns"),
         "rss_a_kib": med("rss_a_kib"),
         "rss_b_kib": med("rss_b_kib"),

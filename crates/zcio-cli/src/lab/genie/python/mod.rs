@@ -6,12 +6,16 @@
 //!
 //! Process A holds a numpy array; it hands it over and changes it right after (one byte in
 //! every 4 KiB page, and the last); process B must end with a writable array of its own
-//! holding the bytes of the moment of the send, never A's change. The contenders: `zcio`
-//! (`ch.send(a)`, B `numpy.frombuffer(ch.recv())`), `zcio-alloc` (the same, A's array in
-//! `zcio.alloc` memory, a memory file whose send ships it sealed and makes A's pages
-//! copy-on-write), `rust` and `rust-alloc` (the same calls from two Rust processes, [`peer`]:
-//! what Python's overhead is read against), `multiprocessing.Pipe`, `multiprocessing.Queue`,
-//! `shared_memory` (A copies in, B copies out into an array of its own) and `iceoryx2` (A
+//! holding the bytes of the moment of the send, never A's change. Each run does it twice,
+//! with two arrays: the second transfer is measured, the first runs the code paths once (its
+//! times are kept beside). The contenders: `zcio` (`ch.send(a)`, B
+//! `numpy.frombuffer(ch.recv())`), `zcio-alloc` (the same, A's array in `zcio.alloc` memory,
+//! a memory file whose send ships it sealed and makes A's pages copy-on-write), `zcio-numpy`
+//! (the same, A's array made by numpy inside `zcio.numpy_memory()`), `zcio-volatile` (as
+//! `zcio`, both ends trusting each other with volatile loans: the memory file is given back
+//! and reused), `rust`, `rust-alloc` and `rust-volatile` (the same calls from two Rust
+//! processes, [`peer`]: what Python's overhead is read against), `multiprocessing.Pipe`,
+//! `multiprocessing.Queue`, `shared_memory` (A copies in, B copies out into an array of its own) and `iceoryx2` (A
 //! copies into a loaned sample, B copies out), where its Python package is installed.
 //!
 //! The work is the script `crates/zcio-python/bench/bench_python.py` (its docstring has the
@@ -38,11 +42,14 @@ pub const SCRIPT: &str = include_str!("../../../../../zcio-python/bench/bench_py
 
 /// Every contender, in the script's names (`rust` and `rust-alloc` are this executable's
 /// [`peer`]s: the same job through the Rust channel, what Python's overhead is read against).
-pub const CONTENDERS: [&str; 8] = [
+pub const CONTENDERS: [&str; 11] = [
     "zcio",
     "zcio-alloc",
+    "zcio-numpy",
+    "zcio-volatile",
     "rust",
     "rust-alloc",
+    "rust-volatile",
     "pipe",
     "queue",
     "shared_memory",
@@ -61,8 +68,9 @@ pub struct PythonArgs {
     /// Array sizes in bytes (multiples of 8), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SIZES)]
     pub bytes: Vec<usize>,
-    /// Contenders: zcio, zcio-alloc, rust, rust-alloc, pipe, queue, shared_memory, iceoryx2
-    /// (one not importable here gets a row saying so).
+    /// Contenders: zcio, zcio-alloc, zcio-numpy, zcio-volatile, rust, rust-alloc,
+    /// rust-volatile, pipe, queue, shared_memory, iceoryx2 (one not importable here gets a row
+    /// saying so).
     #[arg(long, value_delimiter = ',', default_values_t = CONTENDERS.map(String::from))]
     pub contenders: Vec<String>,
     /// Rounds (each a fresh pair of processes per contender, in an order that rotates).
@@ -161,16 +169,27 @@ impl Plan {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[schemars(rename = "PythonRow")]
 pub struct Row {
-    /// `zcio`, `zcio-alloc`, `pipe`, `queue`, `shared_memory`, `iceoryx2`.
+    /// One of [`CONTENDERS`].
     pub contender: String,
     /// Array size.
     pub bytes: usize,
-    /// Median time from A's send start to B holding its array (ns, CLOCK_MONOTONIC at both).
+    /// Median time from A's send start to B holding its array (ns, CLOCK_MONOTONIC at both),
+    /// of each run's second transfer.
     pub latency_ns: Option<f64>,
     /// Lowest and highest round.
     pub latency_spread_ns: Option<[f64; 2]>,
-    /// Median time A was blocked in its send (ns).
+    /// Median time A was blocked in its send (ns), of each run's second transfer.
     pub send_ns: Option<f64>,
+    /// Median end-to-end time of each run's first transfer (ns): the processes' code paths
+    /// run for the first time.
+    #[serde(default)]
+    pub first_latency_ns: Option<f64>,
+    /// Lowest and highest round of the first transfer.
+    #[serde(default)]
+    pub first_latency_spread_ns: Option<[f64; 2]>,
+    /// Median time A was blocked in its first send (ns).
+    #[serde(default)]
+    pub first_send_ns: Option<f64>,
     /// Median CPU time of both processes (ns): A's from the send start to the end of its
     /// change, B's from its wait start to holding its array.
     pub cpu_ns: Option<f64>,
@@ -444,7 +463,7 @@ mod tests {
         let p = Plan::of_args(&args(&[]).unwrap()).unwrap();
         assert_eq!(p.sizes, DEFAULT_SIZES);
         assert_eq!(p.contenders, CONTENDERS);
-        assert_eq!(p.units(), 2 * 8 * 3);
+        assert_eq!(p.units(), 2 * 11 * 3);
         for (bad, arg) in [
             (&["--bytes", "7"][..], "--bytes 7"),
             (&["--rounds", "0"], "--rounds"),

@@ -7,14 +7,20 @@
 //! A and B talk over a pipe: B listens on a unique name and says `listening`; A connects, B
 //! accepts and says `ready`; A's clock starts, it sends, changes its buffer and stops its CPU
 //! clock; B, having received, says `got <its CLOCK_MONOTONIC ns>`; A says `changed`; B checks
-//! its bytes and says `done <json>`. A prints the run's JSON object as the script's A does. A
-//! and B are pinned to two different CPUs, as the script's are.
+//! its bytes and says `done <json>`. The exchange from `ready` runs twice, with two buffers
+//! made before the clock, as the script's does: the second is measured. A prints the run's
+//! JSON object as the script's A does. A and B are pinned to two different CPUs, as the
+//! script's are.
 //!
-//! - `rust`: A's bytes are a `Vec` (private memory, as a numpy array's are); its send is what
+//! - `rust`: A's bytes are private memory in 2 MiB pages where the kernel gives them (as numpy
+//!   makes a large array's, `MADV_HUGEPAGE`); its send is what
 //!   zcio's Python module does with such an object: a loan taken, the bytes copied in, the
 //!   loan sent ([`Channel::send_loan`]); B receives with [`Channel::recv_loan`].
 //! - `rust-alloc`: A's bytes are a [`Loan`] filled before the clock (as `zcio.alloc` memory
 //!   is); its send is [`Channel::send_loan_copy`], the loan kept and changed after.
+//! - `rust-volatile`: as `rust`, both ends having said they trust each other with volatile
+//!   loans ([`Channel::set_volatile_loans`]): the loan is a memory file B gives back when it
+//!   drops the message, which A's next loan reuses.
 
 use crate::lab::genie::channel::{Pinned, cpus, monotonic_ns, process_cpu_ns};
 use crate::transfer::Res;
@@ -24,14 +30,19 @@ use std::time::Duration;
 use zcio_genie::channel::Channel;
 use zcio_genie::memnet::LinkOptions;
 use zcio_genie::memnet::loan::Loan;
+use zcio_vm::mapping::{MapOptions, Mapping};
 
 /// The contenders this module runs, in the script's names.
-pub const RUST_CONTENDERS: [&str; 2] = ["rust", "rust-alloc"];
+pub const RUST_CONTENDERS: [&str; 3] = ["rust", "rust-alloc", "rust-volatile"];
 
 /// The script's constants: word k of the pattern is `k * K ^ SEED`, little-endian.
 const K: u64 = 0x9E37_79B9_7F4A_7C15;
 const SEED: u64 = 0x7A63_696F;
 const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Transfers per run, each of an array of its own, as the script makes them: the last is
+/// measured, the first runs the code paths once.
+const TRANSFERS: usize = 2;
 
 fn byte_at(i: usize) -> u8 {
     let w = (i as u64 / 8).wrapping_mul(K) ^ SEED;
@@ -129,14 +140,14 @@ pub fn run(role: &str, contender: &str, n: usize, name: Option<&str>) -> Res<()>
             println!("{v}");
             Ok(())
         }
-        ("b", Some(name)) => b(n, name),
+        ("b", Some(name)) => b(contender, n, name),
         ("b", None) => Err("invalid argument `--peer b`: needs --peer-name".into()),
         (r, _) => Err(format!("invalid argument `--peer {r}`: a or b").into()),
     }
 }
 
 /// B: listen, say so, accept, say ready, receive, report, wait for A's change, check.
-fn b(n: usize, name: &str) -> Res<()> {
+fn b(contender: &str, n: usize, name: &str) -> Res<()> {
     // On the second of two CPUs, A on the first (as the script pins its processes).
     let _pinned = cpus().map(|[_, b]| Pinned::to(b));
     let mut out = std::io::stdout().lock();
@@ -149,30 +160,34 @@ fn b(n: usize, name: &str) -> Res<()> {
     writeln!(out, "listening")?;
     out.flush()?;
     let mut ch = lst.accept(Some(PATIENCE))?;
+    ch.set_volatile_loans(contender == "rust-volatile");
     drop(lst);
-    writeln!(out, "ready")?;
-    out.flush()?;
-    let c0 = process_cpu_ns();
-    let (mut got, _) = ch.recv_loan()?;
-    let t_b = monotonic_ns();
-    let c1 = process_cpu_ns();
-    writeln!(out, "got {t_b}")?;
-    out.flush()?;
-    said(&mut input, "changed")?;
-    let (ok, saw, why) = check(&got, n);
-    // B's bytes are its own: it may write them.
-    if let Some(b) = got.first_mut() {
-        *b ^= 0;
+    for _ in 0..TRANSFERS {
+        writeln!(out, "ready")?;
+        out.flush()?;
+        let c0 = process_cpu_ns();
+        let (mut got, _) = ch.recv_loan()?;
+        let t_b = monotonic_ns();
+        let c1 = process_cpu_ns();
+        writeln!(out, "got {t_b}")?;
+        out.flush()?;
+        said(&mut input, "changed")?;
+        let (ok, saw, why) = check(&got, n);
+        // B's bytes are its own: it may write them.
+        if let Some(b) = got.first_mut() {
+            *b ^= 0;
+        }
+        drop(got);
+        let done = serde_json::json!({
+            "cpu_ns": (c1 - c0) as i64,
+            "rss_kib": peak_rss_kib(),
+            "verified": ok,
+            "saw_later_change": saw,
+            "why": why,
+        });
+        writeln!(out, "done {done}")?;
+        out.flush()?;
     }
-    let done = serde_json::json!({
-        "cpu_ns": (c1 - c0) as i64,
-        "rss_kib": peak_rss_kib(),
-        "verified": ok,
-        "saw_later_change": saw,
-        "why": why,
-    });
-    writeln!(out, "done {done}")?;
-    out.flush()?;
     Ok(())
 }
 
@@ -211,52 +226,84 @@ fn a(contender: &str, n: usize) -> Res<serde_json::Value> {
     };
     // B started free to choose its CPU, it takes the second of two; A the first.
     let _pinned = cpus().map(|[a, _]| Pinned::to(a));
-    let mut vec = Vec::new();
-    let mut loan = None;
-    if contender == "rust-alloc" {
-        let mut l = Loan::new(n)?;
-        fill(&mut l);
-        loan = Some(l);
-    } else {
-        vec = vec![0u8; n];
-        fill(&mut vec);
-    }
+    let mut arrays = (0..TRANSFERS)
+        .map(|_| Array::made(contender, n))
+        .collect::<Res<Vec<_>>>()?;
     said(&mut peer.from, "listening")?;
     let mut ch = Channel::connect(&name, PATIENCE)?;
-    said(&mut peer.from, "ready")?;
-    let c0 = process_cpu_ns();
-    let t0 = monotonic_ns();
-    match loan.as_mut() {
-        Some(l) => {
-            ch.send_loan_copy(l, 0..n)?;
+    ch.set_volatile_loans(contender == "rust-volatile");
+    let mut runs = Vec::new();
+    for a in &mut arrays {
+        said(&mut peer.from, "ready")?;
+        let c0 = process_cpu_ns();
+        let t0 = monotonic_ns();
+        match a {
+            Array::Loan(l) => {
+                ch.send_loan_copy(l, 0..n)?;
+            }
+            Array::Private(m) => {
+                let mut l = ch.loan(n)?;
+                l.copy_from_slice(m.as_slice());
+                ch.send_loan(l)?;
+            }
         }
-        None => {
-            let mut l = ch.loan(n)?;
-            l.copy_from_slice(&vec);
-            ch.send_loan(l)?;
-        }
+        let t1 = monotonic_ns();
+        change(a.bytes_mut());
+        let c1 = process_cpu_ns();
+        let t_b: u64 = said(&mut peer.from, "got")?.parse()?;
+        writeln!(peer.to, "changed")?;
+        peer.to.flush()?;
+        let done: serde_json::Value = serde_json::from_str(&said(&mut peer.from, "done")?)?;
+        runs.push((
+            t_b as i64 - t0 as i64,
+            (t1 - t0) as i64,
+            (c1 - c0) as i64,
+            done,
+        ));
     }
-    let t1 = monotonic_ns();
-    match loan.as_mut() {
-        Some(l) => change(l),
-        None => change(&mut vec),
-    }
-    let c1 = process_cpu_ns();
-    let t_b: u64 = said(&mut peer.from, "got")?.parse()?;
-    writeln!(peer.to, "changed")?;
-    peer.to.flush()?;
-    let done: serde_json::Value = serde_json::from_str(&said(&mut peer.from, "done")?)?;
     let _ = peer.child.wait();
+    // The last transfer is the one measured; the first's times are kept beside it.
+    let (first_latency, first_send) = (runs[0].0, runs[0].1);
+    let (latency, send, cpu, done) = runs.last().ok_or("no transfer")?;
+    let why = runs.iter().map(|r| &r.3["why"]).find(|w| !w.is_null());
     Ok(serde_json::json!({
-        "latency_ns": t_b as i64 - t0 as i64,
-        "send_ns": (t1 - t0) as i64,
-        "cpu_ns": (c1 - c0) as i64 + done["cpu_ns"].as_i64().unwrap_or(0),
+        "latency_ns": latency,
+        "send_ns": send,
+        "cpu_ns": cpu + done["cpu_ns"].as_i64().unwrap_or(0),
+        "first_latency_ns": first_latency,
+        "first_send_ns": first_send,
         "rss_a_kib": peak_rss_kib(),
         "rss_b_kib": done["rss_kib"],
-        "verified": done["verified"],
-        "saw_later_change": done["saw_later_change"],
-        "why": done["why"],
+        "verified": runs.iter().all(|r| r.3["verified"] == true),
+        "saw_later_change": runs.iter().any(|r| r.3["saw_later_change"] == true),
+        "why": why.unwrap_or(&serde_json::Value::Null),
     }))
+}
+
+/// One of A's arrays, made and filled before the clock: private memory in 2 MiB pages where
+/// the kernel gives them, as numpy makes a large array's (`rust`), or a loan (`rust-alloc`).
+enum Array {
+    Private(Mapping),
+    Loan(Loan),
+}
+
+impl Array {
+    fn made(contender: &str, n: usize) -> Res<Array> {
+        let mut a = if contender == "rust-alloc" {
+            Array::Loan(Loan::new(n)?)
+        } else {
+            Array::Private(Mapping::anonymous(n, MapOptions::HUGE)?)
+        };
+        fill(a.bytes_mut());
+        Ok(a)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Array::Private(m) => m.as_mut_slice(),
+            Array::Loan(l) => l,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -60,17 +60,18 @@ pub fn text_table(s: &PythonSection) -> String {
     }
     let _ = writeln!(
         o,
-        "A numpy array from Python process A to Python process B, which ends with a writable array of its own; A changes its array right after the send. Latency: A's send start to B holding its array (CLOCK_MONOTONIC at both). Send: A blocked in its send. CPU: both processes. RSS: peak, whole process. Medians over {} round(s), a fresh pair of processes each, spread lowest–highest. {}",
+        "A numpy array from Python process A to Python process B, which ends with a writable array of its own; A changes its array right after the send. Each run does it twice, with two arrays: the second is measured, the first (first ms) runs the code paths once. Latency: A's send start to B holding its array (CLOCK_MONOTONIC at both). Send: A blocked in its send. CPU: both processes. RSS: peak, whole process. Medians over {} round(s), a fresh pair of processes each, spread lowest–highest. {}",
         s.plan.rounds,
         s.python.as_deref().unwrap_or("")
     );
     let _ = writeln!(
         o,
-        "{:>8} {:<14} {:>11} {:>19} {:>10} {:>9} {:>8} {:>8} {:>10}  verified",
+        "{:>8} {:<14} {:>11} {:>19} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}  verified",
         "size",
         "contender",
         "latency ms",
         "(spread)",
+        "first ms",
         "send ms",
         "CPU ms",
         "RSS A MiB",
@@ -80,11 +81,12 @@ pub fn text_table(s: &PythonSection) -> String {
     for r in &s.rows {
         let _ = writeln!(
             o,
-            "{:>8} {:<14} {:>11} {:>19} {:>10} {:>9} {:>9} {:>8} {:>10}  {}",
+            "{:>8} {:<14} {:>11} {:>19} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10}  {}",
             size(r.bytes),
             r.contender,
             opt_ms(r.latency_ns),
             spread_ms(r.latency_spread_ns),
+            opt_ms(r.first_latency_ns),
             opt_ms(r.send_ns),
             opt_ms(r.cpu_ns),
             mib(r.rss_a_kib),
@@ -129,7 +131,7 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         return b;
     }
     b.push(p(format!(
-        "Process A, in Python ({}), holds a numpy array of the size listed (a pattern that depends on each byte's offset), hands it to process B and changes it right after its send (one byte in every 4 KiB page, and the last); B must end with a writable array of its own holding the bytes of the moment of the send. zcio: B listens on a unique name with a window of the array (256 MiB at most), A connects and calls ch.send(a) (emulated copy; from 1 MiB the bytes are copied once into a sealed memory file that B maps privately), B holds numpy.frombuffer(ch.recv()). zcio-alloc: the same, A's array made in zcio.alloc memory (a memory file in 2 MiB pages, filled before the clock), whose send seals the file and hands it to B without copying a byte, A's mapping becoming a private one of the same file: A's change then has the kernel copy each 4 KiB page it writes (A's CPU time counts those copies). rust and rust-alloc: the same job done by two Rust processes (zcio's own executable) with the Rust channel's calls that zcio's Python module makes for zcio and zcio-alloc (a loan taken, the bytes copied in and sent; a loan filled before the clock, sent and kept), B receiving with recv_loan: what Python's overhead is read against. pipe and queue: multiprocessing.Pipe's send and recv, multiprocessing.Queue's put and get, of the array (pickled). shared_memory: a multiprocessing.shared_memory block of the array's size, made and touched by A and opened by B before the clock (a block that is reused; B's handle kept out of the resource tracker so that it never unlinks A's block); A copies its array in and says so over a Pipe, B copies it out into an array of its own. iceoryx2 (its Python package, where installed): publish-subscribe of a slice of bytes sized for the array, service and ports made before the clock; A loans a sample, copies its array in and sends it; B, polling its subscriber every 50 µs, copies the sample out into an array of its own. Every run is a fresh pair of processes (A started by the bench, B by A with multiprocessing's spawn, or by the Rust A), pinned to two different CPUs as zcio bench channel pins its processes (unpinned, the scheduler may wake B on A's CPU and queue it behind A's change), contenders in an order that rotates from round to round. Latency: from A's send start to B holding its array, both on CLOCK_MONOTONIC (B reports its time back). Send: A's time blocked in its send (shared_memory: the copy in and the notice; iceoryx2: loan, copy, send). CPU: A's CPU time from the send start to the end of its change plus B's from its wait start to holding its array. RSS: each process's peak resident set over its life (ru_maxrss; the interpreter and numpy are some 35 MiB of it). Once A says it has changed its array, B checks its own at every 4096th byte and at the first and last (the bytes A changes): verified means each held the original or A's change of it; saw A's change means one held the change. Medians over {} round{}, spread lowest–highest round.",
+        "Process A, in Python ({}), holds a numpy array of the size listed (a pattern that depends on each byte's offset), hands it to process B and changes it right after its send (one byte in every 4 KiB page, and the last); B must end with a writable array of its own holding the bytes of the moment of the send. Each run does this twice, with two arrays A made before the clock: the second transfer is the one measured, the first runs each process's code paths once (an interpreter's first call of anything costs tens of microseconds more than its next, which would be read as Python's overhead), and its end-to-end time is in the column first. zcio: B listens on a unique name with a window of the array (256 MiB at most), A connects and calls ch.send(a) (emulated copy; from 1 MiB the bytes are copied once into a sealed memory file that B maps privately), B holds numpy.frombuffer(ch.recv()). zcio-alloc: the same, A's array made in zcio.alloc memory (a memory file in 2 MiB pages, filled before the clock), whose send seals the file and hands it to B without copying a byte, A's mapping becoming a private one of the same file: A's change then has the kernel copy each 4 KiB page it writes (A's CPU time counts those copies). zcio-numpy: the same as zcio-alloc, A's array made by numpy itself inside a with zcio.numpy_memory() block, which has numpy allocate its large arrays in zcio's memory files. zcio-volatile: as zcio, both ends having said they trust each other with volatile loans (ch.set_volatile_loans(True)): the memory file A's bytes are copied into is lent to B, given back when B drops its array, and reused by A's next send (Fbufs' volatile buffers, cached per channel) instead of fresh pages; B's array is its own while B holds it, but a peer process that broke the trust could change it. rust, rust-alloc and rust-volatile: the same job done by two Rust processes (zcio's own executable) with the Rust channel's calls that zcio's Python module makes for zcio, zcio-alloc and zcio-volatile (a loan taken, the bytes copied in and sent, A's array in private memory asked for in 2 MiB pages as numpy asks for a large array's; a loan filled before the clock, sent and kept; volatile loans), B receiving with recv_loan: what Python's overhead is read against. pipe and queue: multiprocessing.Pipe's send and recv, multiprocessing.Queue's put and get, of the array (pickled). shared_memory: a multiprocessing.shared_memory block of the array's size, made and touched by A and opened by B before the clock (a block that is reused; B's handle kept out of the resource tracker so that it never unlinks A's block); A copies its array in and says so over a Pipe, B copies it out into an array of its own. iceoryx2 (its Python package, where installed): publish-subscribe of a slice of bytes sized for the array, service and ports made before the clock; A loans a sample, copies its array in and sends it; B, polling its subscriber every 50 µs, copies the sample out into an array of its own. Every run is a fresh pair of processes (A started by the bench, B by A with multiprocessing's spawn, or by the Rust A), pinned to two different CPUs as zcio bench channel pins its processes (unpinned, the scheduler may wake B on A's CPU and queue it behind A's change), with BLAS held to one thread (OPENBLAS_NUM_THREADS=1: the job does no linear algebra, and OpenBLAS's threads spin on the same two CPUs while they wait), contenders in an order that rotates from round to round. Latency: from A's send start to B holding its array, both on CLOCK_MONOTONIC (B reports its time back). Send: A's time blocked in its send (shared_memory: the copy in and the notice; iceoryx2: loan, copy, send). CPU: A's CPU time from the send start to the end of its change plus B's from its wait start to holding its array. RSS: each process's peak resident set over its life (ru_maxrss; the interpreter and numpy are some 35 MiB of it). Once A says it has changed its array, B checks its own at every 4096th byte and at the first and last (the bytes A changes): verified means each held the original or A's change of it; saw A's change means one held the change. Medians over {} round{}, spread lowest–highest round.",
         s.python.as_deref().unwrap_or("python3"),
         s.plan.rounds,
         if s.plan.rounds == 1 { "" } else { "s" }
@@ -146,6 +148,11 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
                     opt_ms(r.latency_ns),
                     spread_ms(r.latency_spread_ns)
                 ),
+                format!(
+                    "{} ({})",
+                    opt_ms(r.first_latency_ns),
+                    spread_ms(r.first_latency_spread_ns)
+                ),
                 opt_ms(r.send_ns),
                 opt_ms(r.cpu_ns),
                 mib(r.rss_a_kib),
@@ -156,11 +163,12 @@ pub fn blocks(g: &GenieResults) -> Vec<Block> {
         })
         .collect();
     b.push(table(
-        "A numpy array from Python process A to Python process B: end-to-end time, A's time in its send, CPU time of both, peak RSS of both, whether B saw A's later change",
+        "A numpy array from Python process A to Python process B: end-to-end time (of the second transfer of each run, and of the first), A's time in its send, CPU time of both, peak RSS of both, whether B saw A's later change",
         &[
             "size",
             "contender",
             "latency ms (spread)",
+            "first ms (spread)",
             "send ms",
             "CPU ms",
             "RSS A MiB",
@@ -233,7 +241,12 @@ fn overhead_sentence(s: &PythonSection) -> String {
     const TARGET: f64 = 10.0;
     let mut parts = Vec::new();
     let (mut met, mut all) = (0, 0);
-    for (py, rs) in [("zcio", "rust"), ("zcio-alloc", "rust-alloc")] {
+    for (py, rs) in [
+        ("zcio", "rust"),
+        ("zcio-alloc", "rust-alloc"),
+        ("zcio-numpy", "rust-alloc"),
+        ("zcio-volatile", "rust-volatile"),
+    ] {
         let mut at = Vec::new();
         let mut sizes: Vec<usize> = s
             .rows
@@ -282,23 +295,33 @@ fn overhead_sentence(s: &PythonSection) -> String {
 }
 
 /// Where this machine hands free memory back to its hypervisor: what that costs a copy into
-/// fresh 2 MiB pages, read from zcio's rows against the Rust processes' making the same calls.
+/// fresh 2 MiB pages, read from zcio's rows (both transfers) against the Rust processes'
+/// making the same calls.
 fn page_reporting_sentence(s: &PythonSection) -> Option<String> {
     let pr = s.page_reporting?;
     let n = TARGET_SIZE;
-    let z = s.row("zcio", n).filter(|r| r.verified)?;
-    let (lat, [lo, hi]) = (z.latency_ns?, z.latency_spread_ns?);
-    let rust = of(s, "rust", n, |r| r.latency_ns).map_or(String::new(), |r| {
-        format!(", the same calls from Rust processes {} ms", ms(r))
+    let both = |c: &str| -> Option<String> {
+        let r = s.row(c, n).filter(|r| r.verified)?;
+        let ([lo, hi], [flo, fhi]) = (r.latency_spread_ns?, r.first_latency_spread_ns?);
+        Some(format!(
+            "{c} {} ms ({}–{}) at its second transfer and {} ms ({}–{}) at its first",
+            ms(r.latency_ns?),
+            ms(lo),
+            ms(hi),
+            ms(r.first_latency_ns?),
+            ms(flo),
+            ms(fhi)
+        ))
+    };
+    let zcio = both("zcio")?;
+    let rust = both("rust").map_or(String::new(), |r| {
+        format!("; the same calls from Rust processes, {r}")
     });
     Some(format!(
-        "This machine hands free blocks of {} KiB back to its hypervisor (free page reporting, {} ms after they are freed), which faults them in again at their first touch: zcio's copy of a numpy array into a fresh memory file in 2 MiB pages pays that when the blocks it gets were handed back, and numpy's own arrays, in 2 MiB pages too, take first the blocks a process just freed. At {}, zcio took {} ms (its rounds from {} to {} ms){rust}.",
+        "This machine hands free blocks of {} KiB back to its hypervisor (free page reporting, {} ms after they are freed), which faults them in again at their first touch: a copy into fresh 2 MiB pages, as zcio's send of a numpy array in the process's own memory makes, pays that whenever the blocks it gets were handed back. At {}, medians (rounds lowest–highest): {zcio}{rust}.",
         4u64 << pr.order,
         pr.min_free_ms,
         size(n),
-        ms(lat),
-        ms(lo),
-        ms(hi),
     ))
 }
 
@@ -314,7 +337,7 @@ pub fn target_sentences(s: &PythonSection) -> Vec<String> {
     let mut out = Vec::new();
     let lat = |c: &str| of(s, c, n, |r| r.latency_ns);
     let over = |other: &str, what: &str, target: f64| -> String {
-        let zcio = ["zcio", "zcio-alloc"]
+        let zcio = ["zcio", "zcio-alloc", "zcio-numpy", "zcio-volatile"]
             .iter()
             .filter_map(|z| Some((*z, lat(z)?)))
             .collect::<Vec<_>>();
@@ -355,27 +378,41 @@ pub fn target_sentences(s: &PythonSection) -> Vec<String> {
         "shared_memory with a private copy",
         1.5,
     ));
-    // The target is for an array in 2 MiB pages (zcio-alloc's); zcio's own figure, a copy of
-    // the array's bytes, is told beside it.
-    out.push(match of(s, "zcio-alloc", n, |r| r.send_ns) {
-        None => format!("A's time blocked in zcio's send at {at}: zcio-alloc not measured in this run."),
-        Some(x) => {
-            let copy = of(s, "zcio", n, |r| r.send_ns).map_or(String::new(), |c| {
-                format!(
-                    " (zcio with the array in numpy's own memory, copied once into a memory file: {} ms)",
-                    ms(c)
-                )
-            });
+    // The target is for an array in 2 MiB pages (zcio-alloc's and zcio-numpy's); zcio's own
+    // figure, a copy of the array's bytes, is told beside it.
+    let held: Vec<String> = [
+        ("zcio-alloc", "in zcio.alloc's 2 MiB pages"),
+        ("zcio-numpy", "made by numpy inside zcio.numpy_memory()"),
+    ]
+    .iter()
+    .filter_map(|(c, how)| {
+        let x = of(s, c, n, |r| r.send_ns)?;
+        Some(format!(
+            "{how} ({c}), {} ms (target ≤ 1 ms: {})",
+            ms(x),
+            if x <= 1e6 {
+                "met".to_string()
+            } else {
+                format!("MISSED, by {} ms, {:.0}× the target", ms(x - 1e6), x / 1e6)
+            }
+        ))
+    })
+    .collect();
+    out.push(if held.is_empty() {
+        format!(
+            "A's time blocked in zcio's send at {at}: zcio-alloc and zcio-numpy not measured in this run."
+        )
+    } else {
+        let copy = of(s, "zcio", n, |r| r.send_ns).map_or(String::new(), |c| {
             format!(
-                "A's time blocked in its send at {at}, its array in zcio.alloc's 2 MiB pages: {} ms (target ≤ 1 ms: {}){copy}.",
-                ms(x),
-                if x <= 1e6 {
-                    "met".to_string()
-                } else {
-                    format!("MISSED, by {} ms, {:.0}× the target", ms(x - 1e6), x / 1e6)
-                }
+                " (zcio with the array in numpy's own memory, copied once into a memory file: {} ms)",
+                ms(c)
             )
-        }
+        });
+        format!(
+            "A's time blocked in its send at {at}, its array {}{copy}.",
+            held.join("; its array ")
+        )
     });
     out.push(overhead_sentence(s));
     if let Some(t) = page_reporting_sentence(s) {
@@ -426,6 +463,9 @@ mod tests {
             latency_ns: Some(lat_ms * 1e6),
             latency_spread_ns: Some([lat_ms * 1e6, lat_ms * 1e6]),
             send_ns: Some(send_ms * 1e6),
+            first_latency_ns: Some(2.0 * lat_ms * 1e6),
+            first_latency_spread_ns: Some([2.0 * lat_ms * 1e6, 2.0 * lat_ms * 1e6]),
+            first_send_ns: Some(send_ms * 1e6),
             cpu_ns: Some(1e6),
             rss_a_kib: Some(1024.0),
             rss_b_kib: Some(1024.0),
@@ -451,8 +491,11 @@ mod tests {
             rows: vec![
                 row("zcio", n, 20.0, 3.0),
                 row("zcio-alloc", n, 0.2, 1.5),
+                row("zcio-numpy", n, 0.25, 0.5),
+                row("zcio-volatile", n, 10.5, 10.0),
                 row("rust", n, 19.0, 3.0),
                 row("rust-alloc", n, 0.1, 0.05),
+                row("rust-volatile", n, 10.0, 9.5),
                 row("pipe", n, 400.0, 300.0),
                 row("shared_memory", n, 25.0, 10.0),
                 q,
@@ -464,7 +507,9 @@ mod tests {
         };
         let t = target_sentences(&s);
         assert!(
-            t[0].contains("zcio 20.00× (20.0 ms against 400.0 ms: target ≥ 10×, met)"),
+            t[0].contains("zcio 20.00× (20.0 ms against 400.0 ms: target ≥ 10×, met)")
+                && t[0].contains("zcio-numpy 1600.00× ")
+                && t[0].contains("zcio-volatile 38.10× "),
             "{}",
             t[0]
         );
@@ -475,15 +520,18 @@ mod tests {
         );
         assert!(
             t[2].contains(
-                "2 MiB pages: 1.50 ms (target ≤ 1 ms: MISSED, by 0.50 ms, 2× the target)"
-            ) && t[2].contains("copied once into a memory file: 3.00 ms"),
+                "2 MiB pages (zcio-alloc), 1.50 ms (target ≤ 1 ms: MISSED, by 0.50 ms, 2× the target)"
+            ) && t[2].contains("zcio.numpy_memory() (zcio-numpy), 0.50 ms (target ≤ 1 ms: met)")
+                && t[2].contains("copied once into a memory file: 3.00 ms"),
             "{}",
             t[2]
         );
         assert!(
             t[3].contains("zcio over rust: +5 % at 128 MiB (20.0 ms against 19.0 ms, +1000 µs)")
                 && t[3].contains("zcio-alloc over rust-alloc: +100 % at 128 MiB")
-                && t[3].contains("met at 1 of 2 (MISSED at the others"),
+                && t[3].contains("zcio-numpy over rust-alloc: +150 % at 128 MiB")
+                && t[3].contains("zcio-volatile over rust-volatile: +5 % at 128 MiB")
+                && t[3].contains("met at 2 of 4 (MISSED at the others"),
             "{}",
             t[3]
         );
@@ -505,7 +553,7 @@ mod tests {
             .expect("the sentence");
         assert!(
             hv.contains("blocks of 2048 KiB")
-                && hv.contains("zcio took 20.0 ms (its rounds from 20.0 to 20.0 ms), the same calls from Rust processes 19.0 ms"),
+                && hv.contains("zcio 20.0 ms (20.0–20.0) at its second transfer and 40.0 ms (40.0–40.0) at its first; the same calls from Rust processes, rust 19.0 ms (19.0–19.0) at its second"),
             "{hv}"
         );
         let text = text_table(&s);
