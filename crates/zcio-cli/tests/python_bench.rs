@@ -25,8 +25,11 @@ fn every_contender_that_runs_is_verified_and_zcios_receiver_never_sees_the_later
     let contenders = [
         "zcio",
         "zcio-alloc",
+        "zcio-numpy",
+        "zcio-volatile",
         "rust",
         "rust-alloc",
+        "rust-volatile",
         "pipe",
         "queue",
         "shared_memory",
@@ -41,7 +44,15 @@ fn every_contender_that_runs_is_verified_and_zcios_receiver_never_sees_the_later
         assert_eq!(r["verified"], true, "{r:#}");
         assert_eq!(r["rounds"], 1, "{r:#}");
         assert!(r["error"].is_null(), "{r:#}");
-        for f in ["latency_ns", "send_ns", "cpu_ns", "rss_a_kib", "rss_b_kib"] {
+        for f in [
+            "latency_ns",
+            "send_ns",
+            "cpu_ns",
+            "first_latency_ns",
+            "first_send_ns",
+            "rss_a_kib",
+            "rss_b_kib",
+        ] {
             let x = r[f]
                 .as_f64()
                 .unwrap_or_else(|| panic!("{f} missing: {r:#}"));
