@@ -94,10 +94,11 @@ enum LoanPages {
     Owned(AppBuffer),
     /// A volatile file of an endpoint's.
     Lent(LentOut),
-    /// A loan sent under emulated copy ([`MemnetEndpoint::send_loan_copy`]): its file sealed
-    /// and gone, its pages mapped privately here, the sender's own memory.
+    /// A loan sent under emulated copy ([`MemnetEndpoint::send_loan_copy`]) or kept without a
+    /// send ([`Loan::keep`]): its file sealed and gone, its pages mapped privately here, the
+    /// sender's own memory.
     Kept(PrivateView),
-    /// Only for the moment `send_loan_copy` holds the file (never seen outside it).
+    /// Only for the moment `Loan::seal_keeping` holds the file (never seen outside it).
     Taken,
 }
 
@@ -196,10 +197,73 @@ impl Loan {
         matches!(self.pages, LoanPages::Lent(_))
     }
 
-    /// Whether it was sent under emulated copy and kept ([`MemnetEndpoint::send_loan_copy`]):
-    /// its bytes are then this process's private memory, and a later send copies them.
+    /// Whether it was sent under emulated copy and kept ([`MemnetEndpoint::send_loan_copy`]),
+    /// or kept without a send ([`Loan::keep`]): its bytes are then this process's private
+    /// memory, and a later send copies them.
     pub fn is_kept(&self) -> bool {
         matches!(self.pages, LoanPages::Kept(_))
+    }
+
+    /// Make the loan this process's private memory now, as a send under emulated copy leaves
+    /// it, without sending it ([`Loan::is_kept`] from then on): its mapping becomes a private
+    /// one of the same file at the same addresses (pointers into the loan stay good and read
+    /// the same bytes), the file is sealed, and its descriptor is closed. Nothing is copied
+    /// now; each page written afterwards becomes a copy of the writer's, made by the kernel at
+    /// the write's fault.
+    ///
+    /// This is what a loan needs before the process forks. Unsent, a loan is a memory file
+    /// mapped shared, and a child made by fork inherits that shared mapping: the two processes
+    /// would write each other's bytes. Kept, the child inherits a private mapping of a file
+    /// nobody can change: each process's writes are its own, and both read the bytes of the
+    /// moment of the fork until they write. The price is the first send's: a kept loan is sent
+    /// by copying it once into a fresh sealed file ([`MemnetEndpoint::send_loan_copy`]), where
+    /// an unsent one would have been shipped without a copy.
+    ///
+    /// A loan already kept, or in private memory (for a channel that sends by copy), is left
+    /// as it is: it is private already. A volatile loan
+    /// ([`MemnetEndpoint::set_volatile_loans`]) is left as it is too: its file is the
+    /// endpoint's, shared by design with a peer trusted like this process (and so with a child
+    /// made by fork as well), and goes back to the endpoint when the loan is dropped; making it
+    /// private would take a copy of the whole loan at another address.
+    ///
+    /// On an error nothing is lost: if the private mapping could not be made, the loan is as
+    /// it was (shared, unsent, usable) and the error says what the kernel refused; if the
+    /// kernel refused the seal, the loan is kept all the same (private, its bytes there, its
+    /// descriptor closed), and the error says so: the file is unsealed, so a process that
+    /// still maps it shared (a child made by an earlier fork, say) could change the pages this
+    /// process has not written.
+    pub fn keep(&mut self) -> Result<()> {
+        if !matches!(self.pages, LoanPages::File(_)) {
+            return Ok(());
+        }
+        self.seal_keeping().map(drop)
+    }
+
+    /// Make a loan of a file `Kept`: its mapping private, its file sealed (and
+    /// returned). On failure the loan is usable still: as it was (the private mapping could
+    /// not be made) or kept (the seal was refused; its file is then gone). A loan of another
+    /// kind is refused.
+    fn seal_keeping(&mut self) -> Result<SealedFile> {
+        if !matches!(self.pages, LoanPages::File(_)) {
+            return Err(GenieError::arg("loan", "a loan that is not an unsent file"));
+        }
+        let LoanPages::File(f) = std::mem::replace(&mut self.pages, LoanPages::Taken) else {
+            unreachable!("matched above")
+        };
+        match f.seal_keeping() {
+            Ok((sealed, view)) => {
+                self.pages = LoanPages::Kept(view);
+                Ok(sealed)
+            }
+            Err((e, Unsealed::File(f))) => {
+                self.pages = LoanPages::File(f);
+                Err(e.into())
+            }
+            Err((e, Unsealed::View(v))) => {
+                self.pages = LoanPages::Kept(v);
+                Err(e.into())
+            }
+        }
     }
 }
 
@@ -829,23 +893,7 @@ impl MemnetEndpoint {
         if !matches!(loan.pages, LoanPages::File(_)) {
             return self.send_copied(&loan[range]);
         }
-        let LoanPages::File(f) = std::mem::replace(&mut loan.pages, LoanPages::Taken) else {
-            unreachable!("matched above")
-        };
-        let sealed = match time(Op::ReadOnly, || f.seal_keeping()) {
-            Ok((sealed, view)) => {
-                loan.pages = LoanPages::Kept(view);
-                sealed
-            }
-            Err((e, Unsealed::File(f))) => {
-                loan.pages = LoanPages::File(f);
-                return Err(e.into());
-            }
-            Err((e, Unsealed::View(v))) => {
-                loan.pages = LoanPages::Kept(v);
-                return Err(e.into());
-            }
-        };
+        let sealed = time(Op::ReadOnly, || loan.seal_keeping())?;
         let (ticket, len) = (self.next_ticket, range.len());
         self.loans.send_record(
             &record_bytes(KIND_SEALED, ticket, len, range.start as u64),
@@ -1204,6 +1252,129 @@ mod tests {
         rx.recv(Semantics::Copy, &mut out, InputBuffering::EarlyDemux)
             .unwrap();
         assert_eq!(&out[..], &want[4097..]);
+    }
+
+    /// The memory file that `bytes` (a loan's) are a mapping of, opened again read-only
+    /// through `/proc/self/fd`: the descriptor whose file has the inode `/proc/self/maps`
+    /// gives for their first byte.
+    fn file_of(bytes: &[u8]) -> OwnedFd {
+        let at = bytes.as_ptr() as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let ino: u64 = maps
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (lo, hi) = f.next()?.split_once('-')?;
+                let (lo, hi) = (
+                    usize::from_str_radix(lo, 16).ok()?,
+                    usize::from_str_radix(hi, 16).ok()?,
+                );
+                (lo <= at && at < hi).then(|| f.nth(3)?.parse().ok())?
+            })
+            .expect("the loan's mapping is in /proc/self/maps");
+        for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let link = std::fs::read_link(e.path()).unwrap_or_default();
+            let is_loan = link.to_string_lossy().contains("memfd:zcio-loan");
+            let same = std::fs::metadata(e.path()).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.ino() == ino
+            });
+            if is_loan && same {
+                if let Ok(f) = std::fs::File::open(e.path()) {
+                    return f.into();
+                }
+            }
+        }
+        panic!("no descriptor of this process holds the loan's file (inode {ino})");
+    }
+
+    #[test]
+    fn a_kept_loan_stays_where_it_was_and_its_writes_never_reach_its_file() {
+        for (len, granule) in [
+            (5 * 4096 + 17, Granule::Base),
+            (2 * HUGE_PAGE_SIZE + 5, Granule::Huge),
+        ] {
+            let mut loan = Loan::with_granule(len, granule).unwrap();
+            let want = pattern(len, 7);
+            loan.copy_from_slice(&want);
+            // What the file holds: what any other mapping of it shows.
+            let file = file_of(&loan);
+            let in_file = || {
+                let mut b = vec![0u8; len];
+                read_file(file.as_fd(), &mut b).unwrap();
+                b
+            };
+            assert_eq!(in_file(), want);
+            // Unsent: the loan is the file, and a write through it is a write of the file.
+            loan[len - 1] = !want[len - 1];
+            assert_eq!(
+                in_file()[len - 1],
+                !want[len - 1],
+                "an unsent loan's writes are its file's"
+            );
+            loan[len - 1] = want[len - 1];
+            let at = loan.as_ptr();
+            loan.keep().unwrap();
+            assert!(loan.is_kept() && !loan.is_volatile());
+            assert_eq!(loan.granule(), granule);
+            assert_eq!(loan.as_ptr(), at, "the loan's bytes stay where they were");
+            assert_eq!(&loan[..], &want[..], "and read the same");
+            // Every page written through the loan: its own copy, the file unchanged.
+            loan.fill(0xEE);
+            assert!(loan.iter().all(|&b| b == 0xEE));
+            assert_eq!(in_file(), want, "a kept loan's writes reached its file");
+            let seals = rustix::fs::fcntl_get_seals(&file).unwrap();
+            assert!(
+                seals.contains(rustix::fs::SealFlags::WRITE),
+                "the file is sealed: {seals:?}"
+            );
+            // Kept already: nothing more to do.
+            loan.keep().unwrap();
+            assert!(loan.iter().all(|&b| b == 0xEE));
+        }
+    }
+
+    #[test]
+    fn a_kept_loan_is_sent_as_a_copy_of_its_bytes_of_now() {
+        let (mut tx, mut rx) = pair().unwrap();
+        let len = 3 * 4096 + 1;
+        let mut loan = tx.loan(len).unwrap();
+        loan.fill(3);
+        loan.keep().unwrap();
+        loan.fill(4);
+        let (_, acc) = tx.send_loan_copy(&mut loan, 0..len).unwrap();
+        assert_eq!(acc.cpu_copied_bytes, len as u64, "{}", acc.path);
+        assert_ne!(acc.path, DataPath::Kept);
+        loan.fill(5);
+        let (m, _) = rx.recv_loan().unwrap();
+        assert!(m.iter().all(|&b| b == 4), "the bytes of the send");
+        tx.send_loan(loan).unwrap();
+        let (m, _) = rx.recv_loan().unwrap();
+        assert!(m.iter().all(|&b| b == 5));
+    }
+
+    #[test]
+    fn keep_leaves_a_loan_in_private_memory_and_a_volatile_one_as_they_are() {
+        let mut owned = Loan::owned(10_000).unwrap();
+        owned.fill(1);
+        let at = owned.as_ptr();
+        owned.keep().unwrap();
+        assert!(!owned.is_kept());
+        assert_eq!(owned.as_ptr(), at);
+        assert!(owned.iter().all(|&b| b == 1));
+        let (mut tx, mut rx) = trusting();
+        let mut lent = tx.loan(8192).unwrap();
+        assert!(lent.is_volatile());
+        lent.fill(2);
+        lent.keep().unwrap();
+        assert!(
+            lent.is_volatile() && !lent.is_kept(),
+            "its file is the endpoint's"
+        );
+        tx.send_loan(lent).unwrap();
+        let (m, acc) = rx.recv_loan().unwrap();
+        assert!(m.is_volatile(), "{}", acc.path);
+        assert!(m.iter().all(|&b| b == 2));
     }
 
     #[test]
