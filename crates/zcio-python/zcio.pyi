@@ -115,7 +115,10 @@ def alloc(n: int) -> Buffer:
     From 1 MiB they are a memory file: the first emulated-copy send of them (or of a part)
     ships the file without a copy and makes these pages copy-on-write, so the send takes well
     under a millisecond at any length and each page written afterwards is copied by the kernel;
-    a later send of the same memory copies it once."""
+    a later send of the same memory copies it once. After a fork (`os.fork()`,
+    `multiprocessing`'s fork start method) each process has its own copy, its bytes of the
+    moment of the fork; the first send of it after the fork, in either process, copies it
+    once."""
 
 class NumpyMemory:
     """What `numpy_memory()` returns: a context manager; at its exit, the numpy memory handler
@@ -146,12 +149,14 @@ def numpy_memory(min_bytes: int = 1 << 20) -> NumpyMemory:
 
     Each such array costs a memory file of its own, its pages allocated and zeroed when numpy
     asks (well under a millisecond for a few MiB, milliseconds for tens of MiB) and a
-    descriptor until it is sent: keep small and short-lived arrays outside. Arrays made inside
-    keep their memory after the block and are freed as usual. numpy's handler is per context
-    (`contextvars`): a thread started inside the block does not use it, and an asyncio task
-    uses the one current where it was created. Like `alloc`'s, an array's memory not yet sent
-    is shared with a child made by fork. `ImportError` where numpy (1.22 or later) is not
-    importable."""
+    descriptor until it is sent (or the process forks): keep small and short-lived arrays
+    outside. Arrays made inside keep their memory after the block and are freed as usual.
+    numpy's handler is per context (`contextvars`): a thread started inside the block does not
+    use it, and an asyncio task uses the one current where it was created. After a fork
+    (`os.fork()`, `multiprocessing`'s fork start method) each process has its own copy of such
+    an array, its bytes of the moment of the fork, as with numpy's own memory; the first send
+    of it after the fork, in either process, copies it once. `ImportError` where numpy (1.22
+    or later) is not importable."""
 
 def numpy_memory_stats() -> dict[str, int]:
     """`arrays`: how many blocks numpy holds in zcio's memory now; `bytes`: their length;

@@ -20,6 +20,11 @@
 //! memory handler, NEP 49: the module `numpy_memory`), so that their sends ship memory files
 //! without a copy, as those of `zcio.alloc`'s memory do.
 //!
+//! That memory keeps fork's promise: before `os.fork()` (and `multiprocessing`'s fork start
+//! method) the module makes every such array not yet sent private to the process (the module
+//! `fork`), so that after the fork each process has its own copy, the bytes of the moment of
+//! the fork; the first send of such an array after the fork copies it once.
+//!
 //! Every blocking call releases the GIL ([`Python::detach`]) and ends at a signal whose handler
 //! raises (Ctrl-C: `KeyboardInterrupt`), at its timeout (`TimeoutError`), or when the peer is
 //! gone (`zcio.PeerGone`, a `ConnectionError`). The module is a thin layer over `zcio`'s
@@ -40,6 +45,7 @@ use zcio::genie::memnet::LinkParts;
 use zcio::vm::arena::SharedArena;
 use zcio::{ErrorKind, GenieError, InputBuffering, Received, Semantics, Waits};
 
+mod fork;
 mod numpy_memory;
 
 create_exception!(
@@ -834,6 +840,8 @@ fn connect(py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Channel
 /// and makes the pages here copy-on-write, so the send returns in well under a millisecond
 /// whatever the length, and each page written afterwards is copied by the kernel at the
 /// write. A later send of the same memory copies it once, as a send of any other object does.
+/// After a fork each process has its own copy, its bytes of the moment of the fork; the first
+/// send of it after the fork, in either process, copies it once.
 #[pyfunction]
 fn alloc(n: usize) -> PyResult<Buffer> {
     if n < LOAN_FROM {
@@ -893,6 +901,7 @@ fn zcio_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(numpy_memory::numpy_memory, m)?)?;
     m.add_function(wrap_pyfunction!(numpy_memory::numpy_memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_rebuild_pipe_end, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::_fork_stats, m)?)?;
     m.add_class::<Listener>()?;
     m.add_class::<Channel>()?;
     m.add_class::<Buffer>()?;
@@ -900,5 +909,6 @@ fn zcio_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", py.get_type::<Error>())?;
     m.add("PeerGone", py.get_type::<PeerGone>())?;
     m.add("TooSmall", py.get_type::<TooSmall>())?;
+    fork::register(m)?;
     Ok(())
 }

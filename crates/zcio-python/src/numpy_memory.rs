@@ -454,12 +454,14 @@ impl NumpyMemory {
 ///
 /// Each such array costs a memory file of its own, its pages allocated and zeroed when numpy
 /// asks (well under a millisecond for a few MiB, milliseconds for tens of MiB), and a
-/// descriptor until it is sent: keep small and short-lived arrays outside. Arrays made inside
-/// keep their memory after the block and are freed as usual (`numpy_memory_stats()` counts
-/// them). numpy's handler is per context (`contextvars`): a thread started inside the block
-/// does not use it, and an asyncio task uses the one current where it was created. Like
-/// `zcio.alloc`'s, an array's memory not yet sent is shared with a child made by fork.
-/// `ImportError` where numpy (1.22 or later) is not importable.
+/// descriptor until it is sent (or the process forks): keep small and short-lived arrays
+/// outside. Arrays made inside keep their memory after the block and are freed as usual
+/// (`numpy_memory_stats()` counts them). numpy's handler is per context (`contextvars`): a
+/// thread started inside the block does not use it, and an asyncio task uses the one current
+/// where it was created. After a fork (`os.fork()`, `multiprocessing`'s fork start method)
+/// each process has its own copy of such an array, its bytes of the moment of the fork, as
+/// with numpy's own memory; the first send of it after the fork, in either process, copies
+/// it once. `ImportError` where numpy (1.22 or later) is not importable.
 #[pyfunction]
 #[pyo3(signature = (min_bytes = LOAN_FROM as i64), text_signature = "(min_bytes=1 << 20)")]
 pub(crate) fn numpy_memory(py: Python<'_>, min_bytes: i64) -> PyResult<NumpyMemory> {
