@@ -698,6 +698,245 @@ class NumpyMemory(unittest.TestCase):
         self.assertIn("ImportError: zcio.numpy_memory needs numpy", out)
 
 
+class Forks(unittest.TestCase):
+    """zcio's memory across a fork: each process its own copy, as of the moment of the fork.
+
+    Before each `os.fork()` (which multiprocessing's fork start method goes through) zcio makes
+    the memory files of `zcio.alloc` and `numpy_memory` not yet sent private to the process:
+    the child inherits a private mapping of a file nobody can change."""
+
+    HOWS = ("os.fork", "multiprocessing")
+
+    @staticmethod
+    def arrays(seed):
+        """An array numpy made under numpy_memory and one on zcio.alloc (an odd length), filled,
+        and copies of their bytes in numpy's own memory."""
+        n, m = 4 << 20, (3 << 20) + 4097
+        with zcio.numpy_memory():
+            a = np.empty(n, dtype=np.uint8)
+        b = np.frombuffer(zcio.alloc(m), dtype=np.uint8)
+        a[:] = (np.arange(n, dtype=np.uint64) * 7 + seed) % 251
+        b[:] = (np.arange(m, dtype=np.uint64) * 13 + seed) % 253
+        return a, b, a.copy(), b.copy()
+
+    @staticmethod
+    def fork(how, target):
+        """Run `target()` in a child made by fork (`os.fork()` or multiprocessing's fork start
+        method); its result is the child's exit code (0: all held). Returns a function that
+        waits for the child and gives its exit code."""
+        def run():
+            try:
+                return target()
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                return 99
+
+        if how == "os.fork":
+            pid = os.fork()
+            if pid == 0:
+                code = 98
+                try:
+                    code = run()
+                finally:
+                    os._exit(code)
+            return lambda: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        import multiprocessing as mp
+
+        proc = mp.get_context("fork").Process(target=lambda: sys.exit(run()))
+        proc.start()
+        return lambda: (proc.join(60), proc.exitcode)[1]
+
+    def same(self, got, want, what):
+        self.assertEqual(got.size, want.size, what)
+        diff = np.flatnonzero(got != want)
+        self.assertEqual(diff.size, 0, f"{what}: {diff.size} bytes differ, the first at "
+                         f"{int(diff[0]) if diff.size else None}")
+
+    def test_the_childs_writes_never_reach_the_parent(self):
+        for how in self.HOWS:
+            a, b, want_a, want_b = self.arrays(1)
+            self.assertEqual(handler_name(a), "zcio")
+            before = zcio._fork_stats()
+            done_r, done_w = os.pipe()
+
+            def child():
+                os.close(done_r)
+                fork_bytes = np.array_equal(a, want_a) and np.array_equal(b, want_b)
+                a[:] = 0xEE  # every page
+                b[:] = 0xEE
+                own = bool((a == 0xEE).all() and (b == 0xEE).all())
+                os.write(done_w, b"w")
+                return 0 if fork_bytes and own else 2 if not fork_bytes else 3
+
+            wait = self.fork(how, child)
+            os.close(done_w)
+            self.assertEqual(os.read(done_r, 1), b"w", how)
+            os.close(done_r)
+            self.assertEqual(wait(), 0, f"{how}: the child's view (2: not the bytes of the fork)")
+            self.same(a, want_a, f"{how}: numpy_memory's array after the child wrote it")
+            self.same(b, want_b, f"{how}: alloc's memory after the child wrote it")
+            now = zcio._fork_stats()
+            self.assertEqual(now["forks"], before["forks"] + 1, how)
+            self.assertEqual(now["kept"], before["kept"] + 2, f"{how}: {now}")
+            self.assertEqual(now["failed"], before["failed"], f"{how}: {now}")
+            # The parent's own writes still land where the array is.
+            a[1] = b[1] = 5
+            self.assertEqual((int(a[1]), int(b[1])), (5, 5))
+
+    def test_the_parents_writes_after_the_fork_never_reach_the_child(self):
+        for how in self.HOWS:
+            a, b, want_a, want_b = self.arrays(2)
+            go_r, go_w = os.pipe()
+
+            def child():
+                os.close(go_w)
+                self_sent = os.read(go_r, 1)
+                if self_sent != b"g":
+                    return 4
+                if not np.array_equal(a, want_a):
+                    return 2
+                if not np.array_equal(b, want_b):
+                    return 3
+                return 0
+
+            wait = self.fork(how, child)
+            os.close(go_r)
+            a[:] = 0x11  # every page, after the fork
+            b[:] = 0x22
+            os.write(go_w, b"g")
+            os.close(go_w)
+            self.assertEqual(wait(), 0, f"{how}: the child saw the parent's writes (2, 3)")
+            self.assertTrue((a == 0x11).all() and (b == 0x22).all(), how)
+
+    def test_after_a_fork_the_parent_sends_its_bytes_of_now_by_copy(self):
+        receiver = """
+            import hashlib, sys, zcio
+            with zcio.connect(sys.argv[1], timeout=30) as ch:
+                for _ in range(2):
+                    got = ch.recv(timeout=30)
+                    if bytes(ch.recv(timeout=30)) != b"written":
+                        sys.exit("no 'written' after the array")
+                    ch.send(hashlib.sha256(got).hexdigest().encode())
+                ch.recv(timeout=30)
+            """
+        import hashlib
+
+        for how in self.HOWS:
+            name = unique("fork-send")
+            with zcio.listen(name) as lst:
+                p = child(receiver, name)
+                with lst.accept(timeout=30) as ch:
+                    a, b, want_a, want_b = self.arrays(3)
+
+                    def child_writes():
+                        a[:] = 0xEE
+                        b[:] = 0xEE
+                        return 0
+
+                    self.assertEqual(self.fork(how, child_writes)(), 0, how)
+                    a[::8192] = 0x42  # the parent's bytes of now: half its pages written
+                    b[1::8192] = 0x43
+                    for arr in (a, b):
+                        now = arr.tobytes()
+                        ch.send(arr)
+                        self.assertNotIn("made private", ch.last_path, f"{how}: kept: a copy")
+                        self.assertIn("sealed memory file", ch.last_path, how)
+                        arr[:] = 0x77  # after the send: never the receiver's
+                        ch.send(b"written")
+                        self.assertEqual(
+                            bytes(ch.recv(timeout=30)).decode(),
+                            hashlib.sha256(now).hexdigest(),
+                            f"{how}: the receiver's bytes are the parent's of the send",
+                        )
+                    ch.send(b"bye")
+                    ch.flush(timeout=30)
+                out, err = p.communicate(timeout=60)
+                self.assertEqual(p.returncode, 0, err)
+
+    def test_the_child_sends_its_own_copy(self):
+        for how in self.HOWS:
+            a, b, want_a, want_b = self.arrays(4)
+            mine, theirs = zcio.Pipe()
+
+            def child():
+                with theirs:
+                    a[4096:] = 0x5C  # the child's bytes: the first page as of the fork
+                    b[:-1] = 0x5D
+                    paths = []
+                    for arr in (a, b):
+                        theirs.send(arr)
+                        paths.append(theirs.last_path)
+                        arr[:] = 0  # after the send
+                    theirs.flush(timeout=60)
+                    return 5 if any("made private" in p for p in paths) else 0
+
+            wait = self.fork(how, child)
+            with mine:
+                got_a = np.frombuffer(mine.recv(timeout=60), dtype=np.uint8)
+                got_b = np.frombuffer(mine.recv(timeout=60), dtype=np.uint8)
+            self.assertEqual(wait(), 0, f"{how}: 5: the child's send was not a copy")
+            exp_a = want_a.copy()
+            exp_a[4096:] = 0x5C
+            exp_b = want_b.copy()
+            exp_b[:-1] = 0x5D
+            self.same(got_a, exp_a, f"{how}: the child's array as it sent it")
+            self.same(got_b, exp_b, f"{how}: the child's alloc memory as it sent it")
+            self.same(a, want_a, f"{how}: the parent's array")
+            self.same(b, want_b, f"{how}: the parent's alloc memory")
+
+    def test_an_array_sent_before_the_fork_is_each_processs_own_too(self):
+        for how in self.HOWS:
+            a, b, want_a, want_b = self.arrays(5)
+            tx, rx = pair()
+            with tx, rx:
+                for arr in (a, b):
+                    tx.send(arr)
+                    self.assertIn("made private", tx.last_path, how)
+                    rx.recv(timeout=30)
+            before = zcio._fork_stats()
+            go_r, go_w = os.pipe()
+
+            def child():
+                os.close(go_w)
+                a[:] = 0xC1
+                b[:] = 0xC2
+                os.read(go_r, 1)
+                return 0 if (a == 0xC1).all() and (b == 0xC2).all() else 6
+
+            wait = self.fork(how, child)
+            os.close(go_r)
+            time.sleep(0.05)  # the child writes meanwhile (or not yet: either way, its own)
+            self.same(a, want_a, f"{how}: kept before the fork, the parent's array")
+            self.same(b, want_b, f"{how}: kept before the fork, the parent's alloc memory")
+            a[:] = 0x01
+            b[:] = 0x02
+            os.write(go_w, b"g")
+            os.close(go_w)
+            self.assertEqual(wait(), 0, f"{how}: 6: the parent's writes reached the child")
+            now = zcio._fork_stats()
+            self.assertEqual(now["kept"], before["kept"], f"{how}: private already: {now}")
+
+    def test_repeated_forks_leave_no_descriptor_open(self):
+        a, b, _, _ = self.arrays(6)
+        wait = self.fork("os.fork", lambda: 0)
+        self.assertEqual(wait(), 0)
+        fds = len(os.listdir("/proc/self/fd"))
+        for i in range(20):
+            with zcio.numpy_memory():
+                x = np.empty(2 << 20, dtype=np.uint8)
+            y = np.frombuffer(zcio.alloc(1 << 20), dtype=np.uint8)
+            x[::4096] = i
+            y[::4096] = i
+            self.assertEqual(self.fork(self.HOWS[i % 2], lambda: 0)(), 0)
+            del x, y
+        a[:] = 1
+        b[:] = 2
+        self.assertEqual(len(os.listdir("/proc/self/fd")), fds, "descriptors left open")
+        self.assertEqual(zcio._fork_stats()["failed"], 0)
+
+
 def handler_name(arr=None):
     """The name of numpy's memory handler of `arr`, or of the one new arrays get now."""
     try:
