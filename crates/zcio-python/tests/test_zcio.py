@@ -95,6 +95,15 @@ class Buffers(unittest.TestCase):
             back = array.array("d")
             back.frombytes(bytes(got))
             self.assertEqual(back[1], 1 / 3)
+            # A 2-D numpy array of floats, C-contiguous, goes as its bytes, and is received
+            # into an array of complex numbers of the same size.
+            f = np.arange(2 * 3 * 4096, dtype=np.float32).reshape(6, 4096)
+            want = f.tobytes()
+            tx.send(f)
+            f[:] = -1
+            into = np.zeros(3 * 4096, dtype=np.complex64)
+            self.assertEqual(rx.recv_into(into, timeout=30), len(want))
+            self.assertEqual(into.tobytes(), want)
 
     def test_the_received_buffer_is_writable_its_own_and_freed_with_its_last_view(self):
         tx, rx = pair()
