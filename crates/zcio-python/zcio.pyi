@@ -66,7 +66,9 @@ class Channel:
     def set_volatile_loans(self, yes: bool) -> None:
         """Trust the peer with volatile loans (both ends must): large sends reuse memory files
         lent to the receiver and given back when its `Buffer` is freed. Only for a peer you
-        trust like your own process: nothing stops it writing a file while you hold it."""
+        trust like your own process: nothing stops it writing a file while you hold it. A
+        `Buffer` received so is the file's memory, shared with a child made by `os.fork()`
+        while both hold it (copy it, `bytes(buf)` or `numpy.array(buf)`, where that matters)."""
     def fileno(self) -> int:
         """A descriptor readable when a message is ready (select, selectors, asyncio)."""
     def close(self) -> None:
