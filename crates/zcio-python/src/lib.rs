@@ -31,6 +31,7 @@
 //! [`zcio::Channel`]: this file is the ABI edge, and its `unsafe` is the buffer protocol's
 //! (`numpy_memory`'s is numpy's C API and allocator functions).
 
+use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyBufferError, PyConnectionError, PyException, PyTimeoutError};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -178,100 +179,26 @@ fn blocking<T: Send>(
     }
 }
 
-/// An object's memory, exported through the buffer protocol for as long as this lives: its
-/// bytes whatever its items are (a numpy array of floats, an `array.array('d')` is taken as
-/// its bytes, with no view made to cast it). Released with the GIL when dropped.
-struct Exported(std::pin::Pin<Box<ffi::Py_buffer>>);
-
-// SAFETY: the view's memory is the exporter's, kept and not resized while the view exists (PEP
-// 3118), whichever thread holds this; the view is released only with the GIL (`Drop`), and
-// read without it only through `bytes`/`bytes_mut`, as PyO3's own `PyBuffer` is shared.
-unsafe impl Send for Exported {}
-// SAFETY: as for `Send`: nothing in the view is changed through a shared borrow.
-unsafe impl Sync for Exported {}
-
-impl Exported {
-    /// The bytes, to read without the GIL.
-    fn bytes(&self) -> &[u8] {
-        let (ptr, len) = (self.0.buf, self.0.len);
-        if ptr.is_null() || len <= 0 {
-            return &[];
-        }
-        // SAFETY: the exporter's memory, C-contiguous (checked by `buffer_of`): `len` bytes
-        // from `buf`, alive while `self` holds the view. Other Python threads may write it
-        // meanwhile, as with any C extension that releases the GIL over a buffer.
-        unsafe { std::slice::from_raw_parts(ptr as *const u8, len as usize) }
-    }
-
-    /// The bytes, to write without the GIL (the view is writable: checked by `buffer_of`).
-    #[allow(clippy::mut_from_ref)]
-    fn bytes_mut(&self) -> &mut [u8] {
-        let (ptr, len) = (self.0.buf, self.0.len);
-        if ptr.is_null() || len <= 0 {
-            return &mut [];
-        }
-        // SAFETY: as `bytes`; the view is writable (checked by `buffer_of`), and the caller is
-        // its only writer in this extension while the slice lives (a shared borrow gives
-        // writable bytes, as the C API and PyO3's `PyBuffer` do).
-        unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len as usize) }
-    }
-
-    fn len(&self) -> usize {
-        self.0.len.max(0) as usize
-    }
-}
-
-impl Drop for Exported {
-    fn drop(&mut self) {
-        Python::attach(|_| {
-            // SAFETY: the view was filled by a successful `PyObject_GetBuffer` (`buffer_of`)
-            // and is released once, here, with the GIL held.
-            unsafe { ffi::PyBuffer_Release(&mut *self.0) }
-        });
-    }
-}
-
 /// A C-contiguous buffer of `obj`'s bytes, for reading (or writing: `writable`), with a clear
-/// error for what cannot be one.
-fn buffer_of(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Exported> {
-    let py = obj.py();
-    let mut view = Box::pin(std::mem::MaybeUninit::<ffi::Py_buffer>::zeroed());
-    // SAFETY: `obj` is a live object (the GIL is held); `view` is writable memory for one
-    // Py_buffer, which the call fills on success. The full request (strides and format) is the
-    // one every exporter serves; contiguity and writability are checked below, to say what
-    // was wrong in zcio's words.
-    let r = unsafe {
-        ffi::PyObject_GetBuffer(
-            obj.as_ptr(),
-            view.as_mut().get_unchecked_mut().as_mut_ptr(),
-            ffi::PyBUF_FULL_RO,
-        )
-    };
-    if r == -1 {
-        let e = PyErr::fetch(py);
-        return Err(PyTypeError::new_err(format!(
+/// error for what cannot be one. The buffer is untyped: an exporter whose items are not bytes
+/// (a numpy array of floats, an `array.array('d')`) is taken as its bytes, with no view made
+/// to cast it.
+fn buffer_of(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<PyUntypedBuffer> {
+    let buf = PyUntypedBuffer::get(obj).map_err(|e| {
+        PyTypeError::new_err(format!(
             "{}: zcio takes an object with the buffer protocol (bytes, bytearray, memoryview, \
              array.array, mmap, a numpy array): {e}",
             type_name(obj)
-        )));
-    }
-    // SAFETY: filled by the successful call above; `MaybeUninit<T>` has `T`'s layout, and the
-    // box is not moved out of its pin.
-    let buf = Exported(unsafe {
-        std::mem::transmute::<
-            std::pin::Pin<Box<std::mem::MaybeUninit<ffi::Py_buffer>>>,
-            std::pin::Pin<Box<ffi::Py_buffer>>,
-        >(view)
-    });
-    // SAFETY: a view filled by the exporter, held by `buf`.
-    if unsafe { ffi::PyBuffer_IsContiguous(&*buf.0, b'C' as std::ffi::c_char) } == 0 {
+        ))
+    })?;
+    if !buf.is_c_contiguous() {
         return Err(PyBufferError::new_err(format!(
             "{}: not C-contiguous (a strided view or a transposed array); pass a contiguous \
              copy, numpy.ascontiguousarray(a)",
             type_name(obj)
         )));
     }
-    if writable && buf.0.readonly != 0 {
+    if writable && buf.readonly() {
         return Err(PyBufferError::new_err(format!(
             "{}: read-only; receive into a writable object (a bytearray, a writable numpy \
              array) or use recv()",
@@ -279,6 +206,33 @@ fn buffer_of(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Exported> {
         )));
     }
     Ok(buf)
+}
+
+/// The bytes of `buf`, to read without the GIL.
+fn bytes_of(buf: &PyUntypedBuffer) -> &[u8] {
+    if buf.len_bytes() == 0 {
+        return &[];
+    }
+    // SAFETY: `buf` holds the exporter's buffer (PEP 3118: its memory stays and is not resized
+    // while a view exists) and is C-contiguous (checked by `buffer_of`), so `len_bytes` bytes
+    // from `buf_ptr` are its memory, alive as long as the borrow of `buf`. Other Python threads
+    // may write it meanwhile, as with any C extension that releases the GIL over a buffer.
+    unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) }
+}
+
+/// The bytes of `buf`, to write without the GIL (the memory is the exporter's, not the
+/// buffer handle's: a shared borrow of the handle gives writable bytes, as the C API does).
+#[expect(
+    clippy::mut_from_ref,
+    reason = "the bytes belong to the exporter, not the handle"
+)]
+fn bytes_of_mut(buf: &PyUntypedBuffer) -> &mut [u8] {
+    if buf.len_bytes() == 0 {
+        return &mut [];
+    }
+    // SAFETY: as `bytes_of`; the buffer is writable (checked by `buffer_of`), and this call is
+    // its only writer in this extension while the slice lives.
+    unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut u8, buf.len_bytes()) }
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -444,8 +398,8 @@ impl Channel {
         })
     }
 
-    fn send_bytes(&self, py: Python<'_>, sem: Semantics, buf: &Exported) -> PyResult<u64> {
-        let bytes = buf.bytes();
+    fn send_bytes(&self, py: Python<'_>, sem: Semantics, buf: &PyUntypedBuffer) -> PyResult<u64> {
+        let bytes = bytes_of(buf);
         let (t, acc) = self.call(py, None, |ch| send_one(ch, sem, bytes))?;
         self.said(&acc);
         Ok(t.0)
@@ -494,7 +448,7 @@ impl Channel {
     ) -> PyResult<usize> {
         let timeout = timeout_of(timeout)?;
         let buf = buffer_of(obj, true)?;
-        let out = buf.bytes_mut();
+        let out = bytes_of_mut(&buf);
         let (n, acc) = self.call(py, timeout, |ch| {
             ch.recv(Semantics::EmulatedCopy, out, InputBuffering::EarlyDemux)
         })?;
@@ -568,15 +522,15 @@ impl Channel {
         head.extend_from_slice(&(views.len() as u64).to_le_bytes());
         head.extend_from_slice(&(data.as_bytes().len() as u64).to_le_bytes());
         for v in &views {
-            head.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            head.extend_from_slice(&(v.len_bytes() as u64).to_le_bytes());
         }
         let pickled = data.as_bytes();
         self.call(py, None, |ch| {
             ch.send(Semantics::Copy, &head)?;
             ch.send(Semantics::EmulatedCopy, pickled)?;
             for v in &views {
-                if v.len() > 0 {
-                    send_one(ch, Semantics::EmulatedCopy, v.bytes())?;
+                if v.len_bytes() > 0 {
+                    send_one(ch, Semantics::EmulatedCopy, bytes_of(v))?;
                 }
             }
             Ok(())
