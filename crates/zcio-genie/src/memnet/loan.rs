@@ -244,11 +244,12 @@ impl Loan {
     /// not be made) or kept (the seal was refused; its file is then gone). A loan of another
     /// kind is refused.
     fn seal_keeping(&mut self) -> Result<SealedFile> {
-        if !matches!(self.pages, LoanPages::File(_)) {
-            return Err(GenieError::arg("loan", "a loan that is not an unsent file"));
-        }
-        let LoanPages::File(f) = std::mem::replace(&mut self.pages, LoanPages::Taken) else {
-            unreachable!("matched above")
+        let f = match std::mem::replace(&mut self.pages, LoanPages::Taken) {
+            LoanPages::File(f) => f,
+            other => {
+                self.pages = other;
+                return Err(GenieError::arg("loan", "a loan that is not an unsent file"));
+            }
         };
         match f.seal_keeping() {
             Ok((sealed, view)) => {
