@@ -22,7 +22,7 @@
 //! A failure never stops the fork (Python ignores what a `before` hook raises): it is counted
 //! (`zcio._fork_stats()`) and said in a `RuntimeWarning`.
 
-use super::ALLOCATED;
+use super::allocated;
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -52,12 +52,13 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Every loan of the module alive now: those of [`ALLOCATED`], which holds `zcio.alloc`'s
-/// and numpy's (`numpy_memory` registers each of its loans there too).
+/// Every loan of the module alive now: those of [`ALLOCATED`](super::ALLOCATED), which
+/// holds `zcio.alloc`'s and numpy's (`numpy_memory` registers each of its loans there too).
 fn live_loans() -> Vec<Arc<Mutex<zcio::Loan>>> {
-    let mut all = ALLOCATED.lock().unwrap_or_else(|e| e.into_inner());
-    all.retain(|(_, _, w)| w.strong_count() > 0);
-    all.iter().filter_map(|(_, _, w)| w.upgrade()).collect()
+    allocated()
+        .iter()
+        .filter_map(|(_, _, w)| w.upgrade())
+        .collect()
 }
 
 /// The loan's lock, waiting until `deadline` at most for a send in another thread to let it

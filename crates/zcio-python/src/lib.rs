@@ -92,12 +92,17 @@ static ALLOCATED: Mutex<Vec<Allocated>> = Mutex::new(Vec::new());
 /// One entry of [`ALLOCATED`]: where the memory starts and ends, and its loan.
 type Allocated = (usize, usize, Weak<Mutex<zcio::Loan>>);
 
+/// [`ALLOCATED`], locked, its entries whose loan is gone dropped.
+fn allocated() -> std::sync::MutexGuard<'static, Vec<Allocated>> {
+    let mut all = ALLOCATED.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(_, _, w)| w.strong_count() > 0);
+    all
+}
+
 /// Register `len` bytes from `ptr`, a loan's memory (of `zcio.alloc`, or an array numpy made
 /// inside `zcio.numpy_memory()`), for sends to find; entries whose loan is gone are dropped.
 fn register_allocated(ptr: usize, len: usize, loan: &Arc<Mutex<zcio::Loan>>) {
-    let mut all = ALLOCATED.lock().unwrap_or_else(|e| e.into_inner());
-    all.retain(|(_, _, w)| w.strong_count() > 0);
-    all.push((ptr, ptr + len, Arc::downgrade(loan)));
+    allocated().push((ptr, ptr + len, Arc::downgrade(loan)));
 }
 
 /// The loan of `zcio.alloc` (or `zcio.numpy_memory()`) that holds all of `bytes`, and where
@@ -107,9 +112,8 @@ fn allocated_holding(bytes: &[u8]) -> Option<(Arc<Mutex<zcio::Loan>>, usize)> {
         bytes.as_ptr() as usize,
         bytes.as_ptr() as usize + bytes.len(),
     );
-    let mut all = ALLOCATED.lock().unwrap_or_else(|e| e.into_inner());
-    all.retain(|(_, _, w)| w.strong_count() > 0);
-    all.iter()
+    allocated()
+        .iter()
         .find(|(a, e, _)| *a <= start && end <= *e)
         .and_then(|(a, _, w)| Some((w.upgrade()?, start - a)))
 }
