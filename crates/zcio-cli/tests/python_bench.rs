@@ -22,19 +22,7 @@ fn every_contender_that_runs_is_verified_and_zcios_receiver_never_sees_the_later
     assert_eq!(v["bench"], "python");
     let rows = v["rows"].as_array().expect("rows");
     assert!(v["unavailable"].is_null(), "{v:#}");
-    let contenders = [
-        "zcio",
-        "zcio-alloc",
-        "zcio-numpy",
-        "zcio-volatile",
-        "rust",
-        "rust-alloc",
-        "rust-volatile",
-        "pipe",
-        "queue",
-        "shared_memory",
-        "iceoryx2",
-    ];
+    let contenders = zcio_cli::lab::genie::python::CONTENDERS;
     assert_eq!(rows.len(), contenders.len(), "{v:#}");
     for c in contenders {
         let r = rows
